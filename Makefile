@@ -1,0 +1,26 @@
+# The two commands the README promises: `make demo` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+
+.PHONY: all build test demo deps bench-scheduler clean
+
+all: build
+
+build:
+	$(CARGO) build --release --workspace
+
+# System packages the tests need; installed when missing (root), else listed.
+deps:
+	@bash scripts/deps.sh
+
+test: deps
+	$(CARGO) test --workspace --release
+
+demo: build
+	@bash scripts/demo.sh
+
+bench-scheduler: build
+	./target/release/sluice bench scheduler --json out/bench-scheduler.json
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,12 @@
+//! # sluice-bench: the workloads behind `sluice bench`
+//!
+//! Each benchmark returns a report value that the binary prints as a table
+//! and, with `--json PATH`, writes as JSON whose shape is documented in
+//! `docs/bench.md`.
+//!
+//! ```
+//! let report = sluice_bench::scheduler::run(&sluice_bench::scheduler::Config { requests: 2_000, ..Default::default() });
+//! assert_eq!(report.policies.len(), sluice_core::POLICY_NAMES.len());
+//! ```
+
+pub mod scheduler;

@@ -1,0 +1,184 @@
+//! Bounds and policy parameters, each with its unit and the reason for its
+//! default. Values set at run time are clamped by [`Limits::clamped`] and
+//! [`PolicyConfig::clamped`].
+
+/// Hard bounds on every table and queue the scheduler keeps. Exceeding one
+/// is an [`crate::Error`], never a silent drop.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Requests waiting in the scheduler (eligible or blocked). 64 Ki keeps
+    /// the worst-case memory of the index near 10 MiB.
+    pub queued_requests_max: u32,
+    /// Bytes of request payload waiting. 1 GiB: the daemon holds write data
+    /// for queued writes, and this is what it may pin.
+    pub queued_bytes_max: u64,
+    /// Largest single request. 64 MiB, the largest read a client may send.
+    pub request_bytes_max: u64,
+    /// Largest aggregate handed to the device. 8 MiB: twice the seed's
+    /// largest useful aggregate (32 processes x 128 KiB).
+    pub dispatch_bytes_max: u64,
+    /// Dispatches in flight at once; `next` answers `Idle` at the bound.
+    pub dispatches_inflight_max: u32,
+    /// Distinct files with queued, blocked or in-flight requests.
+    pub files_max: u32,
+    /// Registered applications.
+    pub apps_max: u32,
+    /// Largest per-application weight.
+    pub weight_max: u32,
+    /// Age after which a request is served before any younger one, whatever
+    /// the policy: the starvation bound. 1 s, as mq-deadline's write expiry.
+    pub request_expire_ns: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            queued_requests_max: 65_536,
+            queued_bytes_max: 1 << 30,
+            request_bytes_max: 64 << 20,
+            dispatch_bytes_max: 8 << 20,
+            dispatches_inflight_max: 64,
+            files_max: 65_536,
+            apps_max: 4_096,
+            weight_max: 64,
+            request_expire_ns: 1_000_000_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The same limits with every value forced into its sane range.
+    pub fn clamped(mut self) -> Limits {
+        self.queued_requests_max = self.queued_requests_max.clamp(1, 1 << 24);
+        self.queued_bytes_max = self.queued_bytes_max.max(1);
+        self.request_bytes_max = self.request_bytes_max.clamp(1, 1 << 32);
+        self.dispatch_bytes_max = self.dispatch_bytes_max.clamp(1, 1 << 32);
+        self.dispatches_inflight_max = self.dispatches_inflight_max.clamp(1, 4_096);
+        self.files_max = self.files_max.clamp(1, 1 << 24);
+        self.apps_max = self.apps_max.clamp(1, 1 << 20);
+        self.weight_max = self.weight_max.clamp(1, 1_024);
+        self.request_expire_ns = self.request_expire_ns.max(1);
+        self
+    }
+}
+
+/// Parameters of the `aioli` policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AioliParams {
+    /// Quantum an application gets when it has just been served (the top
+    /// level of the multi-level feedback). 128 KiB: one HDD track's worth.
+    pub quantum_bytes_min: u64,
+    /// Largest quantum a long-waiting application can grow to. 32 MiB:
+    /// about 0.3 s of a 100 MB/s disk, beyond which fairness suffers.
+    pub quantum_bytes_max: u64,
+    /// Smallest aggregate target a file's history can shrink to.
+    pub file_target_bytes_min: u64,
+    /// Largest aggregate target a file's history can grow to.
+    pub file_target_bytes_max: u64,
+    /// Longest the device is held for the missing pieces of a file's
+    /// aggregate. 1 ms: below one HDD seek, far above a socket round trip.
+    pub hold_ns_max: u64,
+    /// Shortest dedicated window for a synchronous reader.
+    pub sync_window_ns_min: u64,
+    /// Longest dedicated window for a synchronous reader. 2 ms: a reader
+    /// that thinks longer is not worth idling a disk for.
+    pub sync_window_ns_max: u64,
+    /// Contiguous requests a stream must show before it gets windows.
+    pub sync_hits_min: u32,
+    /// Synchronous streams remembered (bounded table, oldest evicted).
+    pub streams_max: u32,
+    /// File histories remembered (bounded table, oldest evicted).
+    pub file_histories_max: u32,
+}
+
+impl Default for AioliParams {
+    fn default() -> AioliParams {
+        AioliParams {
+            quantum_bytes_min: 128 << 10,
+            quantum_bytes_max: 32 << 20,
+            file_target_bytes_min: 4 << 10,
+            file_target_bytes_max: 8 << 20,
+            hold_ns_max: 1_000_000,
+            sync_window_ns_min: 20_000,
+            sync_window_ns_max: 2_000_000,
+            sync_hits_min: 2,
+            streams_max: 16_384,
+            file_histories_max: 16_384,
+        }
+    }
+}
+
+/// Which policy, with its parameters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyConfig {
+    /// Arrival order, no merging: the "no scheduler" baseline.
+    Fifo,
+    /// Arrival order, contiguous requests merged (AGIOS's TO-agg).
+    FifoMerge,
+    /// Per-file offset order, C-SCAN across files, merging.
+    Elevator,
+    /// The file with the fewest queued bytes first.
+    Sjf,
+    /// Arrival-time windows of `window_ns`; inside a window, one application
+    /// at a time in application order.
+    Window { window_ns: u64 },
+    /// Deficit round-robin across applications; each round an application
+    /// earns `quantum_bytes x weight`.
+    Drr { quantum_bytes: u64 },
+    /// The seed's algorithm.
+    Aioli(AioliParams),
+}
+
+/// Every policy name `PolicyConfig::from_name` accepts.
+pub const POLICY_NAMES: [&str; 7] = ["fifo", "fifo-merge", "elevator", "sjf", "window", "drr", "aioli"];
+
+impl PolicyConfig {
+    /// The policy's default configuration, by name.
+    pub fn from_name(name: &str) -> Option<PolicyConfig> {
+        Some(match name {
+            "fifo" => PolicyConfig::Fifo,
+            "fifo-merge" => PolicyConfig::FifoMerge,
+            "elevator" => PolicyConfig::Elevator,
+            "sjf" => PolicyConfig::Sjf,
+            "window" => PolicyConfig::Window { window_ns: 2_000_000 },
+            "drr" => PolicyConfig::Drr { quantum_bytes: 256 << 10 },
+            "aioli" => PolicyConfig::Aioli(AioliParams::default()),
+            _ => return None,
+        })
+    }
+
+    /// The policy's name, as `from_name` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PolicyConfig::Fifo => "fifo",
+            PolicyConfig::FifoMerge => "fifo-merge",
+            PolicyConfig::Elevator => "elevator",
+            PolicyConfig::Sjf => "sjf",
+            PolicyConfig::Window { .. } => "window",
+            PolicyConfig::Drr { .. } => "drr",
+            PolicyConfig::Aioli(_) => "aioli",
+        }
+    }
+
+    /// The same configuration with parameters forced into sane ranges.
+    pub fn clamped(self) -> PolicyConfig {
+        match self {
+            PolicyConfig::Window { window_ns } => PolicyConfig::Window { window_ns: window_ns.clamp(1_000, 10_000_000_000) },
+            PolicyConfig::Drr { quantum_bytes } => PolicyConfig::Drr { quantum_bytes: quantum_bytes.clamp(512, 1 << 30) },
+            PolicyConfig::Aioli(mut p) => {
+                p.quantum_bytes_min = p.quantum_bytes_min.clamp(512, 1 << 30);
+                p.quantum_bytes_max = p.quantum_bytes_max.clamp(p.quantum_bytes_min, 1 << 32);
+                p.file_target_bytes_min = p.file_target_bytes_min.clamp(1, 1 << 30);
+                p.file_target_bytes_max = p.file_target_bytes_max.clamp(p.file_target_bytes_min, 1 << 32);
+                p.hold_ns_max = p.hold_ns_max.min(1_000_000_000);
+                p.sync_window_ns_max = p.sync_window_ns_max.min(1_000_000_000);
+                p.sync_window_ns_min = p.sync_window_ns_min.min(p.sync_window_ns_max);
+                p.sync_hits_min = p.sync_hits_min.clamp(1, 64);
+                p.streams_max = p.streams_max.clamp(1, 1 << 24);
+                p.file_histories_max = p.file_histories_max.clamp(1, 1 << 24);
+                PolicyConfig::Aioli(p)
+            }
+            other => other,
+        }
+    }
+}

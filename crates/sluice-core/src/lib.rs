@@ -1,0 +1,45 @@
+//! # sluice-core: the scheduling core
+//!
+//! A pure state machine that decides in which order, and in which
+//! aggregates, the requests of many applications reach one device. It never
+//! reads a clock, touches a file or spawns a thread: every entry point takes
+//! `now` in nanoseconds, so the daemon (`sluice serve`) and the simulator
+//! (`sluice sim`) drive the identical code.
+//!
+//! ```
+//! use sluice_core::*;
+//!
+//! let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits::default());
+//! // Two processes of one application read adjacent 4 KiB pieces.
+//! for (i, client) in [(0u64, 0u32), (1, 1)] {
+//!     let req = Request { id: RequestId(i), app: AppId(1), client: ClientId(client), file: FileId(7),
+//!                         op: Op::Read, offset: i * 4096, len: 4096 };
+//!     s.enqueue(req, 0).unwrap();
+//! }
+//! let Decision::Dispatch(d) = s.next(10) else { panic!("the device is free") };
+//! assert_eq!((d.offset, d.len, d.members.len()), (0, 8192, 2)); // one aggregate
+//! s.complete(d.id, 60_000).unwrap();
+//! assert!(s.is_empty());
+//! ```
+//!
+//! The policies (`fifo`, `fifo-merge`, `elevator`, `sjf`, `window`, `drr`,
+//! `aioli`) are described in `docs/scheduling.md` and in their modules.
+//!
+//! Invariants the [`Scheduler`] keeps for every policy: each request is
+//! dispatched exactly once; an aggregate is one file, one op, one contiguous
+//! range; overlapping requests with a write among them are dispatched in
+//! arrival order, each after the previous completed; every table is bounded
+//! by [`Limits`].
+
+mod config;
+mod error;
+mod hash;
+mod policy;
+mod scheduler;
+mod store;
+mod types;
+
+pub use config::{AioliParams, Limits, PolicyConfig, POLICY_NAMES};
+pub use error::{Error, ErrorKind};
+pub use scheduler::{Scheduler, Stats};
+pub use types::{AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Nanos, Op, Request, RequestId};

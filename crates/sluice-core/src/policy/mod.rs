@@ -1,0 +1,65 @@
+//! The policies. Each chooses where the next aggregate starts and how large
+//! it may grow; the [`crate::Scheduler`] builds the aggregate from the
+//! shared store, so aggregation rules and the ordering barrier are the same
+//! for all.
+
+mod aioli;
+mod drr;
+mod elevator;
+mod fifo;
+mod sjf;
+mod window;
+
+use crate::config::{Limits, PolicyConfig};
+use crate::store::{Entry, Slot, Store};
+use crate::types::{AppId, Dispatch, Nanos};
+
+/// A policy's choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pick {
+    /// Start the aggregate at `slot`, span at most `limit` bytes, and also
+    /// take contiguous requests below the start when `backward`.
+    Start { slot: Slot, limit: u64, backward: bool },
+    /// Keep the device idle until this time (strictly after now).
+    Wait(Nanos),
+    /// Nothing to choose.
+    Idle,
+}
+
+/// What a policy implements. Every hook receives the store read-only.
+pub(crate) trait Policy {
+    /// Whether aggregates may hold more than one request.
+    fn merges(&self) -> bool {
+        true
+    }
+    /// Whether the policy is plain arrival order: the scheduler then starts
+    /// every aggregate at the oldest eligible request and never calls `pick`.
+    fn arrival_order(&self) -> bool {
+        false
+    }
+    /// The request in `slot` became eligible.
+    fn enqueued(&mut self, store: &Store, slot: Slot, now: Nanos);
+    /// Choose the next aggregate. Only called when `store.queued > 0`.
+    fn pick(&mut self, store: &Store, now: Nanos) -> Pick;
+    /// `d` left the queue (its `members` are no longer in the store).
+    /// `forced` when expiry chose it rather than the policy.
+    fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], forced: bool, now: Nanos);
+    /// `d` completed on the device.
+    fn completed(&mut self, _store: &Store, _d: &Dispatch, _now: Nanos) {}
+    fn set_weight(&mut self, _app: AppId, _weight: u32) {}
+    fn forget_app(&mut self, _app: AppId) {}
+    /// Panic if the policy's own indices disagree with the store.
+    fn check(&self, _store: &Store) {}
+}
+
+pub(crate) fn build(config: &PolicyConfig, limits: &Limits) -> Box<dyn Policy> {
+    match config {
+        PolicyConfig::Fifo => Box::new(fifo::Fifo::new(false)),
+        PolicyConfig::FifoMerge => Box::new(fifo::Fifo::new(true)),
+        PolicyConfig::Elevator => Box::new(elevator::Elevator::default()),
+        PolicyConfig::Sjf => Box::new(sjf::Sjf::default()),
+        PolicyConfig::Window { window_ns } => Box::new(window::Window::new(*window_ns)),
+        PolicyConfig::Drr { quantum_bytes } => Box::new(drr::Drr::new(*quantum_bytes)),
+        PolicyConfig::Aioli(p) => Box::new(aioli::Aioli::new(p.clone(), limits)),
+    }
+}

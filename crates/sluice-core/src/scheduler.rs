@@ -1,0 +1,297 @@
+//! The scheduler: the one object a driver (the daemon, the simulator, a
+//! test) talks to.
+//!
+//! It owns what every policy shares and no policy may break:
+//!
+//! - **Bounds.** Every table is capped by [`Limits`]; going past a cap is an
+//!   [`Error`] from `enqueue`, never a drop.
+//! - **The ordering barrier.** Two requests whose byte ranges overlap, at
+//!   least one a write, are dispatched in arrival order, and the later one
+//!   only after the earlier one *completed*: a request that overlaps a
+//!   pending earlier one (queued, blocked or in flight) is held in its
+//!   file's blocked list, invisible to the policy, until the conflict clears.
+//!   Policies therefore only ever see requests they may reorder freely.
+//! - **Expiry.** A request older than `request_expire_ns` is dispatched
+//!   before any policy choice: the starvation bound all policies share.
+//! - **Counters** per stage, checked for consistency on every dispatch and
+//!   completion and by [`Scheduler::check_invariants`].
+
+use crate::config::{Limits, PolicyConfig};
+use crate::error::{Error, ErrorKind};
+use crate::hash::FxHashMap;
+use crate::policy::{self, Pick, Policy};
+use crate::store::{Entry, InFlight, Store};
+use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request};
+
+/// Counters, cumulative except where marked "now".
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests admitted by `enqueue`.
+    pub inserted: u64,
+    /// Of those, how many had to wait behind an overlapping write.
+    pub blocked_total: u64,
+    /// Requests handed out inside dispatches.
+    pub dispatched_requests: u64,
+    pub dispatches: u64,
+    /// Dispatches forced by `request_expire_ns`.
+    pub expired_dispatches: u64,
+    pub completed_requests: u64,
+    pub completed_dispatches: u64,
+    /// Bytes covered by dispatches.
+    pub dispatched_bytes: u64,
+    /// Now: requests the policy may choose from.
+    pub queued: u64,
+    /// Now: requests waiting behind an overlapping request.
+    pub blocked: u64,
+    /// Now: dispatches in flight, and the requests inside them.
+    pub inflight_dispatches: u64,
+    pub inflight_requests: u64,
+}
+
+/// The scheduling state machine. See the crate documentation.
+pub struct Scheduler {
+    limits: Limits,
+    config: PolicyConfig,
+    policy: Box<dyn Policy>,
+    store: Store,
+    inflight: FxHashMap<DispatchId, Dispatch>,
+    apps: FxHashMap<AppId, u32>,
+    blocked_bytes: u64,
+    seq_next: u64,
+    dispatch_next: u64,
+    stats: Stats,
+}
+
+impl Scheduler {
+    /// A scheduler running `config` within `limits` (both clamped).
+    pub fn new(config: PolicyConfig, limits: Limits) -> Scheduler {
+        let limits = limits.clamped();
+        let config = config.clamped();
+        Scheduler {
+            policy: policy::build(&config, &limits),
+            config,
+            limits,
+            store: Store::default(),
+            inflight: FxHashMap::default(),
+            apps: FxHashMap::default(),
+            blocked_bytes: 0,
+            seq_next: 0,
+            dispatch_next: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn policy_name(&self) -> &'static str {
+        self.config.name()
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Nothing queued, blocked or in flight.
+    pub fn is_empty(&self) -> bool {
+        self.stats.queued == 0 && self.stats.blocked == 0 && self.stats.inflight_dispatches == 0
+    }
+
+    /// Register `app` with a QoS weight (1 = default). Weights scale each
+    /// policy's share: DRR's quantum, aIOLi's quantum growth rate.
+    pub fn set_app_weight(&mut self, app: AppId, weight: u32) -> Result<(), Error> {
+        if weight == 0 || weight > self.limits.weight_max {
+            return Err(Error::new(ErrorKind::InvalidWeight, u64::from(self.limits.weight_max)));
+        }
+        self.register(app)?;
+        self.apps.insert(app, weight);
+        self.policy.set_weight(app, weight);
+        Ok(())
+    }
+
+    /// Drop `app`'s registration (its last connection went away). Requests
+    /// it still has pending are served as usual.
+    pub fn forget_app(&mut self, app: AppId) {
+        self.apps.remove(&app);
+        self.policy.forget_app(app);
+    }
+
+    fn register(&mut self, app: AppId) -> Result<(), Error> {
+        if !self.apps.contains_key(&app) {
+            if self.apps.len() >= self.limits.apps_max as usize {
+                return Err(Error::new(ErrorKind::TooManyApps, u64::from(self.limits.apps_max)));
+            }
+            self.apps.insert(app, 1);
+        }
+        Ok(())
+    }
+
+    fn admit_check(&self, req: &Request) -> Result<(), Error> {
+        let l = &self.limits;
+        if req.len == 0 || req.offset.checked_add(req.len).is_none() {
+            return Err(Error::new(ErrorKind::InvalidRequest, 0));
+        }
+        if req.len > l.request_bytes_max {
+            return Err(Error::new(ErrorKind::RequestTooLarge, l.request_bytes_max));
+        }
+        if self.stats.queued + self.stats.blocked >= u64::from(l.queued_requests_max) {
+            return Err(Error::new(ErrorKind::QueueFull, u64::from(l.queued_requests_max)));
+        }
+        if self.store.queued_bytes + self.blocked_bytes + req.len > l.queued_bytes_max {
+            return Err(Error::new(ErrorKind::QueueBytesFull, l.queued_bytes_max));
+        }
+        if !self.store.files.contains_key(&req.file) && self.store.files.len() >= l.files_max as usize {
+            return Err(Error::new(ErrorKind::TooManyFiles, u64::from(l.files_max)));
+        }
+        Ok(())
+    }
+
+    /// Admit a request that arrived at `now`. On error nothing changed.
+    pub fn enqueue(&mut self, req: Request, now: Nanos) -> Result<(), Error> {
+        self.admit_check(&req)?;
+        self.register(req.app)?;
+        let e = Entry { req, arrival: now, seq: self.seq_next };
+        self.seq_next += 1;
+        self.stats.inserted += 1;
+        if self.store.conflicts(req.file, req.op, req.offset, req.end(), e.seq) {
+            self.store.files.get_mut(&req.file).expect("conflict implies a file record").blocked.push_back(e);
+            self.blocked_bytes += req.len;
+            self.stats.blocked += 1;
+            self.stats.blocked_total += 1;
+        } else {
+            self.admit(e, now);
+        }
+        Ok(())
+    }
+
+    fn admit(&mut self, e: Entry, now: Nanos) {
+        let slot = self.store.insert(e);
+        self.stats.queued += 1;
+        self.policy.enqueued(&self.store, slot, now);
+    }
+
+    /// What the device should do at `now`.
+    pub fn next(&mut self, now: Nanos) -> Decision {
+        if self.inflight.len() >= self.limits.dispatches_inflight_max as usize || self.store.queued == 0 {
+            return Decision::Idle;
+        }
+        let merge = self.policy.merges();
+        let dispatch_max = self.limits.dispatch_bytes_max;
+        let expire_ns = if self.policy.arrival_order() { 0 } else { self.limits.request_expire_ns };
+        let expired = self.store.oldest().filter(|&s| now.saturating_sub(self.store.entry(s).arrival) >= expire_ns);
+        let (slot, limit, merge, backward, forced) = match expired {
+            Some(slot) => (slot, dispatch_max, merge, true, true),
+            None => match self.policy.pick(&self.store, now) {
+                Pick::Start { slot, limit, backward } => (slot, limit.min(dispatch_max), merge, backward, false),
+                Pick::Wait(t) => {
+                    assert!(t > now, "{}: WaitUntil({t}) not after now ({now})", self.policy_name());
+                    return Decision::WaitUntil(t);
+                }
+                Pick::Idle => return Decision::Idle,
+            },
+        };
+        Decision::Dispatch(self.dispatch(slot, limit, merge, backward, forced, now))
+    }
+
+    fn dispatch(&mut self, slot: u32, limit: u64, merge: bool, backward: bool, forced: bool, now: Nanos) -> Dispatch {
+        let run = self.store.run(slot, limit, merge, backward);
+        let entries = self.store.take(&run);
+        let first = entries[0].req;
+        let offset = first.offset;
+        let end = entries.iter().map(|e| e.req.end()).max().expect("a run is never empty");
+        let id = DispatchId(self.dispatch_next);
+        self.dispatch_next += 1;
+        let d = Dispatch { id, file: first.file, op: first.op, offset, len: end - offset, members: entries.iter().map(|e| e.req).collect() };
+        self.store.files.get_mut(&d.file).expect("file of a dispatch").inflight.push(InFlight { id, op: d.op, offset, end });
+        let n = d.members.len() as u64;
+        self.stats.queued -= n;
+        self.stats.dispatched_requests += n;
+        self.stats.dispatches += 1;
+        self.stats.dispatched_bytes += d.len;
+        self.stats.expired_dispatches += u64::from(forced && !self.policy.arrival_order());
+        self.stats.inflight_dispatches += 1;
+        self.stats.inflight_requests += n;
+        self.policy.dispatched(&self.store, &d, &entries, forced, now);
+        self.inflight.insert(id, d.clone());
+        debug_assert!(self.counters_consistent());
+        d
+    }
+
+    /// The device finished dispatch `id` at `now`.
+    pub fn complete(&mut self, id: DispatchId, now: Nanos) -> Result<(), Error> {
+        let d = self.inflight.remove(&id).ok_or(Error::new(ErrorKind::UnknownDispatch, 0))?;
+        let fq = self.store.files.get_mut(&d.file).expect("file of an in-flight dispatch");
+        fq.inflight.retain(|f| f.id != id);
+        let n = d.members.len() as u64;
+        self.stats.inflight_dispatches -= 1;
+        self.stats.inflight_requests -= n;
+        self.stats.completed_dispatches += 1;
+        self.stats.completed_requests += n;
+        self.policy.completed(&self.store, &d, now);
+        self.release_blocked(d.file, now);
+        self.store.forget_if_idle(d.file);
+        debug_assert!(self.counters_consistent());
+        Ok(())
+    }
+
+    /// Admit, in arrival order, every blocked request of `file` whose
+    /// conflicts have cleared.
+    fn release_blocked(&mut self, file: FileId, now: Nanos) {
+        let mut i = 0;
+        loop {
+            let Some(fq) = self.store.files.get(&file) else { return };
+            let Some(&b) = fq.blocked.get(i) else { return };
+            if self.store.conflicts(file, b.req.op, b.req.offset, b.req.end(), b.seq) {
+                i += 1;
+                continue;
+            }
+            self.store.files.get_mut(&file).expect("checked above").blocked.remove(i);
+            self.blocked_bytes -= b.req.len;
+            self.stats.blocked -= 1;
+            self.admit(b, now);
+        }
+    }
+
+    fn counters_consistent(&self) -> bool {
+        let s = &self.stats;
+        s.inserted == s.queued + s.blocked + s.inflight_requests + s.completed_requests
+            && s.dispatched_requests == s.inflight_requests + s.completed_requests
+            && s.queued == self.store.queued as u64
+            && s.inflight_dispatches == self.inflight.len() as u64
+    }
+
+    /// Check every invariant, walking all tables. Panics with a description
+    /// on the first violation. Drivers call it at shutdown; tests after
+    /// every step.
+    pub fn check_invariants(&self) {
+        assert!(self.counters_consistent(), "counters inconsistent: {:?}", self.stats);
+        let (mut queued, mut bytes, mut blocked, mut blocked_bytes, mut inflight) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        for (file, fq) in &self.store.files {
+            assert!(!fq.is_idle(), "idle file {file:?} kept");
+            queued += fq.count() as u64;
+            let fb: u64 = fq.maps.iter().flat_map(|m| m.values()).map(|&s| self.store.entry(s).req.len).sum();
+            assert_eq!(fb, fq.bytes, "file {file:?} byte count");
+            bytes += fb;
+            blocked += fq.blocked.len() as u64;
+            blocked_bytes += fq.blocked.iter().map(|b| b.req.len).sum::<u64>();
+            inflight += fq.inflight.len() as u64;
+            for w in fq.blocked.iter().zip(fq.blocked.iter().skip(1)) {
+                assert!(w.0.seq < w.1.seq, "blocked list of {file:?} out of arrival order");
+            }
+        }
+        assert_eq!(queued, self.stats.queued, "queued count");
+        assert_eq!(bytes, self.store.queued_bytes, "queued bytes");
+        assert_eq!(blocked, self.stats.blocked, "blocked count");
+        assert_eq!(blocked_bytes, self.blocked_bytes, "blocked bytes");
+        assert_eq!(inflight, self.stats.inflight_dispatches, "in-flight count");
+        assert!(self.store.files.len() <= self.limits.files_max as usize);
+        assert!(self.apps.len() <= self.limits.apps_max as usize);
+        assert!(queued + blocked <= u64::from(self.limits.queued_requests_max));
+        self.policy.check(&self.store);
+    }
+}

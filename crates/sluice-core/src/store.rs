@@ -1,0 +1,288 @@
+//! The request store every policy shares.
+//!
+//! Each queued request lives once in a slab and is indexed twice, as in
+//! mq-deadline: in its file's offset-ordered map (one per op) for "next by
+//! position" and aggregation, and in a global arrival FIFO for "oldest".
+//! Policies keep their own indices on top, by slot, and learn of removals
+//! through the dispatch they are shown.
+//!
+//! The store also keeps, per file, the dispatches in flight and the requests
+//! blocked behind an overlapping write, so the conflict check is local to
+//! one file.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+
+use crate::hash::FxHashMap;
+use crate::types::{DispatchId, FileId, Nanos, Op, Request};
+
+/// Index of a queued request in the slab.
+pub(crate) type Slot = u32;
+
+/// A request as the scheduler holds it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry {
+    pub req: Request,
+    pub arrival: Nanos,
+    /// Admission order, unique over the scheduler's life.
+    pub seq: u64,
+}
+
+/// A dispatch in flight, as the conflict check needs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InFlight {
+    pub id: DispatchId,
+    pub op: Op,
+    pub offset: u64,
+    pub end: u64,
+}
+
+/// Everything pending on one file.
+#[derive(Default, Debug)]
+pub(crate) struct FileQ {
+    /// Eligible requests by `(offset, seq)`, reads at 0 and writes at 1.
+    pub maps: [BTreeMap<(u64, u64), Slot>; 2],
+    /// Longest request queued since the maps were last empty: bounds how
+    /// far back an overlap search must look.
+    pub len_max: u64,
+    pub bytes: u64,
+    pub inflight: Vec<InFlight>,
+    /// Requests waiting for an earlier overlapping request, arrival order.
+    pub blocked: VecDeque<Entry>,
+}
+
+impl FileQ {
+    pub fn count(&self) -> usize {
+        self.maps[0].len() + self.maps[1].len()
+    }
+
+    pub fn is_idle(&self) -> bool {
+        self.count() == 0 && self.inflight.is_empty() && self.blocked.is_empty()
+    }
+}
+
+pub(crate) fn op_index(op: Op) -> usize {
+    match op {
+        Op::Read => 0,
+        Op::Write => 1,
+    }
+}
+
+/// A FIFO of slots with lazy deletion, compacted so that dead entries never
+/// outnumber live ones by more than a constant: its length stays bounded by
+/// `2 * live + COMPACT_SLACK`.
+#[derive(Default, Debug)]
+pub(crate) struct LazyFifo {
+    q: VecDeque<(u64, Slot)>,
+}
+
+/// Dead entries tolerated before a compaction is considered.
+const COMPACT_SLACK: usize = 64;
+
+impl LazyFifo {
+    /// Drop dead entries once they outnumber `live` by the slack. Called
+    /// after removals, so the bound holds at all times.
+    pub fn shrink(&mut self, store: &Store, live: usize) {
+        if self.q.len() > 2 * live + COMPACT_SLACK {
+            self.q.retain(|&(seq, s)| store.live(s, seq));
+        }
+    }
+
+    /// Append, keeping the FIFO sorted by `seq`: an entry older than the
+    /// back (a request released from the blocked list) is placed in order.
+    pub fn push(&mut self, e: &Entry, slot: Slot, store: &Store, live: usize) {
+        self.shrink(store, live);
+        match self.q.back() {
+            Some(&(back, _)) if back > e.seq => {
+                let at = self.q.partition_point(|&(seq, _)| seq < e.seq);
+                self.q.insert(at, (e.seq, slot));
+            }
+            _ => self.q.push_back((e.seq, slot)),
+        }
+    }
+
+    /// The oldest live slot, dropping dead ones from the front.
+    pub fn front(&mut self, store: &Store) -> Option<Slot> {
+        while let Some(&(seq, s)) = self.q.front() {
+            if store.live(s, seq) {
+                return Some(s);
+            }
+            self.q.pop_front();
+        }
+        None
+    }
+
+    pub fn len(&self) -> usize {
+        self.q.len()
+    }
+}
+
+/// All eligible requests, plus per-file in-flight and blocked lists.
+#[derive(Default)]
+pub(crate) struct Store {
+    slab: Vec<Option<Entry>>,
+    free: Vec<Slot>,
+    pub files: FxHashMap<FileId, FileQ>,
+    arrivals: LazyFifo,
+    /// Eligible requests and their bytes.
+    pub queued: usize,
+    pub queued_bytes: u64,
+}
+
+impl Store {
+    pub fn live(&self, slot: Slot, seq: u64) -> bool {
+        matches!(self.slab.get(slot as usize), Some(Some(e)) if e.seq == seq)
+    }
+
+    pub fn entry(&self, slot: Slot) -> &Entry {
+        self.slab[slot as usize].as_ref().expect("slot is live")
+    }
+
+    /// Admit an eligible request; returns its slot.
+    pub fn insert(&mut self, e: Entry) -> Slot {
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.slab[s as usize] = Some(e);
+                s
+            }
+            None => {
+                self.slab.push(Some(e));
+                (self.slab.len() - 1) as Slot
+            }
+        };
+        let fq = self.files.entry(e.req.file).or_default();
+        fq.maps[op_index(e.req.op)].insert((e.req.offset, e.seq), slot);
+        fq.len_max = fq.len_max.max(e.req.len);
+        fq.bytes += e.req.len;
+        self.queued += 1;
+        self.queued_bytes += e.req.len;
+        let live = self.queued;
+        let mut arrivals = std::mem::take(&mut self.arrivals);
+        arrivals.push(&e, slot, self, live);
+        self.arrivals = arrivals;
+        slot
+    }
+
+    fn remove(&mut self, slot: Slot) -> Entry {
+        let e = self.slab[slot as usize].take().expect("slot is live");
+        self.free.push(slot);
+        let fq = self.files.get_mut(&e.req.file).expect("file of a queued request");
+        fq.maps[op_index(e.req.op)].remove(&(e.req.offset, e.seq));
+        fq.bytes -= e.req.len;
+        if fq.count() == 0 {
+            fq.len_max = 0;
+        }
+        self.queued -= 1;
+        self.queued_bytes -= e.req.len;
+        e
+    }
+
+    /// The oldest eligible request.
+    pub fn oldest(&mut self) -> Option<Slot> {
+        let mut arrivals = std::mem::take(&mut self.arrivals);
+        let front = arrivals.front(self);
+        self.arrivals = arrivals;
+        front
+    }
+
+    /// Length of the arrival FIFO, dead entries included (for bound tests).
+    #[cfg(test)]
+    pub fn arrivals_len(&self) -> usize {
+        self.arrivals.len()
+    }
+
+    /// The eligible request with the lowest `(offset, seq)` at or after
+    /// `offset` in `file`'s `op` map.
+    pub fn first_at_or_after(&self, file: FileId, op: Op, offset: u64) -> Option<Slot> {
+        let fq = self.files.get(&file)?;
+        fq.maps[op_index(op)].range((offset, 0)..).next().map(|(_, &s)| s)
+    }
+
+    /// An eligible request starting exactly at `offset`, either op.
+    pub fn starting_at(&self, file: FileId, offset: u64) -> Option<Slot> {
+        let fq = self.files.get(&file)?;
+        fq.maps.iter().find_map(|m| m.range((offset, 0)..(offset + 1, 0)).next().map(|(_, &s)| s))
+    }
+
+    /// The slots of the contiguous run around `start`, in offset order, whose
+    /// span stays within `limit` bytes (the start request alone may exceed
+    /// it). With `merge` false the run is the start request alone.
+    pub fn run(&self, start: Slot, limit: u64, merge: bool, backward: bool) -> Vec<Slot> {
+        let s = self.entry(start);
+        if !merge {
+            return vec![start];
+        }
+        let map = &self.files[&s.req.file].maps[op_index(s.req.op)];
+        let key = (s.req.offset, s.seq);
+        let (mut lo, mut hi) = (s.req.offset, s.req.end());
+        let mut before = Vec::new();
+        if backward {
+            for (_, &c) in map.range(..key).rev() {
+                let r = self.entry(c).req;
+                if r.end() < lo || hi.max(r.end()) - r.offset > limit {
+                    break;
+                }
+                lo = r.offset;
+                hi = hi.max(r.end());
+                before.push(c);
+            }
+        }
+        before.reverse();
+        before.push(start);
+        for (_, &c) in map.range((Bound::Excluded(key), Bound::Unbounded)) {
+            let r = self.entry(c).req;
+            if r.offset > hi || hi.max(r.end()) - lo > limit {
+                break;
+            }
+            hi = hi.max(r.end());
+            before.push(c);
+        }
+        before
+    }
+
+    /// Remove the slots of a run, returning their entries in offset order.
+    pub fn take(&mut self, run: &[Slot]) -> Vec<Entry> {
+        let taken = run.iter().map(|&s| self.remove(s)).collect();
+        let mut arrivals = std::mem::take(&mut self.arrivals);
+        arrivals.shrink(self, self.queued);
+        self.arrivals = arrivals;
+        taken
+    }
+
+    /// Whether a request `(op, offset..end)` on `file` that was admitted as
+    /// `seq` must wait: some pending request admitted before it (queued,
+    /// blocked or in flight) overlaps it and one of the two is a write.
+    pub fn conflicts(&self, file: FileId, op: Op, offset: u64, end: u64, seq: u64) -> bool {
+        let Some(fq) = self.files.get(&file) else { return false };
+        let clash = |other_op: Op, o_off: u64, o_end: u64| {
+            (op == Op::Write || other_op == Op::Write) && o_off < end && offset < o_end
+        };
+        if fq.inflight.iter().any(|f| clash(f.op, f.offset, f.end)) {
+            return true;
+        }
+        if fq.blocked.iter().take_while(|b| b.seq < seq).any(|b| clash(b.req.op, b.req.offset, b.req.end())) {
+            return true;
+        }
+        let from = offset.saturating_sub(fq.len_max);
+        let maps: &[usize] = if op == Op::Write { &[0, 1] } else { &[1] };
+        maps.iter().any(|&i| {
+            fq.maps[i].range((from, 0)..(end, 0)).any(|(&(_, s_seq), &slot)| {
+                let r = self.entry(slot).req;
+                s_seq < seq && clash(r.op, r.offset, r.end())
+            })
+        })
+    }
+
+    /// Drop the file's record once nothing is pending on it.
+    pub fn forget_if_idle(&mut self, file: FileId) {
+        if self.files.get(&file).is_some_and(FileQ::is_idle) {
+            self.files.remove(&file);
+        }
+    }
+
+    /// Slab capacity in use (live plus free slots), for the bound tests.
+    #[cfg(test)]
+    pub fn slab_len(&self) -> usize {
+        self.slab.len()
+    }
+}

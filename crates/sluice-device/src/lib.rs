@@ -1,0 +1,170 @@
+//! # sluice-device: how long a device takes to serve one access
+//!
+//! Pure service-time models, shared by the daemon's emulated disk
+//! (`sluice serve --device hdd7200`) and the simulator (`sluice sim`), so
+//! both charge the same time for the same access.
+//!
+//! ```
+//! use sluice_device::{Access, DeviceModel, Hdd};
+//! let mut disk = Hdd::hdd7200();
+//! let a = Access { file: 1, offset: 0, len: 1 << 20 };
+//! let first = disk.service_ns(a);              // a far seek + rotation + transfer
+//! let next = disk.service_ns(Access { offset: 1 << 20, ..a }); // continues: transfer only
+//! assert!(first > next);
+//! ```
+//!
+//! Invariant: a model holds only the head position; it never sleeps, reads
+//! a clock or does I/O.
+
+/// One access as the device sees it: a file, a byte offset, a length.
+/// Files are laid out apart from each other, so moving between files is a
+/// far seek.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub file: u64,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Which kind of head movement an access needed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeekKind {
+    /// The access starts where the previous one ended.
+    None,
+    /// Same file, within `near_bytes` of the previous end.
+    Near,
+    /// Another file, or farther than `near_bytes`.
+    Far,
+}
+
+/// A device: given the head position it keeps, the time one access takes.
+pub trait DeviceModel {
+    /// Nanoseconds to serve `a`, moving the head to its end.
+    fn service_ns(&mut self, a: Access) -> u64;
+    /// The kind of seek `a` would need from the current head position.
+    fn seek_kind(&self, a: Access) -> SeekKind;
+}
+
+/// A rotating disk.
+///
+/// The 7200 rpm figures: average seek 8.5-9 ms and track-to-track ~1 ms are
+/// the data-sheet values of 7200 rpm desktop drives (Seagate Barracuda
+/// 7200.12: 8.5 ms average read seek; WD Caviar Blue: 8.9 ms); the
+/// rotational latency is half a revolution, 60 s / 7200 / 2 = 4.17 ms;
+/// ~100 MB/s sustained transfer is those drives' media rate. PIOsimHD
+/// (seed `004_…`) used the same structure: "track-to-track" cost for
+/// accesses within 5 MB of the last one, average access time otherwise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hdd {
+    pub seek_far_ns: u64,
+    pub seek_near_ns: u64,
+    /// Distance under which a seek is a near (track-to-track) one.
+    pub near_bytes: u64,
+    pub rotation_ns: u64,
+    pub bytes_per_s: u64,
+    head: Option<(u64, u64)>,
+}
+
+impl Hdd {
+    /// A 7200 rpm disk with the figures above.
+    pub fn hdd7200() -> Hdd {
+        Hdd {
+            seek_far_ns: 9_000_000,
+            seek_near_ns: 1_000_000,
+            near_bytes: 1 << 20,
+            rotation_ns: 4_170_000,
+            bytes_per_s: 100_000_000,
+            head: None,
+        }
+    }
+
+    fn transfer_ns(&self, len: u64) -> u64 {
+        (u128::from(len) * 1_000_000_000 / u128::from(self.bytes_per_s.max(1))) as u64
+    }
+}
+
+impl DeviceModel for Hdd {
+    fn seek_kind(&self, a: Access) -> SeekKind {
+        match self.head {
+            Some((f, end)) if f == a.file && end == a.offset => SeekKind::None,
+            Some((f, end)) if f == a.file && end.abs_diff(a.offset) < self.near_bytes => SeekKind::Near,
+            _ => SeekKind::Far,
+        }
+    }
+
+    fn service_ns(&mut self, a: Access) -> u64 {
+        let position = match self.seek_kind(a) {
+            SeekKind::None => 0,
+            SeekKind::Near => self.seek_near_ns + self.rotation_ns,
+            SeekKind::Far => self.seek_far_ns + self.rotation_ns,
+        };
+        self.head = Some((a.file, a.offset + a.len));
+        position + self.transfer_ns(a.len)
+    }
+}
+
+/// A flash device: a fixed cost per access plus transfer, no seeks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ssd {
+    pub access_ns: u64,
+    pub bytes_per_s: u64,
+    head: Option<(u64, u64)>,
+}
+
+impl Ssd {
+    /// A SATA SSD: ~80 us per access (4 KiB random read latency of
+    /// data-center SATA drives such as the Intel S4510), 500 MB/s.
+    pub fn sata() -> Ssd {
+        Ssd { access_ns: 80_000, bytes_per_s: 500_000_000, head: None }
+    }
+
+    /// A device profile measured elsewhere: per-access cost and bandwidth.
+    pub fn profile(access_ns: u64, bytes_per_s: u64) -> Ssd {
+        Ssd { access_ns, bytes_per_s: bytes_per_s.max(1), head: None }
+    }
+}
+
+impl DeviceModel for Ssd {
+    fn seek_kind(&self, a: Access) -> SeekKind {
+        match self.head {
+            Some((f, end)) if f == a.file && end == a.offset => SeekKind::None,
+            _ => SeekKind::Far,
+        }
+    }
+
+    fn service_ns(&mut self, a: Access) -> u64 {
+        self.head = Some((a.file, a.offset + a.len));
+        self.access_ns + (u128::from(a.len) * 1_000_000_000 / u128::from(self.bytes_per_s)) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(disk: &mut dyn DeviceModel, a: Access, kind: SeekKind, ns: u64) {
+        assert_eq!(disk.seek_kind(a), kind, "{a:?}");
+        assert_eq!(disk.service_ns(a), ns, "{a:?}");
+    }
+
+    #[test]
+    fn hdd7200_service_times_by_hand() {
+        let mut d = Hdd::hdd7200();
+        // 1 MiB transfer at 100 MB/s = 10.48576 ms.
+        let mib = 10_485_760;
+        check(&mut d, Access { file: 1, offset: 0, len: 1 << 20 }, SeekKind::Far, 9_000_000 + 4_170_000 + mib);
+        check(&mut d, Access { file: 1, offset: 1 << 20, len: 1 << 20 }, SeekKind::None, mib);
+        // 4 KiB, 512 KiB past the head: near seek + rotation + 40.96 us.
+        check(&mut d, Access { file: 1, offset: (2 << 20) + (512 << 10), len: 4096 }, SeekKind::Near, 1_000_000 + 4_170_000 + 40_960);
+        check(&mut d, Access { file: 2, offset: 0, len: 4096 }, SeekKind::Far, 9_000_000 + 4_170_000 + 40_960);
+        // Backwards on the same file, farther than 1 MiB: far.
+        check(&mut d, Access { file: 2, offset: 10 << 20, len: 4096 }, SeekKind::Far, 9_000_000 + 4_170_000 + 40_960);
+    }
+
+    #[test]
+    fn ssd_charges_access_plus_transfer() {
+        let mut d = Ssd::sata();
+        check(&mut d, Access { file: 1, offset: 0, len: 500_000 }, SeekKind::Far, 80_000 + 1_000_000);
+        check(&mut d, Access { file: 1, offset: 500_000, len: 5_000 }, SeekKind::None, 80_000 + 10_000);
+    }
+}

@@ -1,0 +1,55 @@
+//! `sluice bench …`: benchmarks and workloads.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+use super::output::write_json;
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Cost of the scheduling core per request, for every policy.
+    Scheduler(SchedulerArgs),
+}
+
+#[derive(Args)]
+pub struct SchedulerArgs {
+    /// Requests admitted in total.
+    #[arg(long, default_value_t = 100_000)]
+    requests: u64,
+    /// Queue depth kept while admitting.
+    #[arg(long, default_value_t = 10_000)]
+    queued: u64,
+    /// Repetitions; the best is reported.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Comma-separated policies (default: all).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
+    match cmd {
+        BenchCmd::Scheduler(a) => scheduler(a),
+    }
+}
+
+fn scheduler(a: SchedulerArgs) -> anyhow::Result<()> {
+    let mut cfg = sluice_bench::scheduler::Config { requests: a.requests, queued: a.queued, rounds: a.rounds, ..Default::default() };
+    if !a.policies.is_empty() {
+        for p in &a.policies {
+            anyhow::ensure!(sluice_core::PolicyConfig::from_name(p).is_some(), "unknown policy {p:?} (known: {})", sluice_core::POLICY_NAMES.join(", "));
+        }
+        cfg.policies = a.policies;
+    }
+    let report = sluice_bench::scheduler::run(&cfg);
+    print!("{}", sluice_bench::scheduler::table(&report));
+    if let Some(path) = a.json {
+        write_json(&path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,4 @@
+//! One module per subcommand.
+
+pub mod bench;
+pub mod output;

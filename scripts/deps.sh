@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install the system packages the test suite needs, when they are missing.
+# Run as root it uses apt-get; otherwise it prints what to install.
+set -euo pipefail
+need=()
+# Each entry: "command-that-must-exist:debian-package".
+for pair in ${SLUICE_DEPS:-}; do
+  cmd=${pair%%:*}; pkg=${pair##*:}
+  command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "deps: installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+else
+  echo "deps: please install: ${need[*]}" >&2
+  exit 1
+fi
