@@ -66,7 +66,9 @@ impl Limits {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AioliParams {
     /// Quantum an application gets when it has just been served (the top
-    /// level of the multi-level feedback). 128 KiB: one HDD track's worth.
+    /// level of the multi-level feedback). 512 KiB: a rotating disk's seek
+    /// (~13 ms) costs as much as moving ~1.3 MB, so shorter turns would
+    /// spend most of the disk's time seeking between applications.
     pub quantum_bytes_min: u64,
     /// Largest quantum a long-waiting application can grow to. 32 MiB:
     /// about 0.3 s of a 100 MB/s disk, beyond which fairness suffers.
@@ -94,7 +96,7 @@ pub struct AioliParams {
 impl Default for AioliParams {
     fn default() -> AioliParams {
         AioliParams {
-            quantum_bytes_min: 128 << 10,
+            quantum_bytes_min: 512 << 10,
             quantum_bytes_max: 32 << 20,
             file_target_bytes_min: 4 << 10,
             file_target_bytes_max: 8 << 20,

@@ -35,6 +35,7 @@ mod config;
 mod error;
 mod hash;
 mod policy;
+pub mod replay;
 mod scheduler;
 mod store;
 mod types;

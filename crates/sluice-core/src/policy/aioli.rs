@@ -121,7 +121,9 @@ pub(crate) struct Aioli {
     streams: FxHashMap<(AppId, ClientId), Stream>,
     files: FxHashMap<FileId, FileHist>,
     window: Option<SyncWindow>,
-    /// The hold in progress: which file, and whether it timed out.
+    /// Applications with at least one eligible request.
+    backlogged: usize,
+    /// Logical clock for the least-recently-used eviction of tables.
     tick: u64,
 }
 
@@ -135,6 +137,7 @@ impl Aioli {
             streams: FxHashMap::default(),
             files: FxHashMap::default(),
             window: None,
+            backlogged: 0,
             tick: 0,
         }
     }
@@ -250,6 +253,7 @@ impl Policy for Aioli {
         let live = a.live;
         a.fifo.push(&e, slot, store, live);
         a.live += 1;
+        self.backlogged += usize::from(live == 0);
 
         let hits_min = self.p.sync_hits_min;
         let s = self.stream((r.app, r.client));
@@ -288,7 +292,9 @@ impl Policy for Aioli {
         self.turn = Some(turn);
         let slot = self.turn_request(store, &turn);
         let target = self.files.get(&store.entry(slot).req.file).map_or(0, |f| f.target);
-        let limit = turn.remaining.max(target).max(store.entry(slot).req.len);
+        // The quantum shares the device; alone, an application is not cut.
+        let quantum = if self.backlogged > 1 { turn.remaining } else { self.dispatch_max };
+        let limit = quantum.max(target).max(store.entry(slot).req.len);
         match self.hold_until(store, slot, limit, now) {
             Some(until) => Pick::Wait(until),
             None => Pick::Start { slot, limit, backward: true },
@@ -299,10 +305,13 @@ impl Policy for Aioli {
         for m in &d.members {
             let a = self.app(m.app);
             a.live -= 1;
-            let live = a.live;
+            let (live, forgotten) = (a.live, a.forgotten);
             a.fifo.shrink(store, live);
-            if a.live == 0 && a.forgotten {
-                self.apps.remove(&m.app);
+            if live == 0 {
+                self.backlogged -= 1;
+                if forgotten {
+                    self.apps.remove(&m.app);
+                }
             }
             self.stream((m.app, m.client)).expected = Some((d.file, m.end()));
         }
@@ -368,6 +377,7 @@ impl Policy for Aioli {
     fn check(&self, store: &Store) {
         let live: usize = self.apps.values().map(|a| a.live).sum();
         assert_eq!(live, store.queued, "aioli live count");
+        assert_eq!(self.apps.values().filter(|a| a.live > 0).count(), self.backlogged, "aioli backlogged count");
         for (id, a) in &self.apps {
             assert!(a.fifo.len() <= 2 * a.live + 65, "aioli fifo of {id:?} unbounded");
             assert!(a.quantum >= self.p.quantum_bytes_min && a.quantum <= self.p.quantum_bytes_max, "aioli quantum of {id:?}");

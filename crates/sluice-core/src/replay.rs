@@ -1,0 +1,144 @@
+//! A minimal deterministic driver: replays request streams through a
+//! [`Scheduler`] on virtual time, with a caller-supplied service time per
+//! dispatch. Tests and examples use it to drive policies exactly as the
+//! daemon and the simulator do (poll when a device slot is free, honour
+//! `WaitUntil`, complete in time order), without either of them.
+//!
+//! A [`Stream`] is one issuer: with `depth` 1 it is synchronous (its next
+//! request leaves `think_ns` after the previous one completed), like the
+//! seed's POSIX clients; with a larger depth it keeps that many in flight.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use crate::scheduler::Scheduler;
+use crate::types::{Decision, Dispatch, DispatchId, Nanos, Request, RequestId};
+
+/// One issuer of requests.
+#[derive(Clone, Debug)]
+pub struct Stream {
+    pub start_ns: Nanos,
+    pub think_ns: Nanos,
+    /// Up to this much is added to each think time, chosen by a hash of the
+    /// request id: deterministic network jitter.
+    pub jitter_ns: Nanos,
+    /// Requests in flight at once (at least 1).
+    pub depth: usize,
+    pub requests: Vec<Request>,
+}
+
+/// One dispatch as the replay saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Served {
+    pub at_ns: Nanos,
+    pub done_ns: Nanos,
+    pub dispatch: Dispatch,
+}
+
+/// Everything a replay observed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Log {
+    pub served: Vec<Served>,
+    /// Arrival time of every request, by id.
+    pub arrivals: Vec<(RequestId, Nanos)>,
+    pub end_ns: Nanos,
+}
+
+/// Why a replay stopped early.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReplayError {
+    /// `enqueue` refused a request.
+    Refused(RequestId, crate::Error),
+    /// More than `events_max` events: a policy that never finishes.
+    TooManyEvents(u64),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Complete(DispatchId),
+    Issue(usize),
+    Wake,
+}
+
+/// Run `streams` to completion. `service` gives each dispatch's duration;
+/// `check` runs the scheduler's invariant walk after every event.
+pub fn replay(
+    s: &mut Scheduler,
+    streams: &[Stream],
+    mut service: impl FnMut(&Dispatch) -> Nanos,
+    events_max: u64,
+    check: bool,
+) -> Result<Log, ReplayError> {
+    let mut heap: BinaryHeap<Reverse<(Nanos, u64, Event)>> = BinaryHeap::new();
+    let mut tie = 0u64;
+    let mut push = |heap: &mut BinaryHeap<_>, t: Nanos, e: Event| {
+        tie += 1;
+        heap.push(Reverse((t, tie, e)));
+    };
+    let mut next_req = vec![0usize; streams.len()];
+    let mut owner = std::collections::HashMap::new();
+    for (i, st) in streams.iter().enumerate() {
+        for (k, r) in st.requests.iter().enumerate() {
+            owner.insert(r.id, i);
+            if k < st.depth.max(1) {
+                push(&mut heap, st.start_ns, Event::Issue(i));
+            }
+        }
+    }
+    let mut log = Log::default();
+    let mut running: Vec<(DispatchId, Nanos, Dispatch)> = Vec::new();
+    let mut events = 0u64;
+    while let Some(Reverse((now, _, ev))) = heap.pop() {
+        events += 1;
+        if events > events_max {
+            return Err(ReplayError::TooManyEvents(events_max));
+        }
+        match ev {
+            Event::Issue(i) => {
+                if let Some(&r) = streams[i].requests.get(next_req[i]) {
+                    next_req[i] += 1;
+                    s.enqueue(r, now).map_err(|e| ReplayError::Refused(r.id, e))?;
+                    log.arrivals.push((r.id, now));
+                }
+            }
+            Event::Complete(id) => {
+                let at = running.iter().position(|(d, _, _)| *d == id).expect("completion of a running dispatch");
+                let (_, start, d) = running.swap_remove(at);
+                s.complete(id, now).expect("dispatch in flight");
+                for m in &d.members {
+                    let i = owner[&m.id];
+                    let jitter = match streams[i].jitter_ns {
+                        0 => 0,
+                        j => m.id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % j,
+                    };
+                    push(&mut heap, now + streams[i].think_ns + jitter, Event::Issue(i));
+                }
+                log.served.push(Served { at_ns: start, done_ns: now, dispatch: d });
+            }
+            Event::Wake => {}
+        }
+        if heap.peek().is_some_and(|Reverse((t, _, _))| *t == now) {
+            continue;
+        }
+        loop {
+            match s.next(now) {
+                Decision::Dispatch(d) => {
+                    let done = now + service(&d).max(1);
+                    push(&mut heap, done, Event::Complete(d.id));
+                    running.push((d.id, now, d));
+                }
+                Decision::WaitUntil(t) => {
+                    push(&mut heap, t, Event::Wake);
+                    break;
+                }
+                Decision::Idle => break,
+            }
+        }
+        if check {
+            s.check_invariants();
+        }
+        log.end_ns = now;
+    }
+    log.served.sort_by_key(|sv| (sv.at_ns, sv.dispatch.id));
+    Ok(log)
+}

@@ -1,0 +1,160 @@
+//! Every bound in `Limits` and `AioliParams`, exercised at N and N+1.
+
+mod common;
+use common::*;
+use sluice_core::*;
+
+fn with(limits: Limits) -> Scheduler {
+    Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), limits)
+}
+
+fn r(id: u64, app: u32, file: u64, offset: u64, len: u64) -> Request {
+    req(id, app, 0, file, Op::Read, offset, len)
+}
+
+fn kind(e: Result<(), Error>) -> Option<ErrorKind> {
+    e.err().map(|e| e.kind)
+}
+
+#[test]
+fn queued_requests_max() {
+    let mut s = with(Limits { queued_requests_max: 3, ..Limits::default() });
+    for i in 0..3 {
+        s.enqueue(r(i, 1, 1, i * 4096, 4096), 0).unwrap();
+    }
+    assert_eq!(kind(s.enqueue(r(9, 1, 1, 1 << 20, 4096), 0)), Some(ErrorKind::QueueFull));
+    // Blocked requests count too: after one dispatch, one slot frees.
+    let Decision::Dispatch(d) = s.next(5_000_000_000) else { panic!() };
+    s.complete(d.id, 5_000_000_001).unwrap();
+    s.enqueue(r(10, 1, 1, 1 << 20, 4096), 6_000_000_000).unwrap();
+    s.check_invariants();
+}
+
+#[test]
+fn queued_bytes_max() {
+    let mut s = with(Limits { queued_bytes_max: 8192, ..Limits::default() });
+    s.enqueue(r(1, 1, 1, 0, 4096), 0).unwrap();
+    s.enqueue(r(2, 1, 1, 8192, 4096), 0).unwrap();
+    let e = s.enqueue(r(3, 1, 1, 16384, 1), 0).unwrap_err();
+    assert_eq!((e.kind, e.limit), (ErrorKind::QueueBytesFull, 8192));
+    assert!(e.to_string().contains("queued_bytes_max"));
+    assert_eq!(s.stats().inserted, 2, "a refused request changes nothing");
+}
+
+#[test]
+fn request_bytes_max_and_invalid_requests() {
+    let mut s = with(Limits { request_bytes_max: 4096, ..Limits::default() });
+    s.enqueue(r(1, 1, 1, 0, 4096), 0).unwrap();
+    assert_eq!(kind(s.enqueue(r(2, 1, 1, 0, 4097), 0)), Some(ErrorKind::RequestTooLarge));
+    assert_eq!(kind(s.enqueue(r(3, 1, 1, 0, 0), 0)), Some(ErrorKind::InvalidRequest));
+    assert_eq!(kind(s.enqueue(r(4, 1, 1, u64::MAX - 10, 100), 0)), Some(ErrorKind::InvalidRequest));
+}
+
+#[test]
+fn files_max() {
+    let mut s = with(Limits { files_max: 2, ..Limits::default() });
+    s.enqueue(r(1, 1, 1, 0, 4096), 0).unwrap();
+    s.enqueue(r(2, 1, 2, 0, 4096), 0).unwrap();
+    s.enqueue(r(3, 1, 2, 4096, 4096), 0).unwrap();
+    assert_eq!(kind(s.enqueue(r(4, 1, 3, 0, 4096), 0)), Some(ErrorKind::TooManyFiles));
+}
+
+#[test]
+fn apps_max_and_weights() {
+    let mut s = with(Limits { apps_max: 2, weight_max: 8, ..Limits::default() });
+    s.enqueue(r(1, 1, 1, 0, 4096), 0).unwrap();
+    s.set_app_weight(AppId(2), 8).unwrap();
+    assert_eq!(kind(s.enqueue(r(2, 3, 1, 8192, 4096), 0)), Some(ErrorKind::TooManyApps));
+    assert_eq!(kind(s.set_app_weight(AppId(2), 9)), Some(ErrorKind::InvalidWeight));
+    assert_eq!(kind(s.set_app_weight(AppId(2), 0)), Some(ErrorKind::InvalidWeight));
+    s.forget_app(AppId(2));
+    s.enqueue(r(3, 3, 1, 8192, 4096), 0).unwrap();
+    s.check_invariants();
+}
+
+#[test]
+fn dispatches_inflight_max() {
+    let mut s = Scheduler::new(PolicyConfig::Fifo, Limits { dispatches_inflight_max: 2, ..Limits::default() });
+    for i in 0..3 {
+        s.enqueue(r(i, 1, i, 0, 4096), 0).unwrap();
+    }
+    let Decision::Dispatch(a) = s.next(1) else { panic!() };
+    let Decision::Dispatch(_) = s.next(1) else { panic!() };
+    assert_eq!(s.next(1), Decision::Idle, "the third dispatch waits for a slot");
+    s.complete(a.id, 2).unwrap();
+    assert!(matches!(s.next(2), Decision::Dispatch(_)));
+    assert_eq!(kind(s.complete(a.id, 3)), Some(ErrorKind::UnknownDispatch), "a dispatch completes once");
+}
+
+#[test]
+fn dispatch_bytes_max() {
+    for policy in POLICY_NAMES.into_iter().filter(|p| *p != "fifo") {
+        let mut s = Scheduler::new(PolicyConfig::from_name(policy).unwrap(), Limits { dispatch_bytes_max: 8192, ..Limits::default() });
+        for i in 0..3 {
+            s.enqueue(r(i, 1, 1, i * 4096, 4096), 0).unwrap();
+        }
+        let Decision::Dispatch(d) = s.next(5_000_000_000) else { panic!("{policy}") };
+        assert_eq!((d.len, d.members.len()), (8192, 2), "{policy}: exactly the bound");
+    }
+    // A single request larger than the bound still goes, alone.
+    let mut s = Scheduler::new(PolicyConfig::FifoMerge, Limits { dispatch_bytes_max: 8192, ..Limits::default() });
+    s.enqueue(r(1, 1, 1, 0, 16384), 0).unwrap();
+    s.enqueue(r(2, 1, 1, 16384, 4096), 0).unwrap();
+    let Decision::Dispatch(d) = s.next(1) else { panic!() };
+    assert_eq!(d.members.len(), 1);
+}
+
+#[test]
+fn request_expire_ns_serves_the_oldest_first() {
+    // Elevator would serve file 1's stream forever; at the expiry the
+    // request on file 9 goes first.
+    let mut s = Scheduler::new(PolicyConfig::Elevator, Limits { request_expire_ns: 1_000, dispatches_inflight_max: 1, ..Limits::default() });
+    s.enqueue(r(0, 2, 9, 0, 4096), 0).unwrap();
+    s.enqueue(r(1, 1, 1, 0, 4096), 0).unwrap();
+    let Decision::Dispatch(d) = s.next(999) else { panic!() };
+    assert_eq!(d.file, FileId(0x1), "before expiry the elevator picks by position");
+    s.complete(d.id, 999).unwrap();
+    s.enqueue(r(2, 1, 1, 4096, 4096), 999).unwrap();
+    let Decision::Dispatch(d) = s.next(1_000) else { panic!() };
+    assert_eq!(d.file, FileId(9), "at the expiry the oldest goes");
+    assert_eq!(s.stats().expired_dispatches, 1);
+}
+
+#[test]
+fn aioli_tables_stay_bounded() {
+    let p = AioliParams { streams_max: 4, file_histories_max: 4, ..AioliParams::default() };
+    let mut s = Scheduler::new(PolicyConfig::Aioli(p), Limits::default());
+    let mut now = 0;
+    for i in 0..64u64 {
+        s.enqueue(req(i, 1, i as u32, i, Op::Read, 0, 4096), now).unwrap();
+        now += 10_000_000;
+        while let Decision::Dispatch(d) = s.next(now) {
+            s.complete(d.id, now).unwrap();
+        }
+        s.check_invariants(); // asserts streams <= 4 and file histories <= 4
+    }
+}
+
+/// The core stays pure: no clock, no I/O, no threads, no runtime.
+#[test]
+fn core_reads_no_clock_and_does_no_io() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut stack = vec![dir];
+    let forbidden = ["std::time", "std::fs", "std::net", "std::thread", "tokio", "Instant::", "SystemTime"];
+    let mut checked = 0;
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for word in forbidden {
+                assert!(!text.contains(word), "{} uses {word}", path.display());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "walked only {checked} files");
+}
