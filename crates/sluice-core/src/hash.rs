@@ -32,8 +32,12 @@ impl Hasher for FxHasher {
         self.write_u64(u64::from(i));
     }
 
+    /// A multiply only carries upward, so the low bits (which the table
+    /// indexes buckets by) would depend only on the key's low bits; the
+    /// final fold brings the well-mixed high half down.
     fn finish(&self) -> u64 {
-        self.hash
+        let h = self.hash;
+        (h ^ (h >> 32)).wrapping_mul(SEED) ^ (h >> 29)
     }
 }
 

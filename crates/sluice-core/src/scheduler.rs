@@ -57,6 +57,11 @@ pub struct Scheduler {
     inflight: FxHashMap<DispatchId, Dispatch>,
     apps: FxHashMap<AppId, u32>,
     blocked_bytes: u64,
+    /// Reused buffers: the run being built, its entries, and member lists
+    /// of completed dispatches (at most `dispatches_inflight_max` kept).
+    scratch_run: Vec<u32>,
+    scratch_entries: Vec<Entry>,
+    members_pool: Vec<Vec<Request>>,
     seq_next: u64,
     dispatch_next: u64,
     stats: Stats,
@@ -75,6 +80,9 @@ impl Scheduler {
             inflight: FxHashMap::default(),
             apps: FxHashMap::default(),
             blocked_bytes: 0,
+            scratch_run: Vec::new(),
+            scratch_entries: Vec::new(),
+            members_pool: Vec::new(),
             seq_next: 0,
             dispatch_next: 0,
             stats: Stats::default(),
@@ -145,7 +153,7 @@ impl Scheduler {
         if self.store.queued_bytes + self.blocked_bytes + req.len > l.queued_bytes_max {
             return Err(Error::new(ErrorKind::QueueBytesFull, l.queued_bytes_max));
         }
-        if !self.store.files.contains_key(&req.file) && self.store.files.len() >= l.files_max as usize {
+        if self.store.files_active >= l.files_max as usize && !self.store.files.get(&req.file).is_some_and(|f| !f.is_idle()) {
             return Err(Error::new(ErrorKind::TooManyFiles, u64::from(l.files_max)));
         }
         Ok(())
@@ -159,7 +167,9 @@ impl Scheduler {
         self.seq_next += 1;
         self.stats.inserted += 1;
         if self.store.conflicts(req.file, req.op, req.offset, req.end(), e.seq) {
-            self.store.files.get_mut(&req.file).expect("conflict implies a file record").blocked.push_back(e);
+            let fq = self.store.files.get_mut(&req.file).expect("conflict implies a file record");
+            fq.writes += u32::from(req.op == crate::types::Op::Write);
+            fq.blocked.push_back(e);
             self.blocked_bytes += req.len;
             self.stats.blocked += 1;
             self.stats.blocked_total += 1;
@@ -199,8 +209,9 @@ impl Scheduler {
     }
 
     fn dispatch(&mut self, slot: u32, limit: u64, merge: bool, backward: bool, forced: bool, now: Nanos) -> Dispatch {
-        let run = self.store.run(slot, limit, merge, backward);
-        let entries = self.store.take(&run);
+        let (mut run, mut entries) = (std::mem::take(&mut self.scratch_run), std::mem::take(&mut self.scratch_entries));
+        self.store.run(slot, limit, merge, backward, &mut run);
+        self.store.take(&run, &mut entries);
         let first = entries[0].req;
         let offset = first.offset;
         let end = entries.iter().map(|e| e.req.end()).max().expect("a run is never empty");
@@ -217,7 +228,10 @@ impl Scheduler {
         self.stats.inflight_dispatches += 1;
         self.stats.inflight_requests += n;
         self.policy.dispatched(&self.store, &d, &entries, forced, now);
-        self.inflight.insert(id, d.clone());
+        (self.scratch_run, self.scratch_entries) = (run, entries);
+        let mut kept = self.members_pool.pop().unwrap_or_default();
+        kept.clone_from(&d.members);
+        self.inflight.insert(id, Dispatch { members: kept, ..d.clone_header() });
         debug_assert!(self.counters_consistent());
         d
     }
@@ -227,6 +241,9 @@ impl Scheduler {
         let d = self.inflight.remove(&id).ok_or(Error::new(ErrorKind::UnknownDispatch, 0))?;
         let fq = self.store.files.get_mut(&d.file).expect("file of an in-flight dispatch");
         fq.inflight.retain(|f| f.id != id);
+        if d.op == crate::types::Op::Write {
+            fq.writes -= d.members.len() as u32;
+        }
         let n = d.members.len() as u64;
         self.stats.inflight_dispatches -= 1;
         self.stats.inflight_requests -= n;
@@ -234,7 +251,10 @@ impl Scheduler {
         self.stats.completed_requests += n;
         self.policy.completed(&self.store, &d, now);
         self.release_blocked(d.file, now);
-        self.store.forget_if_idle(d.file);
+        self.store.settle(d.file);
+        if self.members_pool.len() < self.limits.dispatches_inflight_max as usize {
+            self.members_pool.push(d.members);
+        }
         debug_assert!(self.counters_consistent());
         Ok(())
     }
@@ -250,10 +270,14 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            self.store.files.get_mut(&file).expect("checked above").blocked.remove(i);
+            // Admit first: with the blocked entry still listed the file
+            // never looks idle in between.
+            self.admit(b, now);
+            let fq = self.store.files.get_mut(&file).expect("checked above");
+            fq.blocked.remove(i);
+            fq.writes -= u32::from(b.req.op == crate::types::Op::Write);
             self.blocked_bytes -= b.req.len;
             self.stats.blocked -= 1;
-            self.admit(b, now);
         }
     }
 
@@ -271,8 +295,14 @@ impl Scheduler {
     pub fn check_invariants(&self) {
         assert!(self.counters_consistent(), "counters inconsistent: {:?}", self.stats);
         let (mut queued, mut bytes, mut blocked, mut blocked_bytes, mut inflight) = (0u64, 0u64, 0u64, 0u64, 0u64);
+        let mut active = 0;
         for (file, fq) in &self.store.files {
-            assert!(!fq.is_idle(), "idle file {file:?} kept");
+            assert_eq!(fq.is_idle(), fq.idle_cached, "file {file:?} idle state");
+            active += usize::from(!fq.is_idle());
+            let writes = fq.maps[1].len() + fq.blocked.iter().filter(|b| b.req.op == crate::types::Op::Write).count();
+            let inflight_writes: u64 =
+                self.inflight.values().filter(|d| d.file == *file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
+            assert_eq!(u64::from(fq.writes), writes as u64 + inflight_writes, "file {file:?} write count");
             queued += fq.count() as u64;
             let fb: u64 = fq.maps.iter().flat_map(|m| m.values()).map(|&s| self.store.entry(s).req.len).sum();
             assert_eq!(fb, fq.bytes, "file {file:?} byte count");
@@ -289,7 +319,11 @@ impl Scheduler {
         assert_eq!(blocked, self.stats.blocked, "blocked count");
         assert_eq!(blocked_bytes, self.blocked_bytes, "blocked bytes");
         assert_eq!(inflight, self.stats.inflight_dispatches, "in-flight count");
-        assert!(self.store.files.len() <= self.limits.files_max as usize);
+        assert_eq!(active, self.store.files_active, "active file count");
+        assert!(self.store.files_active <= self.limits.files_max as usize, "files_max");
+        let (idle, listed) = self.store.idle_counts();
+        assert_eq!(idle + active, self.store.files.len(), "idle file count");
+        assert!(idle <= crate::store::FILES_IDLE_CACHED_MAX && listed <= 2 * idle + 65, "idle cache bound");
         assert!(self.apps.len() <= self.limits.apps_max as usize);
         assert!(queued + blocked <= u64::from(self.limits.queued_requests_max));
         self.policy.check(&self.store);

@@ -46,9 +46,14 @@ pub(crate) struct FileQ {
     /// far back an overlap search must look.
     pub len_max: u64,
     pub bytes: u64,
+    /// Writes pending on the file: queued, blocked or in flight. A read on
+    /// a file without any cannot conflict.
+    pub writes: u32,
     pub inflight: Vec<InFlight>,
     /// Requests waiting for an earlier overlapping request, arrival order.
     pub blocked: VecDeque<Entry>,
+    /// The record sits in the idle cache.
+    pub idle_cached: bool,
 }
 
 impl FileQ {
@@ -117,12 +122,24 @@ impl LazyFifo {
     }
 }
 
+/// Idle file records kept for reuse: dropping a record frees its maps'
+/// nodes, and a file touched again soon would allocate them anew. Past this
+/// many, the longest-idle records are dropped.
+pub(crate) const FILES_IDLE_CACHED_MAX: usize = 1_024;
+
 /// All eligible requests, plus per-file in-flight and blocked lists.
 #[derive(Default)]
 pub(crate) struct Store {
     slab: Vec<Option<Entry>>,
     free: Vec<Slot>,
+    /// Active files (something pending) and up to `FILES_IDLE_CACHED_MAX`
+    /// idle ones.
     pub files: FxHashMap<FileId, FileQ>,
+    pub files_active: usize,
+    files_idle: usize,
+    /// Files that went idle, oldest first; may hold stale ids (files active
+    /// again), compacted like `LazyFifo`.
+    idle_order: VecDeque<FileId>,
     arrivals: LazyFifo,
     /// Eligible requests and their bytes.
     pub queued: usize,
@@ -151,9 +168,20 @@ impl Store {
             }
         };
         let fq = self.files.entry(e.req.file).or_default();
+        if fq.is_idle() {
+            self.files_active += 1;
+            // A cached record becomes active again; a new one was not idle.
+            self.files_idle -= usize::from(fq.idle_cached);
+            fq.idle_cached = false;
+        }
+        fq.writes += u32::from(e.req.op == Op::Write);
         fq.maps[op_index(e.req.op)].insert((e.req.offset, e.seq), slot);
         fq.len_max = fq.len_max.max(e.req.len);
         fq.bytes += e.req.len;
+        if self.idle_order.len() > 2 * self.files_idle + 64 {
+            let files = &self.files;
+            self.idle_order.retain(|f| files.get(f).is_some_and(|q| q.idle_cached));
+        }
         self.queued += 1;
         self.queued_bytes += e.req.len;
         let live = self.queued;
@@ -207,15 +235,16 @@ impl Store {
     /// The slots of the contiguous run around `start`, in offset order, whose
     /// span stays within `limit` bytes (the start request alone may exceed
     /// it). With `merge` false the run is the start request alone.
-    pub fn run(&self, start: Slot, limit: u64, merge: bool, backward: bool) -> Vec<Slot> {
+    pub fn run(&self, start: Slot, limit: u64, merge: bool, backward: bool, out: &mut Vec<Slot>) {
+        out.clear();
         let s = self.entry(start);
         if !merge {
-            return vec![start];
+            out.push(start);
+            return;
         }
         let map = &self.files[&s.req.file].maps[op_index(s.req.op)];
         let key = (s.req.offset, s.seq);
         let (mut lo, mut hi) = (s.req.offset, s.req.end());
-        let mut before = Vec::new();
         if backward {
             for (_, &c) in map.range(..key).rev() {
                 let r = self.entry(c).req;
@@ -224,29 +253,28 @@ impl Store {
                 }
                 lo = r.offset;
                 hi = hi.max(r.end());
-                before.push(c);
+                out.push(c);
             }
         }
-        before.reverse();
-        before.push(start);
+        out.reverse();
+        out.push(start);
         for (_, &c) in map.range((Bound::Excluded(key), Bound::Unbounded)) {
             let r = self.entry(c).req;
             if r.offset > hi || hi.max(r.end()) - lo > limit {
                 break;
             }
             hi = hi.max(r.end());
-            before.push(c);
+            out.push(c);
         }
-        before
     }
 
     /// Remove the slots of a run, returning their entries in offset order.
-    pub fn take(&mut self, run: &[Slot]) -> Vec<Entry> {
-        let taken = run.iter().map(|&s| self.remove(s)).collect();
+    pub fn take(&mut self, run: &[Slot], out: &mut Vec<Entry>) {
+        out.clear();
+        out.extend(run.iter().map(|&s| self.remove(s)));
         let mut arrivals = std::mem::take(&mut self.arrivals);
         arrivals.shrink(self, self.queued);
         self.arrivals = arrivals;
-        taken
     }
 
     /// Whether a request `(op, offset..end)` on `file` that was admitted as
@@ -254,6 +282,9 @@ impl Store {
     /// blocked or in flight) overlaps it and one of the two is a write.
     pub fn conflicts(&self, file: FileId, op: Op, offset: u64, end: u64, seq: u64) -> bool {
         let Some(fq) = self.files.get(&file) else { return false };
+        if op == Op::Read && fq.writes == 0 {
+            return false;
+        }
         let clash = |other_op: Op, o_off: u64, o_end: u64| {
             (op == Op::Write || other_op == Op::Write) && o_off < end && offset < o_end
         };
@@ -265,7 +296,7 @@ impl Store {
         }
         let from = offset.saturating_sub(fq.len_max);
         let maps: &[usize] = if op == Op::Write { &[0, 1] } else { &[1] };
-        maps.iter().any(|&i| {
+        maps.iter().filter(|&&i| !fq.maps[i].is_empty()).any(|&i| {
             fq.maps[i].range((from, 0)..(end, 0)).any(|(&(_, s_seq), &slot)| {
                 let r = self.entry(slot).req;
                 s_seq < seq && clash(r.op, r.offset, r.end())
@@ -273,11 +304,34 @@ impl Store {
         })
     }
 
-    /// Drop the file's record once nothing is pending on it.
-    pub fn forget_if_idle(&mut self, file: FileId) {
-        if self.files.get(&file).is_some_and(FileQ::is_idle) {
-            self.files.remove(&file);
+    /// Once nothing is pending on `file`, move its record to the idle
+    /// cache, dropping the longest-idle records past the cache bound.
+    pub fn settle(&mut self, file: FileId) {
+        let Some(fq) = self.files.get_mut(&file) else { return };
+        if !fq.is_idle() || fq.idle_cached {
+            return;
         }
+        fq.idle_cached = true;
+        fq.len_max = 0;
+        self.files_active -= 1;
+        self.files_idle += 1;
+        self.idle_order.push_back(file);
+        while self.files_idle > FILES_IDLE_CACHED_MAX {
+            let old = self.idle_order.pop_front().expect("idle files are listed");
+            if self.files.get(&old).is_some_and(|f| f.idle_cached) {
+                self.files.remove(&old);
+                self.files_idle -= 1;
+            }
+        }
+        if self.idle_order.len() > 2 * self.files_idle + 64 {
+            let files = &self.files;
+            self.idle_order.retain(|f| files.get(f).is_some_and(|q| q.idle_cached));
+        }
+    }
+
+    /// Idle records cached and the length of their order list.
+    pub fn idle_counts(&self) -> (usize, usize) {
+        (self.files_idle, self.idle_order.len())
     }
 
     /// Slab capacity in use (live plus free slots), for the bound tests.

@@ -80,6 +80,11 @@ impl Dispatch {
     pub fn end(&self) -> u64 {
         self.offset + self.len
     }
+
+    /// The same dispatch with an empty member list (no allocation).
+    pub(crate) fn clone_header(&self) -> Dispatch {
+        Dispatch { id: self.id, file: self.file, op: self.op, offset: self.offset, len: self.len, members: Vec::new() }
+    }
 }
 
 /// What the device should do now.

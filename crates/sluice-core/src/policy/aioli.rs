@@ -52,8 +52,6 @@
 //! Cost: O(log n) per request for the store indices, plus O(applications
 //! backlogged) once per turn.
 
-use std::collections::BTreeMap;
-
 use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
 use crate::hash::FxHashMap;
@@ -116,15 +114,21 @@ struct SyncWindow {
 pub(crate) struct Aioli {
     p: AioliParams,
     dispatch_max: u64,
-    apps: BTreeMap<AppId, App>,
+    apps: FxHashMap<AppId, App>,
     turn: Option<Turn>,
-    streams: FxHashMap<(AppId, ClientId), Stream>,
+    /// Keyed by `stream_key(app, client)`.
+    streams: FxHashMap<u64, Stream>,
     files: FxHashMap<FileId, FileHist>,
     window: Option<SyncWindow>,
     /// Applications with at least one eligible request.
     backlogged: usize,
     /// Logical clock for the least-recently-used eviction of tables.
     tick: u64,
+    scratch: Vec<Slot>,
+}
+
+fn stream_key(app: AppId, client: ClientId) -> u64 {
+    (u64::from(app.0) << 32) | u64::from(client.0)
 }
 
 impl Aioli {
@@ -132,13 +136,14 @@ impl Aioli {
         Aioli {
             dispatch_max: limits.dispatch_bytes_max,
             p,
-            apps: BTreeMap::new(),
+            apps: FxHashMap::default(),
             turn: None,
             streams: FxHashMap::default(),
             files: FxHashMap::default(),
             window: None,
             backlogged: 0,
             tick: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -147,9 +152,10 @@ impl Aioli {
         self.apps.entry(id).or_insert_with(|| App { weight: 1, quantum: q, fifo: LazyFifo::default(), live: 0, forgotten: false })
     }
 
-    fn stream(&mut self, key: (AppId, ClientId)) -> &mut Stream {
+    fn stream(&mut self, app: AppId, client: ClientId) -> &mut Stream {
         self.tick += 1;
-        if !self.streams.contains_key(&key) && self.streams.len() >= self.p.streams_max as usize {
+        let key = stream_key(app, client);
+        if self.streams.len() >= self.p.streams_max as usize && !self.streams.contains_key(&key) {
             let keep_from = self.tick.saturating_sub(u64::from(self.p.streams_max) / 2);
             self.streams.retain(|_, s| s.used >= keep_from);
         }
@@ -160,7 +166,7 @@ impl Aioli {
 
     fn file(&mut self, id: FileId) -> &mut FileHist {
         self.tick += 1;
-        if !self.files.contains_key(&id) && self.files.len() >= self.p.file_histories_max as usize {
+        if self.files.len() >= self.p.file_histories_max as usize && !self.files.contains_key(&id) {
             let keep_from = self.tick.saturating_sub(u64::from(self.p.file_histories_max) / 2);
             self.files.retain(|_, f| f.used >= keep_from);
         }
@@ -178,13 +184,14 @@ impl Aioli {
     }
 
     /// Hand the device to the backlogged application that waited longest,
-    /// weighted, and grow every other backlogged application's quantum.
+    /// weighted (ties to the lowest id), and grow every other backlogged
+    /// application's quantum.
     fn new_turn(&mut self, store: &Store, now: Nanos) -> Option<Turn> {
         let mut best: Option<(u128, AppId)> = None;
         for (&id, a) in self.apps.iter_mut().filter(|(_, a)| a.live > 0) {
             let head = a.fifo.front(store).expect("live application has a queued request");
             let waited = u128::from(now.saturating_sub(store.entry(head).arrival) + 1) * u128::from(a.weight);
-            if best.is_none_or(|(w, _)| waited > w) {
+            if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
                 best = Some((waited, id));
             }
         }
@@ -216,25 +223,26 @@ impl Aioli {
 
     /// Whether to hold the device for the missing pieces of the aggregate
     /// starting at `slot`: returns the time to wait until.
-    fn hold_until(&self, store: &Store, slot: Slot, limit: u64, now: Nanos) -> Option<Nanos> {
+    fn hold_until(&mut self, store: &Store, slot: Slot, limit: u64, now: Nanos) -> Option<Nanos> {
         let e = store.entry(slot);
-        let f = self.files.get(&e.req.file)?;
-        if f.target <= self.p.file_target_bytes_min {
+        let target = self.files.get(&e.req.file)?.target;
+        if target <= self.p.file_target_bytes_min {
             return None;
         }
-        let run = store.run(slot, limit, true, true);
+        let run = &mut self.scratch;
+        store.run(slot, limit, true, true, run);
         let first = store.entry(run[0]).req.offset;
         let end = run.iter().map(|&s| store.entry(s).req.end()).max()?;
         let oldest = run.iter().map(|&s| store.entry(s).arrival).min()?;
         let until = oldest + self.p.hold_ns_max;
-        (end - first < f.target.min(limit) && until > now).then_some(until)
+        (end - first < target.min(limit) && until > now).then_some(until)
     }
 
     fn window_pick(&mut self, store: &Store, now: Nanos) -> Option<Pick> {
         let w = self.window?;
         if now >= w.until {
             self.window = None;
-            self.stream((w.app, w.client)).hits = 0;
+            self.stream(w.app, w.client).hits = 0;
             return None;
         }
         let limit = self.turn.map_or(0, |t| t.remaining).max(self.p.quantum_bytes_min);
@@ -256,7 +264,7 @@ impl Policy for Aioli {
         self.backlogged += usize::from(live == 0);
 
         let hits_min = self.p.sync_hits_min;
-        let s = self.stream((r.app, r.client));
+        let s = self.stream(r.app, r.client);
         if s.expected == Some((r.file, r.offset)) {
             s.hits = (s.hits + 1).min(hits_min.max(1) * 4);
             if let Some(done) = s.last_complete {
@@ -313,7 +321,7 @@ impl Policy for Aioli {
                     self.apps.remove(&m.app);
                 }
             }
-            self.stream((m.app, m.client)).expected = Some((d.file, m.end()));
+            self.stream(m.app, m.client).expected = Some((d.file, m.end()));
         }
         if let Some(t) = &mut self.turn {
             t.remaining = t.remaining.saturating_sub(d.len);
@@ -341,7 +349,7 @@ impl Policy for Aioli {
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
         for m in &d.members {
-            self.stream((m.app, m.client)).last_complete = Some(now);
+            self.stream(m.app, m.client).last_complete = Some(now);
         }
         let Some(t) = self.turn else { return };
         if self.window.is_some() {
@@ -349,7 +357,7 @@ impl Policy for Aioli {
         }
         let (hits_min, wmin, wmax) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max);
         for m in d.members.iter().filter(|m| m.app == t.app) {
-            let s = self.stream((m.app, m.client));
+            let s = self.stream(m.app, m.client);
             if s.hits >= hits_min && store.starting_at(d.file, m.end()).is_none() {
                 let len = (2 * s.think_ns).clamp(wmin, wmax.max(wmin));
                 self.window = Some(SyncWindow { app: m.app, client: m.client, file: d.file, offset: m.end(), until: now + len.max(1) });
