@@ -77,8 +77,11 @@ pub struct AioliParams {
     pub file_target_bytes_min: u64,
     /// Largest aggregate target a file's history can grow to.
     pub file_target_bytes_max: u64,
-    /// Longest the device is held for the missing pieces of a file's
-    /// aggregate. 1 ms: below one HDD seek, far above a socket round trip.
+    /// Shortest and longest the device is held for the missing pieces of a
+    /// file's aggregate; each file's hold adapts in between to the time its
+    /// pieces take to gather. 50 µs: about one socket round trip. 5 ms:
+    /// under half an HDD seek, so a hold never costs more than it can save.
+    pub hold_ns_min: u64,
     pub hold_ns_max: u64,
     /// Shortest dedicated window for a synchronous reader.
     pub sync_window_ns_min: u64,
@@ -100,7 +103,8 @@ impl Default for AioliParams {
             quantum_bytes_max: 32 << 20,
             file_target_bytes_min: 4 << 10,
             file_target_bytes_max: 8 << 20,
-            hold_ns_max: 1_000_000,
+            hold_ns_min: 50_000,
+            hold_ns_max: 5_000_000,
             sync_window_ns_min: 20_000,
             sync_window_ns_max: 2_000_000,
             sync_hits_min: 2,
@@ -173,6 +177,7 @@ impl PolicyConfig {
                 p.file_target_bytes_min = p.file_target_bytes_min.clamp(1, 1 << 30);
                 p.file_target_bytes_max = p.file_target_bytes_max.clamp(p.file_target_bytes_min, 1 << 32);
                 p.hold_ns_max = p.hold_ns_max.min(1_000_000_000);
+                p.hold_ns_min = p.hold_ns_min.min(p.hold_ns_max);
                 p.sync_window_ns_max = p.sync_window_ns_max.min(1_000_000_000);
                 p.sync_window_ns_min = p.sync_window_ns_min.min(p.sync_window_ns_max);
                 p.sync_hits_min = p.sync_hits_min.clamp(1, 64);

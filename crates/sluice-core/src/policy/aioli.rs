@@ -32,13 +32,18 @@
 //! 4. **A quantum adapted to the file's access history** (slide 16/26, n
 //!    processes each issuing read(4MB) split by the file system). Each file
 //!    has an aggregate target between `file_target_bytes_min` and `..max`.
-//!    When, shortly after a dispatch, requests from *other* clients arrive
-//!    that continue it, the dispatch left too early: the target grows to the
-//!    span dispatched plus the followers. When an aggregate below target is
-//!    chosen, the device is held (at most `hold_ns_max` from the oldest
-//!    member's arrival) for the missing pieces. A hold that expires shrinks
-//!    the target to what was reached, so a file whose pieces stopped coming
-//!    stops being waited for.
+//!    A request that arrives right next to a piece another stream had
+//!    dispatched moments ago (a dispatch it was not part of) could have left
+//!    in the same aggregate: the pieces are interleaved, and the target
+//!    becomes one piece per stream active on the file. While gathering,
+//!    aggregates start at the file's lowest piece, so processes that fell
+//!    behind are served first and the others fall back into step. When an aggregate below target is
+//!    chosen, the device is held for the missing pieces, for the file's own
+//!    hold time counted from the oldest member's arrival. That hold adapts
+//!    too (`hold_ns_min..max`): it drifts toward twice the time pieces took
+//!    to gather, and doubles when pieces arrive just after a hold gave up.
+//!    A hold that expires shrinks the target to what was reached, so a file
+//!    whose pieces stopped coming stops being waited for.
 //!
 //! 5. **Bounds.** Holds and windows are capped in time, turns in bytes, and
 //!    the scheduler's expiry serves anything older than
@@ -56,13 +61,16 @@ use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
 use crate::hash::FxHashMap;
 use crate::store::{op_index, Entry, LazyFifo, Slot, Store};
-use crate::types::{AppId, ClientId, Dispatch, FileId, Nanos, Op};
+use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 
 /// Entries of a file's map examined when looking for the turn
 /// application's next request after the head.
 const TURN_SCAN_MAX: usize = 32;
-/// Clients remembered per dispatch to tell followers from the same stream.
-const CLIENTS_REMEMBERED: usize = 8;
+/// Streams remembered per file for the active-stream count.
+const FILE_STREAMS_MAX: usize = 256;
+/// Recently dispatched pieces remembered (by start and by end) to spot
+/// interleaved neighbours; both tables are cleared when they reach it.
+const RECENT_PIECES_MAX: usize = 4_096;
 
 struct App {
     weight: u32,
@@ -88,17 +96,21 @@ struct Stream {
     hits: u32,
     think_ns: u64,
     last_complete: Option<Nanos>,
+    /// The last dispatch the stream had a request in.
+    last_dispatch: Option<DispatchId>,
     used: u64,
 }
 
 struct FileHist {
     target: u64,
-    /// The last dispatch: its start, when, and which streams were in it.
-    last_offset: u64,
-    last_at: Nanos,
-    clients: Vec<(AppId, ClientId)>,
-    /// End of the last dispatch plus the followers seen since.
-    follow_end: u64,
+    /// Streams that sent requests to the file lately, with when (bounded by
+    /// `FILE_STREAMS_MAX`), and the mean request length.
+    streams: Vec<(u64, Nanos)>,
+    len_mean: u64,
+    /// How long to hold for missing pieces: adapts to the gather time.
+    hold_ns: u64,
+    /// The last dispatch left below target (its hold expired).
+    short: bool,
     used: u64,
 }
 
@@ -120,6 +132,10 @@ pub(crate) struct Aioli {
     streams: FxHashMap<u64, Stream>,
     files: FxHashMap<FileId, FileHist>,
     window: Option<SyncWindow>,
+    /// Pieces dispatched lately, keyed by (file, start) and (file, end):
+    /// the dispatch that carried each and when.
+    recent_by_start: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
+    recent_by_end: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
     /// Applications with at least one eligible request.
     backlogged: usize,
     /// Logical clock for the least-recently-used eviction of tables.
@@ -141,6 +157,8 @@ impl Aioli {
             streams: FxHashMap::default(),
             files: FxHashMap::default(),
             window: None,
+            recent_by_start: FxHashMap::default(),
+            recent_by_end: FxHashMap::default(),
             backlogged: 0,
             tick: 0,
             scratch: Vec::new(),
@@ -170,13 +188,13 @@ impl Aioli {
             let keep_from = self.tick.saturating_sub(u64::from(self.p.file_histories_max) / 2);
             self.files.retain(|_, f| f.used >= keep_from);
         }
-        let min = self.p.file_target_bytes_min;
+        let (min, hold_ns) = (self.p.file_target_bytes_min, (self.p.hold_ns_max / 5).max(self.p.hold_ns_min));
         let f = self.files.entry(id).or_insert_with(|| FileHist {
             target: min,
-            last_offset: 0,
-            last_at: 0,
-            clients: Vec::new(),
-            follow_end: 0,
+            streams: Vec::new(),
+            len_mean: 0,
+            hold_ns,
+            short: false,
             used: 0,
         });
         f.used = self.tick;
@@ -225,7 +243,8 @@ impl Aioli {
     /// starting at `slot`: returns the time to wait until.
     fn hold_until(&mut self, store: &Store, slot: Slot, limit: u64, now: Nanos) -> Option<Nanos> {
         let e = store.entry(slot);
-        let target = self.files.get(&e.req.file)?.target;
+        let f = self.files.get(&e.req.file)?;
+        let (target, hold_ns) = (f.target, f.hold_ns);
         if target <= self.p.file_target_bytes_min {
             return None;
         }
@@ -234,7 +253,7 @@ impl Aioli {
         let first = store.entry(run[0]).req.offset;
         let end = run.iter().map(|&s| store.entry(s).req.end()).max()?;
         let oldest = run.iter().map(|&s| store.entry(s).arrival).min()?;
-        let until = oldest + self.p.hold_ns_max;
+        let until = oldest + hold_ns;
         (end - first < target.min(limit) && until > now).then_some(until)
     }
 
@@ -250,6 +269,56 @@ impl Aioli {
             Some(slot) => Pick::Start { slot, limit, backward: false },
             None => Pick::Wait(w.until),
         })
+    }
+
+    /// Slide 16's adaptation. A request arriving right next to a piece
+    /// that *another* stream had dispatched moments ago could have left in
+    /// the same aggregate: the file's target grows by its length. (Holds
+    /// that expire shrink it back, see `dispatched`.)
+    fn grow_on_interleaving(&mut self, r: &crate::types::Request, now: Nanos) {
+        let (window_ns, max, hold_max) = (2 * self.p.hold_ns_max, self.p.file_target_bytes_max.min(self.dispatch_max), self.p.hold_ns_max);
+        // A neighbour that left in a dispatch this stream was part of says
+        // nothing: this request is the stream's *next* one and could not
+        // have joined it.
+        let key = stream_key(r.app, r.client);
+        let mine = self.streams.get(&key).and_then(|s| s.last_dispatch);
+        let near = |t: &FxHashMap<(FileId, u64), (DispatchId, Nanos)>, at: u64| {
+            t.get(&(r.file, at)).is_some_and(|&(d, when)| Some(d) != mine && now.saturating_sub(when) <= window_ns)
+        };
+        let interleaved = near(&self.recent_by_end, r.offset) || near(&self.recent_by_start, r.end());
+        let f = self.file(r.file);
+        f.len_mean = if f.len_mean == 0 { r.len } else { (7 * f.len_mean + r.len) / 8 };
+        match f.streams.iter_mut().find(|(k, _)| *k == key) {
+            Some(e) => e.1 = now,
+            None => {
+                f.streams.retain(|&(_, t)| now.saturating_sub(t) <= window_ns);
+                if f.streams.len() < FILE_STREAMS_MAX {
+                    f.streams.push((key, now));
+                }
+            }
+        }
+        if !interleaved {
+            return;
+        }
+        // The seed's n processes each sending a piece: one aggregate should
+        // cover a piece from every stream active on the file.
+        let active = f.streams.iter().filter(|&&(_, t)| now.saturating_sub(t) <= window_ns).count() as u64;
+        f.target = f.target.max(active * f.len_mean).min(max);
+        if std::mem::take(&mut f.short) {
+            // The pieces came after the hold gave up: hold longer.
+            f.hold_ns = (2 * f.hold_ns).min(hold_max);
+        }
+    }
+
+    fn remember_pieces(&mut self, d: &Dispatch, now: Nanos) {
+        if self.recent_by_start.len() + d.members.len() > RECENT_PIECES_MAX {
+            self.recent_by_start.clear();
+            self.recent_by_end.clear();
+        }
+        for m in d.members.iter().take(RECENT_PIECES_MAX) {
+            self.recent_by_start.insert((d.file, m.offset), (d.id, now));
+            self.recent_by_end.insert((d.file, m.end()), (d.id, now));
+        }
     }
 }
 
@@ -276,13 +345,7 @@ impl Policy for Aioli {
         }
         s.expected = None;
 
-        let (follow_ns, max) = (2 * self.p.hold_ns_max, self.p.file_target_bytes_max.min(self.dispatch_max));
-        let f = self.file(r.file);
-        let foreign = !f.clients.contains(&(r.app, r.client));
-        if foreign && r.offset == f.follow_end && now.saturating_sub(f.last_at) <= follow_ns && !f.clients.is_empty() {
-            f.follow_end = r.end();
-            f.target = f.target.max(f.follow_end - f.last_offset).min(max);
-        }
+        self.grow_on_interleaving(&r, now);
     }
 
     fn pick(&mut self, store: &Store, now: Nanos) -> Pick {
@@ -298,8 +361,15 @@ impl Policy for Aioli {
             },
         };
         self.turn = Some(turn);
-        let slot = self.turn_request(store, &turn);
-        let target = self.files.get(&store.entry(slot).req.file).map_or(0, |f| f.target);
+        let mut slot = self.turn_request(store, &turn);
+        let file = store.entry(slot).req.file;
+        let target = self.files.get(&file).map_or(0, |f| f.target);
+        if target > self.p.file_target_bytes_min {
+            // Gathering: start from the file's lowest piece, so that
+            // processes that fell behind are served first and the others
+            // wait for them, which brings their pieces back side by side.
+            slot = super::elevator::lowest_at_or_after(store, file, 0).unwrap_or(slot);
+        }
         // The quantum shares the device; alone, an application is not cut.
         let quantum = if self.backlogged > 1 { turn.remaining } else { self.dispatch_max };
         let limit = quantum.max(target).max(store.entry(slot).req.len);
@@ -309,7 +379,7 @@ impl Policy for Aioli {
         }
     }
 
-    fn dispatched(&mut self, store: &Store, d: &Dispatch, _members: &[Entry], _forced: bool, now: Nanos) {
+    fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
         for m in &d.members {
             let a = self.app(m.app);
             a.live -= 1;
@@ -321,7 +391,9 @@ impl Policy for Aioli {
                     self.apps.remove(&m.app);
                 }
             }
-            self.stream(m.app, m.client).expected = Some((d.file, m.end()));
+            let s = self.stream(m.app, m.client);
+            s.expected = Some((d.file, m.end()));
+            s.last_dispatch = Some(d.id);
         }
         if let Some(t) = &mut self.turn {
             t.remaining = t.remaining.saturating_sub(d.len);
@@ -333,18 +405,20 @@ impl Policy for Aioli {
         if self.window.is_some_and(|w| w.file == d.file && d.offset <= w.offset && w.offset < d.end()) {
             self.window = None;
         }
-        let min = self.p.file_target_bytes_min;
+        self.remember_pieces(d, now);
+        let (min, hold_min, hold_max) = (self.p.file_target_bytes_min, self.p.hold_ns_min, self.p.hold_ns_max);
+        let gather_ns = now.saturating_sub(members.iter().map(|e| e.arrival).min().unwrap_or(now));
         let f = self.file(d.file);
         if d.len < f.target {
             // Dispatched below target: the hold expired (or expiry forced
-            // it). Believe what was reached.
+            // it). Believe what was reached, until new evidence comes.
             f.target = d.len.max(min);
+            f.short = true;
+        } else if f.target > min {
+            // Gathered in time: drift toward twice the time it took.
+            f.hold_ns = ((3 * f.hold_ns + 2 * gather_ns) / 4).clamp(hold_min, hold_max);
+            f.short = false;
         }
-        f.last_offset = d.offset;
-        f.last_at = now;
-        f.follow_end = d.end();
-        f.clients.clear();
-        f.clients.extend(d.members.iter().take(CLIENTS_REMEMBERED).map(|m| (m.app, m.client)));
     }
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
@@ -392,6 +466,7 @@ impl Policy for Aioli {
         }
         assert!(self.streams.len() <= self.p.streams_max as usize, "aioli streams table over bound");
         assert!(self.files.len() <= self.p.file_histories_max as usize, "aioli file table over bound");
+        assert!(self.recent_by_start.len() <= RECENT_PIECES_MAX && self.recent_by_end.len() <= RECENT_PIECES_MAX, "aioli recent pieces over bound");
         for f in self.files.values() {
             assert!(f.target >= self.p.file_target_bytes_min && f.target <= self.p.file_target_bytes_max, "aioli file target");
         }
