@@ -321,8 +321,9 @@ impl Scheduler {
         assert_eq!(inflight, self.stats.inflight_dispatches, "in-flight count");
         assert_eq!(active, self.store.files_active, "active file count");
         assert!(self.store.files_active <= self.limits.files_max as usize, "files_max");
-        let (idle, listed) = self.store.idle_counts();
+        let (idle, listed, live) = self.store.idle_counts();
         assert_eq!(idle + active, self.store.files.len(), "idle file count");
+        assert_eq!(live, idle, "one live idle-list entry per idle file");
         assert!(idle <= crate::store::FILES_IDLE_CACHED_MAX && listed <= 2 * idle + 65, "idle cache bound");
         assert!(self.apps.len() <= self.limits.apps_max as usize);
         assert!(queued + blocked <= u64::from(self.limits.queued_requests_max));

@@ -54,6 +54,9 @@ pub(crate) struct FileQ {
     pub blocked: VecDeque<Entry>,
     /// The record sits in the idle cache.
     pub idle_cached: bool,
+    /// Which of the file's idle periods its `idle_order` entry belongs to:
+    /// older entries for the same file are stale.
+    idle_generation: u64,
 }
 
 impl FileQ {
@@ -137,9 +140,11 @@ pub(crate) struct Store {
     pub files: FxHashMap<FileId, FileQ>,
     pub files_active: usize,
     files_idle: usize,
-    /// Files that went idle, oldest first; may hold stale ids (files active
-    /// again), compacted like `LazyFifo`.
-    idle_order: VecDeque<FileId>,
+    /// Files that went idle, oldest first, with the generation of that idle
+    /// period; stale entries (the file became active again since) are
+    /// skipped and compacted away like `LazyFifo`'s.
+    idle_order: VecDeque<(FileId, u64)>,
+    idle_generation_next: u64,
     arrivals: LazyFifo,
     /// Eligible requests and their bytes.
     pub queued: usize,
@@ -178,10 +183,7 @@ impl Store {
         fq.maps[op_index(e.req.op)].insert((e.req.offset, e.seq), slot);
         fq.len_max = fq.len_max.max(e.req.len);
         fq.bytes += e.req.len;
-        if self.idle_order.len() > 2 * self.files_idle + 64 {
-            let files = &self.files;
-            self.idle_order.retain(|f| files.get(f).is_some_and(|q| q.idle_cached));
-        }
+        self.compact_idle_order();
         self.queued += 1;
         self.queued_bytes += e.req.len;
         let live = self.queued;
@@ -313,25 +315,42 @@ impl Store {
         }
         fq.idle_cached = true;
         fq.len_max = 0;
+        fq.idle_generation = self.idle_generation_next;
+        self.idle_order.push_back((file, self.idle_generation_next));
+        self.idle_generation_next += 1;
         self.files_active -= 1;
         self.files_idle += 1;
-        self.idle_order.push_back(file);
         while self.files_idle > FILES_IDLE_CACHED_MAX {
-            let old = self.idle_order.pop_front().expect("idle files are listed");
-            if self.files.get(&old).is_some_and(|f| f.idle_cached) {
+            let (old, generation) = self.idle_order.pop_front().expect("idle files are listed");
+            if self.is_idle_entry(old, generation) {
                 self.files.remove(&old);
                 self.files_idle -= 1;
             }
         }
+        self.compact_idle_order();
+    }
+
+    /// Whether an `idle_order` entry is the current one of an idle file.
+    fn is_idle_entry(&self, file: FileId, generation: u64) -> bool {
+        self.files.get(&file).is_some_and(|q| q.idle_cached && q.idle_generation == generation)
+    }
+
+    /// Drop stale entries once they outnumber the live ones by the slack;
+    /// each idle file has exactly one live entry, so this is amortised O(1).
+    fn compact_idle_order(&mut self) {
         if self.idle_order.len() > 2 * self.files_idle + 64 {
-            let files = &self.files;
-            self.idle_order.retain(|f| files.get(f).is_some_and(|q| q.idle_cached));
+            let mut order = std::mem::take(&mut self.idle_order);
+            order.retain(|&(f, g)| self.is_idle_entry(f, g));
+            self.idle_order = order;
         }
     }
 
-    /// Idle records cached and the length of their order list.
-    pub fn idle_counts(&self) -> (usize, usize) {
-        (self.files_idle, self.idle_order.len())
+    /// Idle records cached, the length of their order list, and how many
+    /// of its entries are live (exactly one per idle record, which is what
+    /// lets a compaction shrink the list below its threshold).
+    pub fn idle_counts(&self) -> (usize, usize, usize) {
+        let live = self.idle_order.iter().filter(|&&(f, g)| self.is_idle_entry(f, g)).count();
+        (self.files_idle, self.idle_order.len(), live)
     }
 
     /// Slab capacity in use (live plus free slots), for the bound tests.
