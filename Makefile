@@ -13,7 +13,8 @@ build:
 deps:
 	@bash scripts/deps.sh
 
-test: deps
+# Build first: tests start the `sluice` binary and preload its library.
+test: deps build
 	$(CARGO) test --workspace --release
 
 demo: build
