@@ -1,0 +1,201 @@
+//! The software model (seed `004_…`, "Software Modell"): applications of
+//! processes on compute nodes.
+//!
+//! - A **POSIX** process is synchronous: it issues one application request,
+//!   waits for all of it, thinks for `think_ns`, issues the next. The file
+//!   system splits the request into pieces of at most `fs_piece_bytes`
+//!   (and at stripe boundaries) and sends up to `pieces_inflight_max` of
+//!   them in parallel: the seed's read(4MB) split by the file system.
+//! - An **MPI-IO** application runs ROMIO's two-phase collective: per
+//!   round, each of its aggregators accesses one contiguous collective
+//!   buffer, and the data is exchanged with every process over the
+//!   network (after the read, before the write). A round ends when every
+//!   process has its data (reads) or every aggregator wrote (writes); the
+//!   next starts after the think time.
+
+use sluice_core::Op;
+
+use crate::engine::Time;
+use crate::error::Error;
+use crate::scenario::Interface;
+use crate::sim::{Ev, MsgKind, Piece, World};
+use crate::workload::{stripe_map, TwoPhase};
+
+impl World {
+    pub(crate) fn proc_start(&mut self, p: u32, now: Time) -> Result<(), Error> {
+        let a = self.procs[p as usize].app as usize;
+        self.apps[a].started += 1;
+        match self.apps[a].interface {
+            Interface::Posix => self.proc_ready(p, now),
+            Interface::Mpiio if self.apps[a].started == self.apps[a].procs => self.round_begin(a as u32, now),
+            Interface::Mpiio => Ok(()),
+        }
+    }
+
+    /// A POSIX process issues its next request, or finishes.
+    pub(crate) fn proc_ready(&mut self, p: u32, now: Time) -> Result<(), Error> {
+        let pr = self.procs[p as usize];
+        let app = &mut self.apps[pr.app as usize];
+        if pr.next >= app.layout.requests(pr.rank) {
+            app.finished += 1;
+            if app.finished == app.procs {
+                app.done_at = Some(now);
+            }
+            return Ok(());
+        }
+        let (off, len) = app.layout.request(pr.rank, pr.next);
+        self.begin_request(p, off, len, now)
+    }
+
+    fn begin_request(&mut self, p: u32, off: u64, len: u64, now: Time) -> Result<(), Error> {
+        let pr = &mut self.procs[p as usize];
+        pr.next += 1;
+        (pr.start, pr.cursor, pr.end, pr.req_at) = (off, off, off + len, now);
+        self.pump(p, now)
+    }
+
+    /// Send pieces of the current request while the slot table allows.
+    fn pump(&mut self, p: u32, now: Time) -> Result<(), Error> {
+        let max = self.sc.client.pieces_inflight_max as u32;
+        while self.procs[p as usize].inflight < max && self.procs[p as usize].cursor < self.procs[p as usize].end {
+            self.send_piece(p, now)?;
+        }
+        Ok(())
+    }
+
+    fn send_piece(&mut self, p: u32, now: Time) -> Result<(), Error> {
+        let pr = self.procs[p as usize];
+        let app = &self.apps[pr.app as usize];
+        let srv = &self.sc.server;
+        let (server, local, room) = stripe_map(pr.cursor, srv.stripe_bytes, srv.stripe_count, app.file % srv.count, srv.count);
+        let piece_max = match self.sc.client.fs_piece_bytes {
+            0 => u64::MAX,
+            n => n,
+        };
+        let len = (pr.end - pr.cursor).min(room).min(piece_max);
+        let piece = Piece { proc: p, app: pr.app, server: server as u32, file: app.file, write: app.write, offset: local, len, sent_at: now, ..Piece::default() };
+        let id = self.pieces.insert(piece)?;
+        let pr = &mut self.procs[p as usize];
+        pr.cursor += len;
+        pr.inflight += 1;
+        let node = pr.node;
+        let bytes = self.net.wire_bytes(if piece.write { len } else { 0 });
+        self.send(MsgKind::ToServer, id, node, self.server_node(server as u32), bytes, now)
+    }
+
+    /// A piece's reply reached its process.
+    pub(crate) fn reply_arrive(&mut self, id: u32, now: Time) -> Result<(), Error> {
+        let piece = self.pieces.remove(id);
+        let p = piece.proc;
+        if let Some(t) = self.trace.as_mut() {
+            t.piece_span(p, id, piece.sent_at, now, piece.server, piece.len);
+        }
+        self.procs[p as usize].inflight -= 1;
+        self.pump(p, now)?;
+        let pr = self.procs[p as usize];
+        if pr.inflight > 0 || pr.cursor < pr.end {
+            return Ok(());
+        }
+        self.request_done(p, now)
+    }
+
+    fn request_done(&mut self, p: u32, now: Time) -> Result<(), Error> {
+        let pr = self.procs[p as usize];
+        let app = &self.apps[pr.app as usize];
+        let (interface, write, think) = (app.interface, app.write, app.think_ns);
+        if let Some(t) = self.trace.as_mut() {
+            let op = if write { Op::Write } else { Op::Read };
+            t.process_span(p, pr.req_at, now, op, pr.end - pr.start);
+        }
+        match interface {
+            Interface::Posix if think > 0 => self.q.push(now + think, Ev::Ready(p)),
+            Interface::Posix => self.proc_ready(p, now),
+            Interface::Mpiio if write => self.round_part_done(pr.app, now),
+            Interface::Mpiio => self.scatter(p, now),
+        }
+    }
+
+    /// Start two-phase round `apps[a].round`, or finish the application.
+    pub(crate) fn round_begin(&mut self, a: u32, now: Time) -> Result<(), Error> {
+        let app = &mut self.apps[a as usize];
+        let tp = app.two_phase;
+        if app.round >= tp.rounds() {
+            app.done_at = Some(now);
+            return Ok(());
+        }
+        let (round, first, procs, write) = (app.round, app.first, app.procs, app.write);
+        app.pending = if write { tp.active(round) } else { procs };
+        for q in first..first + procs as u32 {
+            self.procs[q as usize].recv = 0;
+        }
+        for ag in 0..tp.aggregators {
+            let (off, len) = tp.part(round, ag);
+            if len == 0 {
+                continue;
+            }
+            let agg = first + tp.rank(ag, procs) as u32;
+            if write {
+                self.gather(first, procs, agg, len, now)?;
+            } else {
+                self.begin_request(agg, off, len, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Two-phase write: every process sends its share to aggregator `agg`.
+    fn gather(&mut self, first: u32, procs: u64, agg: u32, len: u64, now: Time) -> Result<(), Error> {
+        let bytes = TwoPhase::exchange_bytes(len, procs);
+        let dst = self.procs[agg as usize].node;
+        for q in first..first + procs as u32 {
+            self.send(MsgKind::ToAgg, agg, self.procs[q as usize].node, dst, bytes, now)?;
+        }
+        Ok(())
+    }
+
+    /// Two-phase read: aggregator `p` sends each process its share.
+    fn scatter(&mut self, p: u32, now: Time) -> Result<(), Error> {
+        let pr = self.procs[p as usize];
+        let app = &self.apps[pr.app as usize];
+        let (first, procs) = (app.first, app.procs);
+        let bytes = TwoPhase::exchange_bytes(pr.end - pr.start, procs);
+        for q in first..first + procs as u32 {
+            self.send(MsgKind::ToProc, q, pr.node, self.procs[q as usize].node, bytes, now)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn exchange_to_proc(&mut self, q: u32, now: Time) -> Result<(), Error> {
+        let a = self.procs[q as usize].app;
+        self.procs[q as usize].recv += 1;
+        let app = &self.apps[a as usize];
+        if self.procs[q as usize].recv == app.two_phase.active(app.round) {
+            return self.round_part_done(a, now);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn exchange_to_agg(&mut self, agg: u32, now: Time) -> Result<(), Error> {
+        let pr = &mut self.procs[agg as usize];
+        pr.recv += 1;
+        let app = &self.apps[pr.app as usize];
+        if pr.recv < app.procs {
+            return Ok(());
+        }
+        pr.recv = 0;
+        let ag = (0..app.two_phase.aggregators).find(|&g| app.first + app.two_phase.rank(g, app.procs) as u32 == agg).expect("an aggregator");
+        let (off, len) = app.two_phase.part(app.round, ag);
+        self.begin_request(agg, off, len, now)
+    }
+
+    /// One process (reads) or aggregator (writes) finished its round.
+    fn round_part_done(&mut self, a: u32, now: Time) -> Result<(), Error> {
+        let app = &mut self.apps[a as usize];
+        app.pending -= 1;
+        if app.pending > 0 {
+            return Ok(());
+        }
+        app.round += 1;
+        self.q.push(now + app.think_ns, Ev::Round(a))
+    }
+}

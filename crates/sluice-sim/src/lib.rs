@@ -1,0 +1,166 @@
+//! # sluice-sim: a discrete-event simulator of parallel I/O
+//!
+//! `sluice sim` runs a cluster — compute nodes, NICs and a
+//! store-and-forward switch, I/O servers with a cache layer and a disk —
+//! and the applications on it, in simulated time. Each I/O server owns a
+//! [`sluice_core::Scheduler`]: the very policy code `sluice serve` runs,
+//! driven with virtual `now` instead of a clock. The model follows
+//! PIOsimHD (Kunkel 2009, seed `004_…`); the shipped scenarios mirror the
+//! aIOLi evaluation (Lebre et al. 2006, seed `000_…`). See `docs/sim.md`.
+//!
+//! ```
+//! let text = r#"
+//! name = "two readers"
+//! modes = ["fifo", "aioli"]
+//! [network]
+//! nic_bytes_per_s = 125_000_000
+//! nic_latency_ns = 50_000
+//! switch_bytes_per_s = 12_000_000_000
+//! [cluster]
+//! compute_nodes = 16
+//! [server]
+//! count = 1
+//! device = "hdd7200"
+//! [[app]]
+//! name = "decomposition"
+//! procs = 16
+//! op = "read"
+//! pattern = "strided"
+//! bytes = 4_194_304
+//! granularity_bytes = 8192
+//! "#;
+//! let sc = sluice_sim::Scenario::from_toml(text).unwrap();
+//! let report = sluice_sim::run(&sc, &sluice_sim::RunOptions::default()).unwrap().0;
+//! let (fifo, aioli) = (&report.runs[0], &report.runs[1]);
+//! assert!(aioli.makespan_s < fifo.makespan_s);
+//! ```
+//!
+//! Invariants: a run is a pure function of its scenario and seed (only
+//! `wall_s` and `events_per_s` differ between two runs); every table is
+//! bounded (events, pieces, messages, backlog, trace); a run that ends with
+//! work left, or hits a bound, is an error that carries its seed.
+
+mod client;
+mod engine;
+mod error;
+mod net;
+mod plot;
+mod report;
+mod scenario;
+mod server;
+mod sim;
+mod slab;
+mod trace;
+mod workload;
+
+pub use engine::{EventQueue, Rng, Time};
+pub use error::{Error, ErrorKind};
+pub use plot::sweep_png;
+pub use report::{jain, size, AppReport, DeviceReport, Report, RunReport};
+pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SERVERS_MAX, SWEEP_POINTS_MAX};
+pub use scenario::{AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Scenario, Server};
+pub use server::device;
+pub use trace::Trace;
+pub use workload::{stripe_map, Layout, TwoPhase};
+
+/// Command-line overrides of a scenario.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Modes to run (`policy` or `policy/cache`); empty: the scenario's.
+    pub modes: Vec<String>,
+    pub seed: Option<u64>,
+    pub scale: Option<f64>,
+    /// Record a Chrome/Perfetto trace.
+    pub trace: bool,
+}
+
+/// Run every mode (and sweep point) of `sc`; returns the report and, when
+/// asked, the trace of all runs.
+pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<(Report, Option<Trace>), Error> {
+    let scale = opts.scale.unwrap_or(sc.scale);
+    let base = prepare(sc, opts)?;
+    let names = if opts.modes.is_empty() { &base.modes } else { &opts.modes };
+    let modes = names.iter().map(|m| Mode::parse(m)).collect::<Result<Vec<_>, _>>()?;
+    let points: Vec<Option<u64>> = if base.sweep_granularity_bytes.is_empty() { vec![None] } else { base.sweep_granularity_bytes.iter().map(|&g| Some(g)).collect() };
+    let mut trace = opts.trace.then(|| Trace::new(base.bounds.trace_events_max));
+    let mut runs = Vec::with_capacity(points.len() * modes.len());
+    for g in &points {
+        let mut sc = base.clone();
+        if let Some(g) = g {
+            sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.granularity_bytes = *g);
+        }
+        for m in &modes {
+            runs.push(sim::run_once(&sc, m, *g, trace.as_mut())?);
+        }
+    }
+    let report = Report { scenario: base.name.clone(), device: device_name(&base), direct_io: false, scale, seed: base.seed, runs };
+    Ok((report, trace))
+}
+
+/// Apply the overrides and the scale factor, then validate.
+fn prepare(sc: &Scenario, opts: &RunOptions) -> Result<Scenario, Error> {
+    let mut s = sc.clone();
+    if let Some(seed) = opts.seed {
+        s.seed = seed;
+    }
+    if let Some(scale) = opts.scale {
+        s.scale = scale;
+    }
+    s.validate()?;
+    for a in &mut s.apps {
+        a.bytes = ((a.bytes as f64 * s.scale).round() as u64).max(1);
+    }
+    s.scale = 1.0;
+    Ok(s)
+}
+
+fn device_name(sc: &Scenario) -> String {
+    let s = &sc.server;
+    let what = match (&s.hdd, &s.profile) {
+        (Some(h), _) if s.device == "hdd" => {
+            format!("hdd (far {} ms, near {} ms, {} MB/s)", h.seek_far_ns as f64 / 1e6, h.seek_near_ns as f64 / 1e6, h.bytes_per_s / 1_000_000)
+        }
+        (_, Some(p)) if s.device == "profile" => format!("profile ({} us, {} MB/s)", p.access_ns / 1000, p.bytes_per_s / 1_000_000),
+        _ => s.device.clone(),
+    };
+    format!("simulated {what} x{}", s.count)
+}
+
+/// The speed benchmark's scenario: `procs` synchronous processes on
+/// `procs / 10` nodes reading 64 KiB pieces of their own files, spread
+/// over `procs / 100` SSD servers (files striped over all of them);
+/// `requests` requests per process.
+pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
+    let nodes = (procs / 10).max(1);
+    let servers = (procs / 100).clamp(1, scenario::SERVERS_MAX);
+    let apps = (0..100u64.min(procs))
+        .map(|i| App {
+            name: format!("bench-{i}"),
+            procs: procs / 100.min(procs) + u64::from(i < procs % 100.min(procs)),
+            op: if i % 2 == 0 { OpName::Read } else { OpName::Write },
+            pattern: if i % 3 == 0 { Pattern::Strided } else { Pattern::Contiguous },
+            bytes: (procs / 100.min(procs) + 1) * requests * 65_536,
+            granularity_bytes: 65_536,
+            interface: Interface::Posix,
+            aggregators: 1,
+            think_ns: 100_000,
+            start_ns: 0,
+            sweep: false,
+        })
+        .collect();
+    Scenario {
+        name: format!("bench-{procs}"),
+        description: "speed benchmark".into(),
+        seed: 1,
+        scale: 1.0,
+        modes: vec!["fifo".into(), "aioli".into()],
+        sweep_granularity_bytes: Vec::new(),
+        network: Network { nic_bytes_per_s: 125_000_000, nic_latency_ns: 50_000, switch_bytes_per_s: 1_000_000_000_000, switch_latency_ns: 0, packet_bytes: 1500, header_bytes: 128 },
+        cluster: Cluster { compute_nodes: nodes },
+        server: Server { count: servers, device: "ssd".into(), hdd: None, profile: None, stripe_bytes: 1 << 20, stripe_count: servers, cache_bytes: 0, cache_block_bytes: 0, backlog_max: 1 << 20 },
+        client: Client { fs_piece_bytes: 0, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 1_000_000 },
+        apps,
+        bounds: Bounds::default(),
+        aioli: AioliOverrides::default(),
+    }
+}

@@ -1,0 +1,439 @@
+//! Scenarios: the cluster, the servers and the applications of one
+//! simulation, read from TOML (format and units in `docs/sim.md`).
+//!
+//! Parsing is two-step, as everywhere in sluice: serde checks the shape
+//! (unknown fields are errors), then [`Scenario::validate`] checks ranges
+//! and bounds before anything is allocated from them.
+
+use serde::Deserialize;
+
+use crate::error::{Error, ErrorKind};
+
+/// Processes in one scenario. 1 Mi: a 10,000-node cluster with 100 cores
+/// each; every per-process table is sized from this.
+pub const PROCS_MAX: u64 = 1 << 20;
+/// I/O servers in one scenario.
+pub const SERVERS_MAX: u64 = 65_536;
+/// Compute nodes in one scenario.
+pub const NODES_MAX: u64 = 1 << 20;
+/// Applications in one scenario (the core's `apps_max` default).
+pub const APPS_MAX: usize = 4_096;
+/// Points of a granularity sweep.
+pub const SWEEP_POINTS_MAX: usize = 64;
+
+/// A whole scenario file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Seed of the run's random source (start jitter).
+    #[serde(default = "one")]
+    pub seed: u64,
+    /// Every application's `bytes` is multiplied by this (tests run small).
+    #[serde(default = "unit")]
+    pub scale: f64,
+    /// Modes run when the command line names none: `policy` or
+    /// `policy/cache` (cache one of `none`, `write-behind`, `aggregation`).
+    #[serde(default = "default_modes")]
+    pub modes: Vec<String>,
+    /// Application granularities to sweep; each point is a run per mode,
+    /// overriding the `granularity_bytes` of applications marked `sweep`.
+    #[serde(default)]
+    pub sweep_granularity_bytes: Vec<u64>,
+    pub network: Network,
+    pub cluster: Cluster,
+    pub server: Server,
+    #[serde(default)]
+    pub client: Client,
+    #[serde(rename = "app")]
+    pub apps: Vec<App>,
+    #[serde(default)]
+    pub bounds: Bounds,
+    /// Overrides of the `aioli` policy's parameters (default: the core's).
+    #[serde(default)]
+    pub aioli: AioliOverrides,
+}
+
+/// Any of `sluice_core::AioliParams`, to tune the policy to a device.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AioliOverrides {
+    pub quantum_bytes_min: Option<u64>,
+    pub quantum_bytes_max: Option<u64>,
+    pub file_target_bytes_min: Option<u64>,
+    pub file_target_bytes_max: Option<u64>,
+    pub hold_ns_max: Option<u64>,
+    pub sync_window_ns_min: Option<u64>,
+    pub sync_window_ns_max: Option<u64>,
+    pub sync_hits_min: Option<u32>,
+}
+
+impl AioliOverrides {
+    /// The core's defaults with these overrides applied.
+    pub fn params(&self) -> sluice_core::AioliParams {
+        let mut p = sluice_core::AioliParams::default();
+        let set = |field: &mut u64, v: Option<u64>| *field = v.unwrap_or(*field);
+        set(&mut p.quantum_bytes_min, self.quantum_bytes_min);
+        set(&mut p.quantum_bytes_max, self.quantum_bytes_max);
+        set(&mut p.file_target_bytes_min, self.file_target_bytes_min);
+        set(&mut p.file_target_bytes_max, self.file_target_bytes_max);
+        set(&mut p.hold_ns_max, self.hold_ns_max);
+        set(&mut p.sync_window_ns_min, self.sync_window_ns_min);
+        set(&mut p.sync_window_ns_max, self.sync_window_ns_max);
+        p.sync_hits_min = self.sync_hits_min.unwrap_or(p.sync_hits_min);
+        p
+    }
+}
+
+fn one() -> u64 {
+    1
+}
+fn unit() -> f64 {
+    1.0
+}
+fn default_modes() -> Vec<String> {
+    vec!["fifo".into(), "aioli".into()]
+}
+
+/// NICs and the switch (store-and-forward, one star).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    pub nic_bytes_per_s: u64,
+    /// One-way latency added at each NIC (sending and receiving).
+    pub nic_latency_ns: u64,
+    pub switch_bytes_per_s: u64,
+    #[serde(default)]
+    pub switch_latency_ns: u64,
+    /// Transfer granularity: a message crosses each hop as packets of this
+    /// size, so the next hop starts after the first packet.
+    #[serde(default = "packet_default")]
+    pub packet_bytes: u64,
+    /// Bytes of a request or acknowledgement without payload (RPC header).
+    #[serde(default = "header_default")]
+    pub header_bytes: u64,
+}
+
+fn packet_default() -> u64 {
+    1500
+}
+fn header_default() -> u64 {
+    128
+}
+
+/// Compute nodes; process `k` (over all applications) runs on node
+/// `k % compute_nodes`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cluster {
+    pub compute_nodes: u64,
+}
+
+/// The I/O servers: each has a scheduler, a cache layer and a device.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    pub count: u64,
+    /// `hdd7200`, `ssd`, `hdd` (figures in `[server.hdd]`) or `profile`
+    /// (figures in `[server.profile]`).
+    pub device: String,
+    #[serde(default)]
+    pub hdd: Option<HddFigures>,
+    #[serde(default)]
+    pub profile: Option<ProfileFigures>,
+    /// Striping unit; files are striped round-robin over `stripe_count`
+    /// servers starting at `file % count`.
+    #[serde(default = "stripe_default")]
+    pub stripe_bytes: u64,
+    /// Servers a file is striped over (1 = whole files on one server).
+    #[serde(default = "one")]
+    pub stripe_count: u64,
+    /// Cache size for write-behind (dirty bytes) and aggregation (blocks).
+    #[serde(default)]
+    pub cache_bytes: u64,
+    /// Block the aggregation cache reads whole (default: the stripe).
+    #[serde(default)]
+    pub cache_block_bytes: u64,
+    /// Requests the server holds before its scheduler (nfsd backlog);
+    /// beyond it the run fails.
+    #[serde(default = "backlog_default")]
+    pub backlog_max: u64,
+}
+
+fn stripe_default() -> u64 {
+    64 << 10
+}
+fn backlog_default() -> u64 {
+    1 << 20
+}
+
+/// A rotating disk's published figures.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HddFigures {
+    pub seek_far_ns: u64,
+    pub seek_near_ns: u64,
+    pub near_bytes: u64,
+    pub rotation_ns: u64,
+    pub bytes_per_s: u64,
+}
+
+/// A measured device profile: cost per access and bandwidth.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileFigures {
+    pub access_ns: u64,
+    pub bytes_per_s: u64,
+}
+
+/// The client side of the file system and of MPI-IO.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Client {
+    /// File-system granularity: one application request is sent as pieces
+    /// of at most this size, in parallel (NFS rsize/wsize). 0: no split.
+    pub fs_piece_bytes: u64,
+    /// Pieces one process keeps in flight (RPC slot table).
+    pub pieces_inflight_max: u64,
+    /// MPI-IO collective buffer per aggregator per round (ROMIO
+    /// `cb_buffer_size`).
+    pub cb_buffer_bytes: u64,
+    /// Process start times are spread uniformly over this (seeded).
+    pub start_jitter_ns: u64,
+}
+
+impl Default for Client {
+    fn default() -> Client {
+        Client { fs_piece_bytes: 32 << 10, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 100_000 }
+    }
+}
+
+/// How an application's processes divide its bytes.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// Piece `i` of size `granularity` goes to process `i % procs`: the
+    /// seed's decomposition, PIOsimHD's simple-strided.
+    Strided,
+    /// Each process reads its own contiguous `bytes / procs` in order.
+    Contiguous,
+}
+
+/// POSIX (independent) or MPI-IO two-phase collective I/O.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Interface {
+    Posix,
+    Mpiio,
+}
+
+/// Read or write.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpName {
+    Read,
+    Write,
+}
+
+/// One application.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct App {
+    pub name: String,
+    pub procs: u64,
+    pub op: OpName,
+    pub pattern: Pattern,
+    pub bytes: u64,
+    pub granularity_bytes: u64,
+    #[serde(default = "posix")]
+    pub interface: Interface,
+    /// MPI-IO aggregators (ROMIO `cb_nodes`).
+    #[serde(default = "one")]
+    pub aggregators: u64,
+    /// Think time of each process between two requests.
+    #[serde(default)]
+    pub think_ns: u64,
+    #[serde(default)]
+    pub start_ns: u64,
+    /// Whether the scenario's granularity sweep applies to this application.
+    #[serde(default)]
+    pub sweep: bool,
+}
+
+fn posix() -> Interface {
+    Interface::Posix
+}
+
+/// Engine bounds; a run that reaches one fails with its seed.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bounds {
+    /// Events handled in one run.
+    pub events_max: u64,
+    /// Events pending at once.
+    pub events_pending_max: u64,
+    /// Simulated time of one run.
+    pub sim_ns_max: u64,
+    /// Trace events kept for `--trace`.
+    pub trace_events_max: u64,
+}
+
+impl Default for Bounds {
+    fn default() -> Bounds {
+        Bounds { events_max: 2_000_000_000, events_pending_max: 1 << 24, sim_ns_max: 100_000 * 1_000_000_000, trace_events_max: 2_000_000 }
+    }
+}
+
+fn invalid(what: String) -> Error {
+    Error::new(ErrorKind::Invalid, what)
+}
+
+impl Scenario {
+    /// Parse and validate a scenario.
+    pub fn from_toml(text: &str) -> Result<Scenario, Error> {
+        let s: Scenario = toml::from_str(text).map_err(|e| Error::new(ErrorKind::Parse, e.to_string()))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// Check every range; called by [`Scenario::from_toml`], and again by
+    /// the runner after command-line overrides.
+    pub fn validate(&self) -> Result<(), Error> {
+        let n = &self.network;
+        if n.nic_bytes_per_s == 0 || n.switch_bytes_per_s == 0 || n.packet_bytes == 0 {
+            return Err(invalid("network bandwidths and packet_bytes must be positive".into()));
+        }
+        if !(self.scale > 0.0 && self.scale <= 1e6) {
+            return Err(invalid(format!("scale {} outside (0, 1e6]", self.scale)));
+        }
+        if self.cluster.compute_nodes == 0 || self.cluster.compute_nodes > NODES_MAX {
+            return Err(invalid(format!("compute_nodes must be 1..={NODES_MAX}")));
+        }
+        self.validate_server()?;
+        self.validate_client()?;
+        if self.apps.is_empty() || self.apps.len() > APPS_MAX {
+            return Err(invalid(format!("need 1..={APPS_MAX} applications")));
+        }
+        let procs: u64 = self.apps.iter().map(|a| a.procs).sum();
+        if procs > PROCS_MAX {
+            return Err(invalid(format!("{procs} processes, more than procs_max = {PROCS_MAX}")));
+        }
+        if self.sweep_granularity_bytes.len() > SWEEP_POINTS_MAX {
+            return Err(invalid(format!("more than {SWEEP_POINTS_MAX} sweep points")));
+        }
+        if self.sweep_granularity_bytes.contains(&0) {
+            return Err(invalid("sweep granularity 0".into()));
+        }
+        self.apps.iter().try_for_each(App::validate)
+    }
+
+    fn validate_server(&self) -> Result<(), Error> {
+        let s = &self.server;
+        if s.count == 0 || s.count > SERVERS_MAX {
+            return Err(invalid(format!("server count must be 1..={SERVERS_MAX}")));
+        }
+        if s.stripe_bytes == 0 || s.stripe_count == 0 || s.stripe_count > s.count {
+            return Err(invalid("stripe_bytes > 0 and 1 <= stripe_count <= count".into()));
+        }
+        match (s.device.as_str(), &s.hdd, &s.profile) {
+            ("hdd7200" | "ssd", _, _) | ("hdd", Some(_), _) | ("profile", _, Some(_)) => {}
+            (d, _, _) => return Err(invalid(format!("device {d:?}: hdd7200, ssd, hdd with [server.hdd], profile with [server.profile]"))),
+        }
+        if s.hdd.as_ref().is_some_and(|h| h.bytes_per_s == 0) || s.profile.as_ref().is_some_and(|p| p.bytes_per_s == 0) {
+            return Err(invalid("device bytes_per_s must be positive".into()));
+        }
+        Ok(())
+    }
+
+    fn validate_client(&self) -> Result<(), Error> {
+        let c = &self.client;
+        if c.pieces_inflight_max == 0 || c.pieces_inflight_max > 4_096 {
+            return Err(invalid("pieces_inflight_max must be 1..=4096".into()));
+        }
+        if c.cb_buffer_bytes == 0 || c.cb_buffer_bytes > 64 << 20 {
+            return Err(invalid("cb_buffer_bytes must be 1..=64 MiB".into()));
+        }
+        if c.fs_piece_bytes > 64 << 20 {
+            return Err(invalid("fs_piece_bytes at most 64 MiB".into()));
+        }
+        Ok(())
+    }
+}
+
+impl App {
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |what: &str| Err(invalid(format!("application {:?}: {what}", self.name)));
+        if self.procs == 0 {
+            return bad("procs must be positive");
+        }
+        if self.bytes == 0 || self.granularity_bytes == 0 {
+            return bad("bytes and granularity_bytes must be positive");
+        }
+        if self.granularity_bytes > 64 << 20 {
+            return bad("granularity_bytes at most 64 MiB");
+        }
+        if self.interface == Interface::Mpiio && (self.aggregators == 0 || self.aggregators > self.procs) {
+            return bad("aggregators must be 1..=procs");
+        }
+        Ok(())
+    }
+}
+
+/// Cache layer of the I/O servers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cache {
+    /// Every request goes to the scheduler; replies when the device is done.
+    None,
+    /// Writes are acknowledged on arrival while dirty bytes fit in
+    /// `cache_bytes`, and flushed through the scheduler.
+    WriteBehind,
+    /// Write-behind, and reads fetch whole `cache_block_bytes` blocks kept
+    /// in a bounded cache, so the other clients' pieces of a block hit.
+    Aggregation,
+}
+
+impl Cache {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cache::None => "none",
+            Cache::WriteBehind => "write-behind",
+            Cache::Aggregation => "aggregation",
+        }
+    }
+}
+
+/// One mode: a policy and a cache layer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mode {
+    pub policy: String,
+    pub cache: Cache,
+}
+
+impl Mode {
+    /// `policy` or `policy/cache`.
+    pub fn parse(text: &str) -> Result<Mode, Error> {
+        let (p, c) = text.split_once('/').unwrap_or((text, "none"));
+        if sluice_core::PolicyConfig::from_name(p).is_none() {
+            let known = sluice_core::POLICY_NAMES.join(", ");
+            return Err(Error::new(ErrorKind::UnknownMode, format!("policy {p:?} (known: {known})")));
+        }
+        let cache = match c {
+            "none" => Cache::None,
+            "write-behind" => Cache::WriteBehind,
+            "aggregation" => Cache::Aggregation,
+            _ => return Err(Error::new(ErrorKind::UnknownMode, format!("cache {c:?} (known: none, write-behind, aggregation)"))),
+        };
+        Ok(Mode { policy: p.to_string(), cache })
+    }
+
+    /// The label used in tables and JSON: the policy alone when the cache
+    /// is `none`, else `policy/cache`.
+    pub fn label(&self) -> String {
+        match self.cache {
+            Cache::None => self.policy.clone(),
+            c => format!("{}/{}", self.policy, c.name()),
+        }
+    }
+}

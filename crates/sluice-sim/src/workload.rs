@@ -1,0 +1,154 @@
+//! Which bytes each process accesses: the seed's decomposition (strided),
+//! contiguous shares, and the rounds of MPI-IO's two-phase collective.
+//! Pure arithmetic, tested on its own: every byte of an application is
+//! covered by exactly one request.
+
+/// How one application's bytes are laid out over its processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub bytes: u64,
+    pub procs: u64,
+    pub granularity: u64,
+    pub strided: bool,
+}
+
+impl Layout {
+    /// Requests process `rank` issues.
+    pub fn requests(&self, rank: u64) -> u64 {
+        if self.strided {
+            let n = self.bytes.div_ceil(self.granularity);
+            if rank < n {
+                (n - rank).div_ceil(self.procs)
+            } else {
+                0
+            }
+        } else {
+            let (lo, hi) = self.share(rank);
+            (hi - lo).div_ceil(self.granularity)
+        }
+    }
+
+    /// The byte range `[lo, hi)` process `rank` owns (contiguous layout).
+    fn share(&self, rank: u64) -> (u64, u64) {
+        let share = self.bytes.div_ceil(self.procs);
+        let lo = (rank * share).min(self.bytes);
+        (lo, (lo + share).min(self.bytes))
+    }
+
+    /// Offset and length of request `j` of process `rank`.
+    pub fn request(&self, rank: u64, j: u64) -> (u64, u64) {
+        let off = if self.strided { (rank + j * self.procs) * self.granularity } else { self.share(rank).0 + j * self.granularity };
+        let end = if self.strided { self.bytes } else { self.share(rank).1 };
+        (off, self.granularity.min(end - off))
+    }
+}
+
+/// The rounds of a two-phase collective over `bytes` with `aggregators`
+/// aggregators of `cb_bytes` each (ROMIO: each round, each aggregator
+/// accesses one contiguous collective buffer of its file domain).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TwoPhase {
+    pub bytes: u64,
+    pub aggregators: u64,
+    pub cb_bytes: u64,
+}
+
+impl TwoPhase {
+    pub fn rounds(&self) -> u64 {
+        self.bytes.div_ceil(self.aggregators * self.cb_bytes)
+    }
+
+    /// Offset and length of aggregator `a`'s access in `round` (length 0
+    /// when the last round leaves it nothing).
+    pub fn part(&self, round: u64, a: u64) -> (u64, u64) {
+        let span = self.aggregators * self.cb_bytes;
+        let lo = round * span;
+        let hi = (lo + span).min(self.bytes);
+        let each = (hi - lo).div_ceil(self.aggregators);
+        let off = (lo + a * each).min(hi);
+        (off, each.min(hi - off))
+    }
+
+    /// Aggregators with a non-empty part in `round`.
+    pub fn active(&self, round: u64) -> u64 {
+        (0..self.aggregators).filter(|&a| self.part(round, a).1 > 0).count() as u64
+    }
+
+    /// Rank of aggregator `a` among `procs` processes: spread evenly, so
+    /// aggregators land on distinct nodes (ROMIO's default placement).
+    pub fn rank(&self, a: u64, procs: u64) -> u64 {
+        a * procs / self.aggregators
+    }
+
+    /// Bytes exchanged between one aggregator and one process for a part
+    /// of `len` bytes: an even share, at least one byte.
+    pub fn exchange_bytes(len: u64, procs: u64) -> u64 {
+        len.div_ceil(procs).max(1)
+    }
+}
+
+/// Where byte `offset` of a file striped in `stripe` units over `count`
+/// servers starting at `first` of `servers` lives: the server and the
+/// offset in that server's local object, and the bytes left in the unit.
+pub fn stripe_map(offset: u64, stripe: u64, count: u64, first: u64, servers: u64) -> (u64, u64, u64) {
+    let unit = offset / stripe;
+    let server = (first + unit % count) % servers;
+    let local = (unit / count) * stripe + offset % stripe;
+    (server, local, stripe - offset % stripe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covered(l: &Layout) -> Vec<u64> {
+        let mut hits = vec![0u64; l.bytes as usize];
+        for r in 0..l.procs {
+            for j in 0..l.requests(r) {
+                let (o, n) = l.request(r, j);
+                assert!(n > 0);
+                hits[o as usize..(o + n) as usize].iter_mut().for_each(|h| *h += 1);
+            }
+        }
+        hits
+    }
+
+    #[test]
+    fn every_byte_exactly_once() {
+        for strided in [true, false] {
+            for (bytes, procs, g) in [(1000, 3, 7), (4096, 4, 512), (10, 32, 4), (1 << 12, 1, 100)] {
+                let l = Layout { bytes, procs, granularity: g, strided };
+                assert!(covered(&l).iter().all(|&h| h == 1), "{l:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn strided_is_round_robin() {
+        let l = Layout { bytes: 8 << 10, procs: 4, granularity: 1 << 10, strided: true };
+        assert_eq!(l.request(1, 0), (1 << 10, 1 << 10));
+        assert_eq!(l.request(1, 1), (5 << 10, 1 << 10));
+    }
+
+    #[test]
+    fn two_phase_parts_cover_the_file() {
+        let t = TwoPhase { bytes: 1000, aggregators: 3, cb_bytes: 100 };
+        let mut hits = vec![0; 1000];
+        for r in 0..t.rounds() {
+            for a in 0..3 {
+                let (o, n) = t.part(r, a);
+                hits[o as usize..(o + n) as usize].iter_mut().for_each(|h| *h += 1);
+            }
+        }
+        assert!(hits.iter().all(|&h| h == 1));
+        assert_eq!((t.rounds(), t.active(3), t.part(3, 2)), (4, 3, (968, 32)));
+        assert_eq!(t.rank(2, 32), 21);
+    }
+
+    #[test]
+    fn striping_round_robin_with_dense_local_objects() {
+        // 64 KiB units over 10 servers: unit 12 is on server 2, second row.
+        assert_eq!(stripe_map(12 * 65536 + 5, 65536, 10, 0, 10), (2, 65536 + 5, 65536 - 5));
+        assert_eq!(stripe_map(5, 65536, 1, 3, 10), (3, 5, 65536 - 5));
+    }
+}

@@ -1,0 +1,250 @@
+//! The engine as a whole: determinism, bounds, the device and network
+//! models against hand-computed times, the software model's variants,
+//! and the trace.
+
+mod common;
+
+use common::{check, shipped};
+use sluice_sim::{ErrorKind, RunOptions, Scenario};
+
+/// One process on a network so fast it costs nothing measurable.
+fn lone_reader(device: &str, bytes: u64, granularity: u64) -> Scenario {
+    let text = format!(
+        r#"
+name = "lone"
+[network]
+nic_bytes_per_s = 1_000_000_000_000_000
+nic_latency_ns = 0
+switch_bytes_per_s = 1_000_000_000_000_000
+header_bytes = 0
+[cluster]
+compute_nodes = 1
+[server]
+count = 1
+device = "{device}"
+stripe_bytes = 1_073_741_824
+[server.hdd]
+seek_far_ns = 10_000_000
+seek_near_ns = 1_000_000
+near_bytes = 5_000_000
+rotation_ns = 0
+bytes_per_s = 50_000_000
+[server.profile]
+access_ns = 100_000
+bytes_per_s = 200_000_000
+[client]
+fs_piece_bytes = 0
+pieces_inflight_max = 16
+cb_buffer_bytes = 16_777_216
+start_jitter_ns = 0
+[[app]]
+name = "reader"
+procs = 1
+op = "read"
+pattern = "contiguous"
+bytes = {bytes}
+granularity_bytes = {granularity}
+"#
+    );
+    Scenario::from_toml(&text).unwrap()
+}
+
+fn completion(sc: &Scenario, mode: &str) -> f64 {
+    check(sc, 1.0, &[mode]).runs[0].makespan_s
+}
+
+#[test]
+fn hdd7200_service_times_as_the_sim_charges_them() {
+    // Two 1 MiB reads: a far seek + half a rotation + transfer, then a
+    // transfer only: 9 + 4.17 + 2 x 10.48576 ms.
+    let t = completion(&lone_reader("hdd7200", 2 << 20, 1 << 20), "fifo");
+    assert!((t - 0.034_141_52).abs() < 1e-6, "{t}");
+    let r = check(&lone_reader("hdd7200", 2 << 20, 1 << 20), 1.0, &["fifo"]);
+    let d = &r.runs[0].device_stats;
+    assert_eq!((d.seeks_far, d.seeks_near, d.seeks_none, d.dispatches), (1, 0, 1, 2));
+}
+
+#[test]
+fn piosimhd_disk_and_profile_service_times() {
+    // PIOsimHD's disk: 10 ms average access, 50 MB/s: 10 ms + 2 x 20.97152 ms.
+    let t = completion(&lone_reader("hdd", 2 << 20, 1 << 20), "fifo");
+    assert!((t - 0.051_943_04).abs() < 1e-6, "{t}");
+    // A measured profile: 100 us per access, 200 MB/s, four 512 KiB reads.
+    let t = completion(&lone_reader("profile", 2 << 20, 512 << 10), "fifo");
+    assert!((t - (4.0 * 100e-6 + 4.0 * 524_288.0 / 200e6)).abs() < 1e-6, "{t}");
+}
+
+#[test]
+fn same_seed_same_json_other_seed_other_run() {
+    let sc = shipped("mix10");
+    let run = |seed| {
+        let opts = RunOptions { modes: vec!["fifo".into(), "aioli".into()], seed: Some(seed), scale: Some(1.0 / 64.0), trace: false };
+        let (r, _) = sluice_sim::run(&sc, &opts).unwrap();
+        serde_json::to_string(&r.without_host_timing()).unwrap()
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7), run(8));
+}
+
+#[test]
+fn bounds_fail_with_the_seed() {
+    let mut sc = shipped("mix10");
+    sc.bounds.events_max = 1_000;
+    let opts = RunOptions { modes: vec!["aioli".into()], seed: Some(42), scale: Some(1.0 / 64.0), trace: false };
+    let e = sluice_sim::run(&sc, &opts).unwrap_err();
+    assert_eq!((e.kind, e.seed), (ErrorKind::Bound, Some(42)));
+    assert!(e.to_string().contains("--seed 42"), "{e}");
+    // At the bound it passes: the same run needs fewer than this.
+    sc.bounds.events_max = 2_000_000;
+    sluice_sim::run(&sc, &opts).unwrap();
+}
+
+#[test]
+fn unknown_mode_and_bad_scenarios_are_errors() {
+    let sc = shipped("mix10");
+    let opts = RunOptions { modes: vec!["lottery".into()], ..RunOptions::default() };
+    assert_eq!(sluice_sim::run(&sc, &opts).unwrap_err().kind, ErrorKind::UnknownMode);
+    let opts = RunOptions { modes: vec!["fifo/ram".into()], ..RunOptions::default() };
+    assert_eq!(sluice_sim::run(&sc, &opts).unwrap_err().kind, ErrorKind::UnknownMode);
+    assert_eq!(Scenario::from_toml("name = 1").unwrap_err().kind, ErrorKind::Parse);
+    let mut bad = sc.clone();
+    bad.apps[0].procs = 0;
+    assert_eq!(bad.validate().unwrap_err().kind, ErrorKind::Invalid);
+}
+
+#[test]
+fn procs_max_at_n_and_n_plus_one() {
+    let mut sc = shipped("mix10");
+    let others: u64 = sc.apps[1..].iter().map(|a| a.procs).sum();
+    sc.apps[0].procs = sluice_sim::PROCS_MAX - others;
+    sc.validate().unwrap();
+    sc.apps[0].procs += 1;
+    assert_eq!(sc.validate().unwrap_err().kind, ErrorKind::Invalid);
+}
+
+#[test]
+fn sim_time_bound_fails_with_the_seed() {
+    let mut sc = shipped("mix10");
+    sc.bounds.sim_ns_max = 1_000_000;
+    let opts = RunOptions { modes: vec!["fifo".into()], scale: Some(1.0 / 64.0), ..RunOptions::default() };
+    let e = sluice_sim::run(&sc, &opts).unwrap_err();
+    assert_eq!((e.kind, e.seed), (ErrorKind::Bound, Some(sc.seed)));
+}
+
+#[test]
+fn a_full_scheduler_queue_overflows_into_the_bounded_backlog() {
+    // 5,000 processes, each with 16 pieces of 4 KiB in flight, on one
+    // disk: 80,000 requests, more than the core's queued_requests_max.
+    let mut sc = sluice_sim::bench_scenario(5_000, 1);
+    (sc.server.count, sc.server.stripe_count, sc.client.fs_piece_bytes) = (1, 1, 4096);
+    sc.server.device = "hdd7200".into();
+    let full = sluice_core::Limits::default().queued_requests_max as u64;
+    assert!(5_000 * 16 > full);
+    check(&sc, 1.0, &["fifo"]);
+    sc.server.backlog_max = 0;
+    let opts = RunOptions { modes: vec!["fifo".into()], ..RunOptions::default() };
+    assert_eq!(sluice_sim::run(&sc, &opts).unwrap_err().kind, ErrorKind::Bound);
+}
+
+#[test]
+fn mpiio_two_phase_turns_small_strided_reads_into_large_ones() {
+    let mut sc = shipped("decomposition");
+    sc.sweep_granularity_bytes = vec![8 << 10];
+    let posix = check(&sc, 1.0 / 64.0, &["fifo"]);
+    let p = &posix.runs[0];
+    for (aggregators, gain) in [(1, 3.0), (4, 1.2)] {
+        for a in &mut sc.apps {
+            (a.interface, a.aggregators) = (sluice_sim::Interface::Mpiio, aggregators);
+        }
+        let mpi = check(&sc, 1.0 / 64.0, &["fifo"]);
+        let m = &mpi.runs[0];
+        // Several aggregators' streams still interleave on an unscheduled
+        // disk, so the gain shrinks as aggregators are added.
+        assert!(m.makespan_s * gain < p.makespan_s, "{aggregators} aggregators: MPI-IO {} s vs POSIX {} s", m.makespan_s, p.makespan_s);
+        assert_eq!(m.apps[0].bytes, p.apps[0].bytes);
+    }
+    // Writes through the collective complete too.
+    sc.apps[0].op = sluice_sim::OpName::Write;
+    let w = check(&sc, 1.0 / 64.0, &["fifo", "aioli"]);
+    assert!(w.runs.iter().all(|r| r.makespan_s > 0.0 && r.device_stats.bytes >= r.apps[0].bytes));
+}
+
+#[test]
+fn write_behind_answers_writes_before_the_disk() {
+    let mut sc = shipped("mix10");
+    sc.server.cache_bytes = 64 << 20;
+    let r = check(&sc, 1.0 / 64.0, &["fifo", "fifo/write-behind"]);
+    let w = "write sequential. - 32MB (1 node, granularity=4KB)";
+    let (none, wb) = (r.runs[0].app(w).unwrap().completion_s, r.runs[1].app(w).unwrap().completion_s);
+    assert!(wb * 5.0 < none, "write-behind {wb} s vs none {none} s");
+}
+
+#[test]
+fn trace_has_process_and_device_tracks() {
+    let sc = shipped("mix10");
+    let opts = RunOptions { modes: vec!["aioli".into()], scale: Some(1.0 / 256.0), trace: true, ..RunOptions::default() };
+    let (_, trace) = sluice_sim::run(&sc, &opts).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&trace.unwrap().to_json()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let spans = |pid: u64| events.iter().filter(|e| e["ph"] == "X" && e["pid"] == pid).count();
+    assert!(spans(1) > 0 && spans(2) > 0, "process and device spans");
+    let begins = events.iter().filter(|e| e["ph"] == "b").count();
+    assert!(begins > 0 && begins == events.iter().filter(|e| e["ph"] == "e").count(), "piece slices open and close");
+    assert_eq!(events.iter().filter(|e| e["ph"] == "M").count(), 2);
+}
+
+#[test]
+fn trace_bound_keeps_the_first_events_and_counts_the_rest() {
+    let mut sc = shipped("mix10");
+    sc.bounds.trace_events_max = 10;
+    let opts = RunOptions { modes: vec!["fifo".into()], scale: Some(1.0 / 256.0), trace: true, ..RunOptions::default() };
+    let t = sluice_sim::run(&sc, &opts).unwrap().1.unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&t.to_json()).unwrap();
+    assert_eq!(doc["traceEvents"].as_array().unwrap().len(), 10);
+    assert!(t.dropped() > 0);
+}
+
+#[test]
+fn ten_thousand_processes_with_memory_bounded_by_what_is_in_flight() {
+    let sc = sluice_sim::bench_scenario(10_000, 2);
+    let r = check(&sc, 1.0, &["aioli"]);
+    let run = &r.runs[0];
+    assert_eq!(run.apps.iter().map(|a| a.procs).sum::<u64>(), 10_000);
+    // One request outstanding per process: the peak is the process count.
+    assert!(run.pieces_peak <= 10_000 * 16, "{}", run.pieces_peak);
+    assert!(run.events > 10_000 * 2 * 4);
+}
+
+#[test]
+fn aioli_overrides_reach_the_policy() {
+    let mut sc = shipped("mix10");
+    sc.aioli.hold_ns_max = Some(0);
+    sc.aioli.sync_hits_min = Some(3);
+    let p = sc.aioli.params();
+    assert_eq!((p.hold_ns_max, p.sync_hits_min), (0, 3));
+    assert_eq!(p.quantum_bytes_max, sluice_core::AioliParams::default().quantum_bytes_max);
+    // A different parameter set gives a different run of the same seed.
+    let base = check(&shipped("mix10"), 1.0 / 64.0, &["aioli"]);
+    sc.aioli.sync_window_ns_max = Some(0);
+    sc.aioli.sync_window_ns_min = Some(0);
+    let tuned = check(&sc, 1.0 / 64.0, &["aioli"]);
+    assert_ne!(base.runs[0].events, tuned.runs[0].events);
+    let text = std::fs::read_to_string(format!("{}/../../scenarios/mix10.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let e = Scenario::from_toml(&format!("{text}\n[aioli]\nwindow = 1\n")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Parse);
+}
+
+#[test]
+fn sweep_plot_is_a_png_and_needs_a_sweep() {
+    let mut sc = shipped("decomposition");
+    sc.sweep_granularity_bytes = vec![8 << 10, 64 << 10, 1 << 20];
+    let r = check(&sc, 1.0 / 256.0, &["fifo", "aioli"]);
+    let path = std::env::temp_dir().join(format!("sluice-sim-plot-{}.png", std::process::id()));
+    let legend = sluice_sim::sweep_png(&r, &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+    assert!(legend.contains("red = fifo") && legend.contains("blue = aioli"), "{legend}");
+    let single = check(&shipped("mix10"), 1.0 / 256.0, &["fifo"]);
+    assert_eq!(sluice_sim::sweep_png(&single, &path).unwrap_err().kind, ErrorKind::Output);
+}

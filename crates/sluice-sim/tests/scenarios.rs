@@ -1,0 +1,105 @@
+//! One test per shipped scenario, each asserting the physically expected
+//! direction (never the seed's numbers), on a scaled-down copy.
+
+mod common;
+
+use common::{check, makespan, shipped};
+
+#[test]
+fn mix10_aioli_makespan_lower_and_no_application_slower() {
+    let sc = shipped("mix10");
+    let r = check(&sc, 1.0 / 32.0, &["fifo", "aioli"]);
+    let (fifo, aioli) = (r.run("fifo", None).unwrap(), r.run("aioli", None).unwrap());
+    assert!(aioli.makespan_s * 2.0 < fifo.makespan_s, "makespan aioli {} vs fifo {}", aioli.makespan_s, fifo.makespan_s);
+    for (f, a) in fifo.apps.iter().zip(&aioli.apps) {
+        assert!(a.completion_s <= f.completion_s * 1.05, "{}: aioli {} s, fifo {} s", a.name, a.completion_s, f.completion_s);
+    }
+    // The synchronous 4 KiB reader gets its dedicated windows.
+    let cat = "read sequential. - 32MB (1 node, granularity=4KB)";
+    assert!(aioli.app(cat).unwrap().completion_s * 5.0 < fifo.app(cat).unwrap().completion_s);
+    // Aggregation is what the gain is made of.
+    assert!(aioli.device_stats.requests_per_dispatch > 4.0 * fifo.device_stats.requests_per_dispatch);
+    assert!(aioli.device_stats.seeks_far < fifo.device_stats.seeks_far);
+}
+
+#[test]
+fn mix10_mpiio_aioli_lower_makespan_and_collective_buffering_loads_the_nfs_server() {
+    let scale = 1.0 / 32.0;
+    let mpi = check(&shipped("mix10-mpiio"), scale, &["fifo", "aioli"]);
+    let posix = check(&shipped("mix10"), scale, &["fifo"]);
+    assert!(makespan(&mpi, "aioli", None) * 2.0 < makespan(&mpi, "fifo", None));
+    // One aggregator per node, each streaming 16 MiB buffers: on the
+    // unscheduled server the decompositions get slower than with POSIX
+    // (the seed's NFS columns: 490 s POSIX, 840 s MPI IO).
+    let read = "read decompos. - 2GB (32 nodes, granularity=128KB)";
+    let (p, m) = (posix.runs[0].app(read).unwrap().completion_s, mpi.run("fifo", None).unwrap().app(read).unwrap().completion_s);
+    assert!(m > p, "MPI-IO {m} s, POSIX {p} s");
+}
+
+#[test]
+fn bench_10k_completes_with_memory_bounded_by_what_is_in_flight() {
+    let r = check(&shipped("bench-10k"), 1.0 / 200.0, &["fifo", "aioli"]);
+    for run in &r.runs {
+        assert_eq!(run.apps.iter().map(|a| a.procs).sum::<u64>(), 10_000);
+        assert!(run.pieces_peak <= 10_000 * 16 && run.messages_peak <= 10_000 * 16, "{}", run.mode);
+        assert!(run.makespan_s > 0.0 && run.events > 10_000);
+    }
+}
+
+#[test]
+fn decomposition_small_granularity_aioli_many_times_faster() {
+    let mut sc = shipped("decomposition");
+    sc.sweep_granularity_bytes = vec![8 << 10, 16 << 10, 32 << 10, 4 << 20];
+    let r = check(&sc, 1.0 / 32.0, &["fifo", "aioli"]);
+    for g in [8 << 10, 16 << 10, 32 << 10] {
+        let (f, a) = (makespan(&r, "fifo", Some(g)), makespan(&r, "aioli", Some(g)));
+        assert!(a * 3.0 < f, "at {g} B: aioli {a} s, fifo {f} s");
+    }
+    // With 4 MiB requests there is little left to aggregate: no harm done.
+    let (f, a) = (makespan(&r, "fifo", Some(4 << 20)), makespan(&r, "aioli", Some(4 << 20)));
+    assert!(a <= f * 1.1, "at 4 MiB: aioli {a} s, fifo {f} s");
+    // The unscheduled server gets slower as the granularity shrinks.
+    assert!(makespan(&r, "fifo", Some(8 << 10)) > makespan(&r, "fifo", Some(32 << 10)));
+}
+
+#[test]
+fn decomposition_cat_the_cat_is_shielded_by_aioli() {
+    let mut sc = shipped("decomposition-cat");
+    sc.sweep_granularity_bytes = vec![8 << 10, 128 << 10];
+    let r = check(&sc, 1.0 / 32.0, &["fifo", "aioli"]);
+    let cat = "cat 16MB (1 node, granularity=32KB)";
+    for g in [8 << 10, 128 << 10] {
+        let (f, a) = (r.run("fifo", Some(g)).unwrap(), r.run("aioli", Some(g)).unwrap());
+        let (fc, ac) = (f.app(cat).unwrap().completion_s, a.app(cat).unwrap().completion_s);
+        assert!(ac * 5.0 < fc, "at {g} B the cat takes {ac} s under aioli, {fc} s under fifo");
+        assert!(a.makespan_s < f.makespan_s);
+    }
+}
+
+#[test]
+fn piosimhd_aggregation_and_server_directed_not_slower_than_no_cache() {
+    let sc = shipped("piosimhd-strided");
+    let r = check(&sc, 1.0 / 16.0, &["fifo", "fifo/aggregation", "aioli/aggregation"]);
+    let small = Some(5 << 10);
+    let (none, agg, directed) = (makespan(&r, "fifo", small), makespan(&r, "fifo/aggregation", small), makespan(&r, "aioli/aggregation", small));
+    assert!(agg < none, "5 KiB: aggregation {agg} s, no cache {none} s");
+    assert!(directed <= agg * 1.05, "5 KiB: server-directed {directed} s, aggregation {agg} s");
+    let hits = r.run("fifo/aggregation", small).unwrap().device_stats.cache_hits;
+    assert!(hits > 0, "5 KiB blocks share 64 KiB cache blocks");
+    let big = Some(512 << 10);
+    assert!(makespan(&r, "aioli/aggregation", big) <= makespan(&r, "fifo", big) * 1.05);
+    // 10 disks of 50 MB/s: nothing reads faster than 500 MB/s.
+    for run in &r.runs {
+        assert!(run.apps[0].bytes as f64 / run.makespan_s < 500e6, "{} beat the disks", run.mode);
+    }
+}
+
+#[test]
+fn every_shipped_scenario_parses_and_names_known_modes() {
+    for name in ["mix10", "mix10-mpiio", "decomposition", "decomposition-cat", "piosimhd-strided", "bench-10k"] {
+        let sc = shipped(name);
+        for m in &sc.modes {
+            sluice_sim::Mode::parse(m).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+}
