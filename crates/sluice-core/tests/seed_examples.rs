@@ -154,3 +154,16 @@ fn drifting_processes_are_gathered_back_into_rounds() {
         assert!(aioli.end_ns <= fifo.end_ns * 13 / 10 + slack, "think {think}: aioli {} vs fifo {}", aioli.end_ns, fifo.end_ns);
     }
 }
+
+/// With `sync_window_ns_max = 0` (a device without seek cost) no window is
+/// ever opened: two `cat` readers alternate like under fifo, and the policy
+/// never asks the device to wait.
+#[test]
+fn zero_window_maximum_turns_windows_off() {
+    let p = AioliParams { sync_window_ns_max: 0, sync_window_ns_min: 0, ..AioliParams::default() };
+    let mut s = Scheduler::new(PolicyConfig::Aioli(p), Limits { dispatches_inflight_max: 1, ..Limits::default() });
+    let streams = vec![cat(1, 1, 32 * KIB, 32, 0, 30_000), cat(2, 2, 32 * KIB, 32, 1_000, 30_000)];
+    let log = sluice_core::replay::replay(&mut s, &streams, hdd(), 1_000_000, true).unwrap();
+    let windows = run("aioli", &streams, hdd());
+    assert!(seeks(&log) > 2 * seeks(&windows), "without windows the readers alternate: {} vs {} seeks", seeks(&log), seeks(&windows));
+}

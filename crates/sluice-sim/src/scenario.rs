@@ -68,6 +68,7 @@ pub struct AioliOverrides {
     pub sync_window_ns_min: Option<u64>,
     pub sync_window_ns_max: Option<u64>,
     pub sync_hits_min: Option<u32>,
+    pub turn_ns_max: Option<u64>,
 }
 
 impl AioliOverrides {
@@ -82,7 +83,21 @@ impl AioliOverrides {
         set(&mut p.hold_ns_max, self.hold_ns_max);
         set(&mut p.sync_window_ns_min, self.sync_window_ns_min);
         set(&mut p.sync_window_ns_max, self.sync_window_ns_max);
+        set(&mut p.turn_ns_max, self.turn_ns_max);
         p.sync_hits_min = self.sync_hits_min.unwrap_or(p.sync_hits_min);
+        p
+    }
+
+    /// The parameters for a server with `device`. Dedicated windows only
+    /// pay where moving to another file costs (a seek); on flash they idle
+    /// the device for nothing, so there they are off unless the scenario
+    /// sets them.
+    pub fn params_for(&self, device: &str) -> sluice_core::AioliParams {
+        let mut p = self.params();
+        if matches!(device, "ssd" | "profile") && self.sync_window_ns_max.is_none() {
+            p.sync_window_ns_max = 0;
+            p.sync_window_ns_min = 0;
+        }
         p
     }
 }

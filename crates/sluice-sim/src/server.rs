@@ -80,7 +80,7 @@ pub fn device(sc: &Scenario) -> Box<dyn DeviceModel> {
 impl ServerState {
     pub fn new(sc: &Scenario, mode: &Mode) -> Result<ServerState, Error> {
         let policy = match PolicyConfig::from_name(&mode.policy) {
-            Some(PolicyConfig::Aioli(_)) => PolicyConfig::Aioli(sc.aioli.params()),
+            Some(PolicyConfig::Aioli(_)) => PolicyConfig::Aioli(sc.aioli.params_for(&sc.server.device)),
             Some(p) => p,
             None => return Err(Error::new(ErrorKind::UnknownMode, mode.policy.clone())),
         };

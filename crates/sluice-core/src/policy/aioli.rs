@@ -49,7 +49,8 @@
 //!    A hold that expires shrinks the target to what was reached, so a file
 //!    whose pieces stopped coming stops being waited for.
 //!
-//! 5. **Bounds.** Holds and windows are capped in time, turns in bytes, and
+//! 5. **Bounds.** Holds and windows are capped in time, turns in bytes and
+//!    in time (`turn_ns_max`), and
 //!    the scheduler's expiry serves anything older than
 //!    `request_expire_ns` first; tables of streams and file histories are
 //!    capped and evict the least recently used half when full.
@@ -88,6 +89,8 @@ struct App {
 struct Turn {
     app: AppId,
     remaining: u64,
+    /// When the turn began: it ends after `turn_ns_max` whatever is left.
+    started: Nanos,
     file: FileId,
     op: Op,
     next_offset: u64,
@@ -227,7 +230,7 @@ impl Aioli {
         let a = self.apps.get_mut(&chosen).expect("chosen application exists");
         let remaining = std::mem::replace(&mut a.quantum, min);
         let head = *store.entry(a.fifo.front(store).expect("chosen application is backlogged"));
-        Some(Turn { app: chosen, remaining, file: head.req.file, op: head.req.op, next_offset: head.req.offset })
+        Some(Turn { app: chosen, remaining, started: now, file: head.req.file, op: head.req.op, next_offset: head.req.offset })
     }
 
     /// The turn application's next request: the first one of its requests
@@ -356,8 +359,9 @@ impl Policy for Aioli {
             return p;
         }
         let backlogged = |s: &Self, t: &Turn| s.apps.get(&t.app).is_some_and(|a| a.live > 0);
+        let turn_ns_max = self.p.turn_ns_max;
         let turn = match self.turn {
-            Some(t) if t.remaining > 0 && backlogged(self, &t) => t,
+            Some(t) if t.remaining > 0 && now.saturating_sub(t.started) < turn_ns_max && backlogged(self, &t) => t,
             _ => match self.new_turn(store, now) {
                 Some(t) => t,
                 None => return Pick::Idle,
@@ -429,7 +433,9 @@ impl Policy for Aioli {
             self.stream(m.app, m.client).last_complete = Some(now);
         }
         let Some(t) = self.turn else { return };
-        if self.window.is_some() {
+        // A zero maximum turns windows off (devices where moving to
+        // another file costs nothing).
+        if self.window.is_some() || self.p.sync_window_ns_max == 0 || now.saturating_sub(t.started) >= self.p.turn_ns_max {
             return;
         }
         let (hits_min, wmin, wmax) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max);
