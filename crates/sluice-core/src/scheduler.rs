@@ -20,7 +20,7 @@ use crate::config::{Limits, PolicyConfig};
 use crate::error::{Error, ErrorKind};
 use crate::hash::FxHashMap;
 use crate::policy::{self, Pick, Policy};
-use crate::store::{Entry, InFlight, Store};
+use crate::store::{Entry, FileQ, InFlight, Store};
 use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request};
 
 /// Counters, cumulative except where marked "now".
@@ -52,7 +52,7 @@ pub struct Stats {
 pub struct Scheduler {
     limits: Limits,
     config: PolicyConfig,
-    policy: Box<dyn Policy>,
+    policy: Box<dyn Policy + Send>,
     store: Store,
     inflight: FxHashMap<DispatchId, Dispatch>,
     apps: FxHashMap<AppId, u32>,
@@ -153,7 +153,7 @@ impl Scheduler {
         if self.store.queued_bytes + self.blocked_bytes + req.len > l.queued_bytes_max {
             return Err(Error::new(ErrorKind::QueueBytesFull, l.queued_bytes_max));
         }
-        if self.store.files_active >= l.files_max as usize && !self.store.files.get(&req.file).is_some_and(|f| !f.is_idle()) {
+        if self.store.files_active >= l.files_max as usize && self.store.files.get(&req.file).is_none_or(FileQ::is_idle) {
             return Err(Error::new(ErrorKind::TooManyFiles, u64::from(l.files_max)));
         }
         Ok(())

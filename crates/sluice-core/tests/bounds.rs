@@ -195,3 +195,10 @@ fn idle_list_stays_bounded_when_files_cycle() {
     }
     s.check_invariants(); // asserts the idle list <= 2 x idle files + 65
 }
+
+/// Drivers move the scheduler into the thread that owns it.
+#[test]
+fn scheduler_is_send() {
+    fn send<T: Send>(_: T) {}
+    send(Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits::default()));
+}

@@ -52,7 +52,7 @@ pub(crate) trait Policy {
     fn check(&self, _store: &Store) {}
 }
 
-pub(crate) fn build(config: &PolicyConfig, limits: &Limits) -> Box<dyn Policy> {
+pub(crate) fn build(config: &PolicyConfig, limits: &Limits) -> Box<dyn Policy + Send> {
     match config {
         PolicyConfig::Fifo => Box::new(fifo::Fifo::new(false)),
         PolicyConfig::FifoMerge => Box::new(fifo::Fifo::new(true)),

@@ -1,0 +1,221 @@
+//! The connection: framed sends under a write lock, and replies matched to
+//! request ids under a read lock. Whoever waits reads the socket itself
+//! ("leader reads"), stashing replies meant for other waiters, so a lone
+//! caller pays no thread hand-off and a reply's payload lands straight in
+//! the caller's buffer.
+//!
+//! Invariant: once the connection breaks, every waiting and every later
+//! call fails with `Disconnected` (EIO); nothing blocks on a dead server.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, IoSlice, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, DirEntry, HelloOk, Opcode, Request, Response, WireStat, FRAME_BYTES_MAX, HEADER_BYTES};
+
+use crate::error::{ClientError, ClientErrorKind, Result};
+
+/// Bytes of the reply read buffer.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+/// Write payloads up to this size are copied behind the header and sent
+/// with one system call; larger ones are sent from the caller's buffer.
+const SMALL_WRITE_BYTES: usize = 64 << 10;
+
+pub(crate) enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write_vectored(bufs),
+            Stream::Tcp(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A reply, owned.
+#[derive(Debug)]
+pub(crate) enum Reply {
+    HelloOk(HelloOk),
+    Ok,
+    Fd(u64),
+    Data(Vec<u8>),
+    /// A `Data` reply already copied into the caller's buffer: its length.
+    DataInto(usize),
+    Count(u64),
+    Stat(WireStat),
+    Dir(Vec<DirEntry>, bool),
+    Stats(Vec<AppStats>),
+}
+
+fn owned(r: Response<'_>) -> std::result::Result<Reply, (i32, String)> {
+    Ok(match r {
+        Response::HelloOk(h) => Reply::HelloOk(h),
+        Response::Ok => Reply::Ok,
+        Response::Fd(fd) => Reply::Fd(fd),
+        Response::Data(d) => Reply::Data(d.to_vec()),
+        Response::Count(n) => Reply::Count(n),
+        Response::Stat(s) => Reply::Stat(s),
+        Response::Dir { entries, done } => Reply::Dir(entries, done),
+        Response::Stats(a) => Reply::Stats(a),
+        Response::Error { errno, message } => return Err((errno, message.to_string())),
+    })
+}
+
+struct ReadSide {
+    input: BufReader<Stream>,
+    stash: HashMap<u64, std::result::Result<Reply, (i32, String)>>,
+    broken: Option<String>,
+}
+
+pub(crate) struct Conn {
+    addr: String,
+    output: Mutex<Stream>,
+    read: Mutex<ReadSide>,
+    id_next: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Open a socket to `addr` (`unix:PATH` or `tcp:HOST:PORT`).
+fn dial(addr: &str) -> Result<Stream> {
+    let fail = |e: io::Error| ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}"));
+    if let Some(p) = addr.strip_prefix("unix:") {
+        return UnixStream::connect(p).map(Stream::Unix).map_err(fail);
+    }
+    if let Some(a) = addr.strip_prefix("tcp:") {
+        let s = TcpStream::connect(a).map_err(fail)?;
+        let _ = s.set_nodelay(true);
+        return Ok(Stream::Tcp(s));
+    }
+    Err(ClientError::invalid(format!("bad server address {addr:?}: expected unix:PATH or tcp:HOST:PORT")))
+}
+
+impl Conn {
+    pub(crate) fn open(addr: &str) -> Result<Conn> {
+        let s = dial(addr)?;
+        let r = s.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Connect, libc::EIO, format!("cannot connect to sluice server at {addr}: {e}")))?;
+        Ok(Conn {
+            addr: addr.to_string(),
+            output: Mutex::new(s),
+            read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, r), stash: HashMap::new(), broken: None }),
+            id_next: AtomicU64::new(1),
+        })
+    }
+
+    fn lost(&self, why: &str) -> ClientError {
+        ClientError::new(ClientErrorKind::Disconnected, libc::EIO, format!("connection to sluice server at {} lost: {why}", self.addr))
+    }
+
+    /// Send one request; its id, for `wait`. `data` is the trailing payload
+    /// of a write, sent from the caller's buffer.
+    pub(crate) fn send(&self, req: &Request<'_>) -> Result<u64> {
+        let id = self.id_next.fetch_add(1, Ordering::Relaxed);
+        let mut head = Vec::with_capacity(64);
+        encode_request_head(id, req, &mut head);
+        let data: &[u8] = match req {
+            Request::Write { data, .. } | Request::WriteList { data, .. } => data,
+            _ => &[],
+        };
+        let mut out = lock(&self.output);
+        let r = if data.len() <= SMALL_WRITE_BYTES {
+            head.extend_from_slice(data);
+            out.write_all(&head)
+        } else {
+            out.write_all(&head).and_then(|()| out.write_all(data))
+        };
+        drop(out);
+        if let Err(e) = r {
+            let why = e.to_string();
+            lock(&self.read).broken.get_or_insert(why.clone());
+            return Err(self.lost(&why));
+        }
+        Ok(id)
+    }
+
+    /// Wait for the reply to `id`. A `Data` reply that fits `into` is read
+    /// straight into it (`Reply::DataInto`).
+    pub(crate) fn wait(&self, id: u64, mut into: Option<&mut [u8]>) -> Result<Reply> {
+        let mut g = lock(&self.read);
+        loop {
+            if let Some(r) = g.stash.remove(&id) {
+                return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m));
+            }
+            if let Some(why) = &g.broken {
+                return Err(self.lost(why));
+            }
+            match read_one(&mut g.input, id, into.as_deref_mut()) {
+                Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
+                Ok((rid, r)) => {
+                    g.stash.insert(rid, r);
+                }
+                Err(e) => {
+                    g.broken = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Send and wait.
+    pub(crate) fn call(&self, req: &Request<'_>) -> Result<Reply> {
+        let id = self.send(req)?;
+        self.wait(id, None)
+    }
+}
+
+type Frame = (u64, std::result::Result<Reply, (i32, String)>);
+
+/// Read one reply frame; a `Data` reply for `want` goes into `into`.
+fn read_one(input: &mut BufReader<Stream>, want: u64, into: Option<&mut [u8]>) -> io::Result<Frame> {
+    let mut h = [0u8; HEADER_BYTES];
+    input.read_exact(&mut h).map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { io::Error::other("server closed the connection") } else { e })?;
+    let bad = |e: String| io::Error::other(format!("bad reply: {e}"));
+    let header = check_header(&h, FRAME_BYTES_MAX).map_err(|e| bad(e.to_string()))?.ok_or_else(|| bad("short header".into()))?;
+    let n = header.body_len as usize;
+    if let (true, Opcode::Data, Some(buf)) = (header.request_id == want, header.opcode, into) {
+        if n <= buf.len() {
+            input.read_exact(&mut buf[..n])?;
+            return Ok((want, Ok(Reply::DataInto(n))));
+        }
+    }
+    let mut body = vec![0u8; n];
+    input.read_exact(&mut body)?;
+    let resp = parse_response(&header, &body).map_err(|e| bad(e.to_string()))?;
+    Ok((header.request_id, owned(resp)))
+}

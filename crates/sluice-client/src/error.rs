@@ -1,0 +1,56 @@
+//! The client's error type: a kind, the POSIX errno a caller (FUSE, the
+//! interposer) should report, and a one-line message.
+
+use std::fmt;
+
+/// Why a call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientErrorKind {
+    /// No server answered at the address.
+    Connect,
+    /// The connection broke (server died or closed it); requests that were
+    /// in flight fail with this, errno EIO.
+    Disconnected,
+    /// The server answered with an error (errno and message from it).
+    Server,
+    /// The server sent bytes this client cannot decode, or refused the
+    /// handshake.
+    Protocol,
+    /// The call was invalid before reaching the server (bad address, bad
+    /// whence, buffer too small).
+    Invalid,
+}
+
+/// An error from the client library.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientError {
+    pub kind: ClientErrorKind,
+    pub errno: i32,
+    pub message: String,
+}
+
+impl ClientError {
+    pub(crate) fn new(kind: ClientErrorKind, errno: i32, message: impl Into<String>) -> ClientError {
+        ClientError { kind, errno, message: message.into() }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> ClientError {
+        ClientError::new(ClientErrorKind::Invalid, libc::EINVAL, message)
+    }
+
+    /// The POSIX errno equivalent.
+    pub fn errno(&self) -> i32 {
+        self.errno
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+/// The library's result type.
+pub type Result<T> = std::result::Result<T, ClientError>;

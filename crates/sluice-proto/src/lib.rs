@@ -1,0 +1,69 @@
+//! # sluice-proto: the sluice wire protocol
+//!
+//! Only this crate knows the bytes on the wire. A connection starts with a
+//! versioned handshake (`Hello` / `HelloOk`), then carries frames: a
+//! 16-byte [`Header`] (body length, opcode, flags, request id) followed by
+//! the body. Many requests may be in flight per connection; responses carry
+//! the request id they answer and may come back in any order. Errors are a
+//! POSIX errno plus a message. The full description is `docs/protocol.md`.
+//!
+//! Decoding is two-step, as in mini-redis: [`check_header`] looks at the
+//! fixed header only and refuses anything insane (unknown opcode, flags
+//! set, a length past the caller's `frame_bytes_max`) *before* the caller
+//! allocates the body; [`parse_request`] / [`parse_response`] then parse a
+//! complete body, capping every inner length before use.
+//!
+//! ```
+//! use sluice_proto::*;
+//!
+//! let mut wire = Vec::new();
+//! encode_request(7, &Request::Read { fd: 3, offset: 4096, len: 4096 }, &mut wire);
+//! let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().expect("complete header");
+//! assert_eq!((h.request_id, h.body_len as usize), (7, wire.len() - HEADER_BYTES));
+//! let req = parse_request(&h, &wire[HEADER_BYTES..]).unwrap();
+//! assert_eq!(req, Request::Read { fd: 3, offset: 4096, len: 4096 });
+//! ```
+//!
+//! Invariant: decoding never panics and never allocates more than the
+//! declared, already-capped lengths; every limit is a named constant.
+
+mod error;
+mod frame;
+mod msg;
+mod wire;
+
+pub use error::{ProtoError, ProtoErrorKind};
+pub use frame::{check_header, encode_header, Header, Opcode};
+pub use msg::{
+    encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats,
+    DirEntry, FileKind, Hello, HelloOk, Request, Response, WireStat,
+};
+
+/// Protocol version spoken by this crate; the handshake refuses others.
+pub const VERSION: u16 = 1;
+/// First four bytes of a `Hello` body: "SLCE".
+pub const MAGIC: u32 = 0x4543_4c53;
+/// Bytes of the fixed frame header.
+pub const HEADER_BYTES: usize = 16;
+/// Largest data payload of one read or write, and of one list I/O message,
+/// in bytes. 64 MiB: the scheduling core's `request_bytes_max`.
+pub const IO_BYTES_MAX: u32 = 64 << 20;
+/// Largest frame (header + body) a peer may send, in bytes, unless a
+/// smaller bound is configured: one full I/O payload plus 64 KiB for the
+/// fixed fields and a list of pieces.
+pub const FRAME_BYTES_MAX: u32 = IO_BYTES_MAX + (64 << 10);
+/// Longest relative path, in bytes: Linux's PATH_MAX.
+pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest application name, in bytes.
+pub const APP_NAME_BYTES_MAX: usize = 256;
+/// Longest error message, in bytes; longer ones are cut on a char boundary.
+pub const MESSAGE_BYTES_MAX: usize = 1024;
+/// Most `(offset, length)` pieces in one list I/O message (16 B each).
+pub const LIST_PIECES_MAX: usize = 4096;
+/// Most directory entries in one `Dir` response; clients page with `start`.
+pub const DIR_ENTRIES_MAX: usize = 1024;
+/// Most applications in one `Stats` response.
+pub const STATS_APPS_MAX: usize = 4096;
+/// Latency histogram buckets: bucket i counts latencies in
+/// `[2^i, 2^(i+1))` microseconds (bucket 0 also holds < 1 us).
+pub const LATENCY_BUCKETS: usize = 32;

@@ -1,0 +1,515 @@
+//! Message bodies: the second decoding step (parse a complete, checked
+//! frame) and encoding. Bodies borrow from the frame buffer, so a 1 MiB
+//! payload is never copied by the codec.
+
+use crate::error::{ProtoError, ProtoErrorKind};
+use crate::frame::{encode_header, Header, Opcode};
+use crate::wire::{put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
+use crate::{
+    APP_NAME_BYTES_MAX, DIR_ENTRIES_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX,
+    PATH_BYTES_MAX, STATS_APPS_MAX, VERSION,
+};
+
+/// The client's handshake: who is asking, and with which QoS weight.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello<'a> {
+    pub version: u16,
+    /// Application id (the unit of fairness).
+    pub app: &'a str,
+    /// QoS weight, 1 = default.
+    pub weight: u32,
+    /// Distinguishes the processes of one application (default: the pid).
+    pub client_id: u32,
+}
+
+/// The server's handshake answer: its version and the bounds it enforces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HelloOk {
+    pub version: u16,
+    pub frame_bytes_max: u32,
+    pub io_bytes_max: u32,
+    pub inflight_per_connection_max: u32,
+}
+
+/// A request, borrowing strings and data from the frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request<'a> {
+    Hello(Hello<'a>),
+    Open { path: &'a str, flags: i32, mode: u32 },
+    Close { fd: u64 },
+    Read { fd: u64, offset: u64, len: u32 },
+    Write { fd: u64, offset: u64, data: &'a [u8] },
+    /// SFIO's mread: many `(offset, len)` pieces, answered by one `Data`
+    /// holding the pieces back to back.
+    ReadList { fd: u64, pieces: Vec<(u64, u64)> },
+    /// SFIO's mwrite: `data` holds the pieces back to back.
+    WriteList { fd: u64, pieces: Vec<(u64, u64)>, data: &'a [u8] },
+    Fsync { fd: u64 },
+    Fdatasync { fd: u64 },
+    Ftruncate { fd: u64, len: u64 },
+    Stat { path: &'a str },
+    Fstat { fd: u64 },
+    Unlink { path: &'a str },
+    Rename { from: &'a str, to: &'a str },
+    Mkdir { path: &'a str, mode: u32 },
+    Rmdir { path: &'a str },
+    /// Entries of a directory from index `start` on (sorted by name).
+    Readdir { path: &'a str, start: u32 },
+    /// Per-application counters.
+    Stats,
+}
+
+/// File metadata, as `stat(2)` reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireStat {
+    pub size: u64,
+    pub mode: u32,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub ino: u64,
+    pub blocks: u64,
+    pub blksize: u32,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// A directory entry's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    Other = 0,
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+}
+
+/// One directory entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub kind: FileKind,
+}
+
+/// Counters of one application, since the server started.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppStats {
+    pub name: String,
+    pub weight: u32,
+    /// Read and write requests completed (list I/O counts each piece).
+    pub requests: u64,
+    /// Dispatches (device operations) that carried at least one of them.
+    pub dispatches: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Requests that completed with an error.
+    pub errors: u64,
+    /// Request latency, arrival to completion: see [`LATENCY_BUCKETS`].
+    pub latency_us_log2: [u64; LATENCY_BUCKETS],
+}
+
+impl AppStats {
+    /// Requests per dispatch: how many of this application's requests one
+    /// device operation served on average (1.0 = no aggregation).
+    pub fn aggregation_factor(&self) -> f64 {
+        if self.dispatches == 0 {
+            return 0.0;
+        }
+        self.requests as f64 / self.dispatches as f64
+    }
+}
+
+/// A response, borrowing data from the frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response<'a> {
+    HelloOk(HelloOk),
+    Ok,
+    Fd(u64),
+    Data(&'a [u8]),
+    /// Bytes written.
+    Count(u64),
+    Stat(WireStat),
+    Dir { entries: Vec<DirEntry>, done: bool },
+    Stats(Vec<AppStats>),
+    Error { errno: i32, message: &'a str },
+}
+
+fn too_large(what: &str, n: u64, max: u64) -> ProtoError {
+    ProtoError::new(ProtoErrorKind::TooLarge, format!("{what}: {n} > {max}"))
+}
+
+fn invalid(what: &str) -> ProtoError {
+    ProtoError::new(ProtoErrorKind::Invalid, what.to_string())
+}
+
+/// Pieces of a list message: each within `u64`, the total within
+/// [`IO_BYTES_MAX`].
+fn parse_pieces(r: &mut Rd<'_>) -> Result<(Vec<(u64, u64)>, u64), ProtoError> {
+    let n = r.count(LIST_PIECES_MAX, 16, "pieces")?;
+    let mut pieces = Vec::with_capacity(n);
+    let mut total = 0u64;
+    for _ in 0..n {
+        let (off, len) = (r.u64("piece offset")?, r.u64("piece length")?);
+        off.checked_add(len).ok_or_else(|| invalid("piece offset + length overflows"))?;
+        total = total.saturating_add(len);
+        if total > u64::from(IO_BYTES_MAX) {
+            return Err(too_large("list bytes", total, u64::from(IO_BYTES_MAX)));
+        }
+        pieces.push((off, len));
+    }
+    Ok((pieces, total))
+}
+
+fn parse_hello<'a>(r: &mut Rd<'a>) -> Result<Hello<'a>, ProtoError> {
+    let magic = r.u32("magic")?;
+    if magic != MAGIC {
+        return Err(ProtoError::new(ProtoErrorKind::BadMagic, format!("0x{magic:08x}")));
+    }
+    let version = r.u16("version")?;
+    if version != VERSION {
+        return Err(ProtoError::new(ProtoErrorKind::BadVersion, format!("{version} (this side speaks {VERSION})")));
+    }
+    Ok(Hello { version, weight: r.u32("weight")?, client_id: r.u32("client id")?, app: r.str(APP_NAME_BYTES_MAX, "app")? })
+}
+
+fn parse_data_request<'a>(op: Opcode, r: &mut Rd<'a>) -> Result<Request<'a>, ProtoError> {
+    let fd = r.u64("fd")?;
+    Ok(match op {
+        Opcode::Read => {
+            let (offset, len) = (r.u64("offset")?, r.u32("len")?);
+            if len > IO_BYTES_MAX {
+                return Err(too_large("read length", u64::from(len), u64::from(IO_BYTES_MAX)));
+            }
+            offset.checked_add(u64::from(len)).ok_or_else(|| invalid("offset + length overflows"))?;
+            Request::Read { fd, offset, len }
+        }
+        Opcode::Write => {
+            let offset = r.u64("offset")?;
+            let data = r.rest();
+            offset.checked_add(data.len() as u64).ok_or_else(|| invalid("offset + length overflows"))?;
+            if data.len() > IO_BYTES_MAX as usize {
+                return Err(too_large("write length", data.len() as u64, u64::from(IO_BYTES_MAX)));
+            }
+            Request::Write { fd, offset, data }
+        }
+        Opcode::ReadList => Request::ReadList { fd, pieces: parse_pieces(r)?.0 },
+        _ => {
+            let (pieces, total) = parse_pieces(r)?;
+            let data = r.rest();
+            if data.len() as u64 != total {
+                return Err(invalid("write list: data length differs from the pieces' total"));
+            }
+            Request::WriteList { fd, pieces, data }
+        }
+    })
+}
+
+/// Step two: parse the body of a request frame whose header passed
+/// [`crate::check_header`]. `body` must be exactly `h.body_len` bytes.
+pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, ProtoError> {
+    if body.len() != h.body_len as usize {
+        return Err(ProtoError::new(ProtoErrorKind::Truncated, "body shorter than its header says"));
+    }
+    let mut r = Rd::new(body);
+    let p = PATH_BYTES_MAX;
+    let req = match h.opcode {
+        Opcode::Hello => Request::Hello(parse_hello(&mut r)?),
+        Opcode::Open => Request::Open { flags: r.i32("flags")?, mode: r.u32("mode")?, path: r.str(p, "path")? },
+        Opcode::Close => Request::Close { fd: r.u64("fd")? },
+        Opcode::Read | Opcode::Write | Opcode::ReadList | Opcode::WriteList => parse_data_request(h.opcode, &mut r)?,
+        Opcode::Fsync => Request::Fsync { fd: r.u64("fd")? },
+        Opcode::Fdatasync => Request::Fdatasync { fd: r.u64("fd")? },
+        Opcode::Ftruncate => Request::Ftruncate { fd: r.u64("fd")?, len: r.u64("len")? },
+        Opcode::Stat => Request::Stat { path: r.str(p, "path")? },
+        Opcode::Fstat => Request::Fstat { fd: r.u64("fd")? },
+        Opcode::Unlink => Request::Unlink { path: r.str(p, "path")? },
+        Opcode::Rename => Request::Rename { from: r.str(p, "from")?, to: r.str(p, "to")? },
+        Opcode::Mkdir => Request::Mkdir { mode: r.u32("mode")?, path: r.str(p, "path")? },
+        Opcode::Rmdir => Request::Rmdir { path: r.str(p, "path")? },
+        Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.str(p, "path")? },
+        Opcode::Stats => Request::Stats,
+        other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a request"))),
+    };
+    r.finish("request")?;
+    Ok(req)
+}
+
+fn put_pieces(out: &mut Vec<u8>, pieces: &[(u64, u64)]) {
+    put_u32(out, pieces.len() as u32);
+    for &(o, l) in pieces {
+        put_u64(out, o);
+        put_u64(out, l);
+    }
+}
+
+fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
+    let p = PATH_BYTES_MAX;
+    match *req {
+        Request::Hello(ref h) => {
+            put_u32(out, MAGIC);
+            put_u16(out, h.version);
+            put_u32(out, h.weight);
+            put_u32(out, h.client_id);
+            put_str(out, h.app, APP_NAME_BYTES_MAX);
+            (Opcode::Hello, 0)
+        }
+        Request::Open { path, flags, mode } => {
+            put_i32(out, flags);
+            put_u32(out, mode);
+            put_str(out, path, p);
+            (Opcode::Open, 0)
+        }
+        Request::Close { fd } => fd_only(Opcode::Close, fd, out),
+        Request::Read { fd, offset, len } => {
+            put_u64(out, fd);
+            put_u64(out, offset);
+            put_u32(out, len);
+            (Opcode::Read, 0)
+        }
+        Request::Write { fd, offset, data } => {
+            put_u64(out, fd);
+            put_u64(out, offset);
+            (Opcode::Write, data.len())
+        }
+        Request::ReadList { fd, ref pieces } => {
+            put_u64(out, fd);
+            put_pieces(out, pieces);
+            (Opcode::ReadList, 0)
+        }
+        Request::WriteList { fd, ref pieces, data } => {
+            put_u64(out, fd);
+            put_pieces(out, pieces);
+            (Opcode::WriteList, data.len())
+        }
+        _ => metadata_fields(req, out),
+    }
+}
+
+fn fd_only(op: Opcode, fd: u64, out: &mut Vec<u8>) -> (Opcode, usize) {
+    put_u64(out, fd);
+    (op, 0)
+}
+
+fn path_only(op: Opcode, path: &str, out: &mut Vec<u8>) -> (Opcode, usize) {
+    put_str(out, path, PATH_BYTES_MAX);
+    (op, 0)
+}
+
+fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
+    match *req {
+        Request::Fsync { fd } => fd_only(Opcode::Fsync, fd, out),
+        Request::Fdatasync { fd } => fd_only(Opcode::Fdatasync, fd, out),
+        Request::Ftruncate { fd, len } => {
+            put_u64(out, fd);
+            put_u64(out, len);
+            (Opcode::Ftruncate, 0)
+        }
+        Request::Stat { path } => path_only(Opcode::Stat, path, out),
+        Request::Fstat { fd } => fd_only(Opcode::Fstat, fd, out),
+        Request::Unlink { path } => path_only(Opcode::Unlink, path, out),
+        Request::Rename { from, to } => {
+            put_str(out, from, PATH_BYTES_MAX);
+            put_str(out, to, PATH_BYTES_MAX);
+            (Opcode::Rename, 0)
+        }
+        Request::Mkdir { path, mode } => {
+            put_u32(out, mode);
+            path_only(Opcode::Mkdir, path, out)
+        }
+        Request::Rmdir { path } => path_only(Opcode::Rmdir, path, out),
+        Request::Readdir { path, start } => {
+            put_u32(out, start);
+            path_only(Opcode::Readdir, path, out)
+        }
+        _ => (Opcode::Stats, 0),
+    }
+}
+
+/// Append the header and fixed fields of `req`, but not its trailing data
+/// (the payload of `Write` / `WriteList`), which the caller sends next,
+/// e.g. with a vectored write. The header counts the data.
+pub fn encode_request_head(request_id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    encode_header(Opcode::Ok, request_id, 0, out);
+    let (op, data_len) = request_fields(req, out);
+    patch_header(out, start, op, data_len);
+}
+
+/// Append the whole frame of `req`.
+pub fn encode_request(request_id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
+    encode_request_head(request_id, req, out);
+    match req {
+        Request::Write { data, .. } | Request::WriteList { data, .. } => out.extend_from_slice(data),
+        _ => {}
+    }
+}
+
+fn patch_header(out: &mut [u8], start: usize, op: Opcode, data_len: usize) {
+    let body_len = (out.len() - start - HEADER_BYTES + data_len) as u32;
+    out[start..start + 4].copy_from_slice(&body_len.to_le_bytes());
+    out[start + 4..start + 6].copy_from_slice(&(op as u16).to_le_bytes());
+}
+
+fn put_stat(out: &mut Vec<u8>, s: &WireStat) {
+    put_u64(out, s.size);
+    put_u32(out, s.mode);
+    put_u32(out, s.nlink);
+    put_u32(out, s.uid);
+    put_u32(out, s.gid);
+    put_u64(out, s.ino);
+    put_u64(out, s.blocks);
+    put_u32(out, s.blksize);
+    put_i64(out, s.atime_ns);
+    put_i64(out, s.mtime_ns);
+    put_i64(out, s.ctime_ns);
+}
+
+fn put_app(out: &mut Vec<u8>, a: &AppStats) {
+    put_str(out, &a.name, APP_NAME_BYTES_MAX);
+    put_u32(out, a.weight);
+    for v in [a.requests, a.dispatches, a.bytes_read, a.bytes_written, a.errors] {
+        put_u64(out, v);
+    }
+    for &v in &a.latency_us_log2 {
+        put_u64(out, v);
+    }
+}
+
+fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
+    match resp {
+        Response::HelloOk(h) => {
+            put_u16(out, h.version);
+            put_u32(out, h.frame_bytes_max);
+            put_u32(out, h.io_bytes_max);
+            put_u32(out, h.inflight_per_connection_max);
+            (Opcode::HelloOk, 0)
+        }
+        Response::Ok => (Opcode::Ok, 0),
+        Response::Fd(fd) => fd_only(Opcode::Fd, *fd, out),
+        Response::Data(d) => (Opcode::Data, d.len()),
+        Response::Count(n) => fd_only(Opcode::Count, *n, out),
+        Response::Stat(s) => {
+            put_stat(out, s);
+            (Opcode::StatOk, 0)
+        }
+        Response::Dir { entries, done } => {
+            out.push(u8::from(*done));
+            put_u32(out, entries.len().min(DIR_ENTRIES_MAX) as u32);
+            for e in entries.iter().take(DIR_ENTRIES_MAX) {
+                out.push(e.kind as u8);
+                put_str(out, &e.name, PATH_BYTES_MAX);
+            }
+            (Opcode::Dir, 0)
+        }
+        Response::Stats(apps) => {
+            put_u32(out, apps.len().min(STATS_APPS_MAX) as u32);
+            apps.iter().take(STATS_APPS_MAX).for_each(|a| put_app(out, a));
+            (Opcode::StatsOk, 0)
+        }
+        Response::Error { errno, message } => {
+            put_i32(out, *errno);
+            put_str(out, message, MESSAGE_BYTES_MAX);
+            (Opcode::Error, 0)
+        }
+    }
+}
+
+/// Append the header and fixed fields of `resp`, but not the payload of a
+/// `Data` response, which the caller sends next. The header counts it.
+pub fn encode_response_head(request_id: u64, resp: &Response<'_>, out: &mut Vec<u8>) {
+    let start = out.len();
+    encode_header(Opcode::Ok, request_id, 0, out);
+    let (op, data_len) = response_fields(resp, out);
+    patch_header(out, start, op, data_len);
+}
+
+/// Append the whole frame of `resp`.
+pub fn encode_response(request_id: u64, resp: &Response<'_>, out: &mut Vec<u8>) {
+    encode_response_head(request_id, resp, out);
+    if let Response::Data(d) = resp {
+        out.extend_from_slice(d);
+    }
+}
+
+fn parse_stat(r: &mut Rd<'_>) -> Result<WireStat, ProtoError> {
+    Ok(WireStat {
+        size: r.u64("size")?,
+        mode: r.u32("mode")?,
+        nlink: r.u32("nlink")?,
+        uid: r.u32("uid")?,
+        gid: r.u32("gid")?,
+        ino: r.u64("ino")?,
+        blocks: r.u64("blocks")?,
+        blksize: r.u32("blksize")?,
+        atime_ns: r.i64("atime")?,
+        mtime_ns: r.i64("mtime")?,
+        ctime_ns: r.i64("ctime")?,
+    })
+}
+
+fn parse_dir(r: &mut Rd<'_>) -> Result<Response<'static>, ProtoError> {
+    let done = match r.u8("done")? {
+        0 => false,
+        1 => true,
+        _ => return Err(invalid("done flag not 0 or 1")),
+    };
+    let n = r.count(DIR_ENTRIES_MAX, 3, "entries")?;
+    let mut entries = Vec::with_capacity(n);
+    for _ in 0..n {
+        let kind = match r.u8("kind")? {
+            1 => FileKind::File,
+            2 => FileKind::Dir,
+            3 => FileKind::Symlink,
+            _ => FileKind::Other,
+        };
+        entries.push(DirEntry { kind, name: r.str(PATH_BYTES_MAX, "name")?.to_string() });
+    }
+    Ok(Response::Dir { entries, done })
+}
+
+fn parse_apps(r: &mut Rd<'_>) -> Result<Vec<AppStats>, ProtoError> {
+    let n = r.count(STATS_APPS_MAX, 2 + 4 + 8 * (5 + LATENCY_BUCKETS), "apps")?;
+    let mut apps = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (name, weight) = (r.str(APP_NAME_BYTES_MAX, "app")?.to_string(), r.u32("weight")?);
+        let mut v = [0u64; 5];
+        for x in &mut v {
+            *x = r.u64("counter")?;
+        }
+        let mut latency_us_log2 = [0u64; LATENCY_BUCKETS];
+        for x in &mut latency_us_log2 {
+            *x = r.u64("latency bucket")?;
+        }
+        let [requests, dispatches, bytes_read, bytes_written, errors] = v;
+        apps.push(AppStats { name, weight, requests, dispatches, bytes_read, bytes_written, errors, latency_us_log2 });
+    }
+    Ok(apps)
+}
+
+/// Step two on the client side: parse the body of a response frame whose
+/// header passed [`crate::check_header`].
+pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, ProtoError> {
+    if body.len() != h.body_len as usize {
+        return Err(ProtoError::new(ProtoErrorKind::Truncated, "body shorter than its header says"));
+    }
+    let mut r = Rd::new(body);
+    let resp = match h.opcode {
+        Opcode::HelloOk => Response::HelloOk(HelloOk {
+            version: r.u16("version")?,
+            frame_bytes_max: r.u32("frame_bytes_max")?,
+            io_bytes_max: r.u32("io_bytes_max")?,
+            inflight_per_connection_max: r.u32("inflight_per_connection_max")?,
+        }),
+        Opcode::Ok => Response::Ok,
+        Opcode::Fd => Response::Fd(r.u64("fd")?),
+        Opcode::Data => Response::Data(r.rest()),
+        Opcode::Count => Response::Count(r.u64("count")?),
+        Opcode::StatOk => Response::Stat(parse_stat(&mut r)?),
+        Opcode::Dir => parse_dir(&mut r)?,
+        Opcode::StatsOk => Response::Stats(parse_apps(&mut r)?),
+        Opcode::Error => Response::Error { errno: r.i32("errno")?, message: r.str(MESSAGE_BYTES_MAX, "message")? },
+        other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a response"))),
+    };
+    r.finish("response")?;
+    Ok(resp)
+}

@@ -1,0 +1,151 @@
+//! Property-based fuzzing of the decoder: random bytes never panic and are
+//! never accepted past the bounds; every encodable message round-trips.
+
+use proptest::prelude::*;
+use sluice_proto::*;
+
+/// Run both decoding steps over `bytes` the way a server does.
+fn decode_all(bytes: &[u8], frame_bytes_max: u32) {
+    let mut rest = bytes;
+    while let Ok(Some(h)) = check_header(rest, frame_bytes_max) {
+        assert!(h.body_len as usize + HEADER_BYTES <= frame_bytes_max as usize);
+        let Some(body) = rest.get(HEADER_BYTES..HEADER_BYTES + h.body_len as usize) else { return };
+        let _ = parse_request(&h, body);
+        let _ = parse_response(&h, body);
+        rest = &rest[HEADER_BYTES + h.body_len as usize..];
+    }
+}
+
+fn path() -> impl Strategy<Value = String> {
+    "[a-z./]{0,40}"
+}
+
+fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec((0u64..1 << 40, 0u64..1 << 16), 0..20)
+}
+
+/// The ingredients of one request: kind, two paths, two numbers, pieces, data.
+type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
+
+fn request() -> impl Strategy<Value = Parts> {
+    (0u8..18, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+}
+
+fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], data: &'a [u8]) -> Request<'a> {
+    let fd = a;
+    match k {
+        0 => Request::Hello(Hello { version: VERSION, app: p, weight: b as u32, client_id: a as u32 }),
+        1 => Request::Open { path: p, flags: b as i32, mode: a as u32 },
+        2 => Request::Close { fd },
+        3 => Request::Read { fd, offset: b, len: (a % u64::from(IO_BYTES_MAX)) as u32 },
+        4 => Request::Write { fd, offset: b, data },
+        5 => Request::ReadList { fd, pieces: pcs.to_vec() },
+        6 => Request::WriteList { fd, pieces: pcs.iter().map(|&(o, _)| (o, 1)).take(data.len()).collect(), data: &data[..pcs.len().min(data.len())] },
+        7 => Request::Fsync { fd },
+        8 => Request::Fdatasync { fd },
+        9 => Request::Ftruncate { fd, len: b },
+        10 => Request::Stat { path: p },
+        11 => Request::Fstat { fd },
+        12 => Request::Unlink { path: p },
+        13 => Request::Rename { from: p, to: q },
+        14 => Request::Mkdir { path: p, mode: b as u32 },
+        15 => Request::Rmdir { path: p },
+        16 => Request::Readdir { path: p, start: b as u32 },
+        _ => Request::Stats,
+    }
+}
+
+fn check_round_trip(id: u64, req: &Request<'_>) {
+    let mut wire = Vec::new();
+    encode_request(id, req, &mut wire);
+    let h = check_header(&wire, FRAME_BYTES_MAX).expect("sane header").expect("complete header");
+    assert_eq!(h.request_id, id);
+    assert_eq!(h.body_len as usize + HEADER_BYTES, wire.len());
+    assert_eq!(&parse_request(&h, &wire[HEADER_BYTES..]).expect("parses"), req);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..512), max in 16u32..4096) {
+        decode_all(&bytes, max);
+    }
+
+    #[test]
+    fn mutated_valid_frames_never_panic((k, p, q, a, b, pcs, data) in request(), flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..4)) {
+        let mut wire = Vec::new();
+        encode_request(a, &build(k, &p, &q, a, b, &pcs, &data), &mut wire);
+        for (i, v) in flips {
+            let n = wire.len();
+            wire[i % n] ^= v;
+        }
+        decode_all(&wire, FRAME_BYTES_MAX);
+    }
+
+    #[test]
+    fn requests_round_trip((k, p, q, a, b, pcs, data) in request(), id in any::<u64>()) {
+        check_round_trip(id, &build(k, &p, &q, a, b, &pcs, &data));
+    }
+
+    #[test]
+    fn responses_round_trip(id in any::<u64>(), errno in any::<i32>(), msg in "[ -~]{0,80}", data in prop::collection::vec(any::<u8>(), 0..64), n in any::<u64>()) {
+        let app = AppStats { name: msg.clone(), weight: 3, requests: n, dispatches: 1, bytes_read: 2, bytes_written: 3, errors: 0, latency_us_log2: [n; LATENCY_BUCKETS] };
+        let entries = vec![DirEntry { name: msg.clone(), kind: FileKind::Dir }];
+        let stat = WireStat { size: n, mode: 0o100644, ino: n, mtime_ns: -1, ..WireStat::default() };
+        let hello = HelloOk { version: VERSION, frame_bytes_max: 1, io_bytes_max: 2, inflight_per_connection_max: 3 };
+        for resp in [Response::Ok, Response::Fd(n), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello),
+                     Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg }] {
+            let mut wire = Vec::new();
+            encode_response(id, &resp, &mut wire);
+            let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
+            prop_assert_eq!(parse_response(&h, &wire[HEADER_BYTES..]).unwrap(), resp);
+        }
+    }
+}
+
+#[test]
+fn frame_bytes_max_is_accepted_at_n_and_refused_at_n_plus_1() {
+    let max = 64u32;
+    let mut wire = Vec::new();
+    encode_header(Opcode::Stats, 1, max - HEADER_BYTES as u32, &mut wire);
+    assert!(check_header(&wire, max).unwrap().is_some());
+    wire.clear();
+    encode_header(Opcode::Stats, 1, max - HEADER_BYTES as u32 + 1, &mut wire);
+    assert_eq!(check_header(&wire, max).unwrap_err().kind, ProtoErrorKind::TooLarge);
+}
+
+#[test]
+fn list_pieces_max_is_accepted_at_n_and_refused_at_n_plus_1() {
+    for (n, ok) in [(LIST_PIECES_MAX, true), (LIST_PIECES_MAX + 1, false)] {
+        let mut wire = Vec::new();
+        encode_request(1, &Request::ReadList { fd: 1, pieces: vec![(0, 1); n] }, &mut wire);
+        let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
+        assert_eq!(parse_request(&h, &wire[HEADER_BYTES..]).is_ok(), ok, "{n} pieces");
+    }
+}
+
+#[test]
+fn malformed_headers_are_refused_with_their_kind() {
+    let check = |bytes: &[u8], kind: ProtoErrorKind| assert_eq!(check_header(bytes, FRAME_BYTES_MAX).unwrap_err().kind, kind);
+    let mut h = Vec::new();
+    encode_header(Opcode::Stats, 9, 0, &mut h);
+    assert_eq!(check_header(&h[..HEADER_BYTES - 1], FRAME_BYTES_MAX), Ok(None), "truncated header waits for more");
+    let mut bad_op = h.clone();
+    bad_op[4] = 0x7e;
+    check(&bad_op, ProtoErrorKind::UnknownOpcode);
+    let mut flags = h.clone();
+    flags[6] = 1;
+    check(&flags, ProtoErrorKind::BadFlags);
+    let mut huge = h.clone();
+    huge[..4].copy_from_slice(&u32::MAX.to_le_bytes());
+    check(&huge, ProtoErrorKind::TooLarge);
+}
+
+#[test]
+fn read_longer_than_io_bytes_max_is_refused() {
+    let mut wire = Vec::new();
+    encode_request(1, &Request::Read { fd: 1, offset: 0, len: IO_BYTES_MAX + 1 }, &mut wire);
+    let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
+    assert_eq!(parse_request(&h, &wire[HEADER_BYTES..]).unwrap_err().kind, ProtoErrorKind::TooLarge);
+}

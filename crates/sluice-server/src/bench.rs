@@ -1,0 +1,207 @@
+//! `sluice bench service`: what the service costs over reading the file
+//! directly, measured in one run on one file.
+//!
+//! - Sequential read bandwidth with `request_bytes` requests (1 MiB):
+//!   direct `pread` on the backing file vs. through an in-process server
+//!   over its Unix socket, with `window` requests in flight and with one
+//!   (blocking `pread`). Passes alternate and the best of `rounds` counts,
+//!   so both see the same page-cache state.
+//! - The round-trip cost of one blocking 4 KiB read through the service,
+//!   next to a direct 4 KiB `pread`.
+//!
+//! With `direct`, the server runs `--direct` and the baseline opens the
+//! file with O_DIRECT too, so both read the device rather than the cache.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use sluice_client::{Client, ConnectOptions};
+
+use crate::error::{Error, Result};
+use crate::{Listen, Server, ServerConfig, DIRECT_ALIGN_BYTES};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct ServiceBenchConfig {
+    /// Directory for the test file and socket (on the file system to test).
+    pub dir: PathBuf,
+    pub file_bytes: u64,
+    pub request_bytes: usize,
+    /// Requests in flight for the pipelined pass.
+    pub window: usize,
+    pub rounds: u32,
+    /// Blocking 4 KiB reads timed for the round-trip figure.
+    pub rtt_requests: u32,
+    /// O_DIRECT on both sides.
+    pub direct: bool,
+}
+
+impl Default for ServiceBenchConfig {
+    fn default() -> ServiceBenchConfig {
+        ServiceBenchConfig { dir: PathBuf::from("/var/tmp"), file_bytes: 256 << 20, request_bytes: 1 << 20, window: 4, rounds: 3, rtt_requests: 20_000, direct: false }
+    }
+}
+
+/// The figures, bandwidths in MiB/s and costs in microseconds.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServiceBenchReport {
+    pub file_bytes: u64,
+    pub request_bytes: usize,
+    pub window: usize,
+    pub direct: bool,
+    pub pread_mib_s: f64,
+    pub service_mib_s: f64,
+    pub service_blocking_mib_s: f64,
+    /// `service_mib_s / pread_mib_s`.
+    pub service_ratio: f64,
+    pub rtt_4k_us: f64,
+    pub pread_4k_us: f64,
+}
+
+/// Removes the scratch directory however the bench ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::io(what, &e)
+}
+
+fn client_err(e: sluice_client::ClientError) -> Error {
+    Error::new(crate::ErrorKind::Io, e.errno, e.message)
+}
+
+/// A buffer aligned for O_DIRECT, carved out of a larger `Vec`.
+fn aligned(len: usize) -> (Vec<u8>, usize) {
+    let v = vec![0u8; len + DIRECT_ALIGN_BYTES];
+    let skip = v.as_ptr().align_offset(DIRECT_ALIGN_BYTES);
+    (v, skip)
+}
+
+fn make_file(path: &Path, bytes: u64) -> Result<()> {
+    let f = File::create(path).map_err(io_err("create bench file"))?;
+    let chunk: Vec<u8> = (0..1usize << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let mut at = 0;
+    while at < bytes {
+        let n = (bytes - at).min(chunk.len() as u64) as usize;
+        f.write_all_at(&chunk[..n], at).map_err(io_err("write bench file"))?;
+        at += n as u64;
+    }
+    f.sync_all().map_err(io_err("sync bench file"))
+}
+
+/// Seconds for one sequential pass of direct `pread`s.
+fn pread_pass(f: &File, cfg: &ServiceBenchConfig, buf: &mut [u8]) -> Result<f64> {
+    let t = Instant::now();
+    let mut at = 0;
+    while at < cfg.file_bytes {
+        let n = f.read_at(buf, at).map_err(io_err("pread"))?;
+        if n == 0 {
+            break;
+        }
+        at += n as u64;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Seconds for one sequential pass through the service, `window` in flight.
+fn service_pass(c: &Client, fd: sluice_client::Fd, cfg: &ServiceBenchConfig, window: usize, buf: &mut [u8]) -> Result<f64> {
+    let t = Instant::now();
+    let n = cfg.file_bytes.div_ceil(cfg.request_bytes as u64);
+    let mut inflight = std::collections::VecDeque::new();
+    for i in 0..n {
+        inflight.push_back(c.submit_read(fd, cfg.request_bytes, i * cfg.request_bytes as u64).map_err(client_err)?);
+        if inflight.len() >= window {
+            c.wait_read(inflight.pop_front().expect("non-empty"), buf).map_err(client_err)?;
+        }
+    }
+    for tk in inflight {
+        c.wait_read(tk, buf).map_err(client_err)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Mean microseconds per blocking 4 KiB read, service and direct.
+fn rtt(c: &Client, fd: sluice_client::Fd, f: &File, cfg: &ServiceBenchConfig) -> Result<(f64, f64)> {
+    let (mut v, skip) = aligned(4096);
+    let buf = &mut v[skip..skip + 4096];
+    let span = (cfg.file_bytes / 4096).max(1);
+    let t = Instant::now();
+    for i in 0..u64::from(cfg.rtt_requests) {
+        c.pread(fd, buf, (i % span) * 4096).map_err(client_err)?;
+    }
+    let service = t.elapsed().as_secs_f64() * 1e6 / f64::from(cfg.rtt_requests);
+    let t = Instant::now();
+    for i in 0..u64::from(cfg.rtt_requests) {
+        f.read_at(buf, (i % span) * 4096).map_err(io_err("pread"))?;
+    }
+    Ok((service, t.elapsed().as_secs_f64() * 1e6 / f64::from(cfg.rtt_requests)))
+}
+
+/// Run the benchmark. See the module documentation.
+pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
+    let scratch = Scratch(cfg.dir.join(format!("sluice-bench-service-{}", std::process::id())));
+    std::fs::create_dir_all(scratch.0.join("root")).map_err(io_err("create scratch dir"))?;
+    make_file(&scratch.0.join("root/seq.dat"), cfg.file_bytes)?;
+    let mut sc = ServerConfig::new(scratch.0.join("root"), Listen::Unix(scratch.0.join("s.sock")));
+    sc.direct = cfg.direct;
+    let mut server = Server::start(sc)?;
+    let opts = ConnectOptions { app: Some("bench-service".into()), ..ConnectOptions::default() };
+    let c = Client::connect_with(server.addr(), opts).map_err(client_err)?;
+    let fd = c.open("seq.dat", libc::O_RDONLY, 0).map_err(client_err)?;
+    let flags = if cfg.direct { libc::O_DIRECT } else { 0 };
+    let f = OpenOptions::new().read(true).custom_flags(flags).open(scratch.0.join("root/seq.dat")).map_err(io_err("open bench file"))?;
+    let (mut v, skip) = aligned(cfg.request_bytes);
+    let buf = &mut v[skip..skip + cfg.request_bytes];
+    pread_pass(&f, cfg, buf)?;
+    let (mut best_pread, mut best_service, mut best_blocking) = (f64::MAX, f64::MAX, f64::MAX);
+    for _ in 0..cfg.rounds.max(1) {
+        best_pread = best_pread.min(pread_pass(&f, cfg, buf)?);
+        best_service = best_service.min(service_pass(&c, fd, cfg, cfg.window.max(1), buf)?);
+        best_blocking = best_blocking.min(service_pass(&c, fd, cfg, 1, buf)?);
+    }
+    let (rtt_4k_us, pread_4k_us) = rtt(&c, fd, &f, cfg)?;
+    drop(c);
+    server.shutdown()?;
+    let mib = cfg.file_bytes as f64 / f64::from(1u32 << 20);
+    Ok(ServiceBenchReport {
+        file_bytes: cfg.file_bytes,
+        request_bytes: cfg.request_bytes,
+        window: cfg.window,
+        direct: cfg.direct,
+        pread_mib_s: mib / best_pread,
+        service_mib_s: mib / best_service,
+        service_blocking_mib_s: mib / best_blocking,
+        service_ratio: best_pread / best_service,
+        rtt_4k_us,
+        pread_4k_us,
+    })
+}
+
+/// The report as a few lines of text.
+pub fn table(r: &ServiceBenchReport) -> String {
+    let kib = r.request_bytes >> 10;
+    format!(
+        "file {} MiB, {kib} KiB requests, O_DIRECT {}\n\
+         direct pread:                 {:>8.0} MiB/s\n\
+         service, {} in flight:         {:>8.0} MiB/s  ({:.1}% of direct)\n\
+         service, blocking pread:      {:>8.0} MiB/s\n\
+         4 KiB read round trip:        {:>8.1} us (direct pread {:.1} us)\n",
+        r.file_bytes >> 20,
+        if r.direct { "on" } else { "off" },
+        r.pread_mib_s,
+        r.window,
+        r.service_mib_s,
+        r.service_ratio * 100.0,
+        r.service_blocking_mib_s,
+        r.rtt_4k_us,
+        r.pread_4k_us
+    )
+}

@@ -1,0 +1,145 @@
+//! The server's configuration: where it listens, what it serves, and every
+//! bound it enforces, each with its unit and the reason for its default.
+
+use std::path::PathBuf;
+
+use sluice_core::{Limits, PolicyConfig};
+
+use crate::error::{Error, Result};
+
+/// Dispatches in flight to the backing store by default. 2: one dispatch
+/// on the device and one ready behind it, so the device never idles during
+/// the completion-to-next-dispatch hand-off (two thread wake-ups, ~20 us),
+/// while every other request waits in the scheduler, where the policy can
+/// still reorder and aggregate it. A deep device queue would take those
+/// decisions away from the policy (aIOLi sat above a shallow queue too).
+pub const QUEUE_DEPTH_DEFAULT: u32 = 2;
+/// Most dispatches in flight that `--queue-depth` accepts (one worker
+/// thread each).
+pub const QUEUE_DEPTH_MAX: u32 = 64;
+/// O_DIRECT alignment of offsets, lengths and buffers, in bytes. 4096
+/// covers every logical block size in use (512 and 4096).
+pub const DIRECT_ALIGN_BYTES: usize = 4096;
+
+/// Where the server listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    Unix(PathBuf),
+    /// `HOST:PORT`; port 0 picks a free one (see `ServerHandle::addr`).
+    Tcp(String),
+}
+
+impl Listen {
+    /// Parse `unix:PATH` or `tcp:HOST:PORT`.
+    pub fn parse(s: &str) -> Result<Listen> {
+        if let Some(p) = s.strip_prefix("unix:").filter(|p| !p.is_empty()) {
+            return Ok(Listen::Unix(PathBuf::from(p)));
+        }
+        if let Some(a) = s.strip_prefix("tcp:").filter(|a| a.contains(':')) {
+            return Ok(Listen::Tcp(a.to_string()));
+        }
+        Err(Error::config(format!("bad address {s:?}: expected unix:PATH or tcp:HOST:PORT")))
+    }
+}
+
+/// Which device the dispatches run against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// The backing file system, as fast as it is.
+    Real,
+    /// The real file system, but each dispatch completes no sooner than a
+    /// 7200 rpm disk would serve it (`sluice_device::Hdd::hdd7200`).
+    Hdd7200,
+}
+
+impl DeviceKind {
+    pub fn parse(s: &str) -> Result<DeviceKind> {
+        match s {
+            "real" => Ok(DeviceKind::Real),
+            "hdd7200" => Ok(DeviceKind::Hdd7200),
+            _ => Err(Error::config(format!("unknown device {s:?} (known: real, hdd7200)"))),
+        }
+    }
+}
+
+/// Bounds of the server itself (the scheduler's are in `Limits`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections at once. 1024: two threads each.
+    pub clients_max: u32,
+    /// Largest frame a client may send, header included, in bytes.
+    pub frame_bytes_max: u32,
+    /// Reads and writes a connection may have in flight; past it a request
+    /// is answered EAGAIN. 256 x 1 MiB bounds one client's pinned memory.
+    pub inflight_per_connection_max: u32,
+    /// Open files per connection; past it `open` fails with EMFILE.
+    pub fds_per_connection_max: u32,
+    /// Distinct backing files open at once across all connections.
+    pub files_open_max: u32,
+    /// Entries a directory may have for `readdir`, which sorts them.
+    pub dir_entries_max: u32,
+    /// Seconds a reply write may block on a client that does not read.
+    pub write_timeout_s: u64,
+}
+
+impl Default for ServerLimits {
+    fn default() -> ServerLimits {
+        ServerLimits {
+            clients_max: 1024,
+            frame_bytes_max: sluice_proto::FRAME_BYTES_MAX,
+            inflight_per_connection_max: 256,
+            fds_per_connection_max: 1024,
+            files_open_max: 65_536,
+            dir_entries_max: 1 << 20,
+            write_timeout_s: 10,
+        }
+    }
+}
+
+/// Everything `Server::start` needs.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// The directory served; no path leaves it.
+    pub root: PathBuf,
+    pub listen: Listen,
+    pub policy: PolicyConfig,
+    /// Open backing files with O_DIRECT (bounce buffers handle alignment).
+    pub direct: bool,
+    pub device: DeviceKind,
+    /// Dispatches in flight, 1..=`QUEUE_DEPTH_MAX`.
+    pub queue_depth: u32,
+    pub limits: ServerLimits,
+    /// The scheduler's bounds; `dispatches_inflight_max` is set from
+    /// `queue_depth`.
+    pub sched_limits: Limits,
+}
+
+impl ServerConfig {
+    /// Defaults for serving `root` on `listen`.
+    pub fn new(root: impl Into<PathBuf>, listen: Listen) -> ServerConfig {
+        ServerConfig {
+            root: root.into(),
+            listen,
+            policy: PolicyConfig::from_name("aioli").expect("aioli is a known policy"),
+            direct: false,
+            device: DeviceKind::Real,
+            queue_depth: QUEUE_DEPTH_DEFAULT,
+            limits: ServerLimits::default(),
+            sched_limits: Limits::default(),
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.queue_depth == 0 || self.queue_depth > QUEUE_DEPTH_MAX {
+            return Err(Error::config(format!("queue depth {} outside 1..={QUEUE_DEPTH_MAX}", self.queue_depth)));
+        }
+        let l = &self.limits;
+        if l.clients_max == 0 || l.inflight_per_connection_max == 0 || l.fds_per_connection_max == 0 || l.files_open_max == 0 {
+            return Err(Error::config("server limits must be at least 1"));
+        }
+        if (l.frame_bytes_max as usize) < sluice_proto::HEADER_BYTES + 64 {
+            return Err(Error::config("frame_bytes_max is too small for any request"));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,338 @@
+//! One client connection: a reader thread that decodes frames and admits
+//! requests, and a writer thread that sends replies in batches.
+//!
+//! Reads and writes go to the dispatcher; metadata operations (open, stat,
+//! fsync, ...) run right here on the reader thread, in arrival order. A
+//! malformed frame gets an error reply and closes this connection only.
+//!
+//! Invariant: every admitted read or write is answered exactly once (by the
+//! dispatcher), and a request is admitted only when its whole frame
+//! arrived; on drain the reader stops at a frame boundary, so nothing
+//! unread is ever acknowledged.
+
+use std::collections::HashMap;
+use std::io::{self, BufReader, Read};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+
+use sluice_core::{AppId, ClientId, Op, Request as CoreRequest, RequestId};
+use sluice_proto::{check_header, encode_response_head, parse_request, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
+
+use crate::dispatch::Event;
+use crate::error::{Error, Result};
+use crate::net::{write_all_parts, Stream};
+use crate::pending::{response, Buf, ListInner, ListState, Out, Pending, Reply, ReplyTo, WriteSide};
+use crate::state::{lock, OpenFile};
+use crate::Shared;
+
+/// Read buffer of a connection, in bytes: many small frames per syscall.
+const READ_BUFFER_BYTES: usize = 64 << 10;
+/// Send buffer asked for per connection, in bytes: a 1 MiB reply then
+/// leaves in one or two `writev`s instead of five 208 KiB rounds, each a
+/// wake-up of the writer and the client. Capped by `net.core.wmem_max`.
+const SEND_BUFFER_BYTES: usize = 4 << 20;
+/// Replies coalesced into one `writev`.
+const REPLY_BATCH_MAX: usize = 64;
+
+/// What the reader does after a frame.
+enum Flow {
+    Continue,
+    Close,
+}
+
+/// The outcome of reading one frame.
+enum FrameRead {
+    Frame(Header, Vec<u8>),
+    /// Clean end of stream between frames (or mid-body: nothing admitted).
+    Eof,
+    /// Malformed: the request id from the raw header, and why.
+    Bad(u64, i32, String),
+}
+
+/// The reader side of one connection.
+pub(crate) struct Conn {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) reply: ReplyTo,
+    /// Open file handles, bounded by `fds_per_connection_max`.
+    pub(crate) files: HashMap<u64, Arc<OpenFile>>,
+    pub(crate) fd_next: u64,
+    app: AppId,
+    client: ClientId,
+}
+
+/// Serve one accepted connection until it closes or the server drains.
+pub fn serve(shared: Arc<Shared>, stream: Stream, conn_id: u64) {
+    let (Ok(write_half), Ok(registry_half)) = (stream.try_clone(), stream.try_clone()) else { return };
+    let _ = stream.set_write_timeout(std::time::Duration::from_secs(shared.config.limits.write_timeout_s));
+    stream.set_send_buffer(SEND_BUFFER_BYTES);
+    // Every connection is registered, refused ones too, so the drain can
+    // stop a reader blocked before its handshake.
+    let admitted = {
+        let mut conns = lock(&shared.conns);
+        let ok = conns.len() < shared.config.limits.clients_max as usize;
+        conns.insert(conn_id, registry_half);
+        ok
+    };
+    let (tx, rx) = mpsc::channel();
+    let out = Arc::new(Mutex::new(WriteSide { stream: write_half, leftover: Vec::new(), broken: false }));
+    let writer_out = Arc::clone(&out);
+    let writer = std::thread::Builder::new().name("sluice-writer".into()).stack_size(256 << 10).spawn(move || writer(writer_out, rx));
+    let reply = ReplyTo { tx, inflight: Arc::new(AtomicU32::new(0)), out };
+    let mut input = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+    let hello = if shared.stopping.load(Ordering::SeqCst) { None } else { handshake(&shared, &mut input, &reply, admitted) };
+    if let Some((app, client)) = hello {
+        let mut conn = Conn { shared: Arc::clone(&shared), reply, files: HashMap::new(), fd_next: 3, app, client };
+        conn.run(&mut input);
+        drop(conn);
+        if lock(&shared.apps).disconnect(app) {
+            let _ = shared.events.send(Event::Forget(app));
+        }
+    } else {
+        drop(reply);
+    }
+    lock(&shared.conns).remove(&conn_id);
+    drop(input);
+    if let Ok(w) = writer {
+        let _ = w.join();
+    }
+}
+
+/// Read `buf` fully; `Ok(false)` at a clean end of stream before any byte.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
+    let mut at = 0;
+    while at < buf.len() {
+        match r.read(&mut buf[at..]) {
+            Ok(0) if at == 0 => return Ok(false),
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// Step one (header complete and sane) before allocating; step two is the
+/// caller's `parse_request`.
+fn read_frame(r: &mut impl Read, frame_bytes_max: u32) -> FrameRead {
+    let mut h = [0u8; HEADER_BYTES];
+    match read_full(r, &mut h) {
+        Ok(true) => {}
+        Ok(false) => return FrameRead::Eof,
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return FrameRead::Bad(0, libc::EPROTO, "truncated frame header".into()),
+        Err(_) => return FrameRead::Eof,
+    }
+    let id = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+    let header = match check_header(&h, frame_bytes_max) {
+        Ok(Some(hd)) => hd,
+        Ok(None) => return FrameRead::Bad(id, libc::EPROTO, "truncated frame header".into()),
+        Err(e) => return FrameRead::Bad(id, e.errno(), e.to_string()),
+    };
+    let mut body = vec![0u8; header.body_len as usize];
+    match read_full(r, &mut body) {
+        Ok(true) => FrameRead::Frame(header, body),
+        Ok(false) if body.is_empty() => FrameRead::Frame(header, body),
+        _ => FrameRead::Eof,
+    }
+}
+
+/// The first frame must be a `Hello`; answer it. `None` closes.
+fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: bool) -> Option<(AppId, ClientId)> {
+    let fail = |id: u64, errno: i32, msg: String| {
+        let _ = reply.tx.send((id, Out::Error(errno, msg)));
+        None
+    };
+    let (h, body) = match read_frame(input, shared.config.limits.frame_bytes_max) {
+        FrameRead::Frame(h, b) => (h, b),
+        FrameRead::Eof => return None,
+        FrameRead::Bad(id, errno, msg) => return fail(id, errno, msg),
+    };
+    let hello = match parse_request(&h, &body) {
+        Ok(Request::Hello(hello)) => hello,
+        Ok(_) => return fail(h.request_id, libc::EPROTO, "the first frame must be a Hello".into()),
+        Err(e) => return fail(h.request_id, e.errno(), e.to_string()),
+    };
+    if !admitted {
+        return fail(h.request_id, libc::EBUSY, format!("server full (clients_max = {})", shared.config.limits.clients_max));
+    }
+    let weight_max = shared.config.sched_limits.weight_max;
+    if hello.weight == 0 || hello.weight > weight_max {
+        return fail(h.request_id, libc::EINVAL, format!("weight {} outside 1..={weight_max}", hello.weight));
+    }
+    let name = if hello.app.is_empty() { "anonymous" } else { hello.app };
+    let app = match lock(&shared.apps).connect(name, hello.weight) {
+        Ok(app) => app,
+        Err(e) => return fail(h.request_id, e.errno, e.message),
+    };
+    let _ = shared.events.send(Event::Weight(app, hello.weight));
+    let ok = HelloOk {
+        version: VERSION,
+        frame_bytes_max: shared.config.limits.frame_bytes_max,
+        io_bytes_max: IO_BYTES_MAX,
+        inflight_per_connection_max: shared.config.limits.inflight_per_connection_max,
+    };
+    let _ = reply.tx.send((h.request_id, Out::HelloOk(ok)));
+    Some((app, ClientId(hello.client_id)))
+}
+
+/// How one read or write message is admitted.
+struct IoPlan {
+    id: u64,
+    fd: u64,
+    pieces: Vec<(u64, u64)>,
+    op: Op,
+    /// Write data: the frame body and where the pieces' bytes start in it.
+    body: Option<(Arc<Vec<u8>>, usize)>,
+    list: bool,
+}
+
+impl Conn {
+    fn run(&mut self, input: &mut impl Read) {
+        loop {
+            let flow = match read_frame(input, self.shared.config.limits.frame_bytes_max) {
+                FrameRead::Frame(h, body) => self.frame(h, body),
+                FrameRead::Eof => Flow::Close,
+                FrameRead::Bad(id, errno, msg) => {
+                    self.send(id, Out::Error(errno, msg));
+                    Flow::Close
+                }
+            };
+            if let Flow::Close = flow {
+                return;
+            }
+        }
+    }
+
+    fn send(&self, id: u64, out: Out) {
+        let _ = self.reply.tx.send((id, out));
+    }
+
+    fn frame(&mut self, h: Header, body: Vec<u8>) -> Flow {
+        let id = h.request_id;
+        let req = match parse_request(&h, &body) {
+            Ok(r) => r,
+            Err(e) => {
+                self.send(id, Out::Error(e.errno(), e.to_string()));
+                return Flow::Close;
+            }
+        };
+        let (list, op) = (matches!(h.opcode, Opcode::ReadList | Opcode::WriteList), if matches!(h.opcode, Opcode::Write | Opcode::WriteList) { Op::Write } else { Op::Read });
+        let plan = match req {
+            Request::Hello(_) => {
+                self.send(id, Out::Error(libc::EPROTO, "handshake already done".into()));
+                return Flow::Close;
+            }
+            Request::Read { fd, offset, len } => IoPlan { id, fd, pieces: vec![(offset, u64::from(len))], op, body: None, list },
+            Request::ReadList { fd, pieces } => IoPlan { id, fd, pieces, op, body: None, list },
+            Request::Write { fd, offset, data } => {
+                let at = body.len() - data.len();
+                IoPlan { id, fd, pieces: vec![(offset, data.len() as u64)], op, body: Some((Arc::new(body), at)), list }
+            }
+            Request::WriteList { fd, pieces, data } => {
+                let at = body.len() - data.len();
+                IoPlan { id, fd, pieces, op, body: Some((Arc::new(body), at)), list }
+            }
+            other => {
+                let out = self.metadata(other).unwrap_or_else(|e| Out::Error(e.errno, e.message));
+                self.send(id, out);
+                return Flow::Continue;
+            }
+        };
+        if let Err(e) = self.admit(plan) {
+            self.send(id, Out::Error(e.errno, e.message));
+        }
+        Flow::Continue
+    }
+
+    pub(crate) fn file(&self, fd: u64) -> Result<&Arc<OpenFile>> {
+        self.files.get(&fd).ok_or_else(|| Error::new(crate::ErrorKind::Invalid, libc::EBADF, format!("bad file handle {fd}")))
+    }
+
+    /// Admit a read or write message: one core request per non-empty piece.
+    fn admit(&mut self, plan: IoPlan) -> Result<()> {
+        let max = self.shared.config.limits.inflight_per_connection_max;
+        if self.reply.inflight.load(Ordering::Acquire) >= max {
+            return Err(Error::limit(libc::EAGAIN, format!("too many requests in flight on this connection (inflight_per_connection_max = {max})")));
+        }
+        let file = Arc::clone(self.file(plan.fd)?);
+        let need = if plan.op == Op::Write { libc::O_WRONLY } else { libc::O_RDONLY };
+        if file.access != libc::O_RDWR && file.access != need {
+            return Err(Error::new(crate::ErrorKind::Invalid, libc::EBADF, format!("file handle {} is not open for {}", plan.fd, if plan.op == Op::Write { "writing" } else { "reading" })));
+        }
+        self.reply.inflight.fetch_add(1, Ordering::AcqRel);
+        let total: u64 = plan.pieces.iter().map(|p| p.1).sum();
+        let live: Vec<(usize, u64, u64)> = plan.pieces.iter().scan(0usize, |pos, &(o, l)| {
+            let at = *pos;
+            *pos += l as usize;
+            Some((at, o, l))
+        }).filter(|p| p.2 > 0).collect();
+        let list = (plan.list || live.is_empty()).then(|| {
+            let data = if plan.op == Op::Read { vec![0u8; total as usize] } else { Vec::new() };
+            let inner = ListInner { remaining: live.len(), data, bytes: 0, error: None };
+            Arc::new(ListState { reply: self.reply.clone(), wire_id: plan.id, write: plan.op == Op::Write, inner: std::sync::Mutex::new(inner) })
+        });
+        if live.is_empty() {
+            let list = list.expect("built for an empty message");
+            list.reply_now(&mut lock(&list.inner));
+            return Ok(());
+        }
+        let now = self.shared.clock.now();
+        let items = live.into_iter().map(|(pos, offset, len)| {
+            let id = RequestId(self.shared.request_next.fetch_add(1, Ordering::Relaxed));
+            let req = CoreRequest { id, app: self.app, client: self.client, file: file.id, op: plan.op, offset, len };
+            let buf = match &plan.body {
+                Some((body, at)) => Buf::Write(Arc::clone(body), at + pos, len as usize),
+                None => Buf::Read(vec![0u8; len as usize]),
+            };
+            let reply = match &list {
+                Some(l) => Reply::Piece(Arc::clone(l), pos),
+                None => Reply::Single(self.reply.clone(), plan.id),
+            };
+            Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) }
+        }).collect();
+        let _ = self.shared.events.send(Event::Submit(items));
+        Ok(())
+    }
+}
+
+/// Send replies until every sender is gone; coalesce what is ready into
+/// one `writev`. Payloads are written from their buffers, never copied.
+/// A worker's partly sent frame (`leftover`) goes out first.
+fn writer(out: Arc<Mutex<WriteSide>>, rx: Receiver<(u64, Out)>) {
+    let mut batch = Vec::with_capacity(REPLY_BATCH_MAX);
+    let mut heads = Vec::new();
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        while batch.len() < REPLY_BATCH_MAX {
+            match rx.try_recv() {
+                Ok(x) => batch.push(x),
+                Err(_) => break,
+            }
+        }
+        batch.retain(|(_, o)| !matches!(o, Out::Flush));
+        heads.clear();
+        let mut spans = Vec::with_capacity(batch.len());
+        for (id, o) in &batch {
+            let start = heads.len();
+            encode_response_head(*id, &response(o), &mut heads);
+            spans.push(start..heads.len());
+        }
+        let mut w = lock(&out);
+        let leftover = std::mem::take(&mut w.leftover);
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2 + 1);
+        parts.push(&leftover);
+        for ((_, o), span) in batch.iter().zip(&spans) {
+            parts.push(&heads[span.clone()]);
+            if let Out::Data(d) = o {
+                parts.push(d);
+            }
+        }
+        if w.broken || write_all_parts(&mut w.stream, &parts).is_err() {
+            w.broken = true;
+            return;
+        }
+        drop(w);
+        batch.clear();
+    }
+}

@@ -1,0 +1,286 @@
+//! The executor: worker threads that carry out dispatches against the
+//! backing files.
+//!
+//! One aggregated dispatch is one `preadv`/`pwritev` whose iovecs point
+//! straight into the member requests' buffers (scatter for reads, gather
+//! for writes); only a dispatch with more than `IOV_MAX` members, or with
+//! read members that overlap each other, takes more than one call or a
+//! temporary buffer. With `--direct` the transfer goes through an aligned
+//! bounce buffer, and unaligned writes read-modify-write their edge
+//! blocks. With `--device hdd7200` the worker holds the emulated disk for
+//! the modelled service time, so dispatches are served one at a time as on
+//! a single-head disk.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use sluice_core::{Dispatch, Op};
+use sluice_device::{Access, DeviceModel, Hdd};
+
+use crate::config::DIRECT_ALIGN_BYTES;
+use crate::pending::{Buf, Pending};
+use crate::state::lock;
+
+/// Most iovecs per system call (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// A dispatch and its members, in the dispatch's member order.
+pub struct Job {
+    pub dispatch: Dispatch,
+    pub items: Vec<Pending>,
+}
+
+/// How the workers reach the backing store.
+pub struct Executor {
+    pub direct: bool,
+    /// The emulated disk, held for the whole service time of a dispatch.
+    pub device: Option<Mutex<Hdd>>,
+    /// Serialises `--direct` writes: read-modify-write of edge blocks and
+    /// the size fix-up after an aligned write past the end must not race
+    /// with another write to the same blocks.
+    pub direct_writes: Mutex<()>,
+}
+
+impl Executor {
+    /// Carry out `job`, storing each member's result in it.
+    pub fn run(&self, job: &mut Job) {
+        let d = &job.dispatch;
+        let fd = job.items[0].file.fd.as_raw_fd();
+        // The modelled time starts when the emulated arm is ours: time spent
+        // waiting for it must not count, or two dispatches would overlap.
+        let guard = self.device.as_ref().map(|m| lock(m));
+        let started = Instant::now();
+        let result = match (d.op, self.direct) {
+            (Op::Read, false) => read_members(fd, d, &mut job.items),
+            (Op::Write, false) => write_members(fd, d, &job.items),
+            (Op::Read, true) => direct_read(fd, d, &mut job.items),
+            (Op::Write, true) => {
+                let _w = lock(&self.direct_writes);
+                direct_write(fd, d, &job.items)
+            }
+        };
+        if let Some(mut disk) = guard {
+            let ns = disk.service_ns(Access { file: d.file.0, offset: d.offset, len: d.len });
+            let left = Duration::from_nanos(ns).saturating_sub(started.elapsed());
+            std::thread::sleep(left);
+        }
+        settle(d, &mut job.items, result);
+    }
+}
+
+/// Record each member's outcome: bytes transferred (short at end of file)
+/// or the errno of the failed call.
+fn settle(d: &Dispatch, items: &mut [Pending], result: io::Result<u64>) {
+    for it in items.iter_mut() {
+        it.result = match &result {
+            Ok(done) => {
+                let end = d.offset + done;
+                let got = end.saturating_sub(it.req.offset).min(it.req.len);
+                if let Buf::Read(b) = &mut it.buf {
+                    b.truncate(got as usize);
+                }
+                Ok(got)
+            }
+            Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+        };
+    }
+}
+
+/// Whether members tile the range exactly (no overlap), so their buffers
+/// can be the iovecs.
+fn tiles(d: &Dispatch) -> bool {
+    let mut at = d.offset;
+    for m in &d.members {
+        if m.offset != at {
+            return false;
+        }
+        at = m.end();
+    }
+    at == d.end()
+}
+
+fn read_members(fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
+    if !tiles(d) {
+        let mut tmp = vec![0u8; d.len as usize];
+        let done = transfer(fd, Op::Read, &mut [iov_mut(&mut tmp)], d.offset)?;
+        for it in items.iter_mut() {
+            let from = (it.req.offset - d.offset) as usize;
+            let b = it.buf.read_buf();
+            let n = b.len();
+            b.copy_from_slice(&tmp[from..from + n]);
+        }
+        return Ok(done);
+    }
+    let mut iov: Vec<libc::iovec> = items.iter_mut().map(|it| iov_mut(it.buf.read_buf())).collect();
+    transfer(fd, Op::Read, &mut iov, d.offset)
+}
+
+fn write_members(fd: RawFd, d: &Dispatch, items: &[Pending]) -> io::Result<u64> {
+    let mut iov: Vec<libc::iovec> = items.iter().map(|it| iov_const(it.buf.data())).collect();
+    transfer(fd, Op::Write, &mut iov, d.offset)
+}
+
+fn iov_mut(b: &mut [u8]) -> libc::iovec {
+    libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }
+}
+
+fn iov_const(b: &[u8]) -> libc::iovec {
+    // The kernel only reads through a write's iovecs.
+    libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() }
+}
+
+/// `preadv`/`pwritev` until every iovec is done, or (reads) end of file.
+/// One call when the dispatch has at most `IOV_MAX` members.
+fn transfer(fd: RawFd, op: Op, iov: &mut [libc::iovec], offset: u64) -> io::Result<u64> {
+    let (mut i, mut done) = (0usize, 0u64);
+    while i < iov.len() {
+        let n = iov.len().min(i + IOV_MAX) - i;
+        let at = (offset + done) as libc::off64_t;
+        // SAFETY: every iovec points into a live buffer of its length, owned
+        // by this job for the duration of the call.
+        let r = unsafe {
+            match op {
+                Op::Read => libc::preadv64(fd, iov[i..].as_ptr(), n as libc::c_int, at),
+                Op::Write => libc::pwritev64(fd, iov[i..].as_ptr(), n as libc::c_int, at),
+            }
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            if op == Op::Write {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            return Ok(done);
+        }
+        done += r as u64;
+        i = advance(iov, i, r as usize);
+    }
+    Ok(done)
+}
+
+/// Consume `n` bytes from `iov[i..]`; the index of the first unfinished one.
+fn advance(iov: &mut [libc::iovec], mut i: usize, mut n: usize) -> usize {
+    while i < iov.len() && n >= iov[i].iov_len {
+        n -= iov[i].iov_len;
+        i += 1;
+    }
+    if n > 0 {
+        let v = &mut iov[i];
+        // SAFETY: n < iov_len, so the pointer stays inside the buffer.
+        v.iov_base = unsafe { v.iov_base.cast::<u8>().add(n).cast() };
+        v.iov_len -= n;
+    }
+    i
+}
+
+/// A zeroed buffer aligned for O_DIRECT.
+struct Aligned {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl Aligned {
+    fn new(len: usize) -> io::Result<Aligned> {
+        let layout = Layout::from_size_align(len.max(DIRECT_ALIGN_BYTES), DIRECT_ALIGN_BYTES).map_err(|_| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(io::Error::from_raw_os_error(libc::ENOMEM));
+        }
+        Ok(Aligned { ptr, layout })
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: ptr is a live allocation of layout.size() bytes we own.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout in `new`.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+fn align_down(x: u64) -> u64 {
+    x / DIRECT_ALIGN_BYTES as u64 * DIRECT_ALIGN_BYTES as u64
+}
+
+fn align_up(x: u64) -> u64 {
+    align_down(x + DIRECT_ALIGN_BYTES as u64 - 1)
+}
+
+fn direct_read(fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
+    let (lo, hi) = (align_down(d.offset), align_up(d.end()));
+    let mut bounce = Aligned::new((hi - lo) as usize)?;
+    let got = transfer(fd, Op::Read, &mut [iov_mut(&mut bounce.bytes()[..(hi - lo) as usize])], lo)?;
+    let b = bounce.bytes();
+    for it in items.iter_mut() {
+        if let Buf::Read(dst) = &mut it.buf {
+            let from = (it.req.offset - lo) as usize;
+            let n = dst.len().min(b.len() - from);
+            dst[..n].copy_from_slice(&b[from..from + n]);
+        }
+    }
+    Ok((lo + got).saturating_sub(d.offset).min(d.len))
+}
+
+fn file_size(fd: RawFd) -> io::Result<u64> {
+    // SAFETY: an all-zero stat is valid, and fstat fills it.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer.
+    if unsafe { libc::fstat64(fd, &mut st) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_size as u64)
+}
+
+/// Aligned write through a bounce buffer. The caller holds the executor's
+/// direct-write lock.
+fn direct_write(fd: RawFd, d: &Dispatch, items: &[Pending]) -> io::Result<u64> {
+    let (lo, hi) = (align_down(d.offset), align_up(d.end()));
+    let size_before = file_size(fd)?;
+    let mut bounce = Aligned::new((hi - lo) as usize)?;
+    let blk = DIRECT_ALIGN_BYTES as u64;
+    let b = &mut bounce.bytes()[..(hi - lo) as usize];
+    if d.offset != lo {
+        transfer(fd, Op::Read, &mut [iov_mut(&mut b[..blk as usize])], lo)?;
+    }
+    if d.end() != hi && (hi - blk >= lo + blk || d.offset == lo) {
+        let at = (hi - blk - lo) as usize;
+        transfer(fd, Op::Read, &mut [iov_mut(&mut b[at..])], hi - blk)?;
+    }
+    for it in items {
+        let from = (it.req.offset - lo) as usize;
+        let data = it.buf.data();
+        b[from..from + data.len()].copy_from_slice(data);
+    }
+    transfer(fd, Op::Write, &mut [iov_mut(b)], lo)?;
+    let size_after = size_before.max(d.end());
+    if hi > size_after {
+        // SAFETY: plain system call on a descriptor we hold.
+        if unsafe { libc::ftruncate64(fd, size_after as libc::off64_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(d.len)
+}
+
+/// Run jobs from `jobs` until the channel closes, handing each back.
+pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<std::sync::mpsc::Receiver<Job>>>, done: impl Fn(Job)) {
+    loop {
+        let next = lock(&jobs).recv();
+        let Ok(mut job) = next else { return };
+        exec.run(&mut job);
+        done(job);
+    }
+}

@@ -1,0 +1,96 @@
+//! Metadata operations, run on the connection's reader thread in arrival
+//! order: open/close, fsync, truncate, stat, and the namespace calls. All
+//! paths go through [`crate::root::Root`], so none leaves the root.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use sluice_proto::{Request, DIR_ENTRIES_MAX};
+
+use crate::conn::Conn;
+use crate::error::{Error, ErrorKind, Result};
+use crate::pending::Out;
+use crate::root::fstat;
+use crate::state::{lock, OpenFile};
+
+/// Open flags a client may pass; the rest (`O_APPEND`, `O_DIRECT`,
+/// `O_ASYNC`, ...) are dropped: the server positions every write itself
+/// and decides about O_DIRECT.
+const OPEN_FLAGS_ALLOWED: i32 = libc::O_ACCMODE | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+
+fn check(r: libc::c_int, what: &str) -> Result<()> {
+    if r < 0 {
+        return Err(Error::io(what, &std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+impl Conn {
+    /// Run one metadata request.
+    pub(crate) fn metadata(&mut self, req: Request<'_>) -> Result<Out> {
+        let root = &self.shared.root;
+        Ok(match req {
+            Request::Open { path, flags, mode } => Out::Fd(self.open(path, flags, mode)?),
+            Request::Close { fd } => {
+                self.files.remove(&fd).ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EBADF, format!("bad file handle {fd}")))?;
+                Out::Ok
+            }
+            Request::Fsync { fd } => {
+                // SAFETY: plain system call on a descriptor we hold.
+                check(unsafe { libc::fsync(self.file(fd)?.fd.as_raw_fd()) }, "fsync")?;
+                Out::Ok
+            }
+            Request::Fdatasync { fd } => {
+                // SAFETY: plain system call on a descriptor we hold.
+                check(unsafe { libc::fdatasync(self.file(fd)?.fd.as_raw_fd()) }, "fdatasync")?;
+                Out::Ok
+            }
+            Request::Ftruncate { fd, len } => {
+                let len = i64::try_from(len).map_err(|_| Error::invalid("length too large"))?;
+                // SAFETY: plain system call on a descriptor we hold.
+                check(unsafe { libc::ftruncate64(self.file(fd)?.fd.as_raw_fd(), len) }, "ftruncate")?;
+                Out::Ok
+            }
+            Request::Stat { path } => Out::Stat(root.stat(path)?),
+            Request::Fstat { fd } => Out::Stat(fstat(self.file(fd)?.fd.as_raw_fd())?),
+            Request::Unlink { path } => root.unlink(path).map(|()| Out::Ok)?,
+            Request::Rename { from, to } => root.rename(from, to).map(|()| Out::Ok)?,
+            Request::Mkdir { path, mode } => root.mkdir(path, mode).map(|()| Out::Ok)?,
+            Request::Rmdir { path } => root.rmdir(path).map(|()| Out::Ok)?,
+            Request::Readdir { path, start } => {
+                let (entries, done) = root.readdir(path, start, DIR_ENTRIES_MAX, self.shared.config.limits.dir_entries_max)?;
+                Out::Dir(entries, done)
+            }
+            Request::Stats => Out::Stats(lock(&self.shared.apps).snapshot()),
+            _ => return Err(Error::invalid("not a metadata request")),
+        })
+    }
+
+    fn open(&mut self, path: &str, flags: i32, mode: u32) -> Result<u64> {
+        let max = self.shared.config.limits.fds_per_connection_max;
+        if self.files.len() >= max as usize {
+            return Err(Error::limit(libc::EMFILE, format!("too many open files on this connection (fds_per_connection_max = {max})")));
+        }
+        let mut f = flags & OPEN_FLAGS_ALLOWED;
+        if self.shared.config.direct && f & libc::O_DIRECTORY == 0 {
+            f |= libc::O_DIRECT;
+        }
+        // Unaligned O_DIRECT writes read their edge blocks back, so a
+        // write-only handle is opened read-write where permissions allow;
+        // the handle's `access` still forbids client reads through it.
+        let rw = (f & libc::O_DIRECT != 0 && f & libc::O_ACCMODE == libc::O_WRONLY).then_some((f & !libc::O_ACCMODE) | libc::O_RDWR);
+        let opened = match rw.map(|rw| self.shared.root.open_beneath(path, rw, mode)) {
+            Some(Err(e)) if e.errno == libc::EACCES && e.kind == ErrorKind::Io => None,
+            other => other,
+        };
+        let fd = opened.unwrap_or_else(|| self.shared.root.open_beneath(path, f, mode)).map_err(|e| match e.errno {
+            libc::EINVAL if f & libc::O_DIRECT != 0 => Error::new(e.kind, e.errno, format!("{}: the backing file system refuses O_DIRECT (--direct)", e.message)),
+            _ => e,
+        })?;
+        let file = OpenFile::register(fd, flags & libc::O_ACCMODE, &self.shared.files)?;
+        let handle = self.fd_next;
+        self.fd_next += 1;
+        self.files.insert(handle, Arc::new(file));
+        Ok(handle)
+    }
+}

@@ -1,0 +1,227 @@
+//! Data written through the service equals the backing file, and the
+//! reverse, with and without O_DIRECT, aligned and unaligned; list I/O,
+//! file positions, pipelining, concurrent applications, metadata calls.
+
+mod common;
+
+use common::{pattern, TestServer};
+use sluice_client::{Client, FileKind, Whence};
+use sluice_server::{DeviceKind, ServerConfig};
+
+const RW_CREATE: i32 = libc::O_RDWR | libc::O_CREAT;
+
+/// Offsets and lengths that hit every alignment case of a 4 KiB block.
+const CASES: [(u64, usize); 6] = [(0, 4096), (4096, 1 << 20), (1, 4095), (4095, 2), (12_345, 100_000), (8192, 5000)];
+
+/// Write through the service, compare with the backing file; write the
+/// backing file, compare with a read through the service.
+fn check_round_trips(s: &TestServer) {
+    let c = s.client("rt");
+    let fd = c.open("rt.dat", RW_CREATE, 0o644).unwrap();
+    let mut expected = vec![0u8; 2 << 20];
+    for (i, &(off, len)) in CASES.iter().enumerate() {
+        let data = pattern(len, i as u64);
+        assert_eq!(c.pwrite(fd, &data, off).unwrap(), len);
+        expected[off as usize..off as usize + len].copy_from_slice(&data);
+        let end = CASES[..=i].iter().map(|&(o, l)| o as usize + l).max().unwrap();
+        assert_eq!(std::fs::read(s.path("rt.dat")).unwrap(), &expected[..end], "after writing case {i} through the service");
+    }
+    let direct = pattern(3 << 20, 99);
+    std::fs::write(s.path("direct.dat"), &direct).unwrap();
+    let fd2 = c.open("direct.dat", libc::O_RDONLY, 0).unwrap();
+    for &(off, len) in &CASES {
+        let mut buf = vec![0u8; len];
+        assert_eq!(c.pread(fd2, &mut buf, off).unwrap(), len);
+        assert_eq!(buf, &direct[off as usize..off as usize + len], "read of {len} at {off}");
+    }
+    let mut tail = vec![0u8; 10_000];
+    assert_eq!(c.pread(fd2, &mut tail, (3 << 20) - 100).unwrap(), 100, "short read at end of file");
+    assert_eq!(&tail[..100], &direct[(3 << 20) - 100..]);
+    c.close(fd).unwrap();
+    c.close(fd2).unwrap();
+}
+
+#[test]
+fn round_trip_buffered() {
+    check_round_trips(&TestServer::start(|_| {}));
+}
+
+#[test]
+fn round_trip_direct() {
+    check_round_trips(&TestServer::start(|c: &mut ServerConfig| c.direct = true));
+}
+
+#[test]
+fn list_io_round_trips_and_zero_fills_past_eof() {
+    for direct in [false, true] {
+        let s = TestServer::start(|c| c.direct = direct);
+        let c = s.client("list");
+        let fd = c.open("l.dat", RW_CREATE, 0o644).unwrap();
+        let pieces = [(0u64, 10u64), (4096, 4096), (100, 7), (20_000, 3)];
+        let data = pattern(10 + 4096 + 7 + 3, 5);
+        assert_eq!(c.write_list(fd, &pieces, &data).unwrap(), data.len());
+        let file = std::fs::read(s.path("l.dat")).unwrap();
+        let mut at = 0;
+        for &(o, l) in &pieces {
+            assert_eq!(&file[o as usize..(o + l) as usize], &data[at..at + l as usize], "piece at {o} (direct {direct})");
+            at += l as usize;
+        }
+        let mut back = vec![0u8; data.len() + 5];
+        let read_pieces = [pieces[0], pieces[1], pieces[2], pieces[3], (20_003, 5)];
+        assert_eq!(c.read_list(fd, &read_pieces, &mut back).unwrap(), data.len() + 5);
+        assert_eq!(&back[..data.len()], &data[..]);
+        assert_eq!(&back[data.len()..], &[0u8; 5], "past end of file reads as zeros");
+    }
+}
+
+#[test]
+fn file_position_api_reads_writes_and_seeks() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("pos");
+    let fd = c.open("p.dat", RW_CREATE, 0o644).unwrap();
+    assert_eq!(c.write(fd, b"hello ").unwrap(), 6);
+    assert_eq!(c.write(fd, b"world").unwrap(), 5);
+    assert_eq!(c.lseek(fd, 0, Whence::Set).unwrap(), 0);
+    let mut buf = [0u8; 5];
+    assert_eq!(c.read(fd, &mut buf).unwrap(), 5);
+    assert_eq!(&buf, b"hello");
+    assert_eq!(c.lseek(fd, 1, Whence::Cur).unwrap(), 6);
+    assert_eq!(c.read(fd, &mut buf).unwrap(), 5);
+    assert_eq!(&buf, b"world");
+    assert_eq!(c.lseek(fd, -2, Whence::End).unwrap(), 9);
+    assert!(c.lseek(fd, -100, Whence::Cur).is_err());
+    let app = c.open("p.dat", libc::O_WRONLY | libc::O_APPEND, 0).unwrap();
+    c.write(app, b"!").unwrap();
+    assert_eq!(std::fs::read(s.path("p.dat")).unwrap(), b"hello world!");
+}
+
+#[test]
+fn many_requests_in_flight_on_one_connection() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("pipe");
+    let data = pattern(64 * 4096, 3);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let tickets: Vec<_> = (0..64u64).rev().map(|i| (i, c.submit_read(fd, 4096, i * 4096).unwrap())).collect();
+    for (i, t) in tickets {
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(c.wait_read(t, &mut buf).unwrap(), 4096);
+        assert_eq!(buf, &data[i as usize * 4096..(i as usize + 1) * 4096]);
+    }
+    let stats = c.server_stats().unwrap();
+    let app = stats.app("pipe").expect("app counted");
+    assert_eq!(app.requests, 64);
+    assert!(app.dispatches <= 64 && app.dispatches > 0);
+}
+
+/// Several applications write their own files and read each other's, all
+/// at once; each one's data is intact and each is counted separately.
+#[test]
+fn concurrent_clients_of_different_applications() {
+    let s = TestServer::start(|c| c.device = DeviceKind::Real);
+    let addr = s.addr();
+    let threads: Vec<_> = (0..4u64)
+        .map(|i| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let opts = sluice_client::ConnectOptions { app: Some(format!("app{i}")), weight: 1 + i as u32, client_id: Some(i as u32) };
+                let c = Client::connect_with(&addr, opts).unwrap();
+                let fd = c.open(&format!("f{i}"), RW_CREATE, 0o644).unwrap();
+                for k in 0..32u64 {
+                    c.pwrite(fd, &pattern(8192, i * 100 + k), k * 8192).unwrap();
+                }
+                c.fsync(fd).unwrap();
+            })
+        })
+        .collect();
+    threads.into_iter().for_each(|t| t.join().unwrap());
+    let c = s.client("checker");
+    for i in 0..4u64 {
+        let fd = c.open(&format!("f{i}"), libc::O_RDONLY, 0).unwrap();
+        let mut buf = vec![0u8; 32 * 8192];
+        assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), buf.len());
+        let expected: Vec<u8> = (0..32).flat_map(|k| pattern(8192, i * 100 + k)).collect();
+        assert_eq!(buf, expected, "file of app{i}");
+    }
+    let stats = s.handle.stats();
+    for i in 0..4 {
+        let a = stats.iter().find(|a| a.name == format!("app{i}")).unwrap();
+        assert_eq!((a.requests, a.bytes_written, a.weight), (32, 32 * 8192, 1 + i as u32));
+        assert_eq!(a.latency_us_log2.iter().sum::<u64>(), 32);
+    }
+}
+
+#[test]
+fn metadata_operations() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("meta");
+    c.mkdir("d", 0o755).unwrap();
+    c.mkdir("d/e", 0o755).unwrap();
+    let fd = c.open("d/x", RW_CREATE, 0o600).unwrap();
+    c.pwrite(fd, b"abcdef", 0).unwrap();
+    c.fdatasync(fd).unwrap();
+    c.ftruncate(fd, 3).unwrap();
+    assert_eq!(c.fstat(fd).unwrap().size, 3);
+    assert_eq!(c.stat("d/x").unwrap().mode & 0o777, 0o600);
+    c.rename("d/x", "d/y").unwrap();
+    let names: Vec<_> = c.readdir("d").unwrap().into_iter().map(|e| (e.name, e.kind)).collect();
+    assert_eq!(names, vec![("e".to_string(), FileKind::Dir), ("y".to_string(), FileKind::File)]);
+    assert_eq!(c.stat("d/x").unwrap_err().errno, libc::ENOENT);
+    c.unlink("d/y").unwrap();
+    c.rmdir("d/e").unwrap();
+    assert_eq!(c.rmdir("d/missing").unwrap_err().errno, libc::ENOENT);
+    assert_eq!(c.readdir("").unwrap().len(), 1, "the root lists d");
+    c.close(fd).unwrap();
+    assert_eq!(c.close(fd).unwrap_err().errno, libc::EBADF);
+    let ro = c.open("ro", RW_CREATE, 0o644).and_then(|f| c.close(f)).and_then(|()| c.open("ro", libc::O_RDONLY, 0)).unwrap();
+    assert_eq!(c.pwrite(ro, b"x", 0).unwrap_err().errno, libc::EBADF, "no writes through a read-only handle");
+}
+
+#[test]
+fn readdir_pages_through_large_directories() {
+    let s = TestServer::start(|_| {});
+    for i in 0..(sluice_proto::DIR_ENTRIES_MAX + 5) {
+        std::fs::write(s.path(&format!("f{i:05}")), b"").unwrap();
+    }
+    let names = s.client("ls").readdir(".").unwrap();
+    assert_eq!(names.len(), sluice_proto::DIR_ENTRIES_MAX + 5);
+    assert!(names.windows(2).all(|w| w[0].name < w[1].name));
+}
+
+#[test]
+fn direct_unaligned_writes_through_a_write_only_handle() {
+    let s = TestServer::start(|c| c.direct = true);
+    let c = s.client("wo");
+    let fd = c.open("w.dat", libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644).unwrap();
+    let data = pattern(10_000, 8);
+    assert_eq!(c.pwrite(fd, &data, 0).unwrap(), 10_000);
+    assert_eq!(c.pwrite(fd, &data[..77], 5_003).unwrap(), 77);
+    let mut expected = data.clone();
+    expected[5_003..5_080].copy_from_slice(&data[..77]);
+    assert_eq!(std::fs::read(s.path("w.dat")).unwrap(), expected, "size and bytes exact after read-modify-write");
+    assert_eq!(c.pread(fd, &mut [0u8; 10], 0).unwrap_err().errno, libc::EBADF, "still no reads through a write-only handle");
+}
+
+/// On the emulated disk, contiguous requests that queue behind a slow
+/// dispatch are aggregated into few device operations, each one `preadv`
+/// scattering into the members' buffers.
+#[test]
+fn queued_contiguous_reads_are_aggregated_on_the_emulated_disk() {
+    let s = TestServer::start(|c| c.device = DeviceKind::Hdd7200);
+    let data = pattern(32 * 4096, 4);
+    std::fs::write(s.path("agg"), &data).unwrap();
+    let c = s.client("agg");
+    let fd = c.open("agg", libc::O_RDONLY, 0).unwrap();
+    let started = std::time::Instant::now();
+    let tickets: Vec<_> = (0..32u64).map(|i| (i, c.submit_read(fd, 4096, i * 4096).unwrap())).collect();
+    for (i, t) in tickets {
+        let mut buf = vec![0u8; 4096];
+        assert_eq!(c.wait_read(t, &mut buf).unwrap(), 4096);
+        assert_eq!(buf, &data[i as usize * 4096..(i as usize + 1) * 4096], "member {i}");
+    }
+    let far_seek_ns = 9_000_000 + 4_170_000;
+    assert!(started.elapsed().as_nanos() as u64 >= far_seek_ns, "the first access pays a modelled far seek");
+    let a = c.server_stats().unwrap().app("agg").unwrap().clone();
+    assert_eq!(a.requests, 32);
+    assert!(a.dispatches <= 8 && a.aggregation_factor() >= 4.0, "{a:?}");
+}

@@ -1,0 +1,285 @@
+//! Path escapes are refused; malformed frames get an error reply and close
+//! only their connection; every server bound holds at N and refuses N+1.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use common::{pattern, TestServer};
+use sluice_client::{Client, ClientErrorKind, ConnectOptions};
+use sluice_proto::*;
+use sluice_server::DeviceKind;
+
+fn check_escape(c: &Client, path: &str) {
+    let e = c.open(path, libc::O_RDONLY, 0).expect_err(path);
+    assert_eq!(e.errno, libc::EACCES, "{path}: {e}");
+    assert!(e.message.contains("escapes the server root") || e.message.contains("absolute paths are refused"), "{path}: {e}");
+}
+
+#[test]
+fn paths_never_leave_the_root() {
+    let s = TestServer::start(|_| {});
+    std::fs::create_dir(s.path("sub")).unwrap();
+    std::fs::write(s.path("sub/in.txt"), b"inside").unwrap();
+    std::os::unix::fs::symlink("/etc", s.path("abs_link")).unwrap();
+    std::os::unix::fs::symlink("../..", s.path("sub/up_link")).unwrap();
+    std::os::unix::fs::symlink("in.txt", s.path("sub/ok_link")).unwrap();
+    let c = s.client("escape");
+    for p in ["../outside", "/etc/passwd", "sub/../../x", "abs_link/passwd", "sub/up_link/etc/passwd", "abs_link"] {
+        check_escape(&c, p);
+    }
+    for (what, e) in [
+        ("stat", c.stat("../x").unwrap_err()),
+        ("unlink", c.unlink("abs_link/passwd").unwrap_err()),
+        ("mkdir", c.mkdir("/tmp/evil", 0o755).unwrap_err()),
+        ("rename", c.rename("sub/in.txt", "../stolen").unwrap_err()),
+        ("readdir", c.readdir("sub/up_link").unwrap_err()),
+        ("rmdir", c.rmdir("..").unwrap_err()),
+    ] {
+        assert!(e.errno == libc::EACCES || e.errno == libc::EINVAL, "{what}: {e}");
+    }
+    let fd = c.open("sub/./../sub/ok_link", libc::O_RDONLY, 0).expect("symlinks inside the root are followed");
+    let mut buf = [0u8; 6];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 6);
+    assert_eq!(&buf, b"inside");
+}
+
+/// Connect a raw socket and complete the handshake.
+fn raw(s: &TestServer) -> UnixStream {
+    let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut hello = Vec::new();
+    encode_request(0, &Request::Hello(Hello { version: VERSION, app: "raw", weight: 1, client_id: 0 }), &mut hello);
+    sock.write_all(&hello).unwrap();
+    let (h, _) = read_reply(&mut sock).expect("hello reply");
+    assert_eq!(h.opcode, Opcode::HelloOk);
+    sock
+}
+
+fn read_reply(sock: &mut UnixStream) -> Option<(Header, Vec<u8>)> {
+    let mut h = [0u8; HEADER_BYTES];
+    sock.read_exact(&mut h).ok()?;
+    let h = check_header(&h, FRAME_BYTES_MAX).unwrap().unwrap();
+    let mut body = vec![0u8; h.body_len as usize];
+    sock.read_exact(&mut body).unwrap();
+    Some((h, body))
+}
+
+/// Send `bytes`; expect an error reply with `errno`, then end of stream.
+fn check_refused(s: &TestServer, bytes: &[u8], half_close: bool, errno: i32) {
+    let mut sock = raw(s);
+    sock.write_all(bytes).unwrap();
+    if half_close {
+        sock.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    let (h, body) = read_reply(&mut sock).expect("an error reply");
+    match parse_response(&h, &body).unwrap() {
+        Response::Error { errno: e, message } => assert_eq!(e, errno, "{message}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let mut rest = Vec::new();
+    assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "the connection is closed after a malformed frame");
+}
+
+#[test]
+fn malformed_frames_close_only_their_connection() {
+    let s = TestServer::start(|c| c.limits.frame_bytes_max = 1 << 20);
+    let bystander = s.client("bystander");
+    let fd = bystander.open("b", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    let mut h = Vec::new();
+    encode_header(Opcode::Stats, 1, 0, &mut h);
+    let mut huge = h.clone();
+    huge[..4].copy_from_slice(&(2u32 << 20).to_le_bytes());
+    check_refused(&s, &huge, false, libc::EMSGSIZE);
+    let mut unknown = h.clone();
+    unknown[4] = 0x70;
+    check_refused(&s, &unknown, false, libc::ENOSYS);
+    check_refused(&s, &h[..7], true, libc::EPROTO);
+    let mut short_body = Vec::new();
+    encode_header(Opcode::Read, 2, 3, &mut short_body);
+    short_body.extend_from_slice(&[1, 2, 3]);
+    check_refused(&s, &short_body, false, libc::EPROTO);
+    let mut response_as_request = Vec::new();
+    encode_response(3, &Response::Ok, &mut response_as_request);
+    check_refused(&s, &response_as_request, false, libc::ENOSYS);
+    assert_eq!(bystander.pwrite(fd, b"still here", 0).unwrap(), 10);
+}
+
+/// Random bytes on fresh connections (before and after the handshake)
+/// never bring the server down.
+#[test]
+fn server_survives_random_bytes() {
+    let s = TestServer::start(|_| {});
+    let path = s.addr().strip_prefix("unix:").unwrap().to_string();
+    for seed in 0..200u64 {
+        let mut sock = if seed % 2 == 0 { UnixStream::connect(&path).unwrap() } else { raw(&s) };
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = sock.write_all(&pattern(1 + (seed as usize * 37) % 300, seed));
+        let _ = sock.shutdown(std::net::Shutdown::Write);
+        let mut sink = Vec::new();
+        let _ = sock.read_to_end(&mut sink);
+    }
+    let c = s.client("after");
+    let fd = c.open("ok", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    assert_eq!(c.pwrite(fd, b"fine", 0).unwrap(), 4);
+}
+
+#[test]
+fn clients_max_at_n_and_n_plus_1() {
+    let s = TestServer::start(|c| c.limits.clients_max = 3);
+    let held: Vec<Client> = (0..3).map(|i| s.client(&format!("c{i}"))).collect();
+    let e = Client::connect(&s.addr()).err().expect("the fourth client is refused");
+    assert_eq!(e.kind, ClientErrorKind::Connect);
+    assert!(e.message.contains("clients_max = 3"), "{e}");
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.handle.connections() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Client::connect(&s.addr()).expect("room again once the others left");
+}
+
+#[test]
+fn frame_bytes_max_at_n_and_n_plus_1() {
+    let max = 4096u32;
+    let s = TestServer::start(|c| c.limits.frame_bytes_max = max);
+    let c = s.client("frames");
+    let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    let fits = max as usize - HEADER_BYTES - 16;
+    assert_eq!(c.pwrite(fd, &vec![7u8; fits], 0).unwrap(), fits, "a frame of exactly frame_bytes_max");
+    let e = c.pwrite(fd, &vec![7u8; fits + 1], 0).unwrap_err();
+    assert_eq!((e.kind, e.errno), (ClientErrorKind::Server, libc::EMSGSIZE), "{e}");
+    assert!(e.message.contains("frame_bytes_max"), "{e}");
+    assert_eq!(c.stat("f").unwrap_err().kind, ClientErrorKind::Disconnected, "the offending connection is closed");
+}
+
+#[test]
+fn inflight_per_connection_max_at_n_and_n_plus_1() {
+    let s = TestServer::start(|c| {
+        c.limits.inflight_per_connection_max = 4;
+        c.device = DeviceKind::Hdd7200;
+    });
+    std::fs::write(s.path("f"), pattern(1 << 20, 1)).unwrap();
+    let c = s.client("inflight");
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    for n in [4usize, 5] {
+        let tickets: Vec<_> = (0..n).map(|i| c.submit_read(fd, 4096, (i as u64) * (256 << 10)).unwrap()).collect();
+        let results: Vec<_> = tickets.into_iter().map(|t| c.wait_read(t, &mut [0u8; 4096])).collect();
+        let refused: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        if n == 4 {
+            assert!(refused.is_empty(), "{refused:?}");
+        } else {
+            assert_eq!(refused.len(), 1, "{results:?}");
+            assert_eq!(refused[0].errno, libc::EAGAIN);
+            assert!(refused[0].message.contains("inflight_per_connection_max = 4"));
+        }
+    }
+}
+
+#[test]
+fn fds_per_connection_max_at_n_and_n_plus_1() {
+    let s = TestServer::start(|c| c.limits.fds_per_connection_max = 3);
+    let c = s.client("fds");
+    let fds: Vec<_> = (0..3).map(|i| c.open(&format!("f{i}"), libc::O_RDWR | libc::O_CREAT, 0o644).unwrap()).collect();
+    let e = c.open("f3", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap_err();
+    assert_eq!(e.errno, libc::EMFILE, "{e}");
+    c.close(fds[0]).unwrap();
+    c.open("f3", libc::O_RDWR | libc::O_CREAT, 0o644).expect("a slot again after close");
+}
+
+#[test]
+fn files_open_max_at_n_and_n_plus_1() {
+    let s = TestServer::start(|c| c.limits.files_open_max = 2);
+    let (a, b) = (s.client("a"), s.client("b"));
+    a.open("x", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    b.open("y", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    b.open("x", libc::O_RDONLY, 0).expect("an already open file shares its slot");
+    assert_eq!(s.handle.files_open(), 2);
+    assert_eq!(a.open("z", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap_err().errno, libc::ENFILE);
+}
+
+#[test]
+fn apps_max_at_n_and_n_plus_1() {
+    let s = TestServer::start(|c| c.sched_limits.apps_max = 2);
+    let _held = (s.client("a1"), s.client("a2"), s.client("a1"));
+    let e = Client::connect_with(&s.addr(), ConnectOptions { app: Some("a3".into()), ..ConnectOptions::default() }).err().unwrap();
+    assert!(e.message.contains("apps_max = 2"), "{e}");
+}
+
+#[test]
+fn dir_entries_max_at_n_and_n_plus_1() {
+    let s = TestServer::start(|c| c.limits.dir_entries_max = 5);
+    std::fs::create_dir(s.path("d")).unwrap();
+    for i in 0..5 {
+        std::fs::write(s.path(&format!("d/{i}")), b"").unwrap();
+    }
+    let c = s.client("dirs");
+    assert_eq!(c.readdir("d").unwrap().len(), 5);
+    std::fs::write(s.path("d/5"), b"").unwrap();
+    assert_eq!(c.readdir("d").unwrap_err().errno, libc::E2BIG);
+}
+
+#[test]
+fn bad_weight_is_refused_at_handshake() {
+    let s = TestServer::start(|_| {});
+    let e = Client::connect_with(&s.addr(), ConnectOptions { weight: 0, ..ConnectOptions::default() }).err().unwrap();
+    assert_eq!(e.kind, ClientErrorKind::Connect);
+    assert!(e.message.contains("weight 0"), "{e}");
+}
+
+#[test]
+fn absent_server_is_a_clear_error() {
+    let e = Client::connect("unix:/nonexistent/sluice.sock").err().unwrap();
+    assert_eq!(e.kind, ClientErrorKind::Connect);
+    assert!(e.message.starts_with("cannot connect to sluice server at unix:/nonexistent/sluice.sock"), "{e}");
+}
+
+#[test]
+fn listen_refuses_a_path_that_is_not_a_socket_and_replaces_a_stale_one() {
+    let dir = common::temp_dir();
+    let file = dir.path().join("not-a-socket");
+    std::fs::write(&file, b"keep me").unwrap();
+    let cfg = sluice_server::ServerConfig::new(dir.path(), sluice_server::Listen::Unix(file.clone()));
+    let e = sluice_server::Server::start(cfg).err().expect("refused");
+    assert!(e.message.contains("is not a socket"), "{e}");
+    assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
+    let sock = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    let cfg = sluice_server::ServerConfig::new(dir.path(), sluice_server::Listen::Unix(sock));
+    let mut h = sluice_server::Server::start(cfg).expect("a stale socket is replaced");
+    Client::connect(h.addr()).unwrap();
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn tcp_listener_on_loopback_serves() {
+    let root = common::temp_dir();
+    let cfg = sluice_server::ServerConfig::new(root.path(), sluice_server::Listen::parse("tcp:127.0.0.1:0").unwrap());
+    let mut h = sluice_server::Server::start(cfg).unwrap();
+    assert!(h.addr().starts_with("tcp:127.0.0.1:"), "{}", h.addr());
+    let c = Client::connect(h.addr()).unwrap();
+    let fd = c.open("t", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    assert_eq!(c.pwrite(fd, b"over tcp", 0).unwrap(), 8);
+    drop(c);
+    h.shutdown().unwrap();
+    assert_eq!(std::fs::read(root.path().join("t")).unwrap(), b"over tcp");
+}
+
+/// A drain does not wait for clients that connected but never said hello,
+/// admitted or over `clients_max`.
+#[test]
+fn shutdown_does_not_wait_for_silent_connections() {
+    let mut s = TestServer::start(|c| c.limits.clients_max = 1);
+    let path = s.addr().strip_prefix("unix:").unwrap().to_string();
+    let silent: Vec<_> = (0..3).map(|_| UnixStream::connect(&path).unwrap()).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.handle.connections() < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let started = std::time::Instant::now();
+    s.handle.shutdown().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(2), "drain took {:?}", started.elapsed());
+    drop(silent);
+}
