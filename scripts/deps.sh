@@ -4,7 +4,8 @@
 set -euo pipefail
 need=()
 # Each entry: "command-that-must-exist:debian-package".
-for pair in ${SLUICE_DEPS:-}; do
+deps="fusermount3:fuse3"
+for pair in $deps; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done

@@ -16,15 +16,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Mount a server's files with FUSE (until SIGINT, SIGTERM or fusermount3 -u).
+    Mount(cmd::mount::MountArgs),
     /// Run a benchmark or workload.
     #[command(subcommand)]
     Bench(cmd::bench::BenchCmd),
+    /// Simulate a cluster running a scenario, under each policy.
+    Sim(cmd::sim::SimArgs),
+    /// Run the I/O service in front of a directory.
+    Serve(cmd::serve::ServeArgs),
+    /// Copy a file into or out of the service (:path is on the server).
+    Cp(cmd::cp::CpArgs),
+    /// List a directory on the service (:DIR).
+    Ls(cmd::ls::LsArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Bench(c) => cmd::bench::run(c),
+        Cmd::Mount(a) => cmd::mount::run(a),
+        Cmd::Sim(a) => cmd::sim::run(a),
+        Cmd::Serve(a) => cmd::serve::run(a),
+        Cmd::Cp(a) => cmd::cp::run(a),
+        Cmd::Ls(a) => cmd::ls::run(a),
     };
     if let Err(e) = result {
         eprintln!("sluice: {e:#}");

@@ -10,6 +10,19 @@ use super::output::write_json;
 pub enum BenchCmd {
     /// Cost of the scheduling core per request, for every policy.
     Scheduler(SchedulerArgs),
+    /// The seed's decomposition: P processes read a shared file cyclically.
+    Decomposition(super::workload::DecompositionArgs),
+    /// The decomposition plus a `cat`-like sequential reader (seed Case 1).
+    Interference(super::workload::InterferenceArgs),
+    /// The seed's ten concurrent applications (Case 2).
+    Mix10(super::workload::Mix10Args),
+    /// Applications described in a TOML file.
+    Custom(super::workload::CustomArgs),
+    /// One rank of a workload (started by the commands above).
+    #[command(hide = true)]
+    Worker,
+    /// The I/O service's overhead: 1 MiB sequential reads vs direct pread, 4 KiB round trip.
+    Service(super::bench_service::ServiceArgs),
 }
 
 #[derive(Args)]
@@ -34,6 +47,12 @@ pub struct SchedulerArgs {
 pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
     match cmd {
         BenchCmd::Scheduler(a) => scheduler(a),
+        BenchCmd::Decomposition(a) => super::workload::decomposition(a),
+        BenchCmd::Interference(a) => super::workload::interference(a),
+        BenchCmd::Mix10(a) => super::workload::mix10(a),
+        BenchCmd::Custom(a) => super::workload::custom(a),
+        BenchCmd::Worker => super::workload::worker(),
+        BenchCmd::Service(a) => super::bench_service::run(a),
     }
 }
 

@@ -1,0 +1,115 @@
+//! The report of a workload run: a table for people, JSON for machines.
+//! The JSON shape is documented in `docs/bench.md` and shared with
+//! `sluice sim`.
+
+use serde::Serialize;
+
+/// One application in one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct AppReport {
+    pub name: String,
+    pub procs: u32,
+    pub bytes: u64,
+    pub completion_s: f64,
+    pub mib_s: f64,
+    /// Completion here over completion when run alone (`--alone`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slowdown: Option<f64>,
+    /// Requests per device operation, from the server's counters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests_per_dispatch: Option<f64>,
+}
+
+/// One mode (direct, or a policy) over the whole scenario.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    pub mode: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub granularity: Option<u64>,
+    pub makespan_s: f64,
+    pub jain: f64,
+    pub apps: Vec<AppReport>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub device: String,
+    pub direct_io: bool,
+    /// Whether the page cache was dropped before every run.
+    pub caches_dropped: bool,
+    pub scale: f64,
+    pub runs: Vec<RunReport>,
+}
+
+/// Jain's fairness index of `xs`: 1 when all equal, 1/n when one takes all.
+pub fn jain(xs: &[f64]) -> f64 {
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    if sq == 0.0 {
+        return 1.0;
+    }
+    sum * sum / (xs.len() as f64 * sq)
+}
+
+/// The seed's table: one row per application, completion time per mode,
+/// then makespan and fairness.
+pub fn table(r: &Report) -> String {
+    let mut out = format!(
+        "{} on {} ({}, page cache {}, scale {})\n",
+        r.scenario,
+        r.device,
+        if r.direct_io { "O_DIRECT" } else { "buffered" },
+        if r.caches_dropped { "dropped before each run" } else { "NOT dropped" },
+        r.scale
+    );
+    let mut groups: Vec<Option<u64>> = r.runs.iter().map(|x| x.granularity).collect();
+    groups.dedup();
+    for g in groups {
+        let runs: Vec<&RunReport> = r.runs.iter().filter(|x| x.granularity == g).collect();
+        if let Some(g) = g {
+            out += &format!("granularity {} KiB\n", g / 1024);
+        }
+        out += &format!("{:<22} {:>6} {:>10}", "application", "procs", "MiB");
+        for run in &runs {
+            out += &format!(" {:>12}", format!("{} s", run.mode));
+        }
+        out += "\n";
+        for (i, a) in runs[0].apps.iter().enumerate() {
+            out += &format!("{:<22} {:>6} {:>10.1}", a.name, a.procs, a.bytes as f64 / 1048576.0);
+            for run in &runs {
+                out += &format!(" {:>12.3}", run.apps[i].completion_s);
+            }
+            out += "\n";
+        }
+        out += &format!("{:<40}", "makespan (s)");
+        for run in &runs {
+            out += &format!(" {:>12.3}", run.makespan_s);
+        }
+        out += &format!("\n{:<40}", "Jain's index over app MiB/s");
+        for run in &runs {
+            out += &format!(" {:>12.3}", run.jain);
+        }
+        out += &format!("\n{:<40}", "requests per device op");
+        for run in &runs {
+            let rpd: Vec<f64> = run.apps.iter().filter_map(|a| a.requests_per_dispatch).collect();
+            let cell = if rpd.is_empty() { "-".to_string() } else { format!("{:.1}", rpd.iter().sum::<f64>() / rpd.len() as f64) };
+            out += &format!(" {cell:>12}");
+        }
+        out += "\n";
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_bounds() {
+        assert!((jain(&[3.0, 3.0, 3.0]) - 1.0).abs() < 1e-12);
+        assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+        assert!((jain(&[1.0, 2.0]) - 0.9).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,289 @@
+//! Runs a scenario: prepares the files, then for each mode starts the
+//! server (unless direct or external), the worker processes, a common
+//! start, and collects completion times.
+
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use sluice_server::{DeviceKind, Listen, Server, ServerConfig};
+
+use super::pattern::AppSpec;
+use super::report::{jain, AppReport, Report, RunReport};
+use super::scenario::Scenario;
+use super::worker::{Target, WorkerResult, WorkerSpec, SPEC_ENV};
+use super::WorkloadError;
+
+/// How long workers may take to open their files and say `ready`.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Chunk used to fill files before timing.
+const FILL_CHUNK_BYTES: usize = 1 << 20;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    pub scenario: Scenario,
+    /// `direct` and/or policy names.
+    pub modes: Vec<String>,
+    pub direct_io: bool,
+    pub device: DeviceKind,
+    /// Scratch directory holding the files (and the server's root).
+    pub root: PathBuf,
+    /// An external server: no server is started, files are made through it.
+    pub server: Option<String>,
+    pub queue_depth: Option<u32>,
+    /// Also run every application alone, for slowdowns.
+    pub alone: bool,
+    pub seed: u64,
+    /// The `sluice` executable to start workers with.
+    pub exe: PathBuf,
+    pub scale: f64,
+    /// Set on runs of a granularity sweep.
+    pub granularity: Option<u64>,
+    pub progress: bool,
+}
+
+/// Run every mode over the scenario.
+pub fn run(cfg: &RunConfig) -> Result<Report, WorkloadError> {
+    if cfg.device == DeviceKind::Hdd7200 && cfg.modes.iter().any(|m| m == "direct") {
+        return Err(WorkloadError::usage("the direct mode cannot emulate a disk: with --device hdd7200, fifo is the no-scheduler baseline".into()));
+    }
+    prepare(cfg)?;
+    let mut runs = Vec::new();
+    let mut caches_dropped = true;
+    for mode in &cfg.modes {
+        caches_dropped &= drop_caches();
+        let mut run = run_mode(cfg, mode, &cfg.scenario.apps)?;
+        if cfg.alone {
+            for (i, app) in cfg.scenario.apps.iter().enumerate() {
+                caches_dropped &= drop_caches();
+                let alone = run_mode(cfg, mode, std::slice::from_ref(app))?;
+                run.apps[i].slowdown = Some(run.apps[i].completion_s / alone.apps[0].completion_s.max(1e-9));
+            }
+        }
+        runs.push(run);
+    }
+    let device = match cfg.device {
+        DeviceKind::Real => "real",
+        DeviceKind::Hdd7200 => "hdd7200",
+    };
+    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, runs })
+}
+
+/// Create and fill every file (before any timing).
+fn prepare(cfg: &RunConfig) -> Result<(), WorkloadError> {
+    std::fs::create_dir_all(&cfg.root).map_err(|e| WorkloadError::io(format!("create {}", cfg.root.display()), e))?;
+    let chunk: Vec<u8> = (0..FILL_CHUNK_BYTES).map(|i| (i % 251) as u8).collect();
+    for app in &cfg.scenario.apps {
+        for (name, size) in app.files() {
+            match &cfg.server {
+                None => fill_local(&cfg.root.join(&name), size, &chunk)?,
+                Some(addr) => fill_remote(addr, &name, size, &chunk)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn fill_local(path: &Path, size: u64, chunk: &[u8]) -> Result<(), WorkloadError> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() == size) {
+        return Ok(());
+    }
+    let err = |e| WorkloadError::io(format!("fill {}", path.display()), e);
+    let mut f = std::fs::File::create(path).map_err(err)?;
+    let mut left = size;
+    while left > 0 {
+        let n = left.min(chunk.len() as u64) as usize;
+        f.write_all(&chunk[..n]).map_err(err)?;
+        left -= n as u64;
+    }
+    f.sync_all().map_err(err)
+}
+
+fn fill_remote(addr: &str, name: &str, size: u64, chunk: &[u8]) -> Result<(), WorkloadError> {
+    let c = sluice_client::Client::connect(addr).map_err(WorkloadError::client)?;
+    let fd = c.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).map_err(WorkloadError::client)?;
+    let mut at = 0;
+    while at < size {
+        let n = (size - at).min(chunk.len() as u64) as usize;
+        c.pwrite(fd, &chunk[..n], at).map_err(WorkloadError::client)?;
+        at += n as u64;
+    }
+    c.fsync(fd).map_err(WorkloadError::client)?;
+    c.close(fd).map_err(WorkloadError::client)
+}
+
+/// Drop the page cache (needs root); says whether it could.
+fn drop_caches() -> bool {
+    // SAFETY: sync() has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}
+
+/// One mode over `apps`, all started together.
+fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, WorkloadError> {
+    let mut server = None;
+    let target = match (mode, &cfg.server) {
+        ("direct", _) => Target::Direct { root: cfg.root.clone(), direct_io: cfg.direct_io },
+        (_, Some(addr)) => Target::Service { addr: addr.clone() },
+        (policy, None) => {
+            let handle = start_server(cfg, policy)?;
+            let addr = handle.addr().to_string();
+            server = Some(handle);
+            Target::Service { addr }
+        }
+    };
+    let label = mode.to_string();
+    let times = run_workers(cfg, apps, &target, &label);
+    let stats = server.as_mut().map(|s| s.stats());
+    if let Some(mut s) = server {
+        s.shutdown().map_err(|e| WorkloadError::usage(format!("server shutdown: {e}")))?;
+    }
+    let times = times?;
+    let apps: Vec<AppReport> = apps
+        .iter()
+        .zip(times)
+        .map(|(a, t)| {
+            let rpd = stats.as_ref().and_then(|st| st.iter().find(|s| s.name == a.name)).filter(|s| s.dispatches > 0);
+            AppReport {
+                name: a.name.clone(),
+                procs: a.procs,
+                bytes: a.bytes(),
+                completion_s: t,
+                mib_s: a.bytes() as f64 / 1048576.0 / t.max(1e-9),
+                slowdown: None,
+                requests_per_dispatch: rpd.map(|s| s.requests as f64 / s.dispatches as f64),
+            }
+        })
+        .collect();
+    let makespan_s = apps.iter().map(|a| a.completion_s).fold(0.0, f64::max);
+    let jain = jain(&apps.iter().map(|a| a.mib_s).collect::<Vec<_>>());
+    Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps })
+}
+
+fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHandle, WorkloadError> {
+    let config = sluice_core::PolicyConfig::from_name(policy)
+        .ok_or_else(|| WorkloadError::usage(format!("unknown mode {policy:?} (direct or one of {})", sluice_core::POLICY_NAMES.join(", "))))?;
+    let sock = std::env::temp_dir().join(format!("sluice-bench-{}-{policy}.sock", std::process::id()));
+    let mut sc = ServerConfig::new(&cfg.root, Listen::Unix(sock));
+    sc.policy = config;
+    sc.direct = cfg.direct_io;
+    sc.device = cfg.device;
+    if let Some(q) = cfg.queue_depth {
+        sc.queue_depth = q;
+    }
+    Server::start(sc).map_err(|e| WorkloadError::usage(format!("starting the {policy} server: {e}")))
+}
+
+/// Kills every worker still running when dropped (error paths included).
+struct Workers(Vec<Child>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+enum Event {
+    Ready,
+    Done(usize, Instant, WorkerResult),
+    Failed(usize, String),
+}
+
+/// Start one worker per rank, release them together, and return each
+/// application's completion time in seconds.
+fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) -> Result<Vec<f64>, WorkloadError> {
+    let (tx, rx) = mpsc::channel();
+    let mut workers = Workers(Vec::new());
+    let mut stdins: Vec<ChildStdin> = Vec::new();
+    let mut owner = Vec::new();
+    for (ai, app) in apps.iter().enumerate() {
+        for rank in 0..app.procs {
+            let spec = WorkerSpec { app: app.clone(), rank, seed: cfg.seed, target: target.clone() };
+            let mut child = Command::new(&cfg.exe)
+                .args(["bench", "worker"])
+                .env(SPEC_ENV, serde_json::to_string(&spec).expect("spec serialises"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| WorkloadError::io(format!("start worker {}", cfg.exe.display()), e))?;
+            stdins.push(child.stdin.take().expect("piped"));
+            watch(owner.len(), child.stdout.take().expect("piped"), child.stderr.take().expect("piped"), tx.clone());
+            owner.push(ai);
+            workers.0.push(child);
+        }
+    }
+    drop(tx);
+    let n = owner.len();
+    for _ in 0..n {
+        match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Event::Ready) => {}
+            Ok(Event::Failed(w, msg)) => return Err(WorkloadError::usage(format!("worker {w} failed before the start: {msg}"))),
+            Ok(Event::Done(..)) | Err(_) => return Err(WorkloadError::usage("workers did not get ready in time".into())),
+        }
+    }
+    let t0 = Instant::now();
+    for s in &mut stdins {
+        s.write_all(b"go\n").map_err(|e| WorkloadError::io("start signal".into(), e))?;
+    }
+    drop(stdins);
+    let mut done = vec![0.0f64; apps.len()];
+    let mut moved = vec![0u64; apps.len()];
+    for finished in 1..=n {
+        match rx.recv() {
+            Ok(Event::Done(w, at, r)) => {
+                done[owner[w]] = done[owner[w]].max((at - t0).as_secs_f64());
+                moved[owner[w]] += r.bytes;
+            }
+            Ok(Event::Failed(w, msg)) => return Err(WorkloadError::usage(format!("worker {w} ({}) failed: {msg}", apps[owner[w]].name))),
+            Ok(Event::Ready) | Err(_) => return Err(WorkloadError::usage("a worker vanished".into())),
+        }
+        if cfg.progress && std::io::stderr().is_terminal() {
+            eprint!("\r  {label:<12} [{:<30}] {finished}/{n} processes done", "#".repeat(finished * 30 / n));
+        }
+    }
+    if cfg.progress {
+        eprintln!("\r  {label:<12} [{}] {n}/{n} processes done in {:.2} s", "#".repeat(30), t0.elapsed().as_secs_f64());
+    }
+    for (a, m) in apps.iter().zip(&moved) {
+        if *m != a.bytes() {
+            return Err(WorkloadError::usage(format!("{} moved {m} bytes, expected {}", a.name, a.bytes())));
+        }
+    }
+    Ok(done)
+}
+
+/// A thread per worker turning its output into events.
+fn watch(w: usize, stdout: impl Read + Send + 'static, mut stderr: impl Read + Send + 'static, tx: mpsc::Sender<Event>) {
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let failed = |stderr: &mut dyn Read| {
+            let mut msg = String::new();
+            let _ = stderr.read_to_string(&mut msg);
+            Event::Failed(w, msg.trim().to_string())
+        };
+        match lines.next() {
+            Some(Ok(l)) if l == "ready" => {
+                let _ = tx.send(Event::Ready);
+            }
+            _ => {
+                let _ = tx.send(failed(&mut stderr));
+                return;
+            }
+        }
+        let ev = match lines.next() {
+            Some(Ok(l)) => match serde_json::from_str::<WorkerResult>(&l) {
+                Ok(r) => Event::Done(w, Instant::now(), r),
+                Err(_) => failed(&mut stderr),
+            },
+            _ => failed(&mut stderr),
+        };
+        let _ = tx.send(ev);
+    });
+}

@@ -1,0 +1,139 @@
+//! One rank: the process the runner starts for each simulated MPI rank.
+//!
+//! Protocol on its pipes: the worker opens its file (or connects), prints
+//! `ready`, waits for a line on stdin, runs its accesses one at a time
+//! (synchronous, like the seed's clients), then prints one JSON line with
+//! what it did. Errors go to stderr with exit status 1.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, Write};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::pattern::{accesses, AppSpec, Dir};
+use super::WorkloadError;
+
+/// Where the rank's I/O goes.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Target {
+    /// pread/pwrite on the file under `root` (O_DIRECT when `direct_io`).
+    Direct { root: PathBuf, direct_io: bool },
+    /// Through a sluice server.
+    Service { addr: String },
+}
+
+/// Everything a worker needs, passed as JSON in `SLUICE_BENCH_WORKER`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub app: AppSpec,
+    pub rank: u32,
+    pub seed: u64,
+    pub target: Target,
+}
+
+/// The environment variable carrying the spec.
+pub const SPEC_ENV: &str = "SLUICE_BENCH_WORKER";
+
+/// What a worker reports.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WorkerResult {
+    pub bytes: u64,
+    pub requests: u64,
+}
+
+/// Alignment of O_DIRECT buffers (the logical block size of any disk).
+const DIRECT_ALIGN: usize = 4096;
+
+/// A heap buffer aligned for O_DIRECT.
+struct AlignedBuf {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> AlignedBuf {
+        let layout = std::alloc::Layout::from_size_align(len.max(DIRECT_ALIGN), DIRECT_ALIGN).expect("valid layout");
+        // SAFETY: the layout has a non-zero size; the memory is zeroed so
+        // every byte is initialised before any slice is formed.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory for a {len}-byte buffer");
+        AlignedBuf { ptr, layout }
+    }
+
+    fn slice(&mut self, len: usize) -> &mut [u8] {
+        assert!(len <= self.layout.size());
+        // SAFETY: ptr is valid for layout.size() initialised bytes, owned
+        // by self and borrowed mutably for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+    }
+}
+
+enum Backend {
+    File(File),
+    Service(sluice_client::Client, sluice_client::Fd),
+}
+
+impl Backend {
+    fn open(spec: &WorkerSpec) -> Result<Backend, WorkloadError> {
+        let name = spec.app.file_name(spec.rank);
+        match &spec.target {
+            Target::Direct { root, direct_io } => {
+                let flags = if *direct_io { libc::O_DIRECT } else { 0 };
+                let f = OpenOptions::new().read(true).write(true).custom_flags(flags).open(root.join(&name));
+                Ok(Backend::File(f.map_err(|e| WorkloadError::io(format!("open {name}"), e))?))
+            }
+            Target::Service { addr } => {
+                let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank) };
+                let c = sluice_client::Client::connect_with(addr, opts).map_err(WorkloadError::client)?;
+                let fd = c.open(&name, libc::O_RDWR, 0).map_err(WorkloadError::client)?;
+                Ok(Backend::Service(c, fd))
+            }
+        }
+    }
+
+    fn access(&self, op: Dir, buf: &mut [u8], offset: u64) -> Result<usize, WorkloadError> {
+        match (self, op) {
+            (Backend::File(f), Dir::Read) => f.read_at(buf, offset).map_err(|e| WorkloadError::io("pread".into(), e)),
+            (Backend::File(f), Dir::Write) => f.write_at(buf, offset).map_err(|e| WorkloadError::io("pwrite".into(), e)),
+            (Backend::Service(c, fd), Dir::Read) => c.pread(*fd, buf, offset).map_err(WorkloadError::client),
+            (Backend::Service(c, fd), Dir::Write) => c.pwrite(*fd, buf, offset).map_err(WorkloadError::client),
+        }
+    }
+}
+
+/// Run one rank: the body of `sluice bench worker`.
+pub fn run_worker() -> Result<(), WorkloadError> {
+    let text = std::env::var(SPEC_ENV).map_err(|_| WorkloadError::usage(format!("{SPEC_ENV} is not set: this command is started by `sluice bench`")))?;
+    let spec: WorkerSpec = serde_json::from_str(&text).map_err(|e| WorkloadError::usage(format!("bad worker spec: {e}")))?;
+    let pieces = accesses(&spec.app, spec.rank, spec.seed);
+    let backend = Backend::open(&spec)?;
+    let mut buf = AlignedBuf::new(spec.app.granularity as usize);
+    buf.slice(spec.app.granularity as usize).fill(0x5a ^ spec.rank as u8);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))?;
+    let mut go = String::new();
+    std::io::stdin().lock().read_line(&mut go).map_err(|e| WorkloadError::io("stdin".into(), e))?;
+    if go.trim() != "go" {
+        return Err(WorkloadError::usage("the runner went away before the start".into()));
+    }
+    let mut result = WorkerResult::default();
+    for (offset, len) in pieces {
+        let done = backend.access(spec.app.op, buf.slice(len as usize), offset)?;
+        if done != len as usize {
+            return Err(WorkloadError::usage(format!("short {:?} at {offset}: {done} of {len} bytes", spec.app.op)));
+        }
+        result.bytes += len;
+        result.requests += 1;
+    }
+    let line = serde_json::to_string(&result).expect("plain struct serialises");
+    writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))
+}

@@ -1,0 +1,103 @@
+//! One server connection per calling process, so the scheduler sees each
+//! process as its own stream.
+//!
+//! The table is bounded by `CONNECTIONS_MAX`; past it the least recently
+//! used connection is dropped from the table (requests still running on it
+//! keep it alive through their `Arc`). Kernel-initiated requests (pid 0)
+//! share one connection.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use sluice_client::{Client, ConnectOptions};
+
+/// Connections kept at once.
+pub const CONNECTIONS_MAX: usize = 256;
+
+struct Entry {
+    client: Arc<Client>,
+    used: u64,
+}
+
+pub(crate) struct Conns {
+    server: String,
+    app: Option<String>,
+    table: Mutex<(HashMap<u32, Entry>, u64)>,
+}
+
+impl Conns {
+    pub fn new(server: String, app: Option<String>) -> Conns {
+        Conns { server, app, table: Mutex::new((HashMap::new(), 0)) }
+    }
+
+    /// The connection of process `pid`, opened on first use.
+    pub fn get(&self, pid: u32) -> Result<Arc<Client>, sluice_client::ClientError> {
+        {
+            let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            t.1 += 1;
+            let tick = t.1;
+            if let Some(e) = t.0.get_mut(&pid) {
+                e.used = tick;
+                return Ok(Arc::clone(&e.client));
+            }
+        }
+        let opts = ConnectOptions { app: Some(self.app.clone().unwrap_or_else(|| app_of(pid))), weight: 1, client_id: Some(pid) };
+        let client = Arc::new(Client::connect_with(&self.server, opts)?);
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        if t.0.len() >= CONNECTIONS_MAX && !t.0.contains_key(&pid) {
+            let oldest = t.0.iter().min_by_key(|(_, e)| e.used).map(|(&p, _)| p);
+            if let Some(p) = oldest {
+                t.0.remove(&p);
+            }
+        }
+        t.1 += 1;
+        let used = t.1;
+        t.0.entry(pid).or_insert(Entry { client: Arc::clone(&client), used });
+        Ok(client)
+    }
+
+    /// Forget a connection that failed, so the next call reconnects.
+    pub fn drop_conn(&self, pid: u32) {
+        self.table.lock().unwrap_or_else(|p| p.into_inner()).0.remove(&pid);
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.table.lock().unwrap().0.len()
+    }
+}
+
+/// The application id of process `pid`: its `SLUICE_APP`, else its
+/// `SLURM_JOB_ID`, else its command name.
+pub(crate) fn app_of(pid: u32) -> String {
+    if pid == 0 {
+        return "kernel".into();
+    }
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let var = |name: &str| {
+        env.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
+    };
+    if let Some(app) = var("SLUICE_APP").filter(|s| !s.is_empty()) {
+        return app;
+    }
+    if let Some(job) = var("SLURM_JOB_ID").filter(|s| !s.is_empty()) {
+        return format!("slurm-{job}");
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_string()).unwrap_or_else(|_| format!("pid-{pid}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn app_of_reads_the_callers_environment() {
+        // This test process: no SLUICE_APP set by the harness, so the
+        // command name (the test binary's) comes back, never empty.
+        let me = std::process::id();
+        let name = app_of(me);
+        assert!(!name.is_empty());
+        assert_eq!(app_of(0), "kernel");
+        assert!(app_of(u32::MAX).starts_with("pid-"), "a vanished process has a fallback name");
+    }
+}

@@ -1,0 +1,53 @@
+//! `sluice bench service`: arguments and output of the service-overhead
+//! benchmark (`sluice_server::bench`).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use sluice_server::bench::{self, ServiceBenchConfig};
+
+use super::output::write_json;
+
+#[derive(Args)]
+pub struct ServiceArgs {
+    /// Directory for the test file (the file system to measure).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Test file size in MiB.
+    #[arg(long, default_value_t = 256)]
+    size_mib: u64,
+    /// Requests in flight for the pipelined pass.
+    #[arg(long, default_value_t = 4)]
+    window: usize,
+    /// Repetitions; the best pass counts.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Blocking 4 KiB reads timed for the round trip.
+    #[arg(long, default_value_t = 20_000)]
+    rtt_requests: u32,
+    /// O_DIRECT on both the server and the direct baseline.
+    #[arg(long)]
+    direct: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(a: ServiceArgs) -> anyhow::Result<()> {
+    let cfg = ServiceBenchConfig {
+        dir: a.dir,
+        file_bytes: a.size_mib << 20,
+        window: a.window,
+        rounds: a.rounds,
+        rtt_requests: a.rtt_requests,
+        direct: a.direct,
+        ..ServiceBenchConfig::default()
+    };
+    let report = bench::run(&cfg)?;
+    print!("{}", bench::table(&report));
+    if let Some(path) = a.json {
+        write_json(&path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! `sluice mount`: the FUSE path.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Args)]
+pub struct MountArgs {
+    /// The server (default: $SLUICE_SERVER).
+    #[arg(long)]
+    server: Option<String>,
+    /// One application id for every process using the mount (default: per
+    /// process, from its SLUICE_APP, SLURM_JOB_ID or command name).
+    #[arg(long)]
+    app: Option<String>,
+    /// Let other users use the mount.
+    #[arg(long)]
+    allow_other: bool,
+    /// Where to mount.
+    mountpoint: PathBuf,
+}
+
+pub fn run(a: MountArgs) -> anyhow::Result<()> {
+    let server = sluice_client::server_addr(a.server.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut cfg = sluice_fuse::MountConfig::new(server, a.mountpoint);
+    cfg.app = a.app;
+    cfg.allow_other = a.allow_other;
+    sluice_fuse::mount(cfg).map_err(|e| anyhow::anyhow!("{e}"))
+}

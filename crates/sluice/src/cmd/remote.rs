@@ -1,0 +1,14 @@
+//! Helpers shared by the client commands: `:path` arguments and connecting.
+
+use sluice_client::{server_addr, Client};
+
+/// The server path of a `:path` argument, or `None` for a local one.
+pub fn remote_path(arg: &str) -> Option<&str> {
+    arg.strip_prefix(':')
+}
+
+/// Connect to `--server ADDR`, else `$SLUICE_SERVER`.
+pub fn connect(server: Option<&str>) -> anyhow::Result<Client> {
+    let addr = server_addr(server)?;
+    Ok(Client::connect(&addr)?)
+}

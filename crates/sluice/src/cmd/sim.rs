@@ -1,0 +1,82 @@
+//! `sluice sim SCENARIO.toml`: run a scenario in the simulator, print the
+//! per-application table per mode, write JSON, a trace and a sweep plot on
+//! request.
+//! `sluice sim --bench` measures the engine's speed instead.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::output::write_json;
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// Scenario file (see docs/sim.md and scenarios/).
+    #[arg(required_unless_present = "bench")]
+    scenario: Option<PathBuf>,
+    /// Mode to run: a policy, or policy/cache (cache: none, write-behind,
+    /// aggregation). Repeat for several; default: the scenario's modes.
+    #[arg(long = "policy")]
+    policies: Vec<String>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace-event JSON here.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Write a PNG plot of the granularity sweep here (makespan against
+    /// granularity per mode, log-log; the legend is printed).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Seed of the run (default: the scenario's).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Multiply every application's bytes by this.
+    #[arg(long)]
+    scale: Option<f64>,
+    /// Measure simulated events per second on a synthetic scenario.
+    #[arg(long)]
+    bench: bool,
+    /// Processes of the benchmark scenario.
+    #[arg(long, default_value_t = 10_000)]
+    bench_procs: u64,
+    /// Requests per process of the benchmark scenario.
+    #[arg(long, default_value_t = 200)]
+    bench_requests: u64,
+}
+
+pub fn run(a: SimArgs) -> anyhow::Result<()> {
+    let scenario = match (&a.scenario, a.bench) {
+        (_, true) => sluice_sim::bench_scenario(a.bench_procs, a.bench_requests),
+        (Some(path), false) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+            sluice_sim::Scenario::from_toml(&text).with_context(|| format!("in {}", path.display()))?
+        }
+        (None, false) => anyhow::bail!("a scenario file is required"),
+    };
+    let opts = sluice_sim::RunOptions { modes: a.policies.clone(), seed: a.seed, scale: a.scale, trace: a.trace.is_some() };
+    let (report, trace) = sluice_sim::run(&scenario, &opts)?;
+    print!("{}", report.table());
+    if a.bench {
+        for r in &report.runs {
+            println!("bench: {} processes, {} events in {:.3} s = {:.2} M events/s ({})", a.bench_procs, r.events, r.wall_s, r.events_per_s / 1e6, r.mode);
+        }
+    }
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    if let Some(path) = &a.plot {
+        let legend = sluice_sim::sweep_png(&report, path)?;
+        println!("plot: {} ({legend})", path.display());
+    }
+    if let (Some(path), Some(t)) = (&a.trace, trace) {
+        std::fs::write(path, t.to_json()).with_context(|| format!("writing {}", path.display()))?;
+        if t.dropped() > 0 {
+            eprintln!("sluice: trace kept its first events only; {} more dropped (trace_events_max)", t.dropped());
+        }
+        println!("trace: {}", path.display());
+    }
+    Ok(())
+}

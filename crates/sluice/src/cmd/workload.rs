@@ -1,0 +1,173 @@
+//! `sluice bench decomposition|interference|mix10|custom|worker`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use sluice_bench::workload::pattern::Dir;
+use sluice_bench::workload::report::{table, Report};
+use sluice_bench::workload::runner::{run, RunConfig};
+use sluice_bench::workload::scenario::{self, Scenario};
+use sluice_server::DeviceKind;
+
+use super::output::write_json;
+
+/// Options shared by every workload.
+#[derive(Args)]
+pub struct Common {
+    /// Modes to compare: `direct` (no service) and/or policy names.
+    /// Default: direct,fifo,aioli (fifo,aioli with --device hdd7200).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Open the backing files with O_DIRECT (in the direct mode and in the server).
+    #[arg(long)]
+    direct: bool,
+    /// `real`, or `hdd7200` for the server's emulated rotating disk.
+    #[arg(long, default_value = "real")]
+    device: String,
+    /// Multiply every size by this (the seed's sizes at 1.0).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Scratch directory (default: a new one under /var/tmp, removed after).
+    #[arg(long)]
+    root: Option<PathBuf>,
+    /// Use this running server instead of starting one per policy.
+    #[arg(long)]
+    server: Option<String>,
+    /// Dispatches in flight in the started servers (default: the server's;
+    /// 1 with --device hdd7200, since the emulated disk has one arm and a
+    /// second dispatch would be chosen long before the arm is free).
+    #[arg(long)]
+    queue_depth: Option<u32>,
+    /// Also run each application alone, to report slowdowns.
+    #[arg(long)]
+    alone: bool,
+    /// Seed of the random patterns.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct DecompositionArgs {
+    /// Processes (ranks).
+    #[arg(long, default_value_t = 32)]
+    procs: u32,
+    /// Granularity, or a comma-separated list for a sweep (4K, 128K, 1M…).
+    #[arg(long, value_delimiter = ',', default_value = "4K")]
+    granularity: Vec<String>,
+    /// Write instead of read.
+    #[arg(long)]
+    write: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+pub struct InterferenceArgs {
+    #[arg(long, default_value_t = 32)]
+    procs: u32,
+    #[arg(long, default_value = "8K")]
+    granularity: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+pub struct Mix10Args {
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args)]
+pub struct CustomArgs {
+    /// A TOML file of `[[app]]` tables (see docs/bench.md).
+    file: PathBuf,
+    #[command(flatten)]
+    common: Common,
+}
+
+pub fn decomposition(a: DecompositionArgs) -> anyhow::Result<()> {
+    let op = if a.write { Dir::Write } else { Dir::Read };
+    let sizes = a.granularity.iter().map(|g| sluice_bench::parse_size(g).map_err(anyhow::Error::msg)).collect::<anyhow::Result<Vec<_>>>()?;
+    let sweep = sizes.len() > 1;
+    let scenarios = sizes.iter().map(|&g| (scenario::decomposition(a.procs, g, op, a.common.scale), sweep.then_some(g))).collect();
+    execute(&a.common, scenarios)
+}
+
+pub fn interference(a: InterferenceArgs) -> anyhow::Result<()> {
+    let g = sluice_bench::parse_size(&a.granularity).map_err(anyhow::Error::msg)?;
+    execute(&a.common, vec![(scenario::interference(a.procs, g, a.common.scale), None)])
+}
+
+pub fn mix10(a: Mix10Args) -> anyhow::Result<()> {
+    execute(&a.common, vec![(scenario::mix10(a.common.scale), None)])
+}
+
+pub fn custom(a: CustomArgs) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let s = scenario::custom(&text, a.common.scale).map_err(anyhow::Error::msg)?;
+    execute(&a.common, vec![(s, None)])
+}
+
+pub fn worker() -> anyhow::Result<()> {
+    sluice_bench::workload::worker::run_worker().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Removes the scratch directory it made, even on error.
+struct Scratch(Option<PathBuf>);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+fn execute(c: &Common, scenarios: Vec<(Scenario, Option<u64>)>) -> anyhow::Result<()> {
+    let device = DeviceKind::parse(&c.device).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let modes = match (&c.policies[..], device) {
+        ([], DeviceKind::Hdd7200) => vec!["fifo".to_string(), "aioli".to_string()],
+        ([], DeviceKind::Real) => vec!["direct".to_string(), "fifo".to_string(), "aioli".to_string()],
+        (p, _) => p.to_vec(),
+    };
+    let made = c.root.is_none().then(|| std::path::Path::new("/var/tmp").join(format!("sluice-bench-{}", std::process::id())));
+    let _scratch = Scratch(made.clone());
+    let root = c.root.clone().or(made).expect("one of the two is set");
+    let mut report: Option<Report> = None;
+    for (scenario, granularity) in scenarios {
+        let cfg = RunConfig {
+            scenario,
+            modes: modes.clone(),
+            direct_io: c.direct,
+            device,
+            root: root.clone(),
+            server: c.server.clone(),
+            queue_depth: c.queue_depth.or((device == DeviceKind::Hdd7200).then_some(1)),
+            alone: c.alone,
+            seed: c.seed,
+            exe: std::env::current_exe().context("locating the sluice executable")?,
+            scale: c.scale,
+            granularity,
+            progress: true,
+        };
+        let r = run(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+        match &mut report {
+            None => report = Some(r),
+            Some(all) => {
+                all.runs.extend(r.runs);
+                all.caches_dropped &= r.caches_dropped;
+            }
+        }
+    }
+    let report = report.expect("at least one scenario");
+    print!("{}", table(&report));
+    if let Some(path) = &c.json {
+        write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
+}

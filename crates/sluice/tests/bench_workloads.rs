@@ -1,0 +1,109 @@
+//! A short real run of every `sluice bench` scenario: real worker
+//! processes, a real in-process server per policy, real files in a
+//! temporary directory on the root file system.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// A scratch directory removed even when the test fails.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("sluice-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Run `sluice bench ARGS --root DIR --json FILE` and return the JSON.
+fn bench(dir: &Path, args: &[&str]) -> Value {
+    let json = dir.join("report.json");
+    let root = dir.join("data");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .arg("bench")
+        .args(args)
+        .arg("--root")
+        .arg(&root)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sluice bench {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+/// Every run has every application, each with positive time and bytes.
+fn check_shape(v: &Value, modes: &[&str], apps: usize) {
+    let runs = v["runs"].as_array().unwrap();
+    let got: Vec<&str> = runs.iter().map(|r| r["mode"].as_str().unwrap()).collect();
+    assert_eq!(got, modes);
+    for r in runs {
+        assert_eq!(r["apps"].as_array().unwrap().len(), apps);
+        assert!(r["makespan_s"].as_f64().unwrap() > 0.0);
+        let jain = r["jain"].as_f64().unwrap();
+        assert!(jain > 0.0 && jain <= 1.0 + 1e-9);
+        for a in r["apps"].as_array().unwrap() {
+            assert!(a["bytes"].as_u64().unwrap() > 0 && a["completion_s"].as_f64().unwrap() > 0.0, "{a}");
+        }
+    }
+}
+
+fn rpd(v: &Value, mode: &str) -> f64 {
+    let run = v["runs"].as_array().unwrap().iter().find(|r| r["mode"] == mode).unwrap();
+    run["apps"][0]["requests_per_dispatch"].as_f64().unwrap()
+}
+
+#[test]
+fn decomposition_direct_fifo_aioli_with_o_direct() {
+    let s = Scratch::new("decomp");
+    let v = bench(&s.0, &["decomposition", "--procs", "32", "--granularity", "4K", "--direct", "--scale", "0.002", "--policies", "direct,fifo,aioli"]);
+    check_shape(&v, &["direct", "fifo", "aioli"], 1);
+    assert_eq!(v["direct_io"], true);
+    assert_eq!(rpd(&v, "fifo"), 1.0, "fifo sends every request alone");
+    assert!(rpd(&v, "aioli") > 2.0, "aioli aggregates the pieces of the 32 processes: {}", rpd(&v, "aioli"));
+}
+
+#[test]
+fn decomposition_sweep_and_writes() {
+    let s = Scratch::new("sweep");
+    let v = bench(&s.0, &["decomposition", "--procs", "4", "--granularity", "8K,64K", "--write", "--scale", "0.0002", "--policies", "fifo,aioli"]);
+    let gs: Vec<u64> = v["runs"].as_array().unwrap().iter().map(|r| r["granularity"].as_u64().unwrap()).collect();
+    assert_eq!(gs, vec![8192, 8192, 65536, 65536]);
+}
+
+#[test]
+fn interference_and_mix10_and_custom() {
+    let s = Scratch::new("mix");
+    let v = bench(&s.0, &["interference", "--procs", "4", "--granularity", "8K", "--scale", "0.0005", "--policies", "direct,aioli"]);
+    check_shape(&v, &["direct", "aioli"], 2);
+    let v = bench(&s.0, &["mix10", "--scale", "0.0005", "--policies", "fifo,aioli", "--device", "hdd7200"]);
+    check_shape(&v, &["fifo", "aioli"], 10);
+    assert_eq!(v["device"], "hdd7200");
+    let toml = s.0.join("mine.toml");
+    std::fs::write(&toml, "[[app]]\nname = \"ckpt\"\nprocs = 3\nop = \"write\"\npattern = \"random\"\nsize = 196608\ngranularity = 16384\nshared_file = false\n").unwrap();
+    let v = bench(&s.0, &["custom", toml.to_str().unwrap(), "--policies", "aioli,direct"]);
+    check_shape(&v, &["aioli", "direct"], 1);
+    assert_eq!(v["runs"][0]["apps"][0]["bytes"], 3 * 196608);
+}
+
+#[test]
+fn direct_mode_cannot_emulate_a_disk() {
+    let s = Scratch::new("nodirect");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "mix10", "--scale", "0.0001", "--device", "hdd7200", "--policies", "direct,fifo", "--root"])
+        .arg(&s.0)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot emulate a disk"));
+}

@@ -1,0 +1,153 @@
+//! The FUSE path with real programs: a real `sluice serve`, a real
+//! `sluice mount`, and `cp`, `cat`, `dd`, `tar`, `ls` and Python working
+//! through the mount point, each result compared with the backing
+//! directory. Mounts are undone and processes killed even when a test
+//! fails.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// A served directory, a mount of it, and their processes.
+struct Mounted {
+    dir: PathBuf,
+    server: Child,
+    mount: Option<Child>,
+}
+
+impl Mounted {
+    fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+
+    fn start(name: &str) -> Mounted {
+        let dir = std::env::temp_dir().join(format!("sluice-fuse-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root")).unwrap();
+        std::fs::create_dir_all(dir.join("mnt")).unwrap();
+        let sock = format!("unix:{}", dir.join("s.sock").display());
+        let server = Command::new(SLUICE).args(["serve", "--root"]).arg(dir.join("root")).args(["--listen", &sock]).stderr(Stdio::null()).spawn().unwrap();
+        let mut m = Mounted { dir, server, mount: None };
+        wait_for(|| m.dir.join("s.sock").exists(), "the server socket");
+        let mount = Command::new(SLUICE).args(["mount", "--server", &sock]).arg(m.mnt()).stderr(Stdio::null()).spawn().unwrap();
+        m.mount = Some(mount);
+        let mnt = m.mnt();
+        wait_for(|| is_mounted(&mnt), "the mount");
+        m
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if let Some(m) = &mut self.mount {
+            let _ = m.kill();
+            let _ = m.wait();
+        }
+        let _ = Command::new("umount").arg("-l").arg(self.mnt()).stderr(Stdio::null()).status();
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn is_mounted(p: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(p.to_str().unwrap()))
+}
+
+fn wait_for(mut ok: impl FnMut() -> bool, what: &str) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn sh(cmd: &str) -> std::process::Output {
+    Command::new("sh").args(["-c", cmd]).output().unwrap()
+}
+
+fn ok(cmd: &str) {
+    let out = sh(cmd);
+    assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn same(a: &Path, b: &Path) {
+    assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), "{} differs from {}", a.display(), b.display());
+}
+
+#[test]
+fn coreutils_python_and_tar_through_the_mount() {
+    let m = Mounted::start("progs");
+    let (root, mnt, d) = (m.root(), m.mnt(), m.dir.clone());
+    let data: Vec<u8> = (0..8u32 << 20).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(d.join("src.bin"), &data).unwrap();
+    ok(&format!("cp {0}/src.bin {1}/a.bin", d.display(), mnt.display()));
+    same(&d.join("src.bin"), &root.join("a.bin"));
+    ok(&format!("cat {0}/a.bin > {1}/back.bin", mnt.display(), d.display()));
+    same(&d.join("src.bin"), &d.join("back.bin"));
+    ok(&format!("dd if={0}/src.bin of={1}/small.bin bs=512 status=none", d.display(), mnt.display()));
+    same(&d.join("src.bin"), &root.join("small.bin"));
+    ok(&format!("dd if={0}/src.bin of={1}/direct.bin bs=64k oflag=direct status=none", d.display(), mnt.display()));
+    same(&d.join("src.bin"), &root.join("direct.bin"));
+    ok(&format!("mkdir -p {0}/tree/a/b && echo one > {0}/tree/a/f1 && echo two > {0}/tree/a/b/f2", d.display()));
+    ok(&format!("tar -C {0}/tree -cf {1}/t.tar a && mkdir {1}/x && tar -C {1}/x -xf {1}/t.tar", d.display(), mnt.display()));
+    ok(&format!("diff -r {0}/tree/a {1}/x/a", d.display(), root.display()));
+    let ls = sh(&format!("ls {}", mnt.display()));
+    assert_eq!(String::from_utf8_lossy(&ls.stdout).split_whitespace().collect::<Vec<_>>(), ["a.bin", "direct.bin", "small.bin", "t.tar", "x"]);
+    let py = format!(
+        "f = open('{0}/p.txt', 'w+b'); f.write(b'hello world'); f.seek(6); assert f.read() == b'world'; f.seek(0); f.write(b'HELLO'); f.close()",
+        mnt.display()
+    );
+    ok(&format!("python3 -c \"{py}\""));
+    assert_eq!(std::fs::read(root.join("p.txt")).unwrap(), b"HELLO world");
+    ok(&format!("mv {0}/p.txt {0}/q.txt && rm {0}/q.txt && rm -r {0}/x", mnt.display()));
+    assert!(!root.join("q.txt").exists() && !root.join("x").exists());
+}
+
+#[test]
+fn sigterm_and_fusermount_unmount_cleanly() {
+    let mut m = Mounted::start("umount");
+    let pid = m.mount.as_ref().unwrap().id();
+    ok(&format!("kill -TERM {pid}"));
+    let status = m.mount.as_mut().unwrap().wait().unwrap();
+    assert!(status.success(), "sluice mount exits 0 on SIGTERM: {status}");
+    assert!(!is_mounted(&m.mnt()));
+    assert!(sh("command -v fusermount3").status.success(), "fusermount3 is missing: `make test` installs the fuse3 package");
+    let sock = format!("unix:{}", m.dir.join("s.sock").display());
+    let mut again = Command::new(SLUICE).args(["mount", "--server", &sock]).arg(m.mnt()).spawn().unwrap();
+    let mnt = m.mnt();
+    wait_for(|| is_mounted(&mnt), "the second mount");
+    ok(&format!("fusermount3 -u {}", mnt.display()));
+    assert!(again.wait().unwrap().success(), "sluice mount exits 0 after fusermount3 -u");
+}
+
+#[test]
+fn a_killed_server_gives_io_errors_not_hangs() {
+    let mut m = Mounted::start("dead");
+    std::fs::write(m.root().join("f"), vec![7u8; 1 << 20]).unwrap();
+    ok(&format!("cat {}/f > /dev/null", m.mnt().display()));
+    m.server.kill().unwrap();
+    m.server.wait().unwrap();
+    let t = Instant::now();
+    let out = sh(&format!("timeout 20 cat {}/f > /dev/null", m.mnt().display()));
+    assert!(!out.status.success(), "reading through a mount whose server died must fail");
+    assert_ne!(out.status.code(), Some(124), "cat hung until the timeout");
+    assert!(t.elapsed() < Duration::from_secs(5), "the error took {:?}", t.elapsed());
+}
+
+#[test]
+fn a_missing_server_is_refused_before_mounting() {
+    let dir = std::env::temp_dir().join(format!("sluice-fuse-none-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(SLUICE).args(["mount", "--server", "unix:/nonexistent/sluice.sock"]).arg(&dir).output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sluice"), "one clear line: {}", String::from_utf8_lossy(&out.stderr));
+}
