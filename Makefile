@@ -15,7 +15,7 @@ deps:
 
 # Build first: tests start the `sluice` binary and preload its library.
 test: deps build
-	$(CARGO) test --workspace --release
+	$(CARGO) test --workspace --release --no-fail-fast
 
 demo: build
 	@bash scripts/demo.sh

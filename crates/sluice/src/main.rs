@@ -29,6 +29,8 @@ enum Cmd {
     Cp(cmd::cp::CpArgs),
     /// List a directory on the service (:DIR).
     Ls(cmd::ls::LsArgs),
+    /// Run a command with its file calls under --prefix sent to the server (LD_PRELOAD).
+    Run(cmd::run::RunArgs),
 }
 
 fn main() {
@@ -40,6 +42,7 @@ fn main() {
         Cmd::Serve(a) => cmd::serve::run(a),
         Cmd::Cp(a) => cmd::cp::run(a),
         Cmd::Ls(a) => cmd::ls::run(a),
+        Cmd::Run(a) => cmd::run::run(a),
     };
     if let Err(e) = result {
         eprintln!("sluice: {e:#}");

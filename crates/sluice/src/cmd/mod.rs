@@ -9,4 +9,5 @@ pub mod serve;
 pub mod cp;
 pub mod ls;
 pub mod remote;
+pub mod run;
 pub mod bench_service;

@@ -1,0 +1,460 @@
+//! The interposed metadata calls: the stat family (new glibc `stat`,
+//! `fstatat`, `statx`…, and the `__xstat` variants programs built against
+//! glibc < 2.33 call), access, unlink, rename, mkdir, rmdir, and the
+//! permission/time setters, which the server does not have and which are
+//! accepted and ignored for service paths.
+
+use libc::{c_char, c_int, c_uint, mode_t};
+use sluice_client::Stat;
+
+use crate::real::{real, try_real};
+use crate::route::{resolve, service_fd, service_path};
+use crate::state::{client, finish, Errno, Open};
+
+/// `st_dev` of every service file: the server has no device numbers.
+pub const SERVICE_DEV_MINOR: u32 = 0x51;
+
+fn split_ns(ns: i64) -> (i64, i64) {
+    (ns.div_euclid(1_000_000_000), ns.rem_euclid(1_000_000_000))
+}
+
+fn to_stat(s: &Stat) -> libc::stat {
+    // SAFETY: `stat` is plain old data; all-zero is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_dev = libc::makedev(0, SERVICE_DEV_MINOR);
+    st.st_ino = s.ino;
+    st.st_mode = s.mode;
+    st.st_nlink = s.nlink.into();
+    st.st_uid = s.uid;
+    st.st_gid = s.gid;
+    st.st_size = s.size as i64;
+    st.st_blksize = s.blksize.into();
+    st.st_blocks = s.blocks as i64;
+    (st.st_atime, st.st_atime_nsec) = split_ns(s.atime_ns);
+    (st.st_mtime, st.st_mtime_nsec) = split_ns(s.mtime_ns);
+    (st.st_ctime, st.st_ctime_nsec) = split_ns(s.ctime_ns);
+    st
+}
+
+fn ts(ns: i64) -> libc::statx_timestamp {
+    let (s, n) = split_ns(ns);
+    // SAFETY: plain old data; all-zero is valid.
+    let mut t: libc::statx_timestamp = unsafe { std::mem::zeroed() };
+    t.tv_sec = s;
+    t.tv_nsec = n as u32;
+    t
+}
+
+fn to_statx(s: &Stat) -> libc::statx {
+    // SAFETY: `statx` is plain old data; all-zero is a valid value.
+    let mut x: libc::statx = unsafe { std::mem::zeroed() };
+    x.stx_mask = libc::STATX_BASIC_STATS;
+    x.stx_blksize = s.blksize;
+    x.stx_nlink = s.nlink;
+    x.stx_uid = s.uid;
+    x.stx_gid = s.gid;
+    x.stx_mode = s.mode as u16;
+    x.stx_ino = s.ino;
+    x.stx_size = s.size;
+    x.stx_blocks = s.blocks;
+    x.stx_atime = ts(s.atime_ns);
+    x.stx_mtime = ts(s.mtime_ns);
+    x.stx_ctime = ts(s.ctime_ns);
+    x.stx_dev_minor = SERVICE_DEV_MINOR;
+    x
+}
+
+fn path_stat(path: &str) -> Result<Stat, Errno> {
+    Ok(client()?.stat(path)?)
+}
+
+fn fd_stat(open: &Open) -> Result<Stat, Errno> {
+    let (c, h) = open.handle()?;
+    Ok(c.fstat(h)?)
+}
+
+/// Where a stat call is aimed, if at the service.
+enum Target {
+    Path(String),
+    Fd(std::sync::Arc<Open>),
+}
+
+/// Route `(dirfd, path, flags)` of `fstatat`/`statx`: `AT_EMPTY_PATH`
+/// with an empty path means the fd itself.
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+unsafe fn target_at(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(crate::state::Guard, Target)> {
+    // SAFETY: `path` is null or NUL-terminated, per the caller.
+    let empty = path.is_null() || unsafe { *path } == 0;
+    if empty && flags & libc::AT_EMPTY_PATH != 0 {
+        let (g, open) = service_fd(dirfd)?;
+        return Some((g, Target::Fd(open)));
+    }
+    // SAFETY: as above.
+    let (g, p) = unsafe { service_path(dirfd, path) }?;
+    Some((g, Target::Path(p)))
+}
+
+fn stat_of(t: &Target) -> Result<Stat, Errno> {
+    match t {
+        Target::Path(p) => path_stat(p),
+        Target::Fd(o) => fd_stat(o),
+    }
+}
+
+/// # Safety
+/// `out` points at writable storage for a `T`.
+unsafe fn store<T>(r: Result<T, Errno>, out: *mut T) -> c_int {
+    finish(
+        r.map(|v| {
+            // SAFETY: the caller's output buffer.
+            unsafe { out.write(v) };
+            0
+        }),
+        -1,
+    )
+}
+
+/// libc's `fstatat`, or `__fxstatat` on glibc < 2.33.
+unsafe fn real_fstatat(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
+    if let Some(f) = try_real!(fstatat, fn(c_int, *const c_char, *mut libc::stat, c_int) -> c_int) {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { f(dirfd, path, buf, flags) };
+    }
+    // SAFETY: the pre-2.33 entry point, version 1 = the kernel layout.
+    unsafe { real!(__fxstatat64, fn(c_int, c_int, *const c_char, *mut libc::stat, c_int) -> c_int)(1, dirfd, path, buf, flags) }
+}
+
+/// libc's `fstat`, or `__fxstat` on glibc < 2.33.
+unsafe fn real_fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
+    if let Some(f) = try_real!(fstat, fn(c_int, *mut libc::stat) -> c_int) {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { f(fd, buf) };
+    }
+    // SAFETY: the pre-2.33 entry point, version 1 = the kernel layout.
+    unsafe { real!(__fxstat64, fn(c_int, c_int, *mut libc::stat) -> c_int)(1, fd, buf) }
+}
+
+/// `fstatat` semantics for every path-based stat export.
+unsafe fn do_fstatat(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
+    // SAFETY: the caller's path string and buffer.
+    unsafe {
+        match target_at(dirfd, path, flags) {
+            Some((_g, t)) => store(stat_of(&t).map(|s| to_stat(&s)), buf),
+            None => real_fstatat(dirfd, path, buf, flags),
+        }
+    }
+}
+
+unsafe fn do_fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
+    match service_fd(fd) {
+        // SAFETY: the caller's buffer.
+        Some((_g, open)) => unsafe { store(fd_stat(&open).map(|s| to_stat(&s)), buf) },
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real_fstat(fd, buf) },
+    }
+}
+
+macro_rules! stat_exports {
+    ($($name:ident => $flags:expr),*) => {$(
+        /// Interposed `stat`/`lstat`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut libc::stat) -> c_int {
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { do_fstatat(libc::AT_FDCWD, path, buf, $flags) }
+        }
+    )*};
+}
+stat_exports!(stat => 0, stat64 => 0, lstat => libc::AT_SYMLINK_NOFOLLOW, lstat64 => libc::AT_SYMLINK_NOFOLLOW);
+
+macro_rules! xstat_exports {
+    ($($name:ident => $flags:expr),*) => {$(
+        /// Interposed pre-2.33 `__xstat`/`__lxstat`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_ver: c_int, path: *const c_char, buf: *mut libc::stat) -> c_int {
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { do_fstatat(libc::AT_FDCWD, path, buf, $flags) }
+        }
+    )*};
+}
+xstat_exports!(__xstat => 0, __xstat64 => 0, __lxstat => libc::AT_SYMLINK_NOFOLLOW, __lxstat64 => libc::AT_SYMLINK_NOFOLLOW);
+
+macro_rules! fstat_exports {
+    ($($name:ident),*) => {$(
+        /// Interposed `fstat`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, buf: *mut libc::stat) -> c_int {
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { do_fstat(fd, buf) }
+        }
+    )*};
+}
+fstat_exports!(fstat, fstat64);
+
+macro_rules! fxstat_exports {
+    ($($name:ident),*) => {$(
+        /// Interposed pre-2.33 `__fxstat`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_ver: c_int, fd: c_int, buf: *mut libc::stat) -> c_int {
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { do_fstat(fd, buf) }
+        }
+    )*};
+}
+fxstat_exports!(__fxstat, __fxstat64);
+
+macro_rules! fstatat_exports {
+    ($($name:ident),*) => {$(
+        /// Interposed `fstatat`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { do_fstatat(dirfd, path, buf, flags) }
+        }
+    )*};
+}
+fstatat_exports!(fstatat, fstatat64, newfstatat);
+
+macro_rules! fxstatat_exports {
+    ($($name:ident),*) => {$(
+        /// Interposed pre-2.33 `__fxstatat`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_ver: c_int, dirfd: c_int, path: *const c_char, buf: *mut libc::stat, flags: c_int) -> c_int {
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { do_fstatat(dirfd, path, buf, flags) }
+        }
+    )*};
+}
+fxstatat_exports!(__fxstatat, __fxstatat64);
+
+/// Interposed `statx` (glibc 2.28+).
+#[no_mangle]
+pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, buf: *mut libc::statx) -> c_int {
+    // SAFETY: the caller's path string and buffer.
+    unsafe {
+        if let Some((_g, t)) = target_at(dirfd, path, flags) {
+            return store(stat_of(&t).map(|s| to_statx(&s)), buf);
+        }
+        match try_real!(statx, fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int) {
+            Some(f) => f(dirfd, path, flags, mask, buf),
+            None => finish(Err(Errno(libc::ENOSYS)), -1),
+        }
+    }
+}
+
+fn svc_access(path: &str, mode: c_int) -> Result<c_int, Errno> {
+    let s = path_stat(path)?;
+    let any_x = s.mode & 0o111 != 0 || s.mode & libc::S_IFMT == libc::S_IFDIR;
+    if mode & libc::X_OK != 0 && !any_x {
+        return Err(Errno(libc::EACCES));
+    }
+    Ok(0)
+}
+
+/// Interposed `access`: existence (and an execute bit for X_OK); the
+/// server checks the other permissions when the file is opened.
+#[no_mangle]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(svc_access(&p, mode), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(access, fn(*const c_char, c_int) -> c_int)(path, mode) }
+}
+
+/// Interposed `faccessat`.
+#[no_mangle]
+pub unsafe extern "C" fn faccessat(dirfd: c_int, path: *const c_char, mode: c_int, flags: c_int) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        return finish(svc_access(&p, mode), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(faccessat, fn(c_int, *const c_char, c_int, c_int) -> c_int)(dirfd, path, mode, flags) }
+}
+
+fn svc_unlink(path: &str, flags: c_int) -> Result<c_int, Errno> {
+    let c = client()?;
+    if flags & libc::AT_REMOVEDIR != 0 {
+        c.rmdir(path)?;
+    } else {
+        c.unlink(path)?;
+    }
+    Ok(0)
+}
+
+/// Interposed `unlink`.
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(svc_unlink(&p, 0), -1);
+    }
+    // SAFETY: forwarding the caller's argument.
+    unsafe { real!(unlink, fn(*const c_char) -> c_int)(path) }
+}
+
+/// Interposed `unlinkat`.
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        return finish(svc_unlink(&p, flags), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(unlinkat, fn(c_int, *const c_char, c_int) -> c_int)(dirfd, path, flags) }
+}
+
+/// Interposed `rmdir`.
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(svc_unlink(&p, libc::AT_REMOVEDIR), -1);
+    }
+    // SAFETY: forwarding the caller's argument.
+    unsafe { real!(rmdir, fn(*const c_char) -> c_int)(path) }
+}
+
+fn svc_mkdir(path: &str, mode: mode_t) -> Result<c_int, Errno> {
+    client()?.mkdir(path, mode)?;
+    Ok(0)
+}
+
+/// Interposed `mkdir`.
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(svc_mkdir(&p, mode), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(mkdir, fn(*const c_char, mode_t) -> c_int)(path, mode) }
+}
+
+/// Interposed `mkdirat`.
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        return finish(svc_mkdir(&p, mode), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(mkdirat, fn(c_int, *const c_char, mode_t) -> c_int)(dirfd, path, mode) }
+}
+
+/// Route a rename: both sides on the service, neither, or EXDEV.
+///
+/// # Safety
+/// Both paths are null or NUL-terminated.
+unsafe fn rename_at(od: c_int, old: *const c_char, nd: c_int, new: *const c_char) -> Option<c_int> {
+    crate::state::config()?;
+    let _g = crate::state::Guard::enter()?;
+    // SAFETY: the caller's path strings.
+    let (from, to) = unsafe { (resolve(od, old), resolve(nd, new)) };
+    match (from, to) {
+        (None, None) => None,
+        (Some(f), Some(t)) => Some(finish(client().and_then(|c| Ok(c.rename(&f, &t)?)).map(|()| 0), -1)),
+        _ => Some(finish(Err(Errno(libc::EXDEV)), -1)),
+    }
+}
+
+/// Interposed `rename`.
+#[no_mangle]
+pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
+    // SAFETY: the caller's path strings.
+    unsafe { rename_at(libc::AT_FDCWD, old, libc::AT_FDCWD, new) }.unwrap_or_else(|| unsafe { real!(rename, fn(*const c_char, *const c_char) -> c_int)(old, new) })
+}
+
+/// Interposed `renameat`.
+#[no_mangle]
+pub unsafe extern "C" fn renameat(od: c_int, old: *const c_char, nd: c_int, new: *const c_char) -> c_int {
+    // SAFETY: the caller's path strings.
+    unsafe { rename_at(od, old, nd, new) }.unwrap_or_else(|| unsafe { real!(renameat, fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(od, old, nd, new) })
+}
+
+macro_rules! ignored_path_setters {
+    ($($name:ident($($a:ident: $t:ty),*) at $dirfd:expr, $path:ident;)*) => {$(
+        /// Interposed; for service paths accepted and ignored (the server
+        /// has no call to change permissions, owners or times).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            // SAFETY: the caller's path string.
+            if let Some((_g, p)) = unsafe { service_path($dirfd, $path) } {
+                return finish(path_stat(&p).map(|_| 0), -1);
+            }
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real!($name, fn($($t),*) -> c_int)($($a),*) }
+        }
+    )*};
+}
+ignored_path_setters! {
+    chmod(path: *const c_char, mode: mode_t) at libc::AT_FDCWD, path;
+    fchmodat(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) at dirfd, path;
+    chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path;
+    lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path;
+    fchownat(dirfd: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, flags: c_int) at dirfd, path;
+    utimensat(dirfd: c_int, path: *const c_char, times: *const libc::timespec, flags: c_int) at dirfd, path;
+    utimes(path: *const c_char, times: *const libc::timeval) at libc::AT_FDCWD, path;
+}
+
+macro_rules! ignored_fd_setters {
+    ($($name:ident($fd:ident: c_int $(, $a:ident: $t:ty)*);)*) => {$(
+        /// Interposed; for service fds accepted and ignored.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($fd: c_int $(, $a: $t)*) -> c_int {
+            if service_fd($fd).is_some() {
+                return 0;
+            }
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real!($name, fn(c_int $(, $t)*) -> c_int)($fd $(, $a)*) }
+        }
+    )*};
+}
+ignored_fd_setters! {
+    fchmod(fd: c_int, mode: mode_t);
+    fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t);
+    futimens(fd: c_int, times: *const libc::timespec);
+}
+
+macro_rules! xattr_path_exports {
+    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+        /// Interposed; service files have no extended attributes
+        /// (ENOTSUP, which `ls` and `cp` read as "no ACL").
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> libc::ssize_t {
+            // SAFETY: the caller's path string.
+            if unsafe { service_path(libc::AT_FDCWD, path) }.is_some() {
+                return finish(Err(Errno(libc::ENOTSUP)), -1);
+            }
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real!($name, fn(*const c_char $(, $t)*) -> libc::ssize_t)(path $(, $a)*) }
+        }
+    )*};
+}
+xattr_path_exports! {
+    getxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t);
+    lgetxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t);
+    listxattr(list: *mut c_char, size: libc::size_t);
+    llistxattr(list: *mut c_char, size: libc::size_t);
+}
+
+macro_rules! xattr_fd_exports {
+    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+        /// Interposed; service fds have no extended attributes (ENOTSUP).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> libc::ssize_t {
+            if service_fd(fd).is_some() {
+                return finish(Err(Errno(libc::ENOTSUP)), -1);
+            }
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real!($name, fn(c_int $(, $t)*) -> libc::ssize_t)(fd $(, $a)*) }
+        }
+    )*};
+}
+xattr_fd_exports! {
+    fgetxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t);
+    flistxattr(list: *mut c_char, size: libc::size_t);
+}

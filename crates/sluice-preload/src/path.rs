@@ -1,0 +1,90 @@
+//! Lexical path handling: normalise `.`, `..` and repeated slashes, and
+//! map a local absolute path under the prefix to the server's relative
+//! path. Symlinks are not followed (the prefix need not exist locally).
+
+/// `abs` (starting with `/`) with `.`, `..` and `//` resolved lexically;
+/// `..` at the root stays at the root.
+pub fn normalise(abs: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in abs.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    let mut out = String::with_capacity(abs.len());
+    for p in &parts {
+        out.push('/');
+        out.push_str(p);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+/// The server path of normalised absolute `abs` when it lies under the
+/// normalised `prefix`: `"."` for the prefix itself, else `a/b`.
+pub fn within(prefix: &str, abs: &str) -> Option<String> {
+    if abs == prefix {
+        return Some(".".into());
+    }
+    let rest = if prefix == "/" { abs.strip_prefix('/')? } else { abs.strip_prefix(prefix)?.strip_prefix('/')? };
+    Some(if rest.is_empty() { ".".into() } else { rest.to_string() })
+}
+
+/// `rel` resolved against directory `base` (absolute), normalised; an
+/// absolute `rel` ignores `base`.
+pub fn join(base: &str, rel: &str) -> String {
+    if rel.starts_with('/') {
+        normalise(rel)
+    } else {
+        normalise(&format!("{base}/{rel}"))
+    }
+}
+
+/// The server path of `rel` relative to the server directory `dir`.
+pub fn server_join(dir: &str, rel: &str) -> Option<String> {
+    let abs = join(&format!("/{dir}"), rel);
+    within("/", &abs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(prefix: &str, cwd: &str, path: &str, expected: Option<&str>) {
+        let got = within(&normalise(prefix), &join(cwd, path));
+        assert_eq!(got.as_deref(), expected, "prefix {prefix} cwd {cwd} path {path}");
+    }
+
+    #[test]
+    fn paths_under_the_prefix_map_to_server_paths() {
+        check("/sluice", "/", "/sluice/a/b", Some("a/b"));
+        check("/sluice/", "/", "/sluice//a/./b/", Some("a/b"));
+        check("/sluice", "/", "/sluice", Some("."));
+        check("/sluice", "/", "/sluice/a/..", Some("."));
+        check("/sluice", "/sluice/d", "x", Some("d/x"));
+        check("/sluice", "/tmp/w", "../../sluice/x", Some("x"));
+        check("/", "/", "/etc/passwd", Some("etc/passwd"));
+    }
+
+    #[test]
+    fn paths_outside_the_prefix_are_left_alone() {
+        check("/sluice", "/", "/sluicex/a", None);
+        check("/sluice", "/", "/sluice/../etc/passwd", None);
+        check("/sluice", "/sluice", "..", None);
+        check("/sluice", "/tmp", "a", None);
+        check("/sluice", "/", "/../..", None);
+    }
+
+    #[test]
+    fn server_join_stays_inside_the_root() {
+        assert_eq!(server_join("d", "x/../y").as_deref(), Some("d/y"));
+        assert_eq!(server_join(".", "a").as_deref(), Some("a"));
+        assert_eq!(server_join("d", "../../x").as_deref(), Some("x"));
+    }
+}

@@ -1,0 +1,375 @@
+//! Process-wide state of the interposer: the configuration read from the
+//! environment, the reentrancy guard, the connection (one per process,
+//! made again in a forked child), the bounded tables of service fds,
+//! directory streams and stdio streams, and the one place where a client
+//! error becomes an errno value.
+
+use std::cell::{Cell, UnsafeCell};
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use libc::c_int;
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd};
+
+use crate::path;
+
+/// Service fds one process may hold at once; one more open fails EMFILE.
+pub const FDS_MAX: usize = 4096;
+/// Service directory streams (`opendir`) open at once; past it EMFILE.
+pub const DIRS_MAX: usize = 1024;
+/// Service stdio streams (`fopen`) open at once; past it EMFILE.
+pub const FILES_MAX: usize = 1024;
+
+/// Environment variable naming the local directory that stands for the
+/// server root.
+pub const PREFIX_ENV: &str = "SLUICE_PREFIX";
+
+/// What `sluice run` passed in the environment.
+#[derive(Debug)]
+pub struct Config {
+    /// Normalised absolute prefix, e.g. `/sluice`.
+    pub prefix: String,
+    /// `SLUICE_SERVER`, if set.
+    pub server: Option<String>,
+}
+
+static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+
+/// The configuration, `None` when `SLUICE_PREFIX` is unset: then every
+/// call passes straight through.
+pub fn config() -> Option<&'static Config> {
+    CONFIG
+        .get_or_init(|| {
+            let raw = std::env::var(PREFIX_ENV).ok().filter(|p| !p.is_empty())?;
+            let cwd = std::env::current_dir().ok().and_then(|d| d.to_str().map(str::to_string)).unwrap_or_else(|| "/".into());
+            let server = std::env::var(sluice_client::SERVER_ENV).ok().filter(|s| !s.is_empty());
+            Some(Config { prefix: path::join(&cwd, &raw), server })
+        })
+        .as_ref()
+}
+
+thread_local! {
+    static BUSY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Held while the interposer works on a call: every libc call made
+/// meanwhile on this thread (by the client library, by std) goes straight
+/// to libc.
+pub struct Guard(());
+
+impl Guard {
+    /// `None` when this thread is already inside the interposer (or its
+    /// thread-locals are gone): the caller must pass through.
+    pub fn enter() -> Option<Guard> {
+        BUSY.try_with(|b| if b.get() { None } else { b.set(true); Some(Guard(())) }).ok().flatten()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = BUSY.try_with(|b| b.set(false));
+    }
+}
+
+/// A POSIX error number for the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub c_int);
+
+/// The one conversion of client errors to errno. A socket that is not
+/// there reads as ECONNREFUSED rather than a confusing ENOENT.
+impl From<ClientError> for Errno {
+    fn from(e: ClientError) -> Errno {
+        match (e.kind, e.errno) {
+            (ClientErrorKind::Connect, libc::ENOENT) => Errno(libc::ECONNREFUSED),
+            (_, n) if n > 0 => Errno(n),
+            _ => Errno(libc::EIO),
+        }
+    }
+}
+
+/// `Ok(v)` gives `v`; `Err(e)` sets errno and gives `fail`.
+pub fn finish<T>(r: Result<T, Errno>, fail: T) -> T {
+    match r {
+        Ok(v) => v,
+        Err(Errno(n)) => {
+            // SAFETY: __errno_location points at this thread's errno.
+            unsafe { *libc::__errno_location() = n };
+            fail
+        }
+    }
+}
+
+/// The last OS error as an `Errno`, after a real libc call failed.
+pub fn last_errno() -> Errno {
+    Errno(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Incremented in every forked child: connections and server handles of
+/// an older generation belong to the parent.
+static GENERATION: AtomicU32 = AtomicU32::new(1);
+static SESSION: Mutex<Option<(u32, Arc<Client>)>> = Mutex::new(None);
+static WARNED: AtomicBool = AtomicBool::new(false);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+pub fn generation() -> u32 {
+    GENERATION.load(Ordering::Acquire)
+}
+
+/// This process's connection, made on first use (again after fork). When
+/// the server cannot be reached, one line goes to stderr and the call
+/// fails; the next call tries again.
+pub fn client() -> Result<Arc<Client>, Errno> {
+    let gen = generation();
+    if let Some((g, c)) = lock(&SESSION).as_ref() {
+        if *g == gen {
+            return Ok(Arc::clone(c));
+        }
+    }
+    let Some(addr) = config().and_then(|c| c.server.as_deref()) else {
+        warn_once("sluice: no server given: set SLUICE_SERVER (sluice run --server ADDR)");
+        return Err(Errno(libc::ECONNREFUSED));
+    };
+    match Client::connect_with(addr, ConnectOptions::default()) {
+        Ok(c) => {
+            let c = Arc::new(c);
+            *lock(&SESSION) = Some((gen, Arc::clone(&c)));
+            Ok(c)
+        }
+        Err(e) => {
+            warn_once(&format!("sluice: cannot reach server at {addr}: {e}"));
+            Err(Errno::from(e))
+        }
+    }
+}
+
+fn warn_once(line: &str) {
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        eprintln!("{line}");
+    }
+}
+
+/// Open file flags that matter after `open` (creation flags dropped).
+pub fn kept_flags(flags: c_int) -> c_int {
+    flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC | libc::O_NOCTTY)
+}
+
+/// One open service file, shared by every fd `dup`ed from it.
+#[derive(Debug)]
+pub struct Open {
+    /// Server path.
+    pub path: String,
+    /// Access mode and status flags (`F_GETFL`).
+    pub flags: AtomicI32,
+    /// Server handle and its generation, packed by [`pack`]; 0 = none.
+    handle: AtomicU64,
+}
+
+/// Bits of a server handle kept in [`Open`]; the generation takes the rest.
+const HANDLE_BITS: u32 = 48;
+
+fn pack(gen: u32, fd: Fd) -> u64 {
+    (u64::from(gen & 0xffff) << HANDLE_BITS) | ((fd.0 + 1) & ((1 << HANDLE_BITS) - 1))
+}
+
+fn unpack(v: u64) -> Option<(u32, Fd)> {
+    (v != 0).then(|| ((v >> HANDLE_BITS) as u32, Fd((v & ((1 << HANDLE_BITS) - 1)) - 1)))
+}
+
+impl Open {
+    pub fn new(path: String, flags: c_int, handle: Option<Fd>) -> Open {
+        let h = handle.map_or(0, |fd| pack(generation(), fd));
+        Open { path, flags: AtomicI32::new(kept_flags(flags)), handle: AtomicU64::new(h) }
+    }
+
+    pub fn flags(&self) -> c_int {
+        self.flags.load(Ordering::Relaxed)
+    }
+
+    /// The connection and this file's handle on it; reopened by path in a
+    /// forked child or after exec (without O_CREAT/O_TRUNC).
+    pub fn handle(&self) -> Result<(Arc<Client>, Fd), Errno> {
+        let c = client()?;
+        let gen = generation() & 0xffff;
+        let seen = self.handle.load(Ordering::Acquire);
+        if let Some((g, fd)) = unpack(seen) {
+            if g == gen {
+                return Ok((c, fd));
+            }
+        }
+        let fd = c.open(&self.path, self.flags() & !(libc::O_APPEND | libc::O_DIRECT), 0)?;
+        match self.handle.compare_exchange(seen, pack(gen, fd), Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => Ok((c, fd)),
+            Err(now) => {
+                let _ = c.close(fd);
+                let (_, theirs) = unpack(now).ok_or(Errno(libc::EBADF))?;
+                Ok((c, theirs))
+            }
+        }
+    }
+
+    /// Close the server handle if this process opened it.
+    pub fn release(&self) -> Result<(), Errno> {
+        let v = self.handle.swap(0, Ordering::AcqRel);
+        match unpack(v) {
+            Some((g, fd)) if g == generation() & 0xffff => Ok(client()?.close(fd)?),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A map with a named bound: inserting past it fails with EMFILE.
+pub struct Bounded<K, V> {
+    map: HashMap<K, V>,
+    max: usize,
+}
+
+impl<K: Eq + Hash, V> Bounded<K, V> {
+    pub fn new(max: usize) -> Bounded<K, V> {
+        Bounded { map: HashMap::new(), max }
+    }
+
+    /// Insert or replace; a new key past the bound is refused.
+    pub fn insert(&mut self, k: K, v: V) -> Result<Option<V>, Errno> {
+        if self.map.len() >= self.max && !self.map.contains_key(&k) {
+            return Err(Errno(libc::EMFILE));
+        }
+        Ok(self.map.insert(k, v))
+    }
+
+    pub fn get(&self, k: &K) -> Option<&V> {
+        self.map.get(k)
+    }
+
+    pub fn remove(&mut self, k: &K) -> Option<V> {
+        self.map.remove(k)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &K> {
+        self.map.keys()
+    }
+}
+
+/// Every table of the interposer, under one lock.
+pub struct Tables {
+    /// Local fd (a placeholder) -> service file.
+    pub fds: Bounded<c_int, Arc<Open>>,
+    /// Addresses of our `DIR` streams.
+    pub dirs: Bounded<usize, ()>,
+    /// Our stdio `FILE` streams -> their service fd.
+    pub files: Bounded<usize, c_int>,
+}
+
+static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
+/// Entries in all tables: 0 lets every fd call skip the lock.
+static ENTRIES: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether any table has an entry (cheap; a hint, checked under the lock).
+pub fn any_entries() -> bool {
+    ENTRIES.load(Ordering::Relaxed) != 0
+}
+
+/// Run `f` on the tables, under their lock.
+pub fn with_tables<R>(f: impl FnOnce(&mut Tables) -> R) -> R {
+    let mut g = lock(&TABLES);
+    let t = g.get_or_insert_with(|| Tables { fds: Bounded::new(FDS_MAX), dirs: Bounded::new(DIRS_MAX), files: Bounded::new(FILES_MAX) });
+    let r = f(t);
+    let n = t.fds.len() + t.dirs.len() + t.files.len();
+    if ENTRIES.load(Ordering::Relaxed) != n {
+        ENTRIES.store(n, Ordering::Relaxed);
+    }
+    r
+}
+
+/// The service file behind local fd `fd`, if any.
+pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
+    if fd < 0 || !any_entries() {
+        return None;
+    }
+    with_tables(|t| t.fds.get(&fd).cloned())
+}
+
+/// The session and table locks, as held across `fork`.
+type HeldLocks = (MutexGuard<'static, Option<(u32, Arc<Client>)>>, MutexGuard<'static, Option<Tables>>);
+
+/// Locks held across `fork` so the child never inherits one mid-update.
+struct ForkLocks(UnsafeCell<Option<HeldLocks>>);
+
+// SAFETY: only touched by the atfork handlers, which run on the forking
+// thread, one fork at a time (the prepare handler holds both locks).
+unsafe impl Sync for ForkLocks {}
+
+static FORK_LOCKS: ForkLocks = ForkLocks(UnsafeCell::new(None));
+
+extern "C" fn fork_prepare() {
+    let s = lock(&SESSION);
+    let t = lock(&TABLES);
+    // SAFETY: see `ForkLocks`.
+    unsafe { *FORK_LOCKS.0.get() = Some((s, t)) };
+}
+
+extern "C" fn fork_parent() {
+    // SAFETY: see `ForkLocks`; dropping the guards unlocks.
+    unsafe { *FORK_LOCKS.0.get() = None };
+}
+
+extern "C" fn fork_child() {
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: see `ForkLocks`; the child is single-threaded here.
+    unsafe { *FORK_LOCKS.0.get() = None };
+}
+
+/// Register the fork handlers (once, from the library constructor).
+pub fn install_fork_handlers() {
+    // SAFETY: three valid `extern "C" fn()` handlers.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_refuse_a_new_entry_past_their_bound() {
+        for max in [FDS_MAX, DIRS_MAX, FILES_MAX] {
+            let mut t: Bounded<usize, ()> = Bounded::new(max);
+            for k in 0..max {
+                assert_eq!(t.insert(k, ()), Ok(None));
+            }
+            assert_eq!(t.insert(max, ()), Err(Errno(libc::EMFILE)));
+            assert_eq!(t.insert(0, ()), Ok(Some(())), "replacing stays allowed at the bound");
+            t.remove(&0);
+            assert_eq!(t.insert(max, ()), Ok(None));
+        }
+    }
+
+    #[test]
+    fn handles_round_trip_through_their_packing() {
+        for (gen, fd) in [(1, 0), (2, 41), (0xffff, (1 << HANDLE_BITS) - 2)] {
+            assert_eq!(unpack(pack(gen, Fd(fd))), Some((gen, Fd(fd))));
+        }
+        assert_eq!(unpack(0), None);
+    }
+
+    #[test]
+    fn client_errors_become_errno() {
+        let e = ClientError { kind: ClientErrorKind::Connect, errno: libc::ENOENT, message: String::new() };
+        assert_eq!(Errno::from(e), Errno(libc::ECONNREFUSED));
+        let e = ClientError { kind: ClientErrorKind::Server, errno: libc::ENOSPC, message: String::new() };
+        assert_eq!(Errno::from(e), Errno(libc::ENOSPC));
+        let e = ClientError { kind: ClientErrorKind::Protocol, errno: 0, message: String::new() };
+        assert_eq!(Errno::from(e), Errno(libc::EIO));
+    }
+}

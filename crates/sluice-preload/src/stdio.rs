@@ -1,0 +1,150 @@
+//! Interposed stdio. glibc's `fopen` opens files with internal calls we
+//! cannot see, so for service paths `fopen`/`fdopen` return a stream made
+//! with `fopencookie` whose read/write/seek/close callbacks are our own
+//! fd calls: every stdio function (`fread`, `fwrite`, `fgets`, `fprintf`,
+//! `fseek`, `ftell`, `fflush`, `fclose`…) then works unchanged. `fileno`
+//! gives the stream's service fd.
+
+use libc::{c_char, c_int, c_void, size_t, ssize_t, FILE};
+
+use crate::io::{close, lseek64, read, svc_close, svc_open, write};
+use crate::mode::mode_flags;
+use crate::real::real;
+use crate::route::{service_fd, service_path};
+use crate::state::{any_entries, finish, with_tables, Errno, Guard, FILES_MAX};
+
+/// glibc's `cookie_io_functions_t` (not in the libc crate).
+#[repr(C)]
+struct CookieFunctions {
+    read: extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t,
+    write: extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t,
+    seek: extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int,
+    close: extern "C" fn(*mut c_void) -> c_int,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieFunctions) -> *mut FILE;
+}
+
+fn fd_of(cookie: *mut c_void) -> c_int {
+    cookie as usize as c_int
+}
+
+extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
+    // SAFETY: stdio hands us its buffer of `n` bytes.
+    unsafe { read(fd_of(cookie), buf.cast(), n) }
+}
+
+extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
+    // SAFETY: stdio hands us its buffer of `n` bytes.
+    let r = unsafe { write(fd_of(cookie), buf.cast(), n) };
+    r.max(0)
+}
+
+extern "C" fn cookie_seek(cookie: *mut c_void, off: *mut i64, whence: c_int) -> c_int {
+    // SAFETY: stdio passes a valid pointer to the offset.
+    unsafe {
+        let r = lseek64(fd_of(cookie), *off, whence);
+        if r < 0 {
+            return -1;
+        }
+        *off = r;
+    }
+    0
+}
+
+extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
+    // SAFETY: the stream owns its fd; stdio closes it once.
+    unsafe { close(fd_of(cookie)) }
+}
+
+/// A stdio stream over service fd `fd`, registered for `fileno`.
+fn stream(fd: c_int, mode: *const c_char) -> Result<*mut FILE, Errno> {
+    if with_tables(|t| t.files.len()) >= FILES_MAX {
+        return Err(Errno(libc::EMFILE));
+    }
+    let funcs = CookieFunctions { read: cookie_read, write: cookie_write, seek: cookie_seek, close: cookie_close };
+    // SAFETY: `mode` is the caller's mode string; the cookie is the fd.
+    let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, funcs) };
+    if f.is_null() {
+        return Err(crate::state::last_errno());
+    }
+    // Only a race past the check above can fail here; `fileno` of that
+    // stream then answers -1, as for any cookie stream.
+    let _ = with_tables(|t| t.files.insert(f as usize, fd));
+    Ok(f)
+}
+
+unsafe fn svc_fopen(p: &str, mode: *const c_char) -> Result<*mut FILE, Errno> {
+    // SAFETY: `mode` is the caller's NUL-terminated mode string.
+    let flags = mode_flags(unsafe { std::ffi::CStr::from_ptr(mode) }.to_bytes()).ok_or(Errno(libc::EINVAL))?;
+    let fd = svc_open(p, flags, 0o666)?;
+    stream(fd, mode).inspect_err(|_| {
+        let _ = svc_close(fd);
+    })
+}
+
+macro_rules! fopen_export {
+    ($name:ident) => {
+        /// Interposed `fopen`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut FILE {
+            // SAFETY: the caller's path string.
+            if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+                // SAFETY: the caller's mode string.
+                return finish(unsafe { svc_fopen(&p, mode) }, std::ptr::null_mut());
+            }
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real!($name, fn(*const c_char, *const c_char) -> *mut FILE)(path, mode) }
+        }
+    };
+}
+fopen_export!(fopen);
+fopen_export!(fopen64);
+
+/// Interposed `fdopen`: a service fd becomes a cookie stream.
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
+    if service_fd(fd).is_some() {
+        return finish(stream(fd, mode), std::ptr::null_mut());
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(fdopen, fn(c_int, *const c_char) -> *mut FILE)(fd, mode) }
+}
+
+fn our_fd(f: *mut FILE) -> Option<c_int> {
+    if f.is_null() || !any_entries() {
+        return None;
+    }
+    let _g = Guard::enter()?;
+    with_tables(|t| t.files.get(&(f as usize)).copied())
+}
+
+macro_rules! fileno_export {
+    ($name:ident) => {
+        /// Interposed `fileno`: a cookie stream's service fd.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(f: *mut FILE) -> c_int {
+            if let Some(fd) = our_fd(f) {
+                return fd;
+            }
+            // SAFETY: forwarding the caller's argument.
+            unsafe { real!($name, fn(*mut FILE) -> c_int)(f) }
+        }
+    };
+}
+fileno_export!(fileno);
+fileno_export!(fileno_unlocked);
+
+/// Interposed `fclose`: forgets the stream, then libc closes it (which
+/// calls our close callback).
+#[no_mangle]
+pub unsafe extern "C" fn fclose(f: *mut FILE) -> c_int {
+    if our_fd(f).is_some() {
+        if let Some(_g) = Guard::enter() {
+            with_tables(|t| t.files.remove(&(f as usize)));
+        }
+    }
+    // SAFETY: forwarding the caller's argument.
+    unsafe { real!(fclose, fn(*mut FILE) -> c_int)(f) }
+}

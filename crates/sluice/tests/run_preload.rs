@@ -1,0 +1,349 @@
+//! End-to-end tests of `sluice run`: real programs (cp, cat, sha256sum,
+//! dd, tar, ls, stat, sh, python3) run with the interposer preloaded
+//! against an in-process server on a temporary directory, and every
+//! result is compared with the same operation done directly on the
+//! backing directory.
+//!
+//! The interposer library must be built: `make test` builds the workspace
+//! first, and `cargo test` builds it as a dev-dependency (into `deps/`).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice_server::{Listen, Server, ServerConfig, ServerHandle};
+use tempfile::TempDir;
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+/// Longest any one command may run before the test fails (it is killed).
+const COMMAND_TIMEOUT_S: u32 = 30;
+
+/// The newest `libsluice_preload.so` of this build profile.
+fn preload_library() -> PathBuf {
+    let bin = Path::new(SLUICE).parent().unwrap();
+    let found = [bin.join("libsluice_preload.so"), bin.join("deps/libsluice_preload.so")].into_iter().filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p))).max();
+    found.map(|(_, p)| p).expect("libsluice_preload.so is not built: run `cargo build -p sluice-preload` (make test builds it)")
+}
+
+/// A server on a temporary root, and a local work directory; both go
+/// away (server drained, files removed) when dropped, even on failure.
+struct Fixture {
+    server: ServerHandle,
+    dir: TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::Builder::new().prefix("sluice-run-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        for d in ["root", "work"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        let cfg = ServerConfig::new(dir.path().join("root"), Listen::Unix(dir.path().join("s.sock")));
+        let server = Server::start(cfg).unwrap();
+        Fixture { server, dir }
+    }
+
+    /// The backing directory: the server's root.
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// The prefix standing for the server root; it does not exist locally.
+    fn prefix(&self) -> String {
+        self.dir.path().join("svc").to_str().unwrap().to_string()
+    }
+
+    /// `PREFIX/rel`.
+    fn svc(&self, rel: &str) -> String {
+        format!("{}/{rel}", self.prefix())
+    }
+
+    /// `sluice run` of `args` against `addr`, in the work directory.
+    fn run_at(&self, addr: &str, args: &[&str], stdin: &[u8]) -> Output {
+        let mut c = Command::new("timeout");
+        c.arg(COMMAND_TIMEOUT_S.to_string()).arg(SLUICE).args(["run", "--server", addr, "--prefix", &self.prefix(), "--app", "run-test", "--"]).args(args);
+        c.env("SLUICE_PRELOAD", preload_library()).current_dir(self.work());
+        let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_ne!(out.status.code(), Some(124), "{args:?} timed out");
+        out
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let out = self.run_at(self.server.addr(), args, b"");
+        assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        out
+    }
+}
+
+/// The same command run directly, in the work directory.
+fn direct(f: &Fixture, args: &[&str]) -> Output {
+    let out = Command::new(args[0]).args(&args[1..]).current_dir(f.work()).output().unwrap();
+    assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn read(p: impl AsRef<Path>) -> Vec<u8> {
+    std::fs::read(p.as_ref()).unwrap_or_else(|e| panic!("{}: {e}", p.as_ref().display()))
+}
+
+/// Every file and directory under `dir`, with file contents, sorted.
+fn tree(dir: &Path) -> Vec<(String, Option<Vec<u8>>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(dir).unwrap().to_str().unwrap().to_string();
+            if p.is_dir() {
+                stack.push(p);
+                out.push((rel, None));
+            } else {
+                out.push((rel, Some(read(&p))));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn make_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("sub/deeper")).unwrap();
+    std::fs::write(dir.join("a.txt"), b"alpha\n").unwrap();
+    std::fs::write(dir.join("sub/b.bin"), bytes(300_000, 2)).unwrap();
+    std::fs::write(dir.join("sub/deeper/c"), bytes(10, 3)).unwrap();
+    std::fs::write(dir.join("sub/empty"), b"").unwrap();
+}
+
+#[test]
+fn cp_cat_and_sha256sum_move_a_file_byte_for_byte() {
+    let f = Fixture::new();
+    let data = bytes(4 << 20, 1);
+    std::fs::write(f.work().join("in.bin"), &data).unwrap();
+    f.run(&["cp", "in.bin", &f.svc("a.bin")]);
+    assert!(read(f.root().join("a.bin")) == data, "cp into the service");
+    f.run(&["cp", &f.svc("a.bin"), "out.bin"]);
+    assert!(read(f.work().join("out.bin")) == data, "cp out of the service");
+    assert!(f.run(&["cat", &f.svc("a.bin")]).stdout == data, "cat");
+    let via = f.run(&["sha256sum", &f.svc("a.bin")]).stdout;
+    let plain = direct(&f, &["sha256sum", f.root().join("a.bin").to_str().unwrap()]).stdout;
+    assert_eq!(via[..64], plain[..64], "sha256sum (stdio fopen/fread)");
+}
+
+#[test]
+fn dd_with_small_blocks_and_o_direct_matches_dd_on_the_backing_file() {
+    let f = Fixture::new();
+    std::fs::write(f.work().join("in.bin"), bytes((1 << 20) + 4096 + 100, 4)).unwrap();
+    for (name, opts) in [("small", &["bs=512"][..]), ("blocks", &["bs=4k", "seek=3"][..]), ("direct", &["bs=64k", "oflag=direct"][..])] {
+        let via = format!("of={}", f.svc(name));
+        let plain = format!("of={}", f.root().join(format!("{name}.direct")).display());
+        for of in [&via, &plain] {
+            let mut args = vec!["dd", "if=in.bin", of.as_str(), "status=none"];
+            args.extend_from_slice(opts);
+            if of == &via { f.run(&args) } else { direct(&f, &args) };
+        }
+        assert!(read(f.root().join(name)) == read(f.root().join(format!("{name}.direct"))), "dd {opts:?}");
+    }
+    let back = f.run(&["dd", &format!("if={}", f.svc("direct")), "of=/dev/stdout", "bs=4k", "iflag=direct", "status=none"]).stdout;
+    assert!(back == read(f.work().join("in.bin")), "dd iflag=direct back out");
+}
+
+#[test]
+fn tar_creates_and_extracts_trees_on_the_service() {
+    let f = Fixture::new();
+    make_tree(&f.work().join("src"));
+    f.run(&["tar", "-cf", &f.svc("t.tar"), "-C", "src", "."]);
+    let listed = |o: Output| -> Vec<String> { let mut v: Vec<String> = String::from_utf8(o.stdout).unwrap().lines().map(str::to_string).collect(); v.sort(); v };
+    let via = listed(f.run(&["tar", "-tf", &f.svc("t.tar")]));
+    assert_eq!(via, listed(direct(&f, &["tar", "-tf", f.root().join("t.tar").to_str().unwrap()])), "tar -tf");
+    assert_eq!(via, listed(direct(&f, &["sh", "-c", "tar -cf - -C src . | tar -tf -"])), "the same members as tar run directly");
+    std::fs::create_dir(f.work().join("x1")).unwrap();
+    f.run(&["tar", "-xf", &f.svc("t.tar"), "-C", "x1"]);
+    assert_eq!(tree(&f.work().join("x1")), tree(&f.work().join("src")), "extract from a service archive");
+    f.run(&["mkdir", &f.svc("x2")]);
+    f.run(&["tar", "-xf", &f.svc("t.tar"), "-C", &f.svc("x2")]);
+    assert_eq!(tree(&f.root().join("x2")), tree(&f.work().join("src")), "extract into the service");
+    f.run(&["tar", "-cf", "back.tar", "-C", &f.svc("x2"), "."]);
+    std::fs::create_dir(f.work().join("x3")).unwrap();
+    direct(&f, &["tar", "-xf", "back.tar", "-C", "x3"]);
+    assert_eq!(tree(&f.work().join("x3")), tree(&f.work().join("src")), "archive a service tree");
+}
+
+#[test]
+fn ls_and_stat_of_service_paths_match_the_backing_directory() {
+    let f = Fixture::new();
+    make_tree(&f.root().join("t"));
+    let via = f.run(&["ls", "-lR", "--time-style=full-iso", &f.svc("t")]).stdout;
+    let plain = direct(&f, &["ls", "-lR", "--time-style=full-iso", f.root().join("t").to_str().unwrap()]).stdout;
+    let norm = |o: Vec<u8>, base: &str| String::from_utf8(o).unwrap().replace(base, "BASE");
+    assert_eq!(norm(via, &f.svc("t")), norm(plain, f.root().join("t").to_str().unwrap()), "ls -lR");
+    let fmt = "%n %s %a %F %h %i %u %g %Y %y";
+    for rel in ["t", "t/a.txt", "t/sub/b.bin", "t/sub/empty"] {
+        let via = f.run(&["stat", "-c", fmt, &f.svc(rel)]).stdout;
+        let plain = direct(&f, &["stat", "-c", fmt, f.root().join(rel).to_str().unwrap()]).stdout;
+        assert_eq!(norm(via, &f.prefix()), norm(plain, f.root().to_str().unwrap()), "stat {rel}");
+    }
+    let missing = f.run_at(f.server.addr(), &["stat", &f.svc("nope")], b"");
+    assert!(!missing.status.success() && String::from_utf8_lossy(&missing.stderr).contains("No such file"), "stat of a missing file");
+}
+
+/// open/seek/read/write, os-level and stdio (through ctypes), threads.
+const PY_SCRIPT: &str = r#"
+import ctypes, os, sys, threading
+d = sys.argv[1]
+with open(d + "/py.bin", "wb") as f:
+    f.write(bytes(range(256)) * 64); f.seek(1000); f.write(b"hello"); print(f.tell())
+with open(d + "/py.bin", "r+b") as f:
+    f.seek(998); print(f.read(9)); f.seek(0, 2); print(f.tell()); f.write(b"END"); f.flush(); os.fsync(f.fileno())
+fd = os.open(d + "/py.bin", os.O_RDONLY)
+res = [None] * 8
+def worker(i): res[i] = os.pread(fd, 512, i * 1001)
+ts = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print([r[:4].hex() for r in res], os.fstat(fd).st_size)
+os.close(fd)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fopen.restype = ctypes.c_void_p; libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+for n in ["fwrite", "fread"]:
+    getattr(libc, n).argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_void_p]
+for n in ["fclose", "fflush", "ftell", "fileno"]:
+    getattr(libc, n).argtypes = [ctypes.c_void_p]
+libc.ftell.restype = ctypes.c_long
+libc.fseek.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+fp = libc.fopen((d + "/stdio.txt").encode(), b"w+")
+libc.fwrite(b"0123456789" * 100, 10, 100, fp); libc.fflush(fp)
+libc.fseek(fp, 500, 0); buf = ctypes.create_string_buffer(10); libc.fread(buf, 1, 10, fp)
+print(buf.raw, libc.ftell(fp), libc.fileno(fp) > 2)
+libc.fclose(fp)
+print(libc.fopen((d + "/absent").encode(), b"r") is None, ctypes.get_errno() == 2)
+print(sorted(os.listdir(d)), os.path.isdir(d), os.path.exists(d + "/nope"))
+os.rename(d + "/py.bin", d + "/py2.bin"); os.mkdir(d + "/dd"); os.rmdir(d + "/dd"); os.unlink(d + "/stdio.txt")
+print(sorted(os.listdir(d)))
+fd = os.open(d + "/alloc.bin", os.O_CREAT | os.O_RDWR, 0o644)
+os.posix_fallocate(fd, 0, 20000); os.pwrite(fd, b"abc", 100)
+print(os.fstat(fd).st_size, os.preadv(fd, [bytearray(2), bytearray(3)], 99))
+os.close(fd); os.unlink(d + "/alloc.bin")
+"#;
+
+#[test]
+fn a_python_script_sees_the_same_files_as_when_run_directly() {
+    let f = Fixture::new();
+    std::fs::write(f.work().join("t.py"), PY_SCRIPT).unwrap();
+    std::fs::create_dir(f.work().join("plain")).unwrap();
+    let via = f.run(&["python3", "t.py", &f.prefix()]).stdout;
+    let plain = direct(&f, &["python3", "t.py", "plain"]).stdout;
+    assert_eq!(String::from_utf8_lossy(&via), String::from_utf8_lossy(&plain));
+    assert!(read(f.root().join("py2.bin")) == read(f.work().join("plain/py2.bin")), "file contents");
+}
+
+const FORK_SCRIPT: &str = r#"
+import os, sys
+d = sys.argv[1]
+fd = os.open(d + "/fork.bin", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.write(fd, b"parent;")
+pid = os.fork()
+if pid == 0:
+    os.write(fd, b"child;")
+    with open(d + "/child.txt", "w") as f: f.write("from the child")
+    os._exit(0)
+os.waitpid(pid, 0)
+os.write(fd, b"parent again;")
+os.lseek(fd, 0, 0)
+print(os.read(fd, 100))
+"#;
+
+#[test]
+fn forked_children_and_exec_after_a_shell_redirect_keep_working() {
+    let f = Fixture::new();
+    let data = bytes(1 << 20, 5);
+    std::fs::write(f.root().join("a"), &data).unwrap();
+    let script = format!("cat {0}/a > {0}/b && echo tail >> {0}/b && wc -c < {0}/b", f.prefix());
+    let via = f.run(&["sh", "-c", &script]).stdout;
+    assert_eq!(String::from_utf8_lossy(&via).trim(), (data.len() + 5).to_string());
+    let mut expected = data.clone();
+    expected.extend_from_slice(b"tail\n");
+    assert!(read(f.root().join("b")) == expected, "sh redirect, then exec of cat");
+    std::fs::write(f.work().join("f.py"), FORK_SCRIPT).unwrap();
+    std::fs::create_dir(f.work().join("plain")).unwrap();
+    let via = f.run(&["python3", "f.py", &f.prefix()]).stdout;
+    let plain = direct(&f, &["python3", "f.py", "plain"]).stdout;
+    assert_eq!(via, plain);
+    assert_eq!(read(f.root().join("child.txt")), read(f.work().join("plain/child.txt")));
+}
+
+#[test]
+fn paths_outside_the_prefix_never_reach_the_server() {
+    let f = Fixture::new();
+    let data = bytes(100_000, 6);
+    std::fs::write(f.work().join("l.bin"), &data).unwrap();
+    f.run(&["cp", "l.bin", "l2.bin"]);
+    f.run(&["sh", "-c", "cat l2.bin > l3.bin; ls -l > /dev/null; stat l3.bin > /dev/null"]);
+    assert!(read(f.work().join("l3.bin")) == data);
+    assert_eq!(f.server.connections(), 0);
+    assert!(f.server.stats().iter().all(|a| a.requests == 0), "{:?}", f.server.stats());
+    assert!(std::fs::read_dir(f.root()).unwrap().next().is_none(), "nothing was created on the server");
+}
+
+#[test]
+fn a_missing_server_fails_fast_with_one_clear_line() {
+    let f = Fixture::new();
+    let addr = format!("unix:{}", f.dir.path().join("nobody.sock").display());
+    let t = Instant::now();
+    let out = f.run_at(&addr, &["cat", &f.svc("a")], b"");
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("sluice: cannot reach server at {addr}")), "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
+}
+
+const KILLED_SCRIPT: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1] + "/a", os.O_RDONLY)
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    os.read(fd, 4096); print("read")
+except OSError as e:
+    print("error", e.errno)
+"#;
+
+#[test]
+fn a_server_that_goes_away_gives_an_io_error_not_a_hang() {
+    let mut f = Fixture::new();
+    std::fs::write(f.root().join("a"), b"data").unwrap();
+    std::fs::write(f.work().join("k.py"), KILLED_SCRIPT).unwrap();
+    let mut c = Command::new("timeout");
+    c.arg(COMMAND_TIMEOUT_S.to_string()).arg(SLUICE).args(["run", "--server", f.server.addr(), "--prefix", &f.prefix(), "--", "python3", "k.py", &f.prefix()]);
+    let mut child = c.env("SLUICE_PRELOAD", preload_library()).current_dir(f.work()).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    f.server.shutdown().unwrap();
+    let t = Instant::now();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, format!("error {}\n", libc::EIO));
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(child.wait().unwrap().success());
+}
