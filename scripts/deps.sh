@@ -4,7 +4,7 @@
 set -euo pipefail
 need=()
 # Each entry: "command-that-must-exist:debian-package".
-deps="fusermount3:fuse3"
+deps="fusermount3:fuse3 fio:fio"
 for pair in $deps; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")

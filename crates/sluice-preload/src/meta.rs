@@ -319,6 +319,11 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
 }
 
 fn svc_mkdir(path: &str, mode: mode_t) -> Result<c_int, Errno> {
+    // The prefix itself is the server's root, which always exists: POSIX
+    // says EEXIST, and `mkdir -p`-style callers (fio) rely on it.
+    if path == "." {
+        return Err(Errno(libc::EEXIST));
+    }
     client()?.mkdir(path, mode)?;
     Ok(0)
 }

@@ -151,3 +151,27 @@ fn a_missing_server_is_refused_before_mounting() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("sluice"), "one clear line: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// fio, 4 psync jobs, write then read back with crc32c verification,
+/// buffered and O_DIRECT, through the mount (issue 6's fio test).
+#[test]
+fn fio_psync_four_jobs_verify_through_the_mount() {
+    assert!(sh("fio --version").status.success(), "fio is missing: `make test` installs it");
+    let m = Mounted::start("fio");
+    for direct in [0, 1] {
+        for rw in ["write", "read"] {
+            let out = sh(&format!(
+                "fio --name=v --directory={} --ioengine=psync --numjobs=4 --rw={rw} --bs=64k --size=4M --verify=crc32c --do_verify=1 --direct={direct} --group_reporting --output-format=terse",
+                m.mnt().display()
+            ));
+            assert!(out.status.success(), "fio {rw} direct={direct}: {}", String::from_utf8_lossy(&out.stderr));
+            let text = String::from_utf8_lossy(&out.stdout);
+            let f: Vec<&str> = text.lines().find(|l| l.starts_with("3;")).expect("a terse fio line").split(';').collect();
+            assert_eq!(f[4], "0", "fio {rw} direct={direct} reported errors");
+            assert_eq!(f[5], (16 * 1024).to_string(), "fio {rw} direct={direct} read (verification included)");
+        }
+    }
+    for j in 0..4 {
+        assert_eq!(std::fs::metadata(m.root().join(format!("v.{j}.0"))).unwrap().len(), 4 << 20);
+    }
+}

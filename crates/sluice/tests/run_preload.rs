@@ -347,3 +347,35 @@ fn a_server_that_goes_away_gives_an_io_error_not_a_hang() {
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(child.wait().unwrap().success());
 }
+
+/// fio's verdict on one terse line: (errors, KiB read, KiB written).
+fn fio_terse(out: &Output) -> (u64, u64, u64) {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<&str> = text.lines().find(|l| l.starts_with("3;")).expect("a terse fio line").split(';').collect();
+    (f[4].parse().unwrap(), f[5].parse().unwrap(), f[46].parse().unwrap())
+}
+
+/// fio, 4 psync jobs, write then read back with crc32c verification,
+/// buffered and O_DIRECT, through `sluice run` (issue 6's fio test). Its
+/// `mkdir -p` of the directory also checks that the prefix itself answers
+/// EEXIST like an existing directory.
+#[test]
+fn fio_psync_four_jobs_verify_through_sluice_run() {
+    assert!(Command::new("fio").arg("--version").output().is_ok_and(|o| o.status.success()), "fio is missing: `make test` installs it");
+    let f = Fixture::new();
+    for direct in ["0", "1"] {
+        for rw in ["write", "read"] {
+            let dir = format!("--directory={}", f.prefix());
+            let args = ["fio", "--name=v", &dir, "--ioengine=psync", "--numjobs=4", &format!("--rw={rw}"), "--bs=64k", "--size=4M"];
+            let tail = ["--verify=crc32c", "--do_verify=1", &format!("--direct={direct}"), "--group_reporting", "--output-format=terse"];
+            let out = f.run(&[&args[..], &tail[..]].concat());
+            let (errors, read_kib, write_kib) = fio_terse(&out);
+            assert_eq!(errors, 0, "fio {rw} direct={direct} reported errors");
+            assert_eq!(read_kib, 16 * 1024, "fio {rw} direct={direct} read (verification included)");
+            assert_eq!(write_kib, if rw == "write" { 16 * 1024 } else { 0 }, "fio {rw} direct={direct} wrote");
+        }
+    }
+    for j in 0..4 {
+        assert_eq!(std::fs::metadata(f.root().join(format!("v.{j}.0"))).unwrap().len(), 4 << 20, "job {j}'s file on the backing directory");
+    }
+}
