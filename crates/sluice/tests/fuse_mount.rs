@@ -161,7 +161,7 @@ fn fio_psync_four_jobs_verify_through_the_mount() {
     for direct in [0, 1] {
         for rw in ["write", "read"] {
             let out = sh(&format!(
-                "fio --name=v --directory={} --ioengine=psync --numjobs=4 --rw={rw} --bs=64k --size=4M --verify=crc32c --do_verify=1 --direct={direct} --group_reporting --output-format=terse",
+                "fio --name=v --directory={} --ioengine=psync --numjobs=4 --rw={rw} --bs=64k --size=4M --verify=crc32c --do_verify=1 --verify_state_save=0 --direct={direct} --group_reporting --output-format=terse",
                 m.mnt().display()
             ));
             assert!(out.status.success(), "fio {rw} direct={direct}: {}", String::from_utf8_lossy(&out.stderr));

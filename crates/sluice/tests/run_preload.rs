@@ -367,7 +367,7 @@ fn fio_psync_four_jobs_verify_through_sluice_run() {
         for rw in ["write", "read"] {
             let dir = format!("--directory={}", f.prefix());
             let args = ["fio", "--name=v", &dir, "--ioengine=psync", "--numjobs=4", &format!("--rw={rw}"), "--bs=64k", "--size=4M"];
-            let tail = ["--verify=crc32c", "--do_verify=1", &format!("--direct={direct}"), "--group_reporting", "--output-format=terse"];
+            let tail = ["--verify=crc32c", "--do_verify=1", "--verify_state_save=0", &format!("--direct={direct}"), "--group_reporting", "--output-format=terse"];
             let out = f.run(&[&args[..], &tail[..]].concat());
             let (errors, read_kib, write_kib) = fio_terse(&out);
             assert_eq!(errors, 0, "fio {rw} direct={direct} reported errors");
