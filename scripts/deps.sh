@@ -4,10 +4,14 @@
 set -euo pipefail
 need=()
 # Each entry: "command-that-must-exist:debian-package".
-deps="fusermount3:fuse3 fio:fio"
+deps="fusermount3:fuse3 fio:fio mpirun:openmpi-bin /usr/lib/python3/dist-packages/mpi4py/__init__.py:python3-mpi4py"
 for pair in $deps; do
   cmd=${pair%%:*}; pkg=${pair##*:}
-  command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+  # A dependency is a command on PATH, or (starting with /) a file.
+  case "$cmd" in
+    /*) [ -e "$cmd" ] || need+=("$pkg") ;;
+    *) command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg") ;;
+  esac
 done
 [ ${#need[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then

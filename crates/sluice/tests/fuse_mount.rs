@@ -175,3 +175,19 @@ fn fio_psync_four_jobs_verify_through_the_mount() {
         assert_eq!(std::fs::metadata(m.root().join(format!("v.{j}.0"))).unwrap().len(), 4 << 20);
     }
 }
+
+/// A 4-rank MPI-IO program (mpi4py, OpenMPI's default I/O component):
+/// strided file view, collective write and read, through the mount; the
+/// backing file must equal the same program's output on a local file.
+#[test]
+fn mpi_io_collective_four_ranks_through_the_mount() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mpi/collective.py");
+    let m = Mounted::start("mpi");
+    let mpi = format!("mpirun --allow-run-as-root --oversubscribe -np 4 /usr/bin/python3 {script}");
+    let local = m.dir.join("local.dat");
+    let out = sh(&format!("timeout 60 {mpi} {}", local.display()));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK 1048576"), "direct run: {}", String::from_utf8_lossy(&out.stderr));
+    let out = sh(&format!("timeout 60 {mpi} {}/m.dat", m.mnt().display()));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK 1048576"), "through the mount: {}", String::from_utf8_lossy(&out.stderr));
+    same(&local, &m.root().join("m.dat"));
+}

@@ -379,3 +379,19 @@ fn fio_psync_four_jobs_verify_through_sluice_run() {
         assert_eq!(std::fs::metadata(f.root().join(format!("v.{j}.0"))).unwrap().len(), 4 << 20, "job {j}'s file on the backing directory");
     }
 }
+
+/// A 4-rank MPI-IO program (mpi4py, OpenMPI's default I/O component):
+/// strided file view, collective write and read, through `sluice run`; the
+/// backing file must equal the same program's output on a local file.
+#[test]
+fn mpi_io_collective_four_ranks_through_sluice_run() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/mpi/collective.py");
+    let f = Fixture::new();
+    let mpi = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", "/usr/bin/python3", script];
+    let local = f.work().join("local.dat");
+    let out = direct(&f, &[&mpi[..], &[local.to_str().unwrap()]].concat());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK 1048576"));
+    let out = f.run(&[&mpi[..], &[f.svc("m.dat").as_str()]].concat());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("OK 1048576"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read(f.root().join("m.dat")), read(&local));
+}
