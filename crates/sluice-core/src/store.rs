@@ -215,12 +215,6 @@ impl Store {
         front
     }
 
-    /// Length of the arrival FIFO, dead entries included (for bound tests).
-    #[cfg(test)]
-    pub fn arrivals_len(&self) -> usize {
-        self.arrivals.len()
-    }
-
     /// The eligible request with the lowest `(offset, seq)` at or after
     /// `offset` in `file`'s `op` map.
     pub fn first_at_or_after(&self, file: FileId, op: Op, offset: u64) -> Option<Slot> {
@@ -351,11 +345,5 @@ impl Store {
     pub fn idle_counts(&self) -> (usize, usize, usize) {
         let live = self.idle_order.iter().filter(|&&(f, g)| self.is_idle_entry(f, g)).count();
         (self.files_idle, self.idle_order.len(), live)
-    }
-
-    /// Slab capacity in use (live plus free slots), for the bound tests.
-    #[cfg(test)]
-    pub fn slab_len(&self) -> usize {
-        self.slab.len()
     }
 }

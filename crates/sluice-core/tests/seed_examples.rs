@@ -10,7 +10,7 @@ use sluice_core::*;
 /// must aggregate the pieces of all processes into large accesses.
 #[test]
 fn decomposition_is_aggregated() {
-    let streams = decomposition(1, 1, 32, 4 * KIB, 16, 0, 40_000, 20_000);
+    let streams = Decomp::new(32, 4 * KIB, 16).think(40_000, 20_000).streams();
     let fifo = run("fifo", &streams, flat(50_000, 1_000));
     let aioli = run("aioli", &streams, flat(50_000, 1_000));
     assert_eq!(fifo.served.len(), 32 * 16, "fifo sends every piece alone");
@@ -25,7 +25,7 @@ fn decomposition_is_aggregated() {
 /// aggregated, almost none do.
 #[test]
 fn decomposition_on_hdd_is_many_times_faster() {
-    let streams = decomposition(1, 1, 32, 8 * KIB, 8, 0, 40_000, 2_000_000);
+    let streams = Decomp::new(32, 8 * KIB, 8).think(40_000, 2_000_000).streams();
     let fifo = run("fifo", &streams, hdd());
     let aioli = run("aioli", &streams, hdd());
     assert!(aioli.end_ns * 5 < fifo.end_ns, "aioli {} ns vs fifo {} ns", aioli.end_ns, fifo.end_ns);
@@ -141,9 +141,9 @@ fn overlapping_write_then_read_keeps_arrival_order() {
 #[test]
 fn drifting_processes_are_gathered_back_into_rounds() {
     for (think, jitter) in [(100_000, 100_000), (400_000, 400_000), (400_000, 50_000)] {
-        let streams = decomposition(1, 1, 8, 4 * KIB, 200, 0, think, jitter);
+        let streams = Decomp::new(8, 4 * KIB, 200).think(think, jitter).streams();
         let limits = Limits { dispatches_inflight_max: 2, ..Limits::default() };
-        let mut go = |policy| {
+        let go = |policy| {
             let mut s = Scheduler::new(PolicyConfig::from_name(policy).unwrap(), limits.clone());
             sluice_core::replay::replay(&mut s, &streams, flat(60_000, 10), 10_000_000, true).unwrap()
         };

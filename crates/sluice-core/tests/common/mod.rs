@@ -20,20 +20,43 @@ pub fn sync_stream(start_ns: u64, think_ns: u64, requests: Vec<Request>) -> Stre
 
 /// The seed's decomposition: `procs` processes of application `app` read
 /// file `file` cyclically with granularity `g` (process i takes pieces i,
-/// i + P, i + 2P, …), `rounds` pieces each. Ids start at `id0`. Each
-/// think time varies by up to `jitter_ns` (compute and network noise).
-pub fn decomposition(app: u32, file: u64, procs: u32, g: u64, rounds: u64, id0: u64, think_ns: u64, jitter_ns: u64) -> Vec<Stream> {
-    (0..procs)
-        .map(|p| {
-            let reqs = (0..rounds)
-                .map(|k| {
-                    let piece = k * u64::from(procs) + u64::from(p);
-                    req(id0 + piece, app, p, file, Op::Read, piece * g, g)
-                })
-                .collect();
-            Stream { start_ns: u64::from(p) * 1_000, think_ns, jitter_ns, depth: 1, requests: reqs }
-        })
-        .collect()
+/// i + P, i + 2P, …), `rounds` pieces each. Ids start at `id0`. Each think
+/// time varies by up to `jitter_ns` (compute and network noise).
+pub struct Decomp {
+    pub app: u32,
+    pub file: u64,
+    pub procs: u32,
+    pub g: u64,
+    pub rounds: u64,
+    pub id0: u64,
+    pub think_ns: u64,
+    pub jitter_ns: u64,
+}
+
+impl Decomp {
+    /// `procs` processes, granularity `g`, `rounds` pieces each, on file 1
+    /// of application 1, 40 µs think time without jitter.
+    pub fn new(procs: u32, g: u64, rounds: u64) -> Decomp {
+        Decomp { app: 1, file: 1, procs, g, rounds, id0: 0, think_ns: 40_000, jitter_ns: 0 }
+    }
+
+    pub fn think(self, think_ns: u64, jitter_ns: u64) -> Decomp {
+        Decomp { think_ns, jitter_ns, ..self }
+    }
+
+    pub fn streams(&self) -> Vec<Stream> {
+        (0..self.procs)
+            .map(|p| {
+                let reqs = (0..self.rounds)
+                    .map(|k| {
+                        let piece = k * u64::from(self.procs) + u64::from(p);
+                        req(self.id0 + piece, self.app, p, self.file, Op::Read, piece * self.g, self.g)
+                    })
+                    .collect();
+                Stream { start_ns: u64::from(p) * 1_000, think_ns: self.think_ns, jitter_ns: self.jitter_ns, depth: 1, requests: reqs }
+            })
+            .collect()
+    }
 }
 
 /// A `cat`: one process reading `file` sequentially in `g` pieces.
