@@ -104,7 +104,7 @@ impl Workload {
                 (f, (self.rand() % (1 << 18)) * 4096, 4096)
             }
         };
-        let op = if app % 7 == 0 { Op::Write } else { Op::Read };
+        let op = if app.is_multiple_of(7) { Op::Write } else { Op::Read };
         self.n += 1;
         Request { id: RequestId(self.n), app: AppId(app), client: ClientId(client as u32), file: FileId(file), op, offset, len }
     }
