@@ -73,7 +73,7 @@ use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 const TURN_SCAN_MAX: usize = 32;
 /// Streams remembered per file for the active-stream count.
 const FILE_STREAMS_MAX: usize = 256;
-/// Recently dispatched pieces remembered (by start and by end) to spot
+/// Recently dispatched ranges remembered (by start and by end) to spot
 /// interleaved neighbours; both tables are cleared when they reach it.
 const RECENT_PIECES_MAX: usize = 4_096;
 
@@ -316,15 +316,16 @@ impl Aioli {
         }
     }
 
+    /// Remember where a dispatch began and ended. An aggregate is one
+    /// contiguous range, so a later request can only sit next to its outer
+    /// boundaries: the members' inner ones need no entry.
     fn remember_pieces(&mut self, d: &Dispatch, now: Nanos) {
-        if self.recent_by_start.len() + d.members.len() > RECENT_PIECES_MAX {
+        if self.recent_by_start.len() >= RECENT_PIECES_MAX || self.recent_by_end.len() >= RECENT_PIECES_MAX {
             self.recent_by_start.clear();
             self.recent_by_end.clear();
         }
-        for m in d.members.iter().take(RECENT_PIECES_MAX) {
-            self.recent_by_start.insert((d.file, m.offset), (d.id, now));
-            self.recent_by_end.insert((d.file, m.end()), (d.id, now));
-        }
+        self.recent_by_start.insert((d.file, d.offset), (d.id, now));
+        self.recent_by_end.insert((d.file, d.end()), (d.id, now));
     }
 }
 
