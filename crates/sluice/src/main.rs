@@ -31,6 +31,14 @@ enum Cmd {
     Ls(cmd::ls::LsArgs),
     /// Run a command with its file calls under --prefix sent to the server (LD_PRELOAD).
     Run(cmd::run::RunArgs),
+    /// Start a metadata role and N data servers on this machine (until SIGINT or SIGTERM).
+    Cluster(cmd::cluster::ClusterArgs),
+    /// Run a cluster's metadata role alone, for data servers started with `sluice serve`.
+    Meta(cmd::cluster::MetaArgs),
+    /// Set a new file's layout, or a directory's default layout, on a cluster.
+    Setstripe(cmd::stripe::SetstripeArgs),
+    /// Print a file's layout and where its objects are.
+    Getstripe(cmd::stripe::GetstripeArgs),
 }
 
 fn main() {
@@ -43,6 +51,10 @@ fn main() {
         Cmd::Cp(a) => cmd::cp::run(a),
         Cmd::Ls(a) => cmd::ls::run(a),
         Cmd::Run(a) => cmd::run::run(a),
+        Cmd::Cluster(a) => cmd::cluster::run(a),
+        Cmd::Meta(a) => cmd::cluster::run_meta(a),
+        Cmd::Setstripe(a) => cmd::stripe::set(a),
+        Cmd::Getstripe(a) => cmd::stripe::get(a),
     };
     if let Err(e) = result {
         eprintln!("sluice: {e:#}");

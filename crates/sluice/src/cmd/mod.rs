@@ -11,3 +11,5 @@ pub mod ls;
 pub mod remote;
 pub mod run;
 pub mod bench_service;
+pub mod cluster;
+pub mod stripe;

@@ -1,0 +1,359 @@
+//! `StripedClient`: a striped file's reads and writes as list I/O on its
+//! objects. A request is cut at stripe boundaries, grouped per object
+//! (= per data server), cut into messages within the wire bounds, and the
+//! per-server messages go out in parallel, one thread per server, each
+//! with its own connection; the pieces are then reassembled in the
+//! caller's buffer.
+//!
+//! Failure model: a data server that is down or dies makes the calls that
+//! need it fail at once with kind `DataServer` naming it (errno EIO, or
+//! ECONNREFUSED/ENOENT when it never answered); files whose objects lie
+//! elsewhere are unaffected. Its connection is dropped, so the next
+//! `open` reconnects, and a file opened again after the server restarted
+//! reads and writes normally.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd};
+use sluice_stripe::{chunk, file_size, group, object_size_for, Layout, LayoutRequest, ObjectList};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::meta::{Entry, EntryKind};
+use crate::net::MetaStream;
+use crate::proto::{recv, send, MetaReply, MetaRequest};
+
+/// Directory of the objects on every data server; object `k` of file `id`
+/// is `objects/<id as 16 hex digits>` on server `layout.server_of(k)`.
+pub const OBJECTS_DIR: &str = "objects";
+/// Pieces per list-I/O message (the wire protocol's `LIST_PIECES_MAX`).
+pub const MESSAGE_PIECES_MAX: usize = 4096;
+/// Bytes per list-I/O message: 8 MiB, well under every server's
+/// `io_bytes_max` (64 MiB by default), and large enough that one message
+/// per server carries a 1 MiB-per-server request whole.
+pub const MESSAGE_BYTES_MAX: u64 = 8 << 20;
+/// Seconds a metadata call may wait for its reply before failing.
+pub const META_TIMEOUT_S: u64 = 10;
+
+/// A connection to a cluster: the metadata role plus lazily opened data
+/// server connections. Threads may share it.
+pub struct StripedClient {
+    meta: Mutex<MetaStream>,
+    servers: Vec<String>,
+    data: Vec<Mutex<Option<Arc<Client>>>>,
+    opts: ConnectOptions,
+}
+
+/// An open striped file.
+pub struct StripedFile {
+    pub path: String,
+    pub id: u64,
+    pub layout: Layout,
+    /// Object `k`'s data-server connection and handle.
+    objects: Vec<(Arc<Client>, Fd)>,
+}
+
+/// Where one object of a file lives (`getstripe`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub object: u32,
+    pub server: u32,
+    pub addr: String,
+    pub path: String,
+    /// Its size, or the error of the server holding it.
+    pub size: std::result::Result<u64, String>,
+}
+
+/// The object path of file `id`.
+pub fn object_path(id: u64) -> String {
+    format!("{OBJECTS_DIR}/{id:016x}")
+}
+
+fn meta_error(errno: i32, message: String) -> Error {
+    let kind = match errno {
+        libc::ENOENT => ErrorKind::NotFound,
+        libc::EEXIST | libc::ENOTEMPTY => ErrorKind::Exists,
+        libc::ENOTDIR => ErrorKind::NotDir,
+        libc::EISDIR => ErrorKind::IsDir,
+        libc::EINVAL => ErrorKind::Invalid,
+        libc::EMFILE | libc::ENAMETOOLONG | libc::EOVERFLOW => ErrorKind::Limit,
+        _ => ErrorKind::Meta,
+    };
+    Error::new(kind, errno, message)
+}
+
+impl StripedClient {
+    /// Connect to the metadata role at `unix:PATH` or `tcp:HOST:PORT`
+    /// with default options.
+    pub fn connect(addr: &str) -> Result<StripedClient> {
+        StripedClient::connect_with(addr, ConnectOptions::default())
+    }
+
+    /// Connect; `opts` is used for every data-server connection.
+    pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<StripedClient> {
+        let stream = MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
+        stream.set_timeouts(Some(Duration::from_secs(META_TIMEOUT_S))).map_err(|e| Error::io("metadata socket", &e))?;
+        let mut c = StripedClient { meta: Mutex::new(stream), servers: Vec::new(), data: Vec::new(), opts };
+        match c.call(MetaRequest::Servers)? {
+            MetaReply::Servers(s) => {
+                c.data = s.iter().map(|_| Mutex::new(None)).collect();
+                c.servers = s;
+                Ok(c)
+            }
+            r => Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
+        }
+    }
+
+    /// The data servers' addresses, in layout order.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    fn call(&self, req: MetaRequest) -> Result<MetaReply> {
+        let mut s = self.meta.lock().unwrap_or_else(|p| p.into_inner());
+        send(&mut *s, &req).map_err(|e| Error::new(ErrorKind::Meta, libc::EIO, format!("metadata role: {e}")))?;
+        match recv::<MetaReply>(&mut *s)? {
+            Some(MetaReply::Error { errno, message }) => Err(meta_error(errno, message)),
+            Some(r) => Ok(r),
+            None => Err(Error::new(ErrorKind::Meta, libc::EIO, "the metadata role closed the connection")),
+        }
+    }
+
+    fn entry(&self, req: MetaRequest) -> Result<Entry> {
+        match self.call(req)? {
+            MetaReply::Entry(e) => Ok(e),
+            r => Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
+        }
+    }
+
+    /// The connection to data server `server`, opened on first use.
+    fn data(&self, server: u32) -> Result<Arc<Client>> {
+        let addr = self.servers.get(server as usize).ok_or_else(|| Error::invalid(format!("layout names data server {server}; the cluster has {}", self.servers.len())))?;
+        let mut slot = self.data[server as usize].lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = slot.as_ref() {
+            return Ok(c.clone());
+        }
+        // The slot stays locked (so one connect per server); the slot is
+        // empty on failure, so `describe` does not clear it.
+        let c = Arc::new(Client::connect_with(addr, self.opts.clone()).map_err(|e| self.describe(server, "connect", e))?);
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    /// A data-server error; a broken connection is forgotten so that the
+    /// next `open` reconnects.
+    fn data_error(&self, server: u32, what: &str, e: ClientError) -> Error {
+        if matches!(e.kind, ClientErrorKind::Disconnected | ClientErrorKind::Connect) {
+            if let Some(slot) = self.data.get(server as usize) {
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            }
+        }
+        self.describe(server, what, e)
+    }
+
+    fn describe(&self, server: u32, what: &str, e: ClientError) -> Error {
+        let addr = self.servers.get(server as usize).map_or("?", |s| s.as_str());
+        Error::new(ErrorKind::DataServer, e.errno, format!("data server {server} ({addr}) unavailable for {what}: {e}"))
+    }
+
+    /// The namespace entry at `path`.
+    pub fn lookup(&self, path: &str) -> Result<Entry> {
+        self.entry(MetaRequest::Lookup { path: path.into() })
+    }
+
+    /// Create a new file with layout `req` (unset fields from the parent
+    /// directory's default) and its objects; fails if `path` exists.
+    pub fn create(&self, path: &str, req: LayoutRequest) -> Result<StripedFile> {
+        let e = self.entry(MetaRequest::Create { path: path.into(), layout: req, exclusive: true })?;
+        self.open_objects(path, &e, libc::O_RDWR | libc::O_CREAT)
+    }
+
+    /// Open `path` with `open(2)` flags; `O_CREAT` creates it with the
+    /// parent directory's default layout, `O_TRUNC` truncates every object.
+    pub fn open(&self, path: &str, flags: i32) -> Result<StripedFile> {
+        let e = if flags & libc::O_CREAT != 0 {
+            let default = LayoutRequest { stripe_bytes: 0, count: 0, start: -1 };
+            self.entry(MetaRequest::Create { path: path.into(), layout: default, exclusive: flags & libc::O_EXCL != 0 })?
+        } else {
+            self.lookup(path)?
+        };
+        let object_flags = (flags & libc::O_ACCMODE) | (flags & (libc::O_CREAT | libc::O_TRUNC));
+        self.open_objects(path, &e, object_flags)
+    }
+
+    fn open_objects(&self, path: &str, e: &Entry, flags: i32) -> Result<StripedFile> {
+        let layout = match (e.kind, e.layout) {
+            (EntryKind::File, Some(l)) => l,
+            _ => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
+        };
+        let name = object_path(e.id);
+        let mut objects = Vec::with_capacity(layout.count as usize);
+        for k in 0..layout.count {
+            let server = layout.server_of(k);
+            let c = self.data(server)?;
+            let fd = c.open(&name, flags, 0o644).map_err(|err| self.data_error(server, &format!("open of {path:?} object {k}"), err))?;
+            objects.push((c, fd));
+        }
+        Ok(StripedFile { path: path.into(), id: e.id, layout, objects })
+    }
+
+    /// Close every object handle; the first error, after trying all.
+    pub fn close(&self, f: StripedFile) -> Result<()> {
+        let mut first = Ok(());
+        for (k, (c, fd)) in f.objects.iter().enumerate() {
+            if let Err(e) = c.close(*fd) {
+                first = first.and(Err(self.data_error(f.layout.server_of(k as u32), "close", e)));
+            }
+        }
+        first
+    }
+
+    /// Run `each` on every object at once (one thread per object).
+    fn per_object<T: Send>(&self, f: &StripedFile, what: &str, each: impl Fn(&Client, Fd, u32) -> sluice_client::Result<T> + Sync) -> Result<Vec<T>> {
+        let results: Vec<_> = std::thread::scope(|s| {
+            let each = &each;
+            let threads: Vec<_> = f.objects.iter().enumerate().map(|(k, (c, fd))| s.spawn(move || each(c, *fd, k as u32))).collect();
+            threads.into_iter().map(|t| t.join().expect("object thread panicked")).collect()
+        });
+        results.into_iter().enumerate().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k as u32), what, e))).collect()
+    }
+
+    /// The file size: one past the highest byte any object holds.
+    pub fn size(&self, f: &StripedFile) -> Result<u64> {
+        let sizes = self.per_object(f, "fstat", |c, fd, _| Ok(c.fstat(fd)?.size))?;
+        Ok(file_size(&f.layout, &sizes))
+    }
+
+    /// Set the file size to `len` (each object to its share).
+    pub fn ftruncate(&self, f: &StripedFile, len: u64) -> Result<()> {
+        self.per_object(f, "ftruncate", |c, fd, k| c.ftruncate(fd, object_size_for(&f.layout, len, k))).map(drop)
+    }
+
+    /// Make every object durable.
+    pub fn fsync(&self, f: &StripedFile) -> Result<()> {
+        self.per_object(f, "fsync", |c, fd, _| c.fsync(fd)).map(drop)
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`, stopping at end of file.
+    pub fn pread(&self, f: &StripedFile, buf: &mut [u8], offset: u64) -> Result<usize> {
+        let size = self.size(f)?;
+        let n = (buf.len() as u64).min(size.saturating_sub(offset)) as usize;
+        if n > 0 {
+            self.read_list(f, &[(offset, n as u64)], &mut buf[..n])?;
+        }
+        Ok(n)
+    }
+
+    /// Write all of `data` at `offset`.
+    pub fn pwrite(&self, f: &StripedFile, data: &[u8], offset: u64) -> Result<usize> {
+        self.write_list(f, &[(offset, data.len() as u64)], data)
+    }
+
+    /// The per-object message lists of a request, and its total bytes.
+    fn plan(f: &StripedFile, ranges: &[(u64, u64)], buf_len: usize) -> Result<(Vec<Vec<ObjectList>>, usize)> {
+        let total: u64 = ranges.iter().map(|r| r.1).sum();
+        if total > buf_len as u64 {
+            return Err(Error::invalid(format!("buffer of {buf_len} bytes cannot hold {total} bytes of pieces")));
+        }
+        let lists = group(&f.layout.map_list(ranges)?);
+        Ok((lists.iter().map(|l| chunk(l, MESSAGE_PIECES_MAX, MESSAGE_BYTES_MAX)).collect(), total as usize))
+    }
+
+    /// Send each object's messages, in parallel across objects.
+    fn run_messages<T: Send>(&self, f: &StripedFile, what: &str, plan: &[Vec<ObjectList>], op: impl Fn(&Client, Fd, &ObjectList) -> sluice_client::Result<T> + Sync) -> Result<Vec<Vec<T>>> {
+        let one = |msgs: &Vec<ObjectList>| -> (u32, sluice_client::Result<Vec<T>>) {
+            let object = msgs.first().map_or(0, |m| m.object);
+            let (c, fd) = &f.objects[object as usize];
+            (object, msgs.iter().map(|m| op(c, *fd, m)).collect())
+        };
+        let results: Vec<_> = if plan.len() == 1 {
+            vec![one(&plan[0])]
+        } else {
+            std::thread::scope(|s| {
+                let one = &one;
+                let threads: Vec<_> = plan.iter().map(|msgs| s.spawn(move || one(msgs))).collect();
+                threads.into_iter().map(|t| t.join().expect("message thread panicked")).collect()
+            })
+        };
+        results.into_iter().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k), what, e))).collect()
+    }
+
+    /// List I/O read: every `(offset, len)` range, back to back, into
+    /// `buf`; holes and bytes past end of file read as zeros.
+    pub fn read_list(&self, f: &StripedFile, ranges: &[(u64, u64)], buf: &mut [u8]) -> Result<usize> {
+        let (plan, total) = Self::plan(f, ranges, buf.len())?;
+        let got = self.run_messages(f, &format!("read of {:?}", f.path), &plan, |c, fd, m| {
+            let mut tmp = vec![0u8; m.bytes() as usize];
+            c.read_list(fd, &m.pieces, &mut tmp)?;
+            Ok(tmp)
+        })?;
+        for (msgs, datas) in plan.iter().zip(got) {
+            for (m, data) in msgs.iter().zip(datas) {
+                let mut at = 0usize;
+                for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
+                    buf[b as usize..(b + len) as usize].copy_from_slice(&data[at..at + len as usize]);
+                    at += len as usize;
+                }
+            }
+        }
+        Ok(total)
+    }
+
+    /// List I/O write: `data` holds the ranges' bytes back to back.
+    /// Returns once every server acknowledged its part.
+    pub fn write_list(&self, f: &StripedFile, ranges: &[(u64, u64)], data: &[u8]) -> Result<usize> {
+        let (plan, total) = Self::plan(f, ranges, data.len())?;
+        self.run_messages(f, &format!("write of {:?}", f.path), &plan, |c, fd, m| {
+            let mut tmp = Vec::with_capacity(m.bytes() as usize);
+            for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
+                tmp.extend_from_slice(&data[b as usize..(b + len) as usize]);
+            }
+            c.write_list(fd, &m.pieces, &tmp)
+        })?;
+        Ok(total)
+    }
+
+    /// Create directory `path` (inherits its parent's default layout).
+    pub fn mkdir(&self, path: &str) -> Result<Entry> {
+        self.entry(MetaRequest::Mkdir { path: path.into() })
+    }
+
+    /// Set directory `path`'s default layout for new files.
+    pub fn set_dir_default(&self, path: &str, req: LayoutRequest) -> Result<Entry> {
+        self.entry(MetaRequest::SetDirDefault { path: path.into(), layout: req })
+    }
+
+    /// The entries of directory `path`.
+    pub fn readdir(&self, path: &str) -> Result<Vec<(String, Entry)>> {
+        match self.call(MetaRequest::Readdir { path: path.into() })? {
+            MetaReply::Entries(v) => Ok(v),
+            r => Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
+        }
+    }
+
+    /// Remove `path` from the namespace, then its objects (an object on a
+    /// server that is down stays behind as an orphan; the error says so).
+    pub fn unlink(&self, path: &str) -> Result<()> {
+        let e = self.entry(MetaRequest::Unlink { path: path.into() })?;
+        let Some(layout) = e.layout else { return Ok(()) };
+        (0..layout.count).try_for_each(|k| {
+            let server = layout.server_of(k);
+            self.data(server)?.unlink(&object_path(e.id)).map_err(|err| self.data_error(server, "unlink of an object", err))
+        })
+    }
+
+    /// Where each object of file `path` lives, with its size.
+    pub fn objects(&self, path: &str) -> Result<(Entry, Vec<ObjectInfo>)> {
+        let e = self.lookup(path)?;
+        let Some(layout) = e.layout else { return Ok((e, Vec::new())) };
+        let infos = (0..layout.count)
+            .map(|k| {
+                let server = layout.server_of(k);
+                let name = object_path(e.id);
+                let size = self.data(server).and_then(|c| c.stat(&name).map_err(|err| self.data_error(server, "stat", err))).map(|s| s.size).map_err(|err| err.message);
+                ObjectInfo { object: k, server, addr: self.servers[server as usize].clone(), path: name, size }
+            })
+            .collect();
+        Ok((e, infos))
+    }
+}

@@ -1,0 +1,137 @@
+//! The metadata role as a service: a Unix or TCP listener, one thread per
+//! connection (at most `META_CONNECTIONS_MAX`), each answering
+//! `MetaRequest`s in order from the shared `MetaStore`.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use sluice_server::Listen;
+
+use crate::error::{Error, Result};
+use crate::meta::MetaStore;
+use crate::net::{MetaListener, MetaStream};
+use crate::proto::{recv, send, MetaReply, MetaRequest};
+
+/// Connections the metadata role serves at once; one more is answered
+/// EMFILE and closed. Each is one thread.
+pub const META_CONNECTIONS_MAX: usize = 256;
+
+struct Shared {
+    store: MetaStore,
+    servers: Vec<String>,
+    stopping: AtomicBool,
+    conns: Mutex<Vec<(MetaStream, JoinHandle<()>)>>,
+}
+
+/// Starts the metadata role.
+pub struct MetaServer;
+
+/// A running metadata role; dropping it stops it.
+pub struct MetaHandle {
+    shared: Arc<Shared>,
+    addr: String,
+    /// The Unix socket file to remove at shutdown.
+    socket: Option<std::path::PathBuf>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl MetaServer {
+    /// Serve `store` on Unix socket `socket`; `servers` are the data
+    /// servers' addresses, in layout order.
+    pub fn start(store: MetaStore, servers: Vec<String>, socket: &Path) -> Result<MetaHandle> {
+        MetaServer::start_on(store, servers, &Listen::Unix(socket.to_path_buf()))
+    }
+
+    /// Serve `store` on `listen` (Unix socket or TCP; TCP port 0 picks a
+    /// free port, see `MetaHandle::addr`).
+    pub fn start_on(store: MetaStore, servers: Vec<String>, listen: &Listen) -> Result<MetaHandle> {
+        if servers.len() != store.servers() as usize {
+            return Err(Error::invalid(format!("{} data server addresses for a store of {} servers", servers.len(), store.servers())));
+        }
+        let listener = MetaListener::bind(listen).map_err(|e| Error::io(&format!("bind {listen:?}"), &e))?;
+        let (addr, socket) = (listener.addr(), match listen {
+            Listen::Unix(p) => Some(p.clone()),
+            Listen::Tcp(_) => None,
+        });
+        let shared = Arc::new(Shared { store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
+        let s = shared.clone();
+        let acceptor = std::thread::Builder::new().name("sluice-meta-accept".into()).spawn(move || accept_loop(&s, listener)).map_err(|e| Error::io("spawn", &e))?;
+        Ok(MetaHandle { shared, addr, socket, acceptor: Some(acceptor) })
+    }
+}
+
+impl MetaHandle {
+    /// The address clients use: `unix:SOCKET` or `tcp:HOST:PORT`.
+    pub fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    /// Stop accepting, close every connection, join every thread.
+    pub fn shutdown(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        if let Some(a) = self.acceptor.take() {
+            // Wake the blocking accept.
+            let _ = MetaStream::connect(&self.addr);
+            let _ = a.join();
+        }
+        if let Some(p) = self.socket.take() {
+            let _ = std::fs::remove_file(p);
+        }
+        let conns: Vec<_> = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+        for (s, t) in conns {
+            s.shutdown();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetaHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: MetaListener) {
+    loop {
+        let stream = listener.accept();
+        if shared.stopping.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        let mut conns = shared.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns.retain(|(_, t)| !t.is_finished());
+        if conns.len() >= META_CONNECTIONS_MAX {
+            let msg = format!("the metadata role serves at most {META_CONNECTIONS_MAX} connections (META_CONNECTIONS_MAX)");
+            let _ = send(&mut stream, &MetaReply::Error { errno: libc::EMFILE, message: msg });
+            continue;
+        }
+        let (Ok(keep), s) = (stream.try_clone(), shared.clone()) else { continue };
+        if let Ok(t) = std::thread::Builder::new().name("sluice-meta-conn".into()).spawn(move || serve(&s, stream)) {
+            conns.push((keep, t));
+        }
+    }
+}
+
+fn serve(shared: &Shared, mut stream: MetaStream) {
+    while let Ok(Some(req)) = recv::<MetaRequest>(&mut stream) {
+        let reply = answer(shared, req).unwrap_or_else(|e| MetaReply::Error { errno: e.errno, message: e.message });
+        if send(&mut stream, &reply).is_err() {
+            return;
+        }
+    }
+}
+
+fn answer(shared: &Shared, req: MetaRequest) -> Result<MetaReply> {
+    let store = &shared.store;
+    Ok(match req {
+        MetaRequest::Servers => MetaReply::Servers(shared.servers.clone()),
+        MetaRequest::Lookup { path } => MetaReply::Entry(store.lookup(&path)?),
+        MetaRequest::Create { path, layout, exclusive } => MetaReply::Entry(store.create(&path, layout, exclusive)?),
+        MetaRequest::Mkdir { path } => MetaReply::Entry(store.mkdir(&path)?),
+        MetaRequest::SetDirDefault { path, layout } => MetaReply::Entry(store.set_dir_default(&path, layout)?),
+        MetaRequest::Unlink { path } => MetaReply::Entry(store.unlink(&path)?),
+        MetaRequest::Readdir { path } => MetaReply::Entries(store.readdir(&path)?),
+    })
+}

@@ -1,0 +1,252 @@
+//! Striped files on real servers in temporary directories: writes from
+//! two clients, list I/O, the size rule, a data server stopped and
+//! restarted, durability of the namespace, and the metadata bounds.
+
+use std::time::{Duration, Instant};
+
+use sluice_client::ConnectOptions;
+use sluice_cluster::*;
+
+/// Deterministic bytes for file offset `at` (SplitMix64 of the offset).
+fn byte_at(seed: u64, at: u64) -> u8 {
+    let mut z = seed.wrapping_add(at.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    (z ^ (z >> 31)) as u8
+}
+
+fn pattern(seed: u64, offset: u64, len: u64) -> Vec<u8> {
+    (offset..offset + len).map(|a| byte_at(seed, a)).collect()
+}
+
+fn client(c: &LocalCluster, app: &str) -> StripedClient {
+    StripedClient::connect_with(&c.addr(), ConnectOptions { app: Some(app.into()), ..ConnectOptions::default() }).unwrap()
+}
+
+fn cluster(servers: u32) -> (tempfile::TempDir, LocalCluster) {
+    let dir = tempfile::tempdir().unwrap();
+    let c = LocalCluster::start(LocalClusterConfig::new(dir.path(), servers)).unwrap();
+    (dir, c)
+}
+
+const ALL: LayoutRequest = LayoutRequest { stripe_bytes: 64 << 10, count: -1, start: 0 };
+
+#[test]
+fn two_clients_write_interleaved_stripes_and_read_back() {
+    let (_dir, c) = cluster(3);
+    let (a, b) = (client(&c, "writer-a"), client(&c, "writer-b"));
+    let f = a.create("shared.dat", ALL).unwrap();
+    let fb = b.open("shared.dat", libc::O_RDWR).unwrap();
+    let (block, blocks) = (100_000u64, 24u64);
+    std::thread::scope(|s| {
+        for (who, (cl, file)) in [(&a, &f), (&b, &fb)].into_iter().enumerate() {
+            s.spawn(move || {
+                for i in (who as u64..blocks).step_by(2) {
+                    assert_eq!(cl.pwrite(file, &pattern(1, i * block, block), i * block).unwrap(), block as usize);
+                }
+            });
+        }
+    });
+    let r = client(&c, "reader");
+    let fr = r.open("shared.dat", libc::O_RDONLY).unwrap();
+    assert_eq!(r.size(&fr).unwrap(), block * blocks);
+    let mut buf = vec![0u8; (block * blocks) as usize + 10];
+    assert_eq!(r.pread(&fr, &mut buf, 0).unwrap(), (block * blocks) as usize);
+    assert!(buf[..(block * blocks) as usize] == pattern(1, 0, block * blocks)[..], "striped read differs from what the two clients wrote");
+    // Every server holds a share of about a third.
+    let (_, objects) = r.objects("shared.dat").unwrap();
+    let servers: Vec<u32> = objects.iter().map(|o| o.server).collect();
+    assert_eq!(servers, vec![0, 1, 2]);
+    for o in &objects {
+        let size = *o.size.as_ref().unwrap();
+        assert!(size >= block * blocks / 3 - (64 << 10) && size <= block * blocks / 3 + (64 << 10), "object {} holds {size} bytes", o.object);
+    }
+    a.close(f).unwrap();
+    b.close(fb).unwrap();
+}
+
+#[test]
+fn list_io_equals_pieces_read_one_at_a_time() {
+    let (_dir, c) = cluster(4);
+    let cl = client(&c, "list");
+    let f = cl.create("list.dat", LayoutRequest { stripe_bytes: 512, count: 3, start: 2 }).unwrap();
+    cl.pwrite(&f, &pattern(7, 0, 300_000), 0).unwrap();
+    let mut seed = 12345u64;
+    for _ in 0..20 {
+        let ranges: Vec<(u64, u64)> = (0..6)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((seed >> 20) % 290_000, (seed >> 50) % 9_000)
+            })
+            .collect();
+        let total: u64 = ranges.iter().map(|r| r.1).sum();
+        let mut listed = vec![0u8; total as usize];
+        assert_eq!(cl.read_list(&f, &ranges, &mut listed).unwrap(), total as usize);
+        let mut one_by_one = Vec::new();
+        for &(o, l) in &ranges {
+            let mut piece = vec![0u8; l as usize];
+            assert_eq!(cl.pread(&f, &mut piece, o).unwrap(), l as usize);
+            one_by_one.extend(piece);
+        }
+        assert!(listed == one_by_one, "list read of {ranges:?} differs from piecewise reads");
+        assert!(listed == ranges.iter().flat_map(|&(o, l)| pattern(7, o, l)).collect::<Vec<_>>());
+    }
+    // A list write lands where piecewise writes would.
+    let ranges = [(1000u64, 700u64), (5000, 3000), (100, 10)];
+    let data: Vec<u8> = (0..3710u32).map(|i| (i % 251) as u8).collect();
+    cl.write_list(&f, &ranges, &data).unwrap();
+    let mut back = vec![0u8; data.len()];
+    cl.read_list(&f, &ranges, &mut back).unwrap();
+    assert_eq!(back, data);
+}
+
+#[test]
+fn size_is_the_highest_end_and_truncate_sets_it() {
+    let (_dir, c) = cluster(2);
+    let (a, b) = (client(&c, "a"), client(&c, "b"));
+    let f = a.create("sparse.dat", LayoutRequest { stripe_bytes: 4096, count: 2, start: 0 }).unwrap();
+    let fb = b.open("sparse.dat", libc::O_RDWR).unwrap();
+    a.pwrite(&f, b"x", 10_000).unwrap();
+    b.pwrite(&fb, b"yy", 4096 * 7 + 5).unwrap();
+    assert_eq!(a.size(&f).unwrap(), 4096 * 7 + 7);
+    let mut buf = vec![1u8; 100];
+    assert_eq!(b.pread(&fb, &mut buf, 9_990).unwrap(), 100);
+    assert_eq!(buf[10], b'x');
+    assert!(buf[..10].iter().all(|&x| x == 0), "a hole reads as zeros");
+    a.ftruncate(&f, 5000).unwrap();
+    assert_eq!(b.size(&fb).unwrap(), 5000);
+    assert_eq!(b.pread(&fb, &mut buf, 4990).unwrap(), 10);
+    a.ftruncate(&f, 0).unwrap();
+    assert_eq!(a.size(&f).unwrap(), 0);
+}
+
+#[test]
+fn directory_defaults_are_inherited() {
+    let (_dir, c) = cluster(4);
+    let cl = client(&c, "dirs");
+    cl.mkdir("wide").unwrap();
+    cl.set_dir_default("wide", LayoutRequest { stripe_bytes: 8192, count: -1, start: -1 }).unwrap();
+    cl.mkdir("wide/sub").unwrap();
+    let f = cl.open("wide/sub/f", libc::O_CREAT | libc::O_RDWR).unwrap();
+    assert_eq!((f.layout.stripe_bytes, f.layout.count), (8192, 4));
+    let g = cl.open("plain", libc::O_CREAT | libc::O_RDWR).unwrap();
+    assert_eq!((g.layout.stripe_bytes, g.layout.count), (1 << 20, 1));
+    // Unset fields of an explicit request come from the directory.
+    let h = cl.create("wide/h", LayoutRequest { stripe_bytes: 0, count: 2, start: -1 }).unwrap();
+    assert_eq!((h.layout.stripe_bytes, h.layout.count), (8192, 2));
+    assert_eq!(cl.create("wide/h", ALL).err().unwrap().kind, ErrorKind::Exists);
+    assert_eq!(cl.open("missing/x", libc::O_CREAT | libc::O_RDWR).err().unwrap().kind, ErrorKind::NotFound);
+    assert_eq!(cl.open("wide", libc::O_RDONLY).err().unwrap().kind, ErrorKind::IsDir);
+    let names: Vec<String> = cl.readdir("wide").unwrap().into_iter().map(|e| e.0).collect();
+    assert_eq!(names, vec!["h", "sub"]);
+    assert!(LayoutRequest { stripe_bytes: 1000, count: 1, start: -1 }.check().is_err());
+    assert_eq!(cl.create("bad", LayoutRequest { stripe_bytes: 1000, count: 1, start: -1 }).err().unwrap().kind, ErrorKind::Invalid);
+    assert_eq!(cl.create("toomany", LayoutRequest { stripe_bytes: 0, count: 5, start: -1 }).err().unwrap().kind, ErrorKind::Invalid);
+    cl.unlink("plain").unwrap();
+    assert_eq!(cl.lookup("plain").unwrap_err().kind, ErrorKind::NotFound);
+    assert!(!c.data_root(g.layout.start).join("objects").join(format!("{:016x}", g.id)).exists());
+}
+
+#[test]
+fn stopped_data_server_fails_fast_others_stay_readable_restart_recovers() {
+    let (_dir, mut c) = cluster(3);
+    let cl = client(&c, "faults");
+    let on0 = cl.create("on0", LayoutRequest { stripe_bytes: 4096, count: 1, start: 0 }).unwrap();
+    let on1 = cl.create("on1", LayoutRequest { stripe_bytes: 4096, count: 1, start: 1 }).unwrap();
+    let wide = cl.create("wide", LayoutRequest { stripe_bytes: 4096, count: 3, start: 0 }).unwrap();
+    for f in [&on0, &on1, &wide] {
+        cl.pwrite(f, &pattern(f.id, 0, 50_000), 0).unwrap();
+    }
+    c.stop_data(1).unwrap();
+    let t = Instant::now();
+    let mut buf = vec![0u8; 50_000];
+    let e = cl.pread(&on1, &mut buf, 0).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::DataServer);
+    assert!(e.message.contains("data server 1"), "error names the server: {e}");
+    let e = cl.pread(&wide, &mut buf, 0).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::DataServer);
+    assert_eq!(cl.open("on1", libc::O_RDONLY).err().unwrap().kind, ErrorKind::DataServer);
+    assert!(t.elapsed() < Duration::from_secs(3), "errors took {:?}", t.elapsed());
+    // Files on the other servers stay readable, through the same client.
+    assert_eq!(cl.pread(&on0, &mut buf, 0).unwrap(), 50_000);
+    assert!(buf == pattern(on0.id, 0, 50_000));
+    c.start_data(1).unwrap();
+    for name in ["on1", "wide"] {
+        let f = cl.open(name, libc::O_RDONLY).unwrap();
+        assert_eq!(cl.pread(&f, &mut buf, 0).unwrap(), 50_000);
+        assert!(buf == pattern(f.id, 0, 50_000), "{name}: acknowledged bytes lost across the restart");
+    }
+}
+
+#[test]
+fn namespace_and_data_survive_a_cluster_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let id = {
+        let c = LocalCluster::start(LocalClusterConfig::new(dir.path(), 2)).unwrap();
+        let cl = client(&c, "durable");
+        cl.mkdir("d").unwrap();
+        let f = cl.create("d/f", ALL).unwrap();
+        cl.pwrite(&f, &pattern(3, 0, 200_000), 0).unwrap();
+        f.id
+    };
+    assert_eq!(LocalCluster::start(LocalClusterConfig::new(dir.path(), 1)).err().unwrap().kind, ErrorKind::Invalid);
+    let c = LocalCluster::start(LocalClusterConfig::new(dir.path(), 2)).unwrap();
+    let cl = client(&c, "durable");
+    let f = cl.open("d/f", libc::O_RDONLY).unwrap();
+    assert_eq!(f.id, id);
+    let mut buf = vec![0u8; 200_000];
+    assert_eq!(cl.pread(&f, &mut buf, 0).unwrap(), 200_000);
+    assert!(buf == pattern(3, 0, 200_000));
+    // Ids keep growing after the restart.
+    assert!(cl.create("d/g", ALL).unwrap().id > id);
+}
+
+#[test]
+fn readdir_bound_at_n_and_n_plus_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 5;
+    let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_dir_entries_max(n);
+    for i in 0..n {
+        store.create(&format!("f{i}"), LayoutRequest::default(), true).unwrap();
+    }
+    assert_eq!(store.readdir("").unwrap().len(), n);
+    store.create("one-more", LayoutRequest::default(), true).unwrap();
+    assert_eq!(store.readdir("").unwrap_err().kind, ErrorKind::Limit);
+}
+
+#[test]
+fn meta_connections_bound_at_n_and_n_plus_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap();
+    let mut meta = MetaServer::start(store, vec!["unix:/nonexistent".into()], &dir.path().join("m.sock")).unwrap();
+    let clients: Vec<_> = (0..META_CONNECTIONS_MAX).map(|_| StripedClient::connect(&meta.addr()).unwrap()).collect();
+    let e = StripedClient::connect(&meta.addr()).err().unwrap();
+    assert_eq!((e.kind, e.errno), (ErrorKind::Limit, libc::EMFILE));
+    drop(clients);
+    // Closed connections free their slots.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while StripedClient::connect(&meta.addr()).is_err() {
+        assert!(Instant::now() < deadline, "slots not freed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    meta.shutdown();
+}
+
+#[test]
+fn metadata_role_over_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MetaStore::open(&dir.path().join("m.redb"), 2).unwrap();
+    let servers = vec!["tcp:127.0.0.1:1".to_string(), "tcp:127.0.0.1:2".to_string()];
+    let mut meta = MetaServer::start_on(store, servers.clone(), &sluice_server::Listen::Tcp("127.0.0.1:0".into())).unwrap();
+    assert!(meta.addr().starts_with("tcp:127.0.0.1:") && !meta.addr().ends_with(":0"));
+    let c = StripedClient::connect(&meta.addr()).unwrap();
+    assert_eq!(c.servers(), &servers[..]);
+    c.mkdir("d").unwrap();
+    assert_eq!(c.lookup("d").unwrap().kind, EntryKind::Dir);
+    // A file whose data servers do not answer: a clear error naming one.
+    let e = c.create("d/f", LayoutRequest { stripe_bytes: 0, count: -1, start: 0 }).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::DataServer);
+    assert!(e.message.contains("data server 0"), "{e}");
+    meta.shutdown();
+    assert_eq!(StripedClient::connect(&meta.addr()).err().unwrap().kind, ErrorKind::Meta);
+}

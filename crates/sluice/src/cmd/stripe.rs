@@ -1,0 +1,111 @@
+//! `sluice setstripe` and `sluice getstripe`: a file's or directory's
+//! layout on a cluster, in the spirit of Lustre's `lfs`.
+
+use clap::Args;
+use sluice_client::server_addr;
+use sluice_cluster::{EntryKind, ErrorKind, LayoutRequest, StripedClient};
+
+#[derive(Args)]
+pub struct SetstripeArgs {
+    /// Cluster address (default: $SLUICE_SERVER).
+    #[arg(long)]
+    server: Option<String>,
+    /// Stripe size in bytes, a multiple of 512 (suffixes K, M, G); 0 = inherit.
+    #[arg(short = 'S', long = "stripe-size", default_value = "0", value_parser = parse_size)]
+    size: u64,
+    /// Objects per file; -1 = every data server, 0 = inherit.
+    #[arg(short = 'c', long = "stripe-count", default_value_t = 0, allow_negative_numbers = true)]
+    count: i32,
+    /// Data server of the first object; -1 = any.
+    #[arg(short = 'i', long = "stripe-index", default_value_t = -1, allow_negative_numbers = true)]
+    index: i32,
+    /// A new file (created empty with this layout) or a directory (its default).
+    path: String,
+}
+
+#[derive(Args)]
+pub struct GetstripeArgs {
+    /// Cluster address (default: $SLUICE_SERVER).
+    #[arg(long)]
+    server: Option<String>,
+    /// File or directory in the cluster's namespace.
+    path: String,
+}
+
+/// `65536`, `64K`, `1M`, `4G` → bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&s[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
+        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("bad size {s:?}: expected a number with an optional K, M or G"))
+}
+
+fn connect(server: Option<&str>) -> anyhow::Result<StripedClient> {
+    Ok(StripedClient::connect(&server_addr(server)?)?)
+}
+
+/// Accept `:path` as `cp` and `ls` write it.
+fn ns_path(p: &str) -> &str {
+    p.strip_prefix(':').unwrap_or(p)
+}
+
+pub fn set(a: SetstripeArgs) -> anyhow::Result<()> {
+    let c = connect(a.server.as_deref())?;
+    let req = LayoutRequest { stripe_bytes: a.size, count: a.count, start: a.index };
+    let path = ns_path(&a.path);
+    match c.lookup(path) {
+        Ok(e) if e.kind == EntryKind::Dir => {
+            c.set_dir_default(path, req).map_err(|e| anyhow::anyhow!("setstripe: {e}"))?;
+        }
+        Ok(_) => anyhow::bail!("setstripe: {path:?} exists; a file's layout is set when it is created"),
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            let f = c.create(path, req).map_err(|e| anyhow::anyhow!("setstripe: {e}"))?;
+            c.close(f)?;
+        }
+        Err(e) => anyhow::bail!("setstripe: {e}"),
+    }
+    Ok(())
+}
+
+pub fn get(a: GetstripeArgs) -> anyhow::Result<()> {
+    let c = connect(a.server.as_deref())?;
+    let path = ns_path(&a.path);
+    let (e, objects) = c.objects(path).map_err(|e| anyhow::anyhow!("getstripe: {e}"))?;
+    println!("{path}");
+    match e.layout {
+        None => {
+            let d = e.default.unwrap_or(LayoutRequest::ROOT_DEFAULT);
+            println!("stripe_count:  {} stripe_size:   {} stripe_offset: {}", d.count, d.stripe_bytes, d.start);
+        }
+        Some(l) => {
+            println!("lmm_stripe_count:  {}", l.count);
+            println!("lmm_stripe_size:   {}", l.stripe_bytes);
+            println!("lmm_stripe_offset: {}", l.start);
+            println!("lmm_file_id:       0x{:x}", e.id);
+            println!("\tobdidx\tobject\tsize\tserver\tpath");
+            for o in objects {
+                let size = o.size.map_or_else(|err| format!("unavailable ({err})"), |s| s.to_string());
+                println!("\t{}\t{}\t{}\t{}\t{}", o.server, o.object, size, o.addr, o.path);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999G").is_err());
+    }
+}
