@@ -111,7 +111,14 @@ impl StripedClient {
 
     fn call(&self, req: MetaRequest) -> Result<MetaReply> {
         let mut s = self.meta.lock().unwrap_or_else(|p| p.into_inner());
-        send(&mut *s, &req).map_err(|e| Error::new(ErrorKind::Meta, libc::EIO, format!("metadata role: {e}")))?;
+        if let Err(e) = send(&mut *s, &req) {
+            // The role may have refused the connection (and closed it) before
+            // our request went out: its reason is still in the socket.
+            if let Ok(Some(MetaReply::Error { errno, message })) = recv::<MetaReply>(&mut *s) {
+                return Err(meta_error(errno, message));
+            }
+            return Err(Error::new(ErrorKind::Meta, libc::EIO, format!("metadata role: {e}")));
+        }
         match recv::<MetaReply>(&mut *s)? {
             Some(MetaReply::Error { errno, message }) => Err(meta_error(errno, message)),
             Some(r) => Ok(r),
