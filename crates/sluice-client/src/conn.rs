@@ -8,12 +8,11 @@
 //! call fails with `Disconnected` (EIO); nothing blocks on a dead server.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, IoSlice, Read, Write};
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
+use std::io::{self, BufReader, Read, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use sluice_net::Stream;
 use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, DirEntry, HelloOk, Opcode, Request, Response, WireStat, FRAME_BYTES_MAX, HEADER_BYTES};
 
 use crate::error::{ClientError, ClientErrorKind, Result};
@@ -23,49 +22,6 @@ const READ_BUFFER_BYTES: usize = 64 << 10;
 /// Write payloads up to this size are copied behind the header and sent
 /// with one system call; larger ones are sent from the caller's buffer.
 const SMALL_WRITE_BYTES: usize = 64 << 10;
-
-pub(crate) enum Stream {
-    Unix(UnixStream),
-    Tcp(TcpStream),
-}
-
-impl Stream {
-    fn try_clone(&self) -> io::Result<Stream> {
-        Ok(match self {
-            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
-            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
-        })
-    }
-}
-
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.read(buf),
-            Stream::Tcp(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Stream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write(buf),
-            Stream::Tcp(s) => s.write(buf),
-        }
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Stream::Unix(s) => s.write_vectored(bufs),
-            Stream::Tcp(s) => s.write_vectored(bufs),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
 
 /// A reply, owned.
 #[derive(Debug)]
@@ -115,16 +71,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Open a socket to `addr` (`unix:PATH` or `tcp:HOST:PORT`).
 fn dial(addr: &str) -> Result<Stream> {
-    let fail = |e: io::Error| ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}"));
-    if let Some(p) = addr.strip_prefix("unix:") {
-        return UnixStream::connect(p).map(Stream::Unix).map_err(fail);
+    if !addr.starts_with("unix:") && !addr.starts_with("tcp:") {
+        return Err(ClientError::invalid(format!("bad server address {addr:?}: expected unix:PATH or tcp:HOST:PORT")));
     }
-    if let Some(a) = addr.strip_prefix("tcp:") {
-        let s = TcpStream::connect(a).map_err(fail)?;
-        let _ = s.set_nodelay(true);
-        return Ok(Stream::Tcp(s));
-    }
-    Err(ClientError::invalid(format!("bad server address {addr:?}: expected unix:PATH or tcp:HOST:PORT")))
+    Stream::connect(addr).map_err(|e| {
+        ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}"))
+    })
 }
 
 impl Conn {

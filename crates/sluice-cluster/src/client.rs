@@ -92,7 +92,7 @@ impl StripedClient {
     /// Connect; `opts` is used for every data-server connection.
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<StripedClient> {
         let stream = MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
-        stream.set_timeouts(Some(Duration::from_secs(META_TIMEOUT_S))).map_err(|e| Error::io("metadata socket", &e))?;
+        crate::net::set_timeouts(&stream, Some(Duration::from_secs(META_TIMEOUT_S))).map_err(|e| Error::io("metadata socket", &e))?;
         let mut c = StripedClient { meta: Mutex::new(stream), servers: Vec::new(), data: Vec::new(), opts };
         match c.call(MetaRequest::Servers)? {
             MetaReply::Servers(s) => {

@@ -1,79 +1,21 @@
-//! Unix or TCP streams and listeners for the metadata role's protocol
-//! (addresses `unix:PATH` and `tcp:HOST:PORT`, as the data servers take).
+//! The metadata role's listener (addresses `unix:PATH` and `tcp:HOST:PORT`,
+//! as the data servers take); connected streams are `sluice_net::Stream`.
 
-use std::io::{self, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::io;
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use sluice_server::Listen;
 
-/// A connected metadata stream.
-pub(crate) enum MetaStream {
-    Unix(UnixStream),
-    Tcp(TcpStream),
-}
+/// A connected metadata stream: the workspace's one socket type.
+pub(crate) use sluice_net::Stream as MetaStream;
 
-impl MetaStream {
-    /// Connect to `unix:PATH` or `tcp:HOST:PORT`.
-    pub(crate) fn connect(addr: &str) -> io::Result<MetaStream> {
-        if let Some(p) = addr.strip_prefix("unix:") {
-            return UnixStream::connect(p).map(MetaStream::Unix);
-        }
-        if let Some(a) = addr.strip_prefix("tcp:") {
-            let s = TcpStream::connect(a)?;
-            s.set_nodelay(true)?;
-            return Ok(MetaStream::Tcp(s));
-        }
-        Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad address {addr:?}: expected unix:PATH or tcp:HOST:PORT")))
-    }
-
-    pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            MetaStream::Unix(s) => s.set_read_timeout(t).and_then(|()| s.set_write_timeout(t)),
-            MetaStream::Tcp(s) => s.set_read_timeout(t).and_then(|()| s.set_write_timeout(t)),
-        }
-    }
-
-    pub(crate) fn try_clone(&self) -> io::Result<MetaStream> {
-        match self {
-            MetaStream::Unix(s) => s.try_clone().map(MetaStream::Unix),
-            MetaStream::Tcp(s) => s.try_clone().map(MetaStream::Tcp),
-        }
-    }
-
-    pub(crate) fn shutdown(&self) {
-        let _ = match self {
-            MetaStream::Unix(s) => s.shutdown(Shutdown::Both),
-            MetaStream::Tcp(s) => s.shutdown(Shutdown::Both),
-        };
-    }
-}
-
-impl Read for MetaStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            MetaStream::Unix(s) => s.read(buf),
-            MetaStream::Tcp(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for MetaStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            MetaStream::Unix(s) => s.write(buf),
-            MetaStream::Tcp(s) => s.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            MetaStream::Unix(s) => s.flush(),
-            MetaStream::Tcp(s) => s.flush(),
-        }
-    }
+/// Read and write timeouts on a metadata stream.
+pub(crate) fn set_timeouts(s: &MetaStream, t: Option<Duration>) -> io::Result<()> {
+    s.set_read_timeout(t)?;
+    s.set_write_timeout(t)
 }
 
 /// A bound metadata listener.
@@ -106,8 +48,9 @@ impl MetaListener {
         match self {
             MetaListener::Unix(l, _) => l.accept().map(|(s, _)| MetaStream::Unix(s)),
             MetaListener::Tcp(l) => l.accept().map(|(s, _)| {
-                let _ = s.set_nodelay(true);
-                MetaStream::Tcp(s)
+                let s = MetaStream::Tcp(s);
+                s.set_nodelay();
+                s
             }),
         }
     }

@@ -81,7 +81,7 @@ impl MetaHandle {
         }
         let conns: Vec<_> = self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
         for (s, t) in conns {
-            s.shutdown();
+            s.shutdown(std::net::Shutdown::Both);
             let _ = t.join();
         }
     }

@@ -64,7 +64,8 @@ pub(crate) struct Conn {
 /// Serve one accepted connection until it closes or the server drains.
 pub fn serve(shared: Arc<Shared>, stream: Stream, conn_id: u64) {
     let (Ok(write_half), Ok(registry_half)) = (stream.try_clone(), stream.try_clone()) else { return };
-    let _ = stream.set_write_timeout(std::time::Duration::from_secs(shared.config.limits.write_timeout_s));
+    stream.set_nodelay();
+    let _ = stream.set_write_timeout(Some(std::time::Duration::from_secs(shared.config.limits.write_timeout_s)));
     stream.set_send_buffer(SEND_BUFFER_BYTES);
     // Every connection is registered, refused ones too, so the drain can
     // stop a reader blocked before its handshake.

@@ -230,7 +230,7 @@ impl ServerHandle {
         if let Some(p) = self.socket_path.take() {
             let _ = std::fs::remove_file(p);
         }
-        lock(&self.shared.conns).values().for_each(Stream::shutdown_read);
+        lock(&self.shared.conns).values().for_each(|s| s.shutdown(std::net::Shutdown::Read));
         let conns: Vec<_> = lock(&self.shared.threads).drain(..).collect();
         conns.into_iter().for_each(|t| drop(t.join()));
         let _ = self.shared.events.send(Event::Stop);

@@ -1,0 +1,179 @@
+//! # sluice-net: one stream type for Unix and TCP sockets
+//!
+//! The server, the client and the cluster's metadata role all speak over
+//! `unix:PATH` or `tcp:HOST:PORT`. This crate is the one place a connected
+//! socket of either kind is wrapped, so each of them calls the same methods
+//! whatever the transport. It knows nothing of frames or requests (that is
+//! `sluice-proto`'s job) and spawns no threads.
+//!
+//! ```no_run
+//! use std::io::Write;
+//! let mut s = sluice_net::Stream::connect("unix:/tmp/sluice.sock").expect("a listening server");
+//! s.set_nodelay();
+//! s.write_all(b"hello").unwrap();
+//! ```
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// A connected socket.
+pub enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    /// Connect to `unix:PATH` or `tcp:HOST:PORT` (TCP with Nagle off).
+    /// Any other form is an `InvalidInput` error.
+    pub fn connect(addr: &str) -> io::Result<Stream> {
+        if let Some(p) = addr.strip_prefix("unix:") {
+            return UnixStream::connect(p).map(Stream::Unix);
+        }
+        if let Some(a) = addr.strip_prefix("tcp:") {
+            let s = Stream::Tcp(TcpStream::connect(a)?);
+            s.set_nodelay();
+            return Ok(s);
+        }
+        Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad address {addr:?}: expected unix:PATH or tcp:HOST:PORT")))
+    }
+
+    pub fn try_clone(&self) -> io::Result<Stream> {
+        Ok(match self {
+            Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
+        })
+    }
+
+    /// Shut down one or both directions; best effort (the peer may be gone).
+    pub fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
+        };
+    }
+
+    /// Disable Nagle's algorithm on TCP; nothing to do on Unix sockets.
+    pub fn set_nodelay(&self) {
+        if let Stream::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
+        }
+    }
+
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tcp(s) => s.set_write_timeout(t),
+        }
+    }
+
+    /// `send(2)` without blocking (and without SIGPIPE): bytes sent.
+    pub fn send_nonblocking(&self, buf: &[u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for its length during the call.
+        let r = unsafe { libc::send(self.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(r as usize)
+    }
+
+    /// Ask for a send buffer of `bytes` (the kernel caps it at
+    /// `net.core.wmem_max`); best effort.
+    pub fn set_send_buffer(&self, bytes: usize) {
+        let v = bytes as libc::c_int;
+        // SAFETY: v is a valid c_int for the call's duration.
+        unsafe {
+            libc::setsockopt(self.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
+        };
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write_vectored(bufs),
+            Stream::Tcp(s) => s.write_vectored(bufs),
+        }
+    }
+
+    /// Sockets are unbuffered: nothing to flush.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn both_transports_carry_bytes_both_ways() {
+        let dir = std::env::temp_dir().join(format!("sluice-net-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("s.sock");
+        let ul = UnixListener::bind(&sock).unwrap();
+        let tl = TcpListener::bind("127.0.0.1:0").unwrap();
+        let taddr = format!("tcp:{}", tl.local_addr().unwrap());
+        for (addr, accept) in [
+            (format!("unix:{}", sock.display()), Box::new(move || Stream::Unix(ul.accept().unwrap().0)) as Box<dyn FnOnce() -> Stream + Send>),
+            (taddr, Box::new(move || Stream::Tcp(tl.accept().unwrap().0))),
+        ] {
+            let server = std::thread::spawn(move || {
+                let mut s = accept();
+                let mut buf = [0u8; 5];
+                s.read_exact(&mut buf).unwrap();
+                s.write_all(&buf).unwrap();
+            });
+            let mut c = Stream::connect(&addr).unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            assert_eq!(c.write_vectored(&[IoSlice::new(b"he"), IoSlice::new(b"llo")]).unwrap(), 5, "{addr}: a small vectored write goes whole");
+            let mut back = [0u8; 5];
+            c.try_clone().unwrap().read_exact(&mut back).unwrap();
+            assert_eq!(&back, b"hello", "{addr}");
+            server.join().unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_bad_address_is_invalid_input() {
+        assert_eq!(Stream::connect("udp:1.2.3.4:5").err().unwrap().kind(), io::ErrorKind::InvalidInput);
+        assert!(Stream::connect("unix:/nonexistent/sluice.sock").is_err());
+    }
+}
