@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd};
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd, Stat};
 use sluice_stripe::{chunk, file_size, group, object_size_for, Layout, LayoutRequest, ObjectList};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -160,7 +160,10 @@ impl StripedClient {
 
     fn describe(&self, server: u32, what: &str, e: ClientError) -> Error {
         let addr = self.servers.get(server as usize).map_or("?", |s| s.as_str());
-        Error::new(ErrorKind::DataServer, e.errno, format!("data server {server} ({addr}) unavailable for {what}: {e}"))
+        // A socket file that is not there means nobody listens, not a
+        // missing file.
+        let errno = if e.kind == ClientErrorKind::Connect && e.errno == libc::ENOENT { libc::ECONNREFUSED } else { e.errno };
+        Error::new(ErrorKind::DataServer, errno, format!("data server {server} ({addr}) unavailable for {what}: {e}"))
     }
 
     /// The namespace entry at `path`.
@@ -188,6 +191,12 @@ impl StripedClient {
         self.open_objects(path, &e, object_flags)
     }
 
+    /// Open the objects of file entry `e` (from `lookup`) with `open(2)`
+    /// access flags and `O_TRUNC`; saves the lookup when the caller has it.
+    pub fn open_entry(&self, path: &str, e: &Entry, flags: i32) -> Result<StripedFile> {
+        self.open_objects(path, e, (flags & libc::O_ACCMODE) | (flags & libc::O_TRUNC))
+    }
+
     fn open_objects(&self, path: &str, e: &Entry, flags: i32) -> Result<StripedFile> {
         let layout = match (e.kind, e.layout) {
             (EntryKind::File, Some(l)) => l,
@@ -205,7 +214,7 @@ impl StripedClient {
     }
 
     /// Close every object handle; the first error, after trying all.
-    pub fn close(&self, f: StripedFile) -> Result<()> {
+    pub fn close(&self, f: &StripedFile) -> Result<()> {
         let mut first = Ok(());
         for (k, (c, fd)) in f.objects.iter().enumerate() {
             if let Err(e) = c.close(*fd) {
@@ -223,6 +232,29 @@ impl StripedClient {
             threads.into_iter().map(|t| t.join().expect("object thread panicked")).collect()
         });
         results.into_iter().enumerate().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k as u32), what, e))).collect()
+    }
+
+    /// Every object's `fstat`, in object order.
+    pub fn object_fstats(&self, f: &StripedFile) -> Result<Vec<Stat>> {
+        self.per_object(f, "fstat", |c, fd, _| c.fstat(fd))
+    }
+
+    /// Every object's `stat` by name, in object order, without opening
+    /// the file (one thread per object).
+    pub fn object_stats(&self, e: &Entry) -> Result<Vec<Stat>> {
+        let Some(layout) = e.layout else { return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, "a directory has no objects")) };
+        let name = object_path(e.id);
+        let results: Vec<_> = std::thread::scope(|s| {
+            let name = &name;
+            let threads: Vec<_> = (0..layout.count)
+                .map(|k| {
+                    let server = layout.server_of(k);
+                    s.spawn(move || self.data(server).and_then(|c| c.stat(name).map_err(|err| self.data_error(server, "stat of an object", err))))
+                })
+                .collect();
+            threads.into_iter().map(|t| t.join().expect("object thread panicked")).collect()
+        });
+        results.into_iter().collect()
     }
 
     /// The file size: one past the highest byte any object holds.
@@ -341,7 +373,34 @@ impl StripedClient {
     /// Remove `path` from the namespace, then its objects (an object on a
     /// server that is down stays behind as an orphan; the error says so).
     pub fn unlink(&self, path: &str) -> Result<()> {
-        let e = self.entry(MetaRequest::Unlink { path: path.into() })?;
+        self.remove(path, None)
+    }
+
+    /// `unlink` of an entry of kind `expect` only, when given: `unlink(2)`
+    /// of a directory is EISDIR, `rmdir(2)` of a file ENOTDIR.
+    pub fn remove(&self, path: &str, expect: Option<EntryKind>) -> Result<()> {
+        let e = self.entry(MetaRequest::Unlink { path: path.into(), expect })?;
+        self.remove_objects(&e)
+    }
+
+    /// `rename(2)` in the namespace (no data moves: objects are named by
+    /// file id). The objects of a file the target replaced are removed
+    /// afterwards, best effort: the rename has happened, so an object on
+    /// a server that is down stays behind as an orphan rather than failing
+    /// the call.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        match self.call(MetaRequest::Rename { from: from.into(), to: to.into() })? {
+            MetaReply::Renamed { replaced } => {
+                if let Some(e) = replaced {
+                    let _ = self.remove_objects(&e);
+                }
+                Ok(())
+            }
+            r => Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
+        }
+    }
+
+    fn remove_objects(&self, e: &Entry) -> Result<()> {
         let Some(layout) = e.layout else { return Ok(()) };
         (0..layout.count).try_for_each(|k| {
             let server = layout.server_of(k);

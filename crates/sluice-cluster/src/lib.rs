@@ -29,12 +29,14 @@ mod local;
 mod meta;
 mod net;
 mod proto;
+mod remote;
 mod server;
 
 pub use client::{ObjectInfo, StripedClient, StripedFile, OBJECTS_DIR};
 pub use error::{Error, ErrorKind, Result};
 pub use local::{LocalCluster, LocalClusterConfig, DATA_SOCKET_PREFIX, META_SOCKET};
-pub use meta::{Entry, EntryKind, MetaStore, META_DIR_ENTRIES_MAX};
-pub use proto::{MetaReply, MetaRequest, META_FRAME_BYTES_MAX};
+pub use meta::{Entry, EntryKind, MetaStore, META_DIR_ENTRIES_MAX, META_RENAME_ENTRIES_MAX};
+pub use proto::{MetaReply, MetaRequest, CLUSTER_ERRNO, META_FRAME_BYTES_MAX};
+pub use remote::{file_stat, Cluster, Remote, RemoteKind, RemoteResult, REMOTE_FILES_MAX, STRIPED_BLKSIZE_MAX};
 pub use server::{MetaHandle, MetaServer, META_CONNECTIONS_MAX};
 pub use sluice_stripe::{Layout, LayoutRequest};

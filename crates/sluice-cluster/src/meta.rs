@@ -29,6 +29,9 @@ const SERVERS_KEY: &str = "servers";
 pub const META_DIR_ENTRIES_MAX: usize = 4096;
 /// Longest path the namespace accepts, in bytes.
 pub const META_PATH_BYTES_MAX: usize = 4096;
+/// Most entries one `rename` of a directory moves (the directory's whole
+/// subtree, in one transaction); past it, an error and nothing moved.
+pub const META_RENAME_ENTRIES_MAX: usize = 65_536;
 
 /// Directory or file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +50,10 @@ pub struct Entry {
     pub layout: Option<Layout>,
     /// A directory's default for new files and subdirectories.
     pub default: Option<LayoutRequest>,
+    /// Last change of the entry (a directory: of its list of names), in
+    /// ns since the epoch; 0 in stores written before it was recorded.
+    #[serde(default)]
+    pub mtime_ns: i64,
 }
 
 /// The namespace and layouts of one cluster.
@@ -54,6 +61,7 @@ pub struct MetaStore {
     db: Database,
     servers: u32,
     dir_entries_max: usize,
+    rename_entries_max: usize,
 }
 
 /// `a/b/c` from `/a//b/c/`; refuses `.`, `..` and over-long paths.
@@ -80,6 +88,45 @@ fn encode(e: &Entry) -> Vec<u8> {
     serde_json::to_vec(e).expect("an entry always serialises")
 }
 
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// The keys under directory `path` start with this.
+fn child_prefix(path: &str) -> String {
+    if path.is_empty() {
+        String::new()
+    } else {
+        format!("{path}/")
+    }
+}
+
+/// Whether directory `path` has any entry below it.
+fn has_children(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<bool> {
+    let prefix = child_prefix(path);
+    for item in t.range(prefix.as_str()..).map_err(Error::store)? {
+        let (k, _) = item.map_err(Error::store)?;
+        let k = k.value();
+        if k != path {
+            return Ok(k.starts_with(prefix.as_str()));
+        }
+    }
+    Ok(false)
+}
+
+fn get(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<Option<Entry>> {
+    t.get(path).map_err(Error::store)?.map(|v| decode(path, v.value())).transpose()
+}
+
+/// Record a change in directory `dir`'s list of names.
+fn touch(t: &mut redb::Table<&'static str, &'static [u8]>, dir: &str, now: i64) -> Result<()> {
+    if let Some(mut e) = get(t, dir)? {
+        e.mtime_ns = now;
+        t.insert(dir, encode(&e).as_slice()).map_err(Error::store)?;
+    }
+    Ok(())
+}
+
 fn not_found(path: &str) -> Error {
     Error::new(ErrorKind::NotFound, libc::ENOENT, format!("{path:?}: no such file or directory"))
 }
@@ -103,17 +150,23 @@ impl MetaStore {
             config.insert(SERVERS_KEY, servers as u64).map_err(Error::store)?;
             let mut entries = tx.open_table(ENTRIES).map_err(Error::store)?;
             if entries.get("").map_err(Error::store)?.is_none() {
-                let root = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: Some(LayoutRequest::ROOT_DEFAULT) };
+                let root = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: Some(LayoutRequest::ROOT_DEFAULT), mtime_ns: now_ns() };
                 entries.insert("", encode(&root).as_slice()).map_err(Error::store)?;
             }
         }
         tx.commit().map_err(Error::store)?;
-        Ok(MetaStore { db, servers, dir_entries_max: META_DIR_ENTRIES_MAX })
+        Ok(MetaStore { db, servers, dir_entries_max: META_DIR_ENTRIES_MAX, rename_entries_max: META_RENAME_ENTRIES_MAX })
     }
 
     /// Lower the `readdir` bound (tests; a smaller reply frame).
     pub fn with_dir_entries_max(mut self, n: usize) -> MetaStore {
         self.dir_entries_max = n.min(META_DIR_ENTRIES_MAX);
+        self
+    }
+
+    /// Lower the `rename` bound (tests).
+    pub fn with_rename_entries_max(mut self, n: usize) -> MetaStore {
+        self.rename_entries_max = n.min(META_RENAME_ENTRIES_MAX);
         self
     }
 
@@ -167,8 +220,10 @@ impl MetaStore {
             config.insert(NEXT_ID_KEY, id).map_err(Error::store)?;
             let inherited = req.inherit(&parent.default.unwrap_or(LayoutRequest::ROOT_DEFAULT));
             let layout = inherited.resolve(self.servers, id)?;
-            let entry = Entry { kind: EntryKind::File, id, layout: Some(layout), default: None };
+            let now = now_ns();
+            let entry = Entry { kind: EntryKind::File, id, layout: Some(layout), default: None, mtime_ns: now };
             t.insert(path.as_str(), encode(&entry).as_slice()).map_err(Error::store)?;
+            touch(&mut t, parent_of(&path), now)?;
             entry
         };
         tx.commit().map_err(Error::store)?;
@@ -178,13 +233,20 @@ impl MetaStore {
     /// Create directory `path`, inheriting its parent's default layout.
     pub fn mkdir(&self, path: &str) -> Result<Entry> {
         let path = normalize(path)?;
-        self.write_entry(&path, |t, path| {
-            let parent = Self::parent_dir(t, path)?;
-            if t.get(path).map_err(Error::store)?.is_some() {
+        let tx = self.db.begin_write().map_err(Error::store)?;
+        let entry = {
+            let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
+            let parent = Self::parent_dir(&t, &path)?;
+            if t.get(path.as_str()).map_err(Error::store)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, libc::EEXIST, format!("{path:?} exists")));
             }
-            Ok(Entry { kind: EntryKind::Dir, id: 0, layout: None, default: parent.default })
-        })
+            let entry = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: parent.default, mtime_ns: now_ns() };
+            t.insert(path.as_str(), encode(&entry).as_slice()).map_err(Error::store)?;
+            touch(&mut t, parent_of(&path), entry.mtime_ns)?;
+            entry
+        };
+        tx.commit().map_err(Error::store)?;
+        Ok(entry)
     }
 
     /// Set directory `path`'s default layout for new entries (unset fields
@@ -218,21 +280,103 @@ impl MetaStore {
     /// Remove file or empty directory `path`; the removed entry (the
     /// caller removes a file's objects).
     pub fn unlink(&self, path: &str) -> Result<Entry> {
+        self.remove(path, None)
+    }
+
+    /// `unlink` that removes only an entry of kind `expect` when given:
+    /// a directory is EISDIR for `unlink(2)`, a file ENOTDIR for `rmdir(2)`.
+    pub fn remove(&self, path: &str, expect: Option<EntryKind>) -> Result<Entry> {
         let path = normalize(path)?;
         if path.is_empty() {
-            return Err(Error::invalid("the root cannot be removed"));
-        }
-        if !self.readdir(&path).map(|v| v.is_empty()).unwrap_or(true) {
-            return Err(Error::new(ErrorKind::Exists, libc::ENOTEMPTY, format!("{path:?} is not empty")));
+            return Err(Error::new(ErrorKind::Invalid, libc::EBUSY, "the root cannot be removed"));
         }
         let tx = self.db.begin_write().map_err(Error::store)?;
         let removed = {
             let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
+            match (expect, get(&t, &path)?) {
+                (_, None) => return Err(not_found(&path)),
+                (Some(EntryKind::File), Some(e)) if e.kind == EntryKind::Dir => {
+                    return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory")))
+                }
+                (Some(EntryKind::Dir), Some(e)) if e.kind == EntryKind::File => {
+                    return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory")))
+                }
+                _ => {}
+            }
+            if has_children(&t, &path)? {
+                return Err(Error::new(ErrorKind::Exists, libc::ENOTEMPTY, format!("{path:?} is not empty")));
+            }
             let got = t.remove(path.as_str()).map_err(Error::store)?.ok_or_else(|| not_found(&path))?;
-            decode(&path, got.value())?
+            let removed = decode(&path, got.value())?;
+            drop(got);
+            touch(&mut t, parent_of(&path), now_ns())?;
+            removed
         };
         tx.commit().map_err(Error::store)?;
         Ok(removed)
+    }
+
+    /// Move `from` to `to` in one transaction, with `rename(2)`'s rules: a
+    /// file replaces a file, a directory replaces an empty directory, and
+    /// a directory's whole subtree moves with it (at most
+    /// `META_RENAME_ENTRIES_MAX` entries). Objects are named by file id,
+    /// so no data moves. Returns the file `to` named before, whose objects
+    /// the caller removes.
+    pub fn rename(&self, from: &str, to: &str) -> Result<Option<Entry>> {
+        let (from, to) = (normalize(from)?, normalize(to)?);
+        if from.is_empty() || to.is_empty() {
+            return Err(Error::new(ErrorKind::Invalid, libc::EBUSY, "the root cannot be renamed or replaced"));
+        }
+        if to.starts_with(&child_prefix(&from)) {
+            return Err(Error::invalid(format!("cannot move {from:?} into itself ({to:?})")));
+        }
+        let tx = self.db.begin_write().map_err(Error::store)?;
+        let replaced = {
+            let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
+            let src = get(&t, &from)?.ok_or_else(|| not_found(&from))?;
+            Self::parent_dir(&t, &to)?;
+            if from == to {
+                return Ok(None);
+            }
+            let replaced = match (src.kind, get(&t, &to)?) {
+                (_, None) => None,
+                (EntryKind::File, Some(e)) if e.kind == EntryKind::File => Some(e),
+                (EntryKind::Dir, Some(e)) if e.kind == EntryKind::Dir => {
+                    if has_children(&t, &to)? {
+                        return Err(Error::new(ErrorKind::Exists, libc::ENOTEMPTY, format!("{to:?} is not empty")));
+                    }
+                    None
+                }
+                (EntryKind::File, Some(_)) => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{to:?} is a directory"))),
+                (EntryKind::Dir, Some(_)) => return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{to:?} is not a directory"))),
+            };
+            let mut moves = vec![(from.clone(), to.clone())];
+            if src.kind == EntryKind::Dir {
+                let prefix = child_prefix(&from);
+                for item in t.range(prefix.as_str()..).map_err(Error::store)? {
+                    let (k, _) = item.map_err(Error::store)?;
+                    let Some(rest) = k.value().strip_prefix(prefix.as_str()) else { break };
+                    if moves.len() == self.rename_entries_max {
+                        return Err(Error::new(
+                            ErrorKind::Limit,
+                            libc::EOVERFLOW,
+                            format!("{from:?} holds more than {} entries (META_RENAME_ENTRIES_MAX)", self.rename_entries_max),
+                        ));
+                    }
+                    moves.push((k.value().to_string(), format!("{to}/{rest}")));
+                }
+            }
+            for (old, new) in &moves {
+                let e = t.remove(old.as_str()).map_err(Error::store)?.map(|v| v.value().to_vec()).ok_or_else(|| not_found(old))?;
+                t.insert(new.as_str(), e.as_slice()).map_err(Error::store)?;
+            }
+            let now = now_ns();
+            touch(&mut t, parent_of(&from), now)?;
+            touch(&mut t, parent_of(&to), now)?;
+            replaced
+        };
+        tx.commit().map_err(Error::store)?;
+        Ok(replaced)
     }
 
     /// The entries of directory `path`, sorted by name (at most
@@ -243,7 +387,7 @@ impl MetaStore {
         if dir.kind != EntryKind::Dir {
             return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory")));
         }
-        let prefix = if path.is_empty() { String::new() } else { format!("{path}/") };
+        let prefix = child_prefix(&path);
         let tx = self.db.begin_read().map_err(Error::store)?;
         let t = tx.open_table(ENTRIES).map_err(Error::store)?;
         let mut out = Vec::new();

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sluice_stripe::LayoutRequest;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::meta::Entry;
+use crate::meta::{Entry, EntryKind};
 
 /// Largest frame body, in bytes: a full `readdir` reply
 /// (`META_DIR_ENTRIES_MAX` entries of a few hundred bytes) fits.
@@ -26,8 +26,16 @@ pub enum MetaRequest {
     Create { path: String, layout: LayoutRequest, exclusive: bool },
     Mkdir { path: String },
     SetDirDefault { path: String, layout: LayoutRequest },
-    Unlink { path: String },
+    /// Remove `path`; with `expect`, only an entry of that kind
+    /// (EISDIR / ENOTDIR otherwise).
+    Unlink {
+        path: String,
+        #[serde(default)]
+        expect: Option<EntryKind>,
+    },
     Readdir { path: String },
+    /// `rename(2)` in the namespace; answered `Renamed`.
+    Rename { from: String, to: String },
 }
 
 /// The metadata role's answer.
@@ -36,6 +44,9 @@ pub enum MetaReply {
     Servers(Vec<String>),
     Entry(Entry),
     Entries(Vec<(String, Entry)>),
+    /// A rename's result: the file the target named before, if any, whose
+    /// objects the client removes.
+    Renamed { replaced: Option<Entry> },
     Error { errno: i32, message: String },
 }
 
@@ -50,8 +61,8 @@ pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> std::io::Result<()> {
     w.write_all(&frame)
 }
 
-/// Read one frame; `Ok(None)` at a clean end of stream.
-pub fn recv<T: DeserializeOwned>(r: &mut impl Read) -> Result<Option<T>> {
+/// Read one frame's body; `Ok(None)` at a clean end of stream.
+pub fn recv_body(r: &mut impl Read) -> Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -64,7 +75,41 @@ pub fn recv<T: DeserializeOwned>(r: &mut impl Read) -> Result<Option<T>> {
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).map_err(|e| Error::io("metadata connection", &e))?;
-    serde_json::from_slice(&body).map(Some).map_err(|e| Error::new(ErrorKind::Meta, libc::EPROTO, format!("bad metadata frame: {e}")))
+    Ok(Some(body))
+}
+
+/// Decode a frame body.
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
+    serde_json::from_slice(body).map_err(|e| Error::new(ErrorKind::Meta, libc::EPROTO, format!("bad metadata frame: {e}")))
+}
+
+/// Read one frame; `Ok(None)` at a clean end of stream.
+pub fn recv<T: DeserializeOwned>(r: &mut impl Read) -> Result<Option<T>> {
+    recv_body(r)?.map(|b| parse(&b)).transpose()
+}
+
+/// The errno a metadata role answers to a data-protocol `Hello`: the
+/// address is a cluster, to be used through the striped client.
+pub const CLUSTER_ERRNO: i32 = libc::EREMOTE;
+
+/// The request id of a sluice data-protocol `Hello`, read as the first
+/// metadata frame: both start with a 4-byte little-endian body length, so
+/// the "body" holds the rest of the 16-byte header (opcode, flags,
+/// request id), then the magic. JSON never starts with byte 0x01.
+pub fn sluice_hello(body: &[u8]) -> Option<u64> {
+    let opcode = (sluice_proto::Opcode::Hello as u16).to_le_bytes();
+    let is_hello = body.len() >= 16 && body[0..2] == opcode && body[12..16] == sluice_proto::MAGIC.to_le_bytes();
+    is_hello.then(|| u64::from_le_bytes(body[4..12].try_into().expect("8 bytes")))
+}
+
+/// Answer a data-protocol `Hello` with its `Error` frame, errno
+/// `CLUSTER_ERRNO`, so that a client that tried the data protocol knows to
+/// switch to the striped client (`Remote::connect` does).
+pub fn refuse_sluice_hello(w: &mut impl Write, request_id: u64) -> std::io::Result<()> {
+    let message = "this address is a sluice cluster's metadata role: use the striped client (sluice_cluster::Remote)";
+    let mut out = Vec::new();
+    sluice_proto::encode_response(request_id, &sluice_proto::Response::Error { errno: CLUSTER_ERRNO, message }, &mut out);
+    w.write_all(&out)
 }
 
 #[cfg(test)]
@@ -90,5 +135,25 @@ mod tests {
         assert_eq!(recv::<MetaRequest>(&mut buf.as_slice()).unwrap(), Some(MetaRequest::Lookup { path: "a/b".into() }));
         assert!(recv::<MetaRequest>(&mut &buf[..buf.len() - 1]).is_err());
         assert_eq!(recv::<MetaRequest>(&mut &buf[..0]).unwrap(), None);
+    }
+
+    #[test]
+    fn a_data_protocol_hello_is_recognised_and_json_is_not() {
+        let hello = sluice_proto::Request::Hello(sluice_proto::Hello { version: sluice_proto::VERSION, app: "a", weight: 1, client_id: 7 });
+        let mut frame = Vec::new();
+        sluice_proto::encode_request(42, &hello, &mut frame);
+        let body = recv_body(&mut frame.as_slice()).unwrap().unwrap();
+        assert_eq!(sluice_hello(&body), Some(42));
+        let mut json = Vec::new();
+        send(&mut json, &MetaRequest::Servers).unwrap();
+        assert_eq!(sluice_hello(&recv_body(&mut json.as_slice()).unwrap().unwrap()), None);
+        // The refusal is a well-formed data-protocol Error frame.
+        let mut out = Vec::new();
+        refuse_sluice_hello(&mut out, 42).unwrap();
+        let h = sluice_proto::check_header(&out, sluice_proto::FRAME_BYTES_MAX).unwrap().unwrap();
+        match sluice_proto::parse_response(&h, &out[sluice_proto::HEADER_BYTES..]).unwrap() {
+            sluice_proto::Response::Error { errno, .. } => assert_eq!(errno, CLUSTER_ERRNO),
+            r => panic!("unexpected {r:?}"),
+        }
     }
 }

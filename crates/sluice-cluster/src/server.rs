@@ -12,7 +12,7 @@ use sluice_server::Listen;
 use crate::error::{Error, Result};
 use crate::meta::MetaStore;
 use crate::net::{MetaListener, MetaStream};
-use crate::proto::{recv, send, MetaReply, MetaRequest};
+use crate::proto::{parse, recv_body, refuse_sluice_hello, send, sluice_hello, MetaReply, MetaRequest};
 
 /// Connections the metadata role serves at once; one more is answered
 /// EMFILE and closed. Each is one thread.
@@ -115,7 +115,15 @@ fn accept_loop(shared: &Arc<Shared>, listener: MetaListener) {
 }
 
 fn serve(shared: &Shared, mut stream: MetaStream) {
-    while let Ok(Some(req)) = recv::<MetaRequest>(&mut stream) {
+    let mut first = true;
+    while let Ok(Some(body)) = recv_body(&mut stream) {
+        if std::mem::take(&mut first) {
+            if let Some(request_id) = sluice_hello(&body) {
+                let _ = refuse_sluice_hello(&mut stream, request_id);
+                return;
+            }
+        }
+        let Ok(req) = parse::<MetaRequest>(&body) else { return };
         let reply = answer(shared, req).unwrap_or_else(|e| MetaReply::Error { errno: e.errno, message: e.message });
         if send(&mut stream, &reply).is_err() {
             return;
@@ -131,7 +139,8 @@ fn answer(shared: &Shared, req: MetaRequest) -> Result<MetaReply> {
         MetaRequest::Create { path, layout, exclusive } => MetaReply::Entry(store.create(&path, layout, exclusive)?),
         MetaRequest::Mkdir { path } => MetaReply::Entry(store.mkdir(&path)?),
         MetaRequest::SetDirDefault { path, layout } => MetaReply::Entry(store.set_dir_default(&path, layout)?),
-        MetaRequest::Unlink { path } => MetaReply::Entry(store.unlink(&path)?),
+        MetaRequest::Unlink { path, expect } => MetaReply::Entry(store.remove(&path, expect)?),
         MetaRequest::Readdir { path } => MetaReply::Entries(store.readdir(&path)?),
+        MetaRequest::Rename { from, to } => MetaReply::Renamed { replaced: store.rename(&from, &to)? },
     })
 }

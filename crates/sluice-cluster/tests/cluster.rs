@@ -61,8 +61,8 @@ fn two_clients_write_interleaved_stripes_and_read_back() {
         let size = *o.size.as_ref().unwrap();
         assert!(size >= block * blocks / 3 - (64 << 10) && size <= block * blocks / 3 + (64 << 10), "object {} holds {size} bytes", o.object);
     }
-    a.close(f).unwrap();
-    b.close(fb).unwrap();
+    a.close(&f).unwrap();
+    b.close(&fb).unwrap();
 }
 
 #[test]

@@ -63,7 +63,7 @@ pub fn set(a: SetstripeArgs) -> anyhow::Result<()> {
         Ok(_) => anyhow::bail!("setstripe: {path:?} exists; a file's layout is set when it is created"),
         Err(e) if e.kind == ErrorKind::NotFound => {
             let f = c.create(path, req).map_err(|e| anyhow::anyhow!("setstripe: {e}"))?;
-            c.close(f)?;
+            c.close(&f)?;
         }
         Err(e) => anyhow::bail!("setstripe: {e}"),
     }

@@ -1,0 +1,361 @@
+//! `Remote`: whatever a sluice address names — one server, or a cluster's
+//! metadata role — behind one set of calls shaped like the single-server
+//! client's (`u64` handles, `Stat`, `DirEntry`, errors with an errno).
+//! The FUSE mount, the interposer and the `cp`/`ls` commands use it, so
+//! unmodified programs see a striped file as one file.
+//!
+//! Which one an address is, is asked, not configured: `connect` says
+//! `Hello` in the data protocol; a metadata role answers with errno
+//! `CLUSTER_ERRNO`, and the connection is made again as a `StripedClient`.
+//!
+//! A cluster's open files live in a table of at most `REMOTE_FILES_MAX`
+//! entries (one more `open` fails with ENFILE); a handle is a number that
+//! is never reused by this `Remote`. An open directory (`O_RDONLY`, as
+//! `open(dir)` and `fstat`/`fchdir` want) is a handle too; reading it is
+//! EISDIR.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Stat};
+use sluice_stripe::{file_size, Layout};
+
+use crate::client::{StripedClient, StripedFile};
+use crate::error::{Error, ErrorKind};
+use crate::meta::{Entry, EntryKind};
+use crate::proto::CLUSTER_ERRNO;
+
+/// Open files (and directories) of one cluster `Remote` at once.
+pub const REMOTE_FILES_MAX: usize = 65_536;
+/// Largest `st_blksize` reported for a striped file: one full stripe row
+/// (a read of it reaches every server at once), at most this.
+pub const STRIPED_BLKSIZE_MAX: u64 = 16 << 20;
+
+/// The result type of `Remote`: the single-server client's error.
+pub type RemoteResult<T> = std::result::Result<T, ClientError>;
+
+/// Which kind of address a `Remote` talks to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteKind {
+    /// One `sluice serve`.
+    Server,
+    /// A cluster: a metadata role and its data servers.
+    Cluster,
+}
+
+/// A connection to one sluice address.
+pub enum Remote {
+    Server(Client),
+    Cluster(Cluster),
+}
+
+/// A cluster connection and its open-file table.
+pub struct Cluster {
+    client: StripedClient,
+    files: Mutex<Files>,
+    files_max: usize,
+}
+
+struct Files {
+    open: HashMap<u64, Handle>,
+    next: u64,
+}
+
+/// An open file stays alive while a call uses it, even if another thread
+/// closes its handle meanwhile (the `Arc`).
+#[derive(Clone)]
+enum Handle {
+    File(Arc<StripedFile>),
+    Dir(Stat),
+}
+
+/// A cluster error as the client library's: same errno and message.
+impl From<Error> for ClientError {
+    fn from(e: Error) -> ClientError {
+        let kind = match e.kind {
+            ErrorKind::Invalid => ClientErrorKind::Invalid,
+            ErrorKind::DataServer | ErrorKind::Meta if e.errno == libc::ECONNREFUSED => ClientErrorKind::Connect,
+            ErrorKind::DataServer | ErrorKind::Meta if e.errno == libc::EIO => ClientErrorKind::Disconnected,
+            _ => ClientErrorKind::Server,
+        };
+        ClientError { kind, errno: e.errno, message: e.message }
+    }
+}
+
+fn err(errno: i32, message: impl Into<String>) -> ClientError {
+    ClientError { kind: ClientErrorKind::Server, errno, message: message.into() }
+}
+
+/// The stat of a striped file from its objects' stats (object order):
+/// the size by `file_size`, blocks summed, the latest times, object 0's
+/// permissions and owner, the file id as inode number.
+pub fn file_stat(id: u64, layout: &Layout, objects: &[Stat]) -> Stat {
+    let sizes: Vec<u64> = objects.iter().map(|s| s.size).collect();
+    let first = objects.first().copied().unwrap_or_default();
+    let row = u64::from(layout.stripe_bytes).saturating_mul(u64::from(layout.count));
+    Stat {
+        size: file_size(layout, &sizes),
+        mode: libc::S_IFREG | (first.mode & 0o7777),
+        nlink: 1,
+        uid: first.uid,
+        gid: first.gid,
+        ino: id,
+        blocks: objects.iter().map(|s| s.blocks).sum(),
+        blksize: row.clamp(4096, STRIPED_BLKSIZE_MAX) as u32,
+        atime_ns: objects.iter().map(|s| s.atime_ns).max().unwrap_or(0),
+        mtime_ns: objects.iter().map(|s| s.mtime_ns).max().unwrap_or(0),
+        ctime_ns: objects.iter().map(|s| s.ctime_ns).max().unwrap_or(0),
+    }
+}
+
+/// The stat of a namespace directory: owned by the caller, 0755, its
+/// entry's change time, an inode number from its path (high bit set, so
+/// never a file id).
+fn dir_stat(path: &str, e: &Entry) -> Stat {
+    // FNV-1a: stable across runs and processes.
+    let hash = path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    // SAFETY: geteuid/getegid have no preconditions.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    Stat {
+        size: 4096,
+        mode: libc::S_IFDIR | 0o755,
+        nlink: 2,
+        uid,
+        gid,
+        ino: hash | 1 << 63,
+        blocks: 8,
+        blksize: 4096,
+        atime_ns: e.mtime_ns,
+        mtime_ns: e.mtime_ns,
+        ctime_ns: e.mtime_ns,
+    }
+}
+
+impl Remote {
+    /// Connect to `addr` (`unix:PATH` or `tcp:HOST:PORT`) with default
+    /// options, whichever kind it is.
+    pub fn connect(addr: &str) -> RemoteResult<Remote> {
+        Remote::connect_with(addr, ConnectOptions::default())
+    }
+
+    /// Connect, asking the address which kind it is.
+    pub fn connect_with(addr: &str, opts: ConnectOptions) -> RemoteResult<Remote> {
+        match Client::connect_with(addr, opts.clone()) {
+            Ok(c) => Ok(Remote::Server(c)),
+            Err(e) if e.errno == CLUSTER_ERRNO => Remote::connect_as(addr, RemoteKind::Cluster, opts),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Connect to an address of known kind (saves the question when many
+    /// connections go to one address, as the FUSE mount makes).
+    pub fn connect_as(addr: &str, kind: RemoteKind, opts: ConnectOptions) -> RemoteResult<Remote> {
+        match kind {
+            RemoteKind::Server => Ok(Remote::Server(Client::connect_with(addr, opts)?)),
+            RemoteKind::Cluster => Ok(Remote::Cluster(Cluster::new(StripedClient::connect_with(addr, opts)?))),
+        }
+    }
+
+    pub fn kind(&self) -> RemoteKind {
+        match self {
+            Remote::Server(_) => RemoteKind::Server,
+            Remote::Cluster(_) => RemoteKind::Cluster,
+        }
+    }
+
+    /// The single-server client, for its pipelined calls (`submit_read`).
+    pub fn as_server(&self) -> Option<&Client> {
+        match self {
+            Remote::Server(c) => Some(c),
+            Remote::Cluster(_) => None,
+        }
+    }
+
+    /// Open `path` with `open(2)` flags.
+    pub fn open(&self, path: &str, flags: i32, mode: u32) -> RemoteResult<Fd> {
+        match self {
+            Remote::Server(c) => c.open(path, flags, mode),
+            Remote::Cluster(k) => k.open(path, flags),
+        }
+    }
+
+    pub fn close(&self, fd: Fd) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.close(fd),
+            Remote::Cluster(k) => {
+                let h = k.files().open.remove(&fd.0).ok_or_else(|| bad_fd(fd))?;
+                match h {
+                    Handle::File(f) => Ok(k.client.close(&f)?),
+                    Handle::Dir(_) => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`; fewer only at end of file.
+    pub fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> RemoteResult<usize> {
+        match self {
+            Remote::Server(c) => c.pread(fd, buf, offset),
+            Remote::Cluster(k) => Ok(k.client.pread(&*k.file(fd)?, buf, offset)?),
+        }
+    }
+
+    /// Write all of `data` at `offset`.
+    pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> RemoteResult<usize> {
+        match self {
+            Remote::Server(c) => c.pwrite(fd, data, offset),
+            Remote::Cluster(k) => Ok(k.client.pwrite(&*k.file(fd)?, data, offset)?),
+        }
+    }
+
+    pub fn fstat(&self, fd: Fd) -> RemoteResult<Stat> {
+        match self {
+            Remote::Server(c) => c.fstat(fd),
+            Remote::Cluster(k) => match k.handle(fd)? {
+                Handle::File(f) => Ok(file_stat(f.id, &f.layout, &k.client.object_fstats(&f)?)),
+                Handle::Dir(st) => Ok(st),
+            },
+        }
+    }
+
+    pub fn stat(&self, path: &str) -> RemoteResult<Stat> {
+        match self {
+            Remote::Server(c) => c.stat(path),
+            Remote::Cluster(k) => {
+                let e = k.client.lookup(path)?;
+                match (e.kind, e.layout) {
+                    (EntryKind::File, Some(layout)) => Ok(file_stat(e.id, &layout, &k.client.object_stats(&e)?)),
+                    _ => Ok(dir_stat(path, &e)),
+                }
+            }
+        }
+    }
+
+    pub fn ftruncate(&self, fd: Fd, len: u64) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.ftruncate(fd, len),
+            Remote::Cluster(k) => Ok(k.client.ftruncate(&*k.file(fd)?, len)?),
+        }
+    }
+
+    pub fn fsync(&self, fd: Fd) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.fsync(fd),
+            Remote::Cluster(k) => Ok(k.client.fsync(&*k.file(fd)?)?),
+        }
+    }
+
+    /// `fdatasync`; on a cluster a full `fsync` of every object.
+    pub fn fdatasync(&self, fd: Fd) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.fdatasync(fd),
+            Remote::Cluster(k) => Ok(k.client.fsync(&*k.file(fd)?)?),
+        }
+    }
+
+    /// Create a directory; on a cluster `mode` is not kept (0755).
+    pub fn mkdir(&self, path: &str, mode: u32) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.mkdir(path, mode),
+            Remote::Cluster(k) => k.client.mkdir(path).map(drop).map_err(ClientError::from),
+        }
+    }
+
+    pub fn rmdir(&self, path: &str) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.rmdir(path),
+            Remote::Cluster(k) => Ok(k.client.remove(path, Some(EntryKind::Dir))?),
+        }
+    }
+
+    pub fn unlink(&self, path: &str) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.unlink(path),
+            Remote::Cluster(k) => Ok(k.client.remove(path, Some(EntryKind::File))?),
+        }
+    }
+
+    pub fn rename(&self, from: &str, to: &str) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.rename(from, to),
+            Remote::Cluster(k) => Ok(k.client.rename(from, to)?),
+        }
+    }
+
+    /// Every entry of directory `path` but `.` and `..`, sorted by name.
+    pub fn readdir(&self, path: &str) -> RemoteResult<Vec<DirEntry>> {
+        match self {
+            Remote::Server(c) => c.readdir(path),
+            Remote::Cluster(k) => {
+                let list = k.client.readdir(path)?;
+                let kind = |e: &Entry| if e.kind == EntryKind::Dir { FileKind::Dir } else { FileKind::File };
+                Ok(list.into_iter().map(|(name, e)| DirEntry { kind: kind(&e), name }).collect())
+            }
+        }
+    }
+}
+
+fn bad_fd(fd: Fd) -> ClientError {
+    err(libc::EBADF, format!("handle {} is not open", fd.0))
+}
+
+impl Cluster {
+    fn new(client: StripedClient) -> Cluster {
+        Cluster { client, files: Mutex::new(Files { open: HashMap::new(), next: 1 }), files_max: REMOTE_FILES_MAX }
+    }
+
+    /// The striped client underneath (layouts, list I/O, `getstripe`).
+    pub fn striped(&self) -> &StripedClient {
+        &self.client
+    }
+
+    /// Lower the open-file bound (tests).
+    pub fn set_files_max(&mut self, n: usize) {
+        self.files_max = n.min(REMOTE_FILES_MAX);
+    }
+
+    fn files(&self) -> MutexGuard<'_, Files> {
+        self.files.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn handle(&self, fd: Fd) -> RemoteResult<Handle> {
+        self.files().open.get(&fd.0).cloned().ok_or_else(|| bad_fd(fd))
+    }
+
+    /// The open file behind `fd`; a directory handle is EISDIR.
+    fn file(&self, fd: Fd) -> RemoteResult<Arc<StripedFile>> {
+        match self.handle(fd)? {
+            Handle::File(f) => Ok(f),
+            Handle::Dir(_) => Err(err(libc::EISDIR, format!("handle {} is a directory", fd.0))),
+        }
+    }
+
+    fn open(&self, path: &str, flags: i32) -> RemoteResult<Fd> {
+        if self.files().open.len() >= self.files_max {
+            return Err(err(libc::ENFILE, format!("{} files open on this cluster connection (REMOTE_FILES_MAX)", self.files_max)));
+        }
+        let handle = if flags & libc::O_CREAT != 0 {
+            Handle::File(Arc::new(self.client.open(path, flags)?))
+        } else {
+            let e = self.client.lookup(path)?;
+            match e.kind {
+                EntryKind::Dir if flags & libc::O_ACCMODE == libc::O_RDONLY => Handle::Dir(dir_stat(path, &e)),
+                EntryKind::Dir => return Err(err(libc::EISDIR, format!("{path:?} is a directory"))),
+                EntryKind::File if flags & libc::O_DIRECTORY != 0 => return Err(err(libc::ENOTDIR, format!("{path:?} is not a directory"))),
+                EntryKind::File => Handle::File(Arc::new(self.client.open_entry(path, &e, flags)?)),
+            }
+        };
+        let mut files = self.files();
+        if files.open.len() >= self.files_max {
+            drop(files);
+            if let Handle::File(f) = &handle {
+                let _ = self.client.close(f);
+            }
+            return Err(err(libc::ENFILE, format!("{} files open on this cluster connection (REMOTE_FILES_MAX)", self.files_max)));
+        }
+        let fd = files.next;
+        files.next += 1;
+        files.open.insert(fd, handle);
+        Ok(Fd(fd))
+    }
+}

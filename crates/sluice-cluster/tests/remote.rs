@@ -1,0 +1,184 @@
+//! `Remote` on a real local cluster and a real single server: the address
+//! says which it is, and POSIX-shaped calls (open flags, stat, readdir,
+//! rename, unlink/rmdir rules, open directories) behave alike on both.
+//! Plus the namespace's rename rules and bound, on the store itself.
+
+use sluice_client::{ClientErrorKind, Fd, FileKind};
+use sluice_cluster::*;
+
+fn cluster(servers: u32) -> (tempfile::TempDir, LocalCluster) {
+    let dir = tempfile::tempdir().unwrap();
+    let c = LocalCluster::start(LocalClusterConfig::new(dir.path(), servers)).unwrap();
+    (dir, c)
+}
+
+fn errno<T: std::fmt::Debug>(r: RemoteResult<T>) -> i32 {
+    r.expect_err("the call must fail").errno
+}
+
+#[test]
+fn the_address_says_whether_it_is_a_server_or_a_cluster() {
+    let (dir, cl) = cluster(2);
+    assert_eq!(Remote::connect(&cl.addr()).unwrap().kind(), RemoteKind::Cluster);
+    assert_eq!(Remote::connect(&cl.data_addr(0)).unwrap().kind(), RemoteKind::Server);
+    // The single-server client alone gets a clear refusal, not garbage.
+    let e = sluice_client::Client::connect(&cl.addr()).err().unwrap();
+    assert_eq!((e.kind, e.errno), (ClientErrorKind::Connect, CLUSTER_ERRNO));
+    assert!(e.message.contains("metadata role"), "{e}");
+    // Nobody at the address: a connect error, either way.
+    let gone = format!("unix:{}", dir.path().join("nobody.sock").display());
+    assert_eq!(Remote::connect(&gone).err().unwrap().kind, ClientErrorKind::Connect);
+}
+
+#[test]
+fn files_on_a_cluster_read_write_stat_and_list_like_files() {
+    let (_dir, cl) = cluster(3);
+    let r = Remote::connect(&cl.addr()).unwrap();
+    let Remote::Cluster(k) = &r else { panic!("a cluster") };
+    k.striped().set_dir_default("", LayoutRequest { stripe_bytes: 4096, count: -1, start: 0 }).unwrap();
+    r.mkdir("d", 0o755).unwrap();
+    let fd = r.open("d/f", libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o644).unwrap();
+    assert_eq!(errno(r.open("d/f", libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o644)), libc::EEXIST);
+    let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+    assert_eq!(r.pwrite(fd, &data, 1000).unwrap(), data.len());
+    let st = r.fstat(fd).unwrap();
+    assert_eq!((st.size, st.mode & libc::S_IFMT, st.blksize), (51_000, libc::S_IFREG, 3 * 4096));
+    assert_eq!(r.stat("d/f").unwrap().size, 51_000);
+    let mut back = vec![1u8; 60_000];
+    assert_eq!(r.pread(fd, &mut back, 0).unwrap(), 51_000, "short only at end of file");
+    assert!(back[..1000].iter().all(|&b| b == 0), "the hole reads as zeros");
+    assert_eq!(&back[1000..51_000], &data[..]);
+    r.ftruncate(fd, 5000).unwrap();
+    assert_eq!(r.fstat(fd).unwrap().size, 5000);
+    r.fsync(fd).unwrap();
+    r.close(fd).unwrap();
+    assert_eq!(errno(r.close(fd)), libc::EBADF);
+    // O_TRUNC empties every object.
+    let fd = r.open("d/f", libc::O_WRONLY | libc::O_TRUNC, 0).unwrap();
+    assert_eq!(r.fstat(fd).unwrap().size, 0);
+    r.close(fd).unwrap();
+
+    let st = r.stat("d").unwrap();
+    assert_eq!((st.mode & libc::S_IFMT, st.size), (libc::S_IFDIR, 4096));
+    assert!(st.mtime_ns > 0, "a directory records when its names changed");
+    assert_ne!(st.ino, r.stat("").unwrap().ino);
+    let list = r.readdir("d").unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!((list[0].name.as_str(), list[0].kind), ("f", FileKind::File));
+    assert_eq!(r.readdir("").unwrap()[0].kind, FileKind::Dir);
+}
+
+#[test]
+fn directories_open_read_only_and_posix_errors_hold_on_a_cluster() {
+    let (_dir, cl) = cluster(2);
+    let r = Remote::connect(&cl.addr()).unwrap();
+    r.mkdir("d", 0o755).unwrap();
+    let f = r.open("d/f", libc::O_WRONLY | libc::O_CREAT, 0o644).unwrap();
+    r.close(f).unwrap();
+
+    let d = r.open("d", libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap();
+    assert_eq!(r.fstat(d).unwrap().mode & libc::S_IFMT, libc::S_IFDIR);
+    assert_eq!(errno(r.pread(d, &mut [0u8; 8], 0)), libc::EISDIR);
+    r.close(d).unwrap();
+    assert_eq!(errno(r.open("d", libc::O_WRONLY, 0)), libc::EISDIR);
+    assert_eq!(errno(r.open("d/f", libc::O_RDONLY | libc::O_DIRECTORY, 0)), libc::ENOTDIR);
+    assert_eq!(errno(r.open("nope", libc::O_RDONLY, 0)), libc::ENOENT);
+    assert_eq!(errno(r.mkdir("d", 0o755)), libc::EEXIST);
+    assert_eq!(errno(r.unlink("d")), libc::EISDIR);
+    assert_eq!(errno(r.rmdir("d/f")), libc::ENOTDIR);
+    assert_eq!(errno(r.rmdir("d")), libc::ENOTEMPTY);
+    assert_eq!(errno(r.stat("d/f/x")), libc::ENOENT);
+    r.unlink("d/f").unwrap();
+    r.rmdir("d").unwrap();
+    assert!(r.readdir("").unwrap().is_empty());
+}
+
+#[test]
+fn rename_moves_names_not_data_and_replaces_like_posix() {
+    let (_dir, cl) = cluster(2);
+    let r = Remote::connect(&cl.addr()).unwrap();
+    let write = |path: &str, byte: u8| {
+        let fd = r.open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644).unwrap();
+        r.pwrite(fd, &vec![byte; 3 << 20], 0).unwrap();
+        r.close(fd).unwrap();
+    };
+    let first = |path: &str| {
+        let fd = r.open(path, libc::O_RDONLY, 0).unwrap();
+        let mut b = [0u8; 1];
+        r.pread(fd, &mut b, (3 << 20) - 1).unwrap();
+        r.close(fd).unwrap();
+        b[0]
+    };
+    r.mkdir("a", 0o755).unwrap();
+    r.mkdir("a/b", 0o755).unwrap();
+    write("a/b/f", 1);
+    write("g", 2);
+    // A file replaces a file; the replaced file's objects are removed.
+    let Remote::Cluster(k) = &r else { panic!("a cluster") };
+    let (old, _) = k.striped().objects("g").unwrap();
+    r.rename("a/b/f", "g").unwrap();
+    assert_eq!(first("g"), 1);
+    assert_eq!(errno(r.stat("a/b/f")), libc::ENOENT);
+    let orphan = cl.data_root(old.layout.unwrap().server_of(0)).join(format!("objects/{:016x}", old.id));
+    assert!(!orphan.exists(), "the replaced file's object {} is gone", orphan.display());
+    // A directory moves with its subtree.
+    write("a/b/h", 3);
+    r.rename("a", "z").unwrap();
+    assert_eq!(first("z/b/h"), 3);
+    assert_eq!(errno(r.stat("a")), libc::ENOENT);
+    assert_eq!(r.readdir("z/b").unwrap().len(), 1);
+    // rename(2)'s refusals.
+    assert_eq!(errno(r.rename("z", "z/b/inside")), libc::EINVAL);
+    assert_eq!(errno(r.rename("g", "z")), libc::EISDIR);
+    assert_eq!(errno(r.rename("z", "g")), libc::ENOTDIR);
+    r.mkdir("e", 0o755).unwrap();
+    assert_eq!(errno(r.rename("e", "z")), libc::ENOTEMPTY);
+    r.rename("z/b", "e").unwrap();
+    assert_eq!(first("e/h"), 3, "a directory replaces an empty directory");
+    assert_eq!(errno(r.rename("missing", "x")), libc::ENOENT);
+    assert_eq!(errno(r.rename("g", "no/such/dir")), libc::ENOENT);
+    r.rename("g", "g").unwrap();
+    assert_eq!(first("g"), 1);
+}
+
+#[test]
+fn rename_bound_at_n_and_n_plus_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 6;
+    let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_rename_entries_max(n);
+    store.mkdir("d").unwrap();
+    for i in 0..n - 1 {
+        store.create(&format!("d/f{i}"), LayoutRequest::default(), true).unwrap();
+    }
+    // The directory and its n - 1 entries: n moves, allowed.
+    store.rename("d", "e").unwrap();
+    store.create("e/one-more", LayoutRequest::default(), true).unwrap();
+    let e = store.rename("e", "d").unwrap_err();
+    assert_eq!((e.kind, e.errno), (ErrorKind::Limit, libc::EOVERFLOW));
+    assert_eq!(store.readdir("e").unwrap().len(), n, "nothing moved");
+    assert!(store.lookup("d").is_err());
+}
+
+#[test]
+fn a_directory_past_the_readdir_bound_is_still_not_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_dir_entries_max(2);
+    store.mkdir("d").unwrap();
+    for i in 0..3 {
+        store.create(&format!("d/f{i}"), LayoutRequest::default(), true).unwrap();
+    }
+    assert_eq!(store.unlink("d").unwrap_err().errno, libc::ENOTEMPTY);
+}
+
+#[test]
+fn open_files_bound_at_n_and_n_plus_one() {
+    let (_dir, cl) = cluster(1);
+    let mut r = Remote::connect(&cl.addr()).unwrap();
+    let Remote::Cluster(k) = &mut r else { panic!("a cluster") };
+    k.set_files_max(3);
+    let fds: Vec<Fd> = (0..3).map(|i| r.open(&format!("f{i}"), libc::O_RDWR | libc::O_CREAT, 0o644).unwrap()).collect();
+    assert_eq!(errno(r.open("f9", libc::O_RDWR | libc::O_CREAT, 0o644)), libc::ENFILE);
+    r.close(fds[0]).unwrap();
+    let again = r.open("f9", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    assert!(!fds.contains(&again), "handles are not reused");
+}
