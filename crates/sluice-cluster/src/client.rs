@@ -91,7 +91,8 @@ impl StripedClient {
 
     /// Connect; `opts` is used for every data-server connection.
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<StripedClient> {
-        let stream = MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
+        let stream =
+            MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
         crate::net::set_timeouts(&stream, Some(Duration::from_secs(META_TIMEOUT_S))).map_err(|e| Error::io("metadata socket", &e))?;
         let mut c = StripedClient { meta: Mutex::new(stream), servers: Vec::new(), data: Vec::new(), opts };
         match c.call(MetaRequest::Servers)? {
@@ -242,7 +243,9 @@ impl StripedClient {
     /// Every object's `stat` by name, in object order, without opening
     /// the file (one thread per object).
     pub fn object_stats(&self, e: &Entry) -> Result<Vec<Stat>> {
-        let Some(layout) = e.layout else { return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, "a directory has no objects")) };
+        let Some(layout) = e.layout else {
+            return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, "a directory has no objects"));
+        };
         let name = object_path(e.id);
         let results: Vec<_> = std::thread::scope(|s| {
             let name = &name;
@@ -299,7 +302,13 @@ impl StripedClient {
     }
 
     /// Send each object's messages, in parallel across objects.
-    fn run_messages<T: Send>(&self, f: &StripedFile, what: &str, plan: &[Vec<ObjectList>], op: impl Fn(&Client, Fd, &ObjectList) -> sluice_client::Result<T> + Sync) -> Result<Vec<Vec<T>>> {
+    fn run_messages<T: Send>(
+        &self,
+        f: &StripedFile,
+        what: &str,
+        plan: &[Vec<ObjectList>],
+        op: impl Fn(&Client, Fd, &ObjectList) -> sluice_client::Result<T> + Sync,
+    ) -> Result<Vec<Vec<T>>> {
         let one = |msgs: &Vec<ObjectList>| -> (u32, sluice_client::Result<Vec<T>>) {
             let object = msgs.first().map_or(0, |m| m.object);
             let (c, fd) = &f.objects[object as usize];
@@ -401,7 +410,9 @@ impl StripedClient {
     }
 
     fn remove_objects(&self, e: &Entry) -> Result<()> {
-        let Some(layout) = e.layout else { return Ok(()) };
+        let Some(layout) = e.layout else {
+            return Ok(());
+        };
         (0..layout.count).try_for_each(|k| {
             let server = layout.server_of(k);
             self.data(server)?.unlink(&object_path(e.id)).map_err(|err| self.data_error(server, "unlink of an object", err))
@@ -411,7 +422,9 @@ impl StripedClient {
     /// Where each object of file `path` lives, with its size.
     pub fn objects(&self, path: &str) -> Result<(Entry, Vec<ObjectInfo>)> {
         let e = self.lookup(path)?;
-        let Some(layout) = e.layout else { return Ok((e, Vec::new())) };
+        let Some(layout) = e.layout else {
+            return Ok((e, Vec::new()));
+        };
         let infos = (0..layout.count)
             .map(|k| {
                 let server = layout.server_of(k);

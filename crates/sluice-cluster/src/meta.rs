@@ -64,14 +64,15 @@ pub struct MetaStore {
     rename_entries_max: usize,
 }
 
-/// `a/b/c` from `/a//b/c/`; refuses `.`, `..` and over-long paths.
+/// `a/b/c` from `/a//b/./c/` (`.` is the root); refuses `..` and
+/// over-long paths.
 pub fn normalize(path: &str) -> Result<String> {
     if path.len() > META_PATH_BYTES_MAX {
         return Err(Error::new(ErrorKind::Limit, libc::ENAMETOOLONG, format!("path of {} bytes exceeds {META_PATH_BYTES_MAX}", path.len())));
     }
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    if parts.iter().any(|p| *p == "." || *p == "..") {
-        return Err(Error::invalid(format!("path {path:?}: . and .. are not allowed")));
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    if parts.contains(&"..") {
+        return Err(Error::invalid(format!("path {path:?}: .. is not allowed")));
     }
     Ok(parts.join("/"))
 }
@@ -295,12 +296,8 @@ impl MetaStore {
             let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
             match (expect, get(&t, &path)?) {
                 (_, None) => return Err(not_found(&path)),
-                (Some(EntryKind::File), Some(e)) if e.kind == EntryKind::Dir => {
-                    return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory")))
-                }
-                (Some(EntryKind::Dir), Some(e)) if e.kind == EntryKind::File => {
-                    return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory")))
-                }
+                (Some(EntryKind::File), Some(e)) if e.kind == EntryKind::Dir => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
+                (Some(EntryKind::Dir), Some(e)) if e.kind == EntryKind::File => return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory"))),
                 _ => {}
             }
             if has_children(&t, &path)? {
@@ -355,7 +352,9 @@ impl MetaStore {
                 let prefix = child_prefix(&from);
                 for item in t.range(prefix.as_str()..).map_err(Error::store)? {
                     let (k, _) = item.map_err(Error::store)?;
-                    let Some(rest) = k.value().strip_prefix(prefix.as_str()) else { break };
+                    let Some(rest) = k.value().strip_prefix(prefix.as_str()) else {
+                        break;
+                    };
                     if moves.len() == self.rename_entries_max {
                         return Err(Error::new(
                             ErrorKind::Limit,
@@ -393,7 +392,9 @@ impl MetaStore {
         let mut out = Vec::new();
         for item in t.range(prefix.as_str()..).map_err(Error::store)? {
             let (k, v) = item.map_err(Error::store)?;
-            let Some(name) = k.value().strip_prefix(prefix.as_str()) else { break };
+            let Some(name) = k.value().strip_prefix(prefix.as_str()) else {
+                break;
+            };
             if name.is_empty() || name.contains('/') {
                 continue;
             }

@@ -22,10 +22,21 @@ pub enum MetaRequest {
     /// The data servers' addresses, object `k` of a layout on
     /// `servers[layout.server_of(k)]`.
     Servers,
-    Lookup { path: String },
-    Create { path: String, layout: LayoutRequest, exclusive: bool },
-    Mkdir { path: String },
-    SetDirDefault { path: String, layout: LayoutRequest },
+    Lookup {
+        path: String,
+    },
+    Create {
+        path: String,
+        layout: LayoutRequest,
+        exclusive: bool,
+    },
+    Mkdir {
+        path: String,
+    },
+    SetDirDefault {
+        path: String,
+        layout: LayoutRequest,
+    },
     /// Remove `path`; with `expect`, only an entry of that kind
     /// (EISDIR / ENOTDIR otherwise).
     Unlink {
@@ -33,9 +44,14 @@ pub enum MetaRequest {
         #[serde(default)]
         expect: Option<EntryKind>,
     },
-    Readdir { path: String },
+    Readdir {
+        path: String,
+    },
     /// `rename(2)` in the namespace; answered `Renamed`.
-    Rename { from: String, to: String },
+    Rename {
+        from: String,
+        to: String,
+    },
 }
 
 /// The metadata role's answer.
@@ -46,8 +62,13 @@ pub enum MetaReply {
     Entries(Vec<(String, Entry)>),
     /// A rename's result: the file the target named before, if any, whose
     /// objects the client removes.
-    Renamed { replaced: Option<Entry> },
-    Error { errno: i32, message: String },
+    Renamed {
+        replaced: Option<Entry>,
+    },
+    Error {
+        errno: i32,
+        message: String,
+    },
 }
 
 /// Write one frame.

@@ -92,7 +92,7 @@ fn err(errno: i32, message: impl Into<String>) -> ClientError {
 pub fn file_stat(id: u64, layout: &Layout, objects: &[Stat]) -> Stat {
     let sizes: Vec<u64> = objects.iter().map(|s| s.size).collect();
     let first = objects.first().copied().unwrap_or_default();
-    let row = u64::from(layout.stripe_bytes).saturating_mul(u64::from(layout.count));
+    let row = layout.stripe_bytes.saturating_mul(u64::from(layout.count));
     Stat {
         size: file_size(layout, &sizes),
         mode: libc::S_IFREG | (first.mode & 0o7777),
@@ -113,6 +113,7 @@ pub fn file_stat(id: u64, layout: &Layout, objects: &[Stat]) -> Stat {
 /// never a file id).
 fn dir_stat(path: &str, e: &Entry) -> Stat {
     // FNV-1a: stable across runs and processes.
+    let path = crate::meta::normalize(path).unwrap_or_default();
     let hash = path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     // SAFETY: geteuid/getegid have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -288,7 +289,13 @@ impl Remote {
             Remote::Server(c) => c.readdir(path),
             Remote::Cluster(k) => {
                 let list = k.client.readdir(path)?;
-                let kind = |e: &Entry| if e.kind == EntryKind::Dir { FileKind::Dir } else { FileKind::File };
+                let kind = |e: &Entry| {
+                    if e.kind == EntryKind::Dir {
+                        FileKind::Dir
+                    } else {
+                        FileKind::File
+                    }
+                };
                 Ok(list.into_iter().map(|(name, e)| DirEntry { kind: kind(&e), name }).collect())
             }
         }

@@ -51,10 +51,13 @@ impl MetaServer {
             return Err(Error::invalid(format!("{} data server addresses for a store of {} servers", servers.len(), store.servers())));
         }
         let listener = MetaListener::bind(listen).map_err(|e| Error::io(&format!("bind {listen:?}"), &e))?;
-        let (addr, socket) = (listener.addr(), match listen {
-            Listen::Unix(p) => Some(p.clone()),
-            Listen::Tcp(_) => None,
-        });
+        let (addr, socket) = (
+            listener.addr(),
+            match listen {
+                Listen::Unix(p) => Some(p.clone()),
+                Listen::Tcp(_) => None,
+            },
+        );
         let shared = Arc::new(Shared { store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new().name("sluice-meta-accept".into()).spawn(move || accept_loop(&s, listener)).map_err(|e| Error::io("spawn", &e))?;
@@ -107,7 +110,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: MetaListener) {
             let _ = send(&mut stream, &MetaReply::Error { errno: libc::EMFILE, message: msg });
             continue;
         }
-        let (Ok(keep), s) = (stream.try_clone(), shared.clone()) else { continue };
+        let (Ok(keep), s) = (stream.try_clone(), shared.clone()) else {
+            continue;
+        };
         if let Ok(t) = std::thread::Builder::new().name("sluice-meta-conn".into()).spawn(move || serve(&s, stream)) {
             conns.push((keep, t));
         }
@@ -123,7 +128,9 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
                 return;
             }
         }
-        let Ok(req) = parse::<MetaRequest>(&body) else { return };
+        let Ok(req) = parse::<MetaRequest>(&body) else {
+            return;
+        };
         let reply = answer(shared, req).unwrap_or_else(|e| MetaReply::Error { errno: e.errno, message: e.message });
         if send(&mut stream, &reply).is_err() {
             return;

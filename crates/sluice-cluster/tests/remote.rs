@@ -66,6 +66,10 @@ fn files_on_a_cluster_read_write_stat_and_list_like_files() {
     assert_eq!(list.len(), 1);
     assert_eq!((list[0].name.as_str(), list[0].kind), ("f", FileKind::File));
     assert_eq!(r.readdir("").unwrap()[0].kind, FileKind::Dir);
+    // "." is the root, as the FUSE mount and the interposer name it.
+    assert_eq!(r.readdir(".").unwrap().len(), 1);
+    assert_eq!(r.stat(".").unwrap().ino, r.stat("/").unwrap().ino);
+    assert_eq!(r.stat("./d/./f").unwrap().size, 0);
 }
 
 #[test]

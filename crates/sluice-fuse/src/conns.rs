@@ -9,29 +9,32 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use sluice_client::{Client, ConnectOptions};
+use sluice_client::ConnectOptions;
+use sluice_cluster::{Remote, RemoteKind};
 
 /// Connections kept at once.
 pub const CONNECTIONS_MAX: usize = 256;
 
 struct Entry {
-    client: Arc<Client>,
+    client: Arc<Remote>,
     used: u64,
 }
 
 pub(crate) struct Conns {
     server: String,
+    /// A single server or a cluster: asked once, at mount.
+    kind: RemoteKind,
     app: Option<String>,
     table: Mutex<(HashMap<u32, Entry>, u64)>,
 }
 
 impl Conns {
-    pub fn new(server: String, app: Option<String>) -> Conns {
-        Conns { server, app, table: Mutex::new((HashMap::new(), 0)) }
+    pub fn new(server: String, kind: RemoteKind, app: Option<String>) -> Conns {
+        Conns { server, kind, app, table: Mutex::new((HashMap::new(), 0)) }
     }
 
     /// The connection of process `pid`, opened on first use.
-    pub fn get(&self, pid: u32) -> Result<Arc<Client>, sluice_client::ClientError> {
+    pub fn get(&self, pid: u32) -> Result<Arc<Remote>, sluice_client::ClientError> {
         {
             let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
             t.1 += 1;
@@ -42,7 +45,7 @@ impl Conns {
             }
         }
         let opts = ConnectOptions { app: Some(self.app.clone().unwrap_or_else(|| app_of(pid))), weight: 1, client_id: Some(pid) };
-        let client = Arc::new(Client::connect_with(&self.server, opts)?);
+        let client = Arc::new(Remote::connect_as(&self.server, self.kind, opts)?);
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if t.0.len() >= CONNECTIONS_MAX && !t.0.contains_key(&pid) {
             let oldest = t.0.iter().min_by_key(|(_, e)| e.used).map(|(&p, _)| p);
@@ -74,9 +77,7 @@ pub(crate) fn app_of(pid: u32) -> String {
         return "kernel".into();
     }
     let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-    let var = |name: &str| {
-        env.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()))
-    };
+    let var = |name: &str| env.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()));
     if let Some(app) = var("SLUICE_APP").filter(|s| !s.is_empty()) {
         return app;
     }

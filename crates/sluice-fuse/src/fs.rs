@@ -14,7 +14,8 @@ use bytes::Bytes;
 use fuse3::path::prelude::*;
 use fuse3::{Errno, FileType, Result};
 use futures_util::stream;
-use sluice_client::{Client, ClientError, Fd, FileKind, Stat};
+use sluice_client::{ClientError, Fd, FileKind, Stat};
+use sluice_cluster::{Remote, RemoteKind};
 
 use crate::conns::{Conns, CONNECTIONS_MAX as CONNS_MAX};
 use crate::MountConfig;
@@ -33,7 +34,7 @@ const TTL: Duration = Duration::from_millis(200);
 const FOPEN_DIRECT_IO: u32 = 1;
 
 struct Handle {
-    client: Arc<Client>,
+    client: Arc<Remote>,
     fd: Fd,
 }
 
@@ -112,23 +113,23 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::result::Result<T, 
 }
 
 impl SluiceFs {
-    pub fn new(cfg: MountConfig) -> SluiceFs {
-        SluiceFs { conns: Conns::new(cfg.server, cfg.app), handles: Mutex::new(HashMap::new()), handles_max: HANDLES_MAX, fh_next: AtomicU64::new(1) }
+    pub fn new(cfg: MountConfig, kind: RemoteKind) -> SluiceFs {
+        SluiceFs { conns: Conns::new(cfg.server, kind, cfg.app), handles: Mutex::new(HashMap::new()), handles_max: HANDLES_MAX, fh_next: AtomicU64::new(1) }
     }
 
-    fn client(&self, req: &Request) -> Result<Arc<Client>> {
+    fn client(&self, req: &Request) -> Result<Arc<Remote>> {
         self.conns.get(req.pid).map_err(|e| {
             self.conns.drop_conn(req.pid);
             errno(e)
         })
     }
 
-    fn handle(&self, fh: u64) -> Result<(Arc<Client>, Fd)> {
+    fn handle(&self, fh: u64) -> Result<(Arc<Remote>, Fd)> {
         let h = self.handles.lock().unwrap_or_else(|p| p.into_inner());
         h.get(&fh).map(|h| (Arc::clone(&h.client), h.fd)).ok_or_else(|| Errno::from(libc::EBADF))
     }
 
-    fn add_handle(&self, client: Arc<Client>, fd: Fd) -> Result<u64> {
+    fn add_handle(&self, client: Arc<Remote>, fd: Fd) -> Result<u64> {
         let mut h = self.handles.lock().unwrap_or_else(|p| p.into_inner());
         if h.len() >= self.handles_max {
             drop(h);
@@ -301,8 +302,7 @@ impl PathFilesystem for SluiceFs {
         let list = blocking(move || c.readdir(&p)).await?;
         let dots = [(FileType::Directory, "."), (FileType::Directory, "..")].into_iter().map(|(k, n)| (k, OsString::from(n)));
         let all = dots.chain(list.into_iter().map(|e| (kind(e.kind), OsString::from(e.name))));
-        let entries: Vec<_> =
-            all.enumerate().skip(offset.max(0) as usize).map(|(i, (kind, name))| Ok(DirectoryEntry { kind, name, offset: i as i64 + 1 })).collect();
+        let entries: Vec<_> = all.enumerate().skip(offset.max(0) as usize).map(|(i, (kind, name))| Ok(DirectoryEntry { kind, name, offset: i as i64 + 1 })).collect();
         Ok(ReplyDirectory { entries: stream::iter(entries) })
     }
 
@@ -376,7 +376,7 @@ mod tests {
     #[test]
     fn connections_table_holds_at_most_connections_max() {
         let s = served("conns");
-        let conns = Conns::new(s.0.addr().to_string(), Some("bound-test".into()));
+        let conns = Conns::new(s.0.addr().to_string(), RemoteKind::Server, Some("bound-test".into()));
         for pid in 0..CONNECTIONS_MAX as u32 {
             conns.get(pid).unwrap();
         }
@@ -388,9 +388,9 @@ mod tests {
     #[test]
     fn open_handles_past_the_bound_are_refused_with_enfile() {
         let s = served("handles");
-        let mut fs = SluiceFs::new(MountConfig::new(s.0.addr().to_string(), "/unused"));
+        let mut fs = SluiceFs::new(MountConfig::new(s.0.addr().to_string(), "/unused"), RemoteKind::Server);
         fs.handles_max = 2;
-        let c = Arc::new(Client::connect(s.0.addr()).unwrap());
+        let c = Arc::new(Remote::connect(s.0.addr()).unwrap());
         for _ in 0..2 {
             let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
             fs.add_handle(Arc::clone(&c), fd).unwrap();

@@ -12,6 +12,10 @@
 //! nor reshapes the data path and the scheduler sees the application's own
 //! request sizes (up to `MAX_WRITE_BYTES` per request).
 //!
+//! Striped files: when the address is a cluster's metadata role (asked
+//! once, at mount), every call goes through `sluice_cluster::Remote` to
+//! the striped client, so programs see each striped file as one file.
+//!
 //! Identity: each calling process (the pid in the FUSE request header) gets
 //! its own connection, so the scheduler sees each process as a stream of
 //! its own (`ClientId` = pid). The application id is `--app` when given,
@@ -81,27 +85,24 @@ fn error(kind: FuseErrorKind, message: String) -> FuseError {
 /// Mount and serve until SIGINT, SIGTERM or an external unmount
 /// (`fusermount3 -u`, `umount`); unmounts cleanly before returning.
 pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
-    // Fail early and clearly when the server is not there.
-    sluice_client::Client::connect(&cfg.server).map_err(|e| error(FuseErrorKind::Server, e.to_string()))?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| error(FuseErrorKind::Runtime, format!("tokio runtime: {e}")))?;
-    rt.block_on(serve(cfg))
+    // Fail early and clearly when the server is not there; learn whether
+    // it is one server or a cluster.
+    let kind = sluice_cluster::Remote::connect(&cfg.server).map_err(|e| error(FuseErrorKind::Server, e.to_string()))?.kind();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| error(FuseErrorKind::Runtime, format!("tokio runtime: {e}")))?;
+    rt.block_on(serve(cfg, kind))
 }
 
-async fn serve(cfg: MountConfig) -> Result<(), FuseError> {
+async fn serve(cfg: MountConfig, kind: sluice_cluster::RemoteKind) -> Result<(), FuseError> {
     let mut opts = fuse3::MountOptions::default();
     opts.fs_name("sluice").allow_other(cfg.allow_other);
     let mountpoint = cfg.mountpoint.clone();
-    let fs = fs::SluiceFs::new(cfg);
+    let fs = fs::SluiceFs::new(cfg, kind);
     let session = fuse3::path::Session::new(opts);
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let mounted = if root { session.mount(fs, &mountpoint).await } else { session.mount_with_unprivileged(fs, &mountpoint).await };
     let mut handle = mounted.map_err(|e| error(FuseErrorKind::Mount, format!("mounting {}: {e}", mountpoint.display())))?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| error(FuseErrorKind::Runtime, format!("signal handler: {e}")))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| error(FuseErrorKind::Runtime, format!("signal handler: {e}")))?;
     tokio::select! {
         res = &mut handle => return res.map_err(|e| error(FuseErrorKind::Mount, format!("serving {}: {e}", mountpoint.display()))),
         _ = tokio::signal::ctrl_c() => {}

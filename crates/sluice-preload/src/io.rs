@@ -62,7 +62,11 @@ fn alias(new: c_int, open: Arc<Open>) -> Result<c_int, Errno> {
 fn check_access(open: &Open, write: bool) -> Result<(), Errno> {
     let acc = open.flags() & libc::O_ACCMODE;
     let ok = if write { acc != libc::O_RDONLY } else { acc != libc::O_WRONLY };
-    if ok { Ok(()) } else { Err(Errno(libc::EBADF)) }
+    if ok {
+        Ok(())
+    } else {
+        Err(Errno(libc::EBADF))
+    }
 }
 
 fn svc_pread(open: &Open, buf: &mut [u8], at: u64) -> Result<usize, Errno> {
@@ -357,7 +361,11 @@ fn svc_fcntl(fd: c_int, open: Arc<Open>, cmd: c_int, arg: c_long) -> Result<c_in
             if r < 0 {
                 return Err(last_errno());
             }
-            if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC { alias(r, open) } else { Ok(r) }
+            if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
+                alias(r, open)
+            } else {
+                Ok(r)
+            }
         }
         libc::F_GETFL => Ok(open.flags()),
         libc::F_SETFL => {

@@ -41,17 +41,20 @@ mod meta;
 #[cfg(not(test))]
 mod stdio;
 
-
 /// The library constructor: with a prefix configured, install the fork
-/// handlers and adopt the service fds inherited across `exec`.
+/// handlers and adopt the service fds inherited across `exec`, standard
+/// streams included.
 #[cfg(not(test))]
 extern "C" fn init() {
-    let Some(_g) = state::Guard::enter() else { return };
+    let Some(_g) = state::Guard::enter() else {
+        return;
+    };
     if state::config().is_none() {
         return;
     }
     state::install_fork_handlers();
     placeholder::adopt_inherited();
+    stdio::adopt_std_streams();
 }
 
 #[cfg(not(test))]

@@ -351,17 +351,34 @@ pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t
 }
 
 /// Route a rename: both sides on the service, neither, or EXDEV.
+/// `flags` are `renameat2`'s: `RENAME_NOREPLACE` is checked with a stat
+/// of the target first (not atomic against another client creating it
+/// meanwhile); any other flag is EINVAL, which makes coreutils fall back
+/// to a plain rename.
 ///
 /// # Safety
 /// Both paths are null or NUL-terminated.
-unsafe fn rename_at(od: c_int, old: *const c_char, nd: c_int, new: *const c_char) -> Option<c_int> {
+unsafe fn rename_at(od: c_int, old: *const c_char, nd: c_int, new: *const c_char, flags: c_uint) -> Option<c_int> {
     crate::state::config()?;
     let _g = crate::state::Guard::enter()?;
     // SAFETY: the caller's path strings.
     let (from, to) = unsafe { (resolve(od, old), resolve(nd, new)) };
+    let rename = |f: &str, t: &str| -> Result<(), Errno> {
+        let c = client()?;
+        match flags {
+            0 => {}
+            libc::RENAME_NOREPLACE => match c.stat(t) {
+                Ok(_) => return Err(Errno(libc::EEXIST)),
+                Err(e) if e.errno == libc::ENOENT => {}
+                Err(e) => return Err(e.into()),
+            },
+            _ => return Err(Errno(libc::EINVAL)),
+        }
+        Ok(c.rename(f, t)?)
+    };
     match (from, to) {
         (None, None) => None,
-        (Some(f), Some(t)) => Some(finish(client().and_then(|c| Ok(c.rename(&f, &t)?)).map(|()| 0), -1)),
+        (Some(f), Some(t)) => Some(finish(rename(&f, &t).map(|()| 0), -1)),
         _ => Some(finish(Err(Errno(libc::EXDEV)), -1)),
     }
 }
@@ -370,14 +387,22 @@ unsafe fn rename_at(od: c_int, old: *const c_char, nd: c_int, new: *const c_char
 #[no_mangle]
 pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
     // SAFETY: the caller's path strings.
-    unsafe { rename_at(libc::AT_FDCWD, old, libc::AT_FDCWD, new) }.unwrap_or_else(|| unsafe { real!(rename, fn(*const c_char, *const c_char) -> c_int)(old, new) })
+    unsafe { rename_at(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0) }.unwrap_or_else(|| unsafe { real!(rename, fn(*const c_char, *const c_char) -> c_int)(old, new) })
 }
 
 /// Interposed `renameat`.
 #[no_mangle]
 pub unsafe extern "C" fn renameat(od: c_int, old: *const c_char, nd: c_int, new: *const c_char) -> c_int {
     // SAFETY: the caller's path strings.
-    unsafe { rename_at(od, old, nd, new) }.unwrap_or_else(|| unsafe { real!(renameat, fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(od, old, nd, new) })
+    unsafe { rename_at(od, old, nd, new, 0) }.unwrap_or_else(|| unsafe { real!(renameat, fn(c_int, *const c_char, c_int, *const c_char) -> c_int)(od, old, nd, new) })
+}
+
+/// Interposed `renameat2` (what `mv` calls first, with `RENAME_NOREPLACE`).
+#[no_mangle]
+pub unsafe extern "C" fn renameat2(od: c_int, old: *const c_char, nd: c_int, new: *const c_char, flags: c_uint) -> c_int {
+    // SAFETY: the caller's path strings.
+    unsafe { rename_at(od, old, nd, new, flags) }
+        .unwrap_or_else(|| unsafe { real!(renameat2, fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(od, old, nd, new, flags) })
 }
 
 macro_rules! ignored_path_setters {

@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::c_int;
-use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd};
+use sluice_client::{ClientError, ClientErrorKind, ConnectOptions, Fd};
+use sluice_cluster::Remote;
 
 use crate::path;
 
@@ -63,7 +64,16 @@ impl Guard {
     /// `None` when this thread is already inside the interposer (or its
     /// thread-locals are gone): the caller must pass through.
     pub fn enter() -> Option<Guard> {
-        BUSY.try_with(|b| if b.get() { None } else { b.set(true); Some(Guard(())) }).ok().flatten()
+        BUSY.try_with(|b| {
+            if b.get() {
+                None
+            } else {
+                b.set(true);
+                Some(Guard(()))
+            }
+        })
+        .ok()
+        .flatten()
     }
 }
 
@@ -109,7 +119,7 @@ pub fn last_errno() -> Errno {
 /// Incremented in every forked child: connections and server handles of
 /// an older generation belong to the parent.
 static GENERATION: AtomicU32 = AtomicU32::new(1);
-static SESSION: Mutex<Option<(u32, Arc<Client>)>> = Mutex::new(None);
+static SESSION: Mutex<Option<(u32, Arc<Remote>)>> = Mutex::new(None);
 static WARNED: AtomicBool = AtomicBool::new(false);
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,7 +133,7 @@ pub fn generation() -> u32 {
 /// This process's connection, made on first use (again after fork). When
 /// the server cannot be reached, one line goes to stderr and the call
 /// fails; the next call tries again.
-pub fn client() -> Result<Arc<Client>, Errno> {
+pub fn client() -> Result<Arc<Remote>, Errno> {
     let gen = generation();
     if let Some((g, c)) = lock(&SESSION).as_ref() {
         if *g == gen {
@@ -134,7 +144,7 @@ pub fn client() -> Result<Arc<Client>, Errno> {
         warn_once("sluice: no server given: set SLUICE_SERVER (sluice run --server ADDR)");
         return Err(Errno(libc::ECONNREFUSED));
     };
-    match Client::connect_with(addr, ConnectOptions::default()) {
+    match Remote::connect_with(addr, ConnectOptions::default()) {
         Ok(c) => {
             let c = Arc::new(c);
             *lock(&SESSION) = Some((gen, Arc::clone(&c)));
@@ -192,7 +202,7 @@ impl Open {
 
     /// The connection and this file's handle on it; reopened by path in a
     /// forked child or after exec (without O_CREAT/O_TRUNC).
-    pub fn handle(&self) -> Result<(Arc<Client>, Fd), Errno> {
+    pub fn handle(&self) -> Result<(Arc<Remote>, Fd), Errno> {
         let c = client()?;
         let gen = generation() & 0xffff;
         let seen = self.handle.load(Ordering::Acquire);
@@ -302,7 +312,7 @@ pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
 }
 
 /// The session and table locks, as held across `fork`.
-type HeldLocks = (MutexGuard<'static, Option<(u32, Arc<Client>)>>, MutexGuard<'static, Option<Tables>>);
+type HeldLocks = (MutexGuard<'static, Option<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<Tables>>);
 
 /// Locks held across `fork` so the child never inherits one mid-update.
 struct ForkLocks(UnsafeCell<Option<HeldLocks>>);

@@ -24,6 +24,11 @@ struct CookieFunctions {
 
 extern "C" {
     fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieFunctions) -> *mut FILE;
+    // glibc's standard streams: assignable, and what `getchar`, `printf`,
+    // `fread(…, stdin)` and the rest use.
+    static mut stdin: *mut FILE;
+    static mut stdout: *mut FILE;
+    static mut stderr: *mut FILE;
 }
 
 fn fd_of(cookie: *mut c_void) -> c_int {
@@ -73,6 +78,31 @@ fn stream(fd: c_int, mode: *const c_char) -> Result<*mut FILE, Errno> {
     // stream then answers -1, as for any cookie stream.
     let _ = with_tables(|t| t.files.insert(f as usize, fd));
     Ok(f)
+}
+
+/// Standard streams whose fd was inherited as a service file (`prog <
+/// PREFIX/in > PREFIX/out` in a shell): glibc's own streams would read
+/// and write the placeholder with internal calls, so each becomes a cookie
+/// stream over its service fd (stderr unbuffered, as usual). Called once,
+/// from the constructor, before `main`.
+pub fn adopt_std_streams() {
+    // SAFETY: single-threaded, before main; the globals are glibc's
+    // assignable standard stream pointers.
+    unsafe {
+        let streams = [(0, &raw mut stdin, c"r"), (1, &raw mut stdout, c"w"), (2, &raw mut stderr, c"w")];
+        for (fd, global, mode) in streams {
+            // The constructor holds the guard already, so no `service_fd`.
+            if crate::state::lookup(fd).is_none() {
+                continue;
+            }
+            if let Ok(f) = stream(fd, mode.as_ptr()) {
+                if fd == 2 {
+                    libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+                }
+                *global = f;
+            }
+        }
+    }
 }
 
 unsafe fn svc_fopen(p: &str, mode: *const c_char) -> Result<*mut FILE, Errno> {

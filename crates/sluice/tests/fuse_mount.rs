@@ -4,17 +4,19 @@
 //! directory. Mounts are undone and processes killed even when a test
 //! fails.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+use common::{is_mounted, ok, same, sh, wait_for, Mount, SLUICE};
 
 /// A served directory, a mount of it, and their processes.
 struct Mounted {
     dir: PathBuf,
     server: Child,
-    mount: Option<Child>,
+    mount: Option<Mount>,
 }
 
 impl Mounted {
@@ -30,56 +32,22 @@ impl Mounted {
         let dir = std::env::temp_dir().join(format!("sluice-fuse-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("root")).unwrap();
-        std::fs::create_dir_all(dir.join("mnt")).unwrap();
         let sock = format!("unix:{}", dir.join("s.sock").display());
         let server = Command::new(SLUICE).args(["serve", "--root"]).arg(dir.join("root")).args(["--listen", &sock]).stderr(Stdio::null()).spawn().unwrap();
         let mut m = Mounted { dir, server, mount: None };
         wait_for(|| m.dir.join("s.sock").exists(), "the server socket");
-        let mount = Command::new(SLUICE).args(["mount", "--server", &sock]).arg(m.mnt()).stderr(Stdio::null()).spawn().unwrap();
-        m.mount = Some(mount);
-        let mnt = m.mnt();
-        wait_for(|| is_mounted(&mnt), "the mount");
+        m.mount = Some(Mount::start(&sock, &m.mnt()));
         m
     }
 }
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        if let Some(m) = &mut self.mount {
-            let _ = m.kill();
-            let _ = m.wait();
-        }
-        let _ = Command::new("umount").arg("-l").arg(self.mnt()).stderr(Stdio::null()).status();
+        drop(self.mount.take());
         let _ = self.server.kill();
         let _ = self.server.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn is_mounted(p: &Path) -> bool {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    mounts.lines().any(|l| l.split(' ').nth(1) == Some(p.to_str().unwrap()))
-}
-
-fn wait_for(mut ok: impl FnMut() -> bool, what: &str) {
-    let t = Instant::now();
-    while !ok() {
-        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn sh(cmd: &str) -> std::process::Output {
-    Command::new("sh").args(["-c", cmd]).output().unwrap()
-}
-
-fn ok(cmd: &str) {
-    let out = sh(cmd);
-    assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-fn same(a: &Path, b: &Path) {
-    assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), "{} differs from {}", a.display(), b.display());
 }
 
 #[test]
@@ -101,10 +69,7 @@ fn coreutils_python_and_tar_through_the_mount() {
     ok(&format!("diff -r {0}/tree/a {1}/x/a", d.display(), root.display()));
     let ls = sh(&format!("ls {}", mnt.display()));
     assert_eq!(String::from_utf8_lossy(&ls.stdout).split_whitespace().collect::<Vec<_>>(), ["a.bin", "direct.bin", "small.bin", "t.tar", "x"]);
-    let py = format!(
-        "f = open('{0}/p.txt', 'w+b'); f.write(b'hello world'); f.seek(6); assert f.read() == b'world'; f.seek(0); f.write(b'HELLO'); f.close()",
-        mnt.display()
-    );
+    let py = format!("f = open('{0}/p.txt', 'w+b'); f.write(b'hello world'); f.seek(6); assert f.read() == b'world'; f.seek(0); f.write(b'HELLO'); f.close()", mnt.display());
     ok(&format!("python3 -c \"{py}\""));
     assert_eq!(std::fs::read(root.join("p.txt")).unwrap(), b"HELLO world");
     ok(&format!("mv {0}/p.txt {0}/q.txt && rm {0}/q.txt && rm -r {0}/x", mnt.display()));
@@ -114,9 +79,9 @@ fn coreutils_python_and_tar_through_the_mount() {
 #[test]
 fn sigterm_and_fusermount_unmount_cleanly() {
     let mut m = Mounted::start("umount");
-    let pid = m.mount.as_ref().unwrap().id();
-    ok(&format!("kill -TERM {pid}"));
-    let status = m.mount.as_mut().unwrap().wait().unwrap();
+    let child = m.mount.as_mut().unwrap().child.as_mut().unwrap();
+    ok(&format!("kill -TERM {}", child.id()));
+    let status = child.wait().unwrap();
     assert!(status.success(), "sluice mount exits 0 on SIGTERM: {status}");
     assert!(!is_mounted(&m.mnt()));
     assert!(sh("command -v fusermount3").status.success(), "fusermount3 is missing: `make test` installs the fuse3 package");

@@ -7,6 +7,8 @@
 //! The interposer library must be built: `make test` builds the workspace
 //! first, and `cargo test` builds it as a dev-dependency (into `deps/`).
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -15,16 +17,9 @@ use std::time::{Duration, Instant};
 use sluice_server::{Listen, Server, ServerConfig, ServerHandle};
 use tempfile::TempDir;
 
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+use common::{preload_library, SLUICE};
 /// Longest any one command may run before the test fails (it is killed).
 const COMMAND_TIMEOUT_S: u32 = 30;
-
-/// The newest `libsluice_preload.so` of this build profile.
-fn preload_library() -> PathBuf {
-    let bin = Path::new(SLUICE).parent().unwrap();
-    let found = [bin.join("libsluice_preload.so"), bin.join("deps/libsluice_preload.so")].into_iter().filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p))).max();
-    found.map(|(_, p)| p).expect("libsluice_preload.so is not built: run `cargo build -p sluice-preload` (make test builds it)")
-}
 
 /// A server on a temporary root, and a local work directory; both go
 /// away (server drained, files removed) when dropped, even on failure.
@@ -158,7 +153,11 @@ fn dd_with_small_blocks_and_o_direct_matches_dd_on_the_backing_file() {
         for of in [&via, &plain] {
             let mut args = vec!["dd", "if=in.bin", of.as_str(), "status=none"];
             args.extend_from_slice(opts);
-            if of == &via { f.run(&args) } else { direct(&f, &args) };
+            if of == &via {
+                f.run(&args)
+            } else {
+                direct(&f, &args)
+            };
         }
         assert!(read(f.root().join(name)) == read(f.root().join(format!("{name}.direct"))), "dd {opts:?}");
     }
@@ -171,7 +170,11 @@ fn tar_creates_and_extracts_trees_on_the_service() {
     let f = Fixture::new();
     make_tree(&f.work().join("src"));
     f.run(&["tar", "-cf", &f.svc("t.tar"), "-C", "src", "."]);
-    let listed = |o: Output| -> Vec<String> { let mut v: Vec<String> = String::from_utf8(o.stdout).unwrap().lines().map(str::to_string).collect(); v.sort(); v };
+    let listed = |o: Output| -> Vec<String> {
+        let mut v: Vec<String> = String::from_utf8(o.stdout).unwrap().lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
     let via = listed(f.run(&["tar", "-tf", &f.svc("t.tar")]));
     assert_eq!(via, listed(direct(&f, &["tar", "-tf", f.root().join("t.tar").to_str().unwrap()])), "tar -tf");
     assert_eq!(via, listed(direct(&f, &["sh", "-c", "tar -cf - -C src . | tar -tf -"])), "the same members as tar run directly");
@@ -287,6 +290,26 @@ fn forked_children_and_exec_after_a_shell_redirect_keep_working() {
     let plain = direct(&f, &["python3", "f.py", "plain"]).stdout;
     assert_eq!(via, plain);
     assert_eq!(read(f.root().join("child.txt")), read(f.work().join("plain/child.txt")));
+}
+
+/// Programs that read stdin and write stdout/stderr through stdio (not
+/// plain read/write) with those streams redirected to service files by
+/// the shell: the streams they inherit must reach the server.
+#[test]
+fn stdio_programs_with_standard_streams_redirected_to_service_files() {
+    let f = Fixture::new();
+    let data = bytes(3 << 20, 9);
+    std::fs::write(f.root().join("a"), &data).unwrap();
+    std::fs::write(f.root().join("words"), b"pear\napple\nfig\n").unwrap();
+    let p = f.prefix();
+    let script = format!("sha256sum < {p}/a > {p}/sum && sort < {p}/words > {p}/sorted && ls {p}/missing 2> {p}/err; cat {p}/sum {p}/sorted");
+    let out = f.run_at(f.server.addr(), &["sh", "-c", &script], b"");
+    let plain = direct(&f, &["sha256sum", f.root().join("a").to_str().unwrap()]).stdout;
+    let sum = String::from_utf8_lossy(&plain).split_whitespace().next().unwrap().to_string();
+    assert_eq!(String::from_utf8_lossy(&read(f.root().join("sum"))).trim(), format!("{sum}  -"), "stdin read with fread, stdout written with printf");
+    assert_eq!(read(f.root().join("sorted")), b"apple\nfig\npear\n");
+    assert!(String::from_utf8_lossy(&read(f.root().join("err"))).contains("missing"), "stderr reaches the server");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{sum}  -\napple\nfig\npear\n"));
 }
 
 #[test]

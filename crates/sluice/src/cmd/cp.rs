@@ -1,6 +1,8 @@
-//! `sluice cp SRC DST`: copy a file into, out of, or within the server; a
-//! path written `:path` is on the server. Server-side transfers keep
-//! `WINDOW` requests of `CHUNK_BYTES` in flight.
+//! `sluice cp SRC DST`: copy a file into, out of, or within the server (or
+//! cluster); a path written `:path` is on the server. Transfers with one
+//! server keep `WINDOW` requests of `CHUNK_BYTES` in flight; with a
+//! cluster each batch of `WINDOW * CHUNK_BYTES` is one striped call, cut
+//! per data server and sent to all of them at once.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -8,7 +10,8 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
-use sluice_client::{Client, Fd};
+use sluice_client::Fd;
+use sluice_cluster::Remote;
 
 use super::remote::{connect, remote_path};
 
@@ -33,25 +36,18 @@ pub struct CpArgs {
 /// One side of the copy.
 enum End<'a> {
     Local(File),
-    Remote(&'a Client, Fd),
+    Remote(&'a Remote, Fd),
 }
 
 impl End<'_> {
     /// Fill `buf` from `at`; fewer bytes only at end of file.
     fn read_batch(&self, buf: &mut [u8], at: u64) -> anyhow::Result<usize> {
         match self {
-            End::Local(f) => {
-                let mut n = 0;
-                while n < buf.len() {
-                    let r = f.read_at(&mut buf[n..], at + n as u64)?;
-                    if r == 0 {
-                        break;
-                    }
-                    n += r;
-                }
-                Ok(n)
-            }
-            End::Remote(c, fd) => {
+            End::Local(f) => fill(buf, at, |b, o| Ok(f.read_at(b, o)?)),
+            End::Remote(r, fd) => {
+                let Some(c) = r.as_server() else {
+                    return fill(buf, at, |b, o| Ok(r.pread(*fd, b, o)?));
+                };
                 let tickets: Vec<_> = buf.chunks(CHUNK_BYTES).enumerate().map(|(i, ch)| c.submit_read(*fd, ch.len(), at + (i * CHUNK_BYTES) as u64)).collect::<Result<_, _>>()?;
                 let mut total = 0;
                 let mut short = false;
@@ -70,7 +66,11 @@ impl End<'_> {
     fn write_batch(&self, data: &[u8], at: u64) -> anyhow::Result<()> {
         match self {
             End::Local(f) => Ok(f.write_all_at(data, at)?),
-            End::Remote(c, fd) => {
+            End::Remote(r, fd) => {
+                let Some(c) = r.as_server() else {
+                    r.pwrite(*fd, data, at)?;
+                    return Ok(());
+                };
                 let tickets: Vec<_> = data.chunks(CHUNK_BYTES).enumerate().map(|(i, ch)| c.submit_write(*fd, ch, at + (i * CHUNK_BYTES) as u64)).collect::<Result<_, _>>()?;
                 for t in tickets {
                     c.wait_write(t)?;
@@ -81,18 +81,31 @@ impl End<'_> {
     }
 }
 
+/// Read into all of `buf` from `at` with `read` (short only at end of file).
+fn fill(buf: &mut [u8], at: u64, mut read: impl FnMut(&mut [u8], u64) -> anyhow::Result<usize>) -> anyhow::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        let got = read(&mut buf[n..], at + n as u64)?;
+        if got == 0 {
+            break;
+        }
+        n += got;
+    }
+    Ok(n)
+}
+
 fn base_name(path: &str) -> anyhow::Result<&str> {
     Path::new(path).file_name().and_then(|n| n.to_str()).ok_or_else(|| anyhow!("{path:?} has no file name"))
 }
 
-fn open_src<'a>(c: &'a Client, src: &str) -> anyhow::Result<End<'a>> {
+fn open_src<'a>(c: &'a Remote, src: &str) -> anyhow::Result<End<'a>> {
     match remote_path(src) {
         Some(p) => Ok(End::Remote(c, c.open(p, libc::O_RDONLY, 0)?)),
         None => Ok(End::Local(File::open(src).with_context(|| format!("cannot open {src}"))?)),
     }
 }
 
-fn open_dst<'a>(c: &'a Client, src: &str, dst: &str) -> anyhow::Result<End<'a>> {
+fn open_dst<'a>(c: &'a Remote, src: &str, dst: &str) -> anyhow::Result<End<'a>> {
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
     match remote_path(dst) {
         Some(p) => {

@@ -60,7 +60,9 @@ pub fn set(a: SetstripeArgs) -> anyhow::Result<()> {
         Ok(e) if e.kind == EntryKind::Dir => {
             c.set_dir_default(path, req).map_err(|e| anyhow::anyhow!("setstripe: {e}"))?;
         }
-        Ok(_) => anyhow::bail!("setstripe: {path:?} exists; a file's layout is set when it is created"),
+        Ok(_) => {
+            anyhow::bail!("setstripe: {path:?} exists; a file's layout is set when it is created")
+        }
         Err(e) if e.kind == ErrorKind::NotFound => {
             let f = c.create(path, req).map_err(|e| anyhow::anyhow!("setstripe: {e}"))?;
             c.close(&f)?;

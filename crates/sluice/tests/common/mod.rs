@@ -1,0 +1,73 @@
+//! Helpers shared by the end-to-end tests: the binaries under test,
+//! waiting for a condition, running shell commands, and FUSE mounts that
+//! are undone even when a test fails.
+
+#![allow(dead_code)] // Each test binary uses its own subset.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// The newest `libsluice_preload.so` of this build profile.
+pub fn preload_library() -> PathBuf {
+    let bin = Path::new(SLUICE).parent().unwrap();
+    let found = [bin.join("libsluice_preload.so"), bin.join("deps/libsluice_preload.so")].into_iter().filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p))).max();
+    found.map(|(_, p)| p).expect("libsluice_preload.so is not built: run `cargo build -p sluice-preload` (make test builds it)")
+}
+
+/// Poll `ok` every 20 ms; fail the test after 10 s.
+pub fn wait_for(mut ok: impl FnMut() -> bool, what: &str) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn is_mounted(p: &Path) -> bool {
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    mounts.lines().any(|l| l.split(' ').nth(1) == Some(p.to_str().unwrap()))
+}
+
+pub fn sh(cmd: &str) -> Output {
+    Command::new("sh").args(["-c", cmd]).output().unwrap()
+}
+
+/// Run `cmd` with `sh -c`; fail the test with its stderr if it fails.
+pub fn ok(cmd: &str) {
+    let out = sh(cmd);
+    assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn same(a: &Path, b: &Path) {
+    assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), "{} differs from {}", a.display(), b.display());
+}
+
+/// A `sluice mount` process; unmounted and killed when dropped.
+pub struct Mount {
+    pub point: PathBuf,
+    pub child: Option<Child>,
+}
+
+impl Mount {
+    /// Mount `addr` (a server or a cluster) on `point` and wait for it.
+    pub fn start(addr: &str, point: &Path) -> Mount {
+        std::fs::create_dir_all(point).unwrap();
+        let child = Command::new(SLUICE).args(["mount", "--server", addr]).arg(point).stderr(Stdio::null()).spawn().unwrap();
+        let m = Mount { point: point.to_path_buf(), child: Some(child) };
+        wait_for(|| is_mounted(point), "the mount");
+        m
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = Command::new("umount").arg("-l").arg(&self.point).stderr(Stdio::null()).status();
+    }
+}
