@@ -28,15 +28,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
-        Config {
-            requests: 100_000,
-            queued: 10_000,
-            apps: 100,
-            files: 1_000,
-            rounds: 3,
-            seed: 1,
-            policies: POLICY_NAMES.iter().map(|s| s.to_string()).collect(),
-        }
+        Config { requests: 100_000, queued: 10_000, apps: 100, files: 1_000, rounds: 3, seed: 1, policies: POLICY_NAMES.iter().map(|s| s.to_string()).collect() }
     }
 }
 
@@ -168,10 +160,7 @@ pub fn table(r: &Report) -> String {
         r.queued, r.apps, r.files, "policy", "ns/request", "requests", "dispatches", "req/disp"
     );
     for p in &r.policies {
-        out += &format!(
-            "{:<12} {:>14.1} {:>12} {:>12} {:>10.2}\n",
-            p.name, p.ns_per_request, p.requests, p.dispatches, p.requests_per_dispatch
-        );
+        out += &format!("{:<12} {:>14.1} {:>12} {:>12} {:>10.2}\n", p.name, p.ns_per_request, p.requests, p.dispatches, p.requests_per_dispatch);
     }
     out
 }

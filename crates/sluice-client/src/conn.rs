@@ -74,9 +74,8 @@ fn dial(addr: &str) -> Result<Stream> {
     if !addr.starts_with("unix:") && !addr.starts_with("tcp:") {
         return Err(ClientError::invalid(format!("bad server address {addr:?}: expected unix:PATH or tcp:HOST:PORT")));
     }
-    Stream::connect(addr).map_err(|e| {
-        ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}"))
-    })
+    Stream::connect(addr)
+        .map_err(|e| ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}")))
 }
 
 impl Conn {

@@ -228,7 +228,8 @@ impl Client {
     /// `io_bytes_max` and pipelined.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize> {
         let chunk = self.io_bytes_max.max(1);
-        let tickets: Vec<(usize, Ticket)> = (0..buf.len()).step_by(chunk).map(|at| Ok((at, self.submit_read(fd, chunk.min(buf.len() - at), offset + at as u64)?))).collect::<Result<_>>()?;
+        let tickets: Vec<(usize, Ticket)> =
+            (0..buf.len()).step_by(chunk).map(|at| Ok((at, self.submit_read(fd, chunk.min(buf.len() - at), offset + at as u64)?))).collect::<Result<_>>()?;
         let mut total = 0;
         let mut short = false;
         for (at, t) in tickets {

@@ -62,13 +62,7 @@ enum Event {
 
 /// Run `streams` to completion. `service` gives each dispatch's duration;
 /// `check` runs the scheduler's invariant walk after every event.
-pub fn replay(
-    s: &mut Scheduler,
-    streams: &[Stream],
-    mut service: impl FnMut(&Dispatch) -> Nanos,
-    events_max: u64,
-    check: bool,
-) -> Result<Log, ReplayError> {
+pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Dispatch) -> Nanos, events_max: u64, check: bool) -> Result<Log, ReplayError> {
     let mut heap: BinaryHeap<Reverse<(Nanos, u64, Event)>> = BinaryHeap::new();
     let mut tie = 0u64;
     let mut push = |heap: &mut BinaryHeap<_>, t: Nanos, e: Event| {

@@ -300,8 +300,7 @@ impl Scheduler {
             assert_eq!(fq.is_idle(), fq.idle_cached, "file {file:?} idle state");
             active += usize::from(!fq.is_idle());
             let writes = fq.maps[1].len() + fq.blocked.iter().filter(|b| b.req.op == crate::types::Op::Write).count();
-            let inflight_writes: u64 =
-                self.inflight.values().filter(|d| d.file == *file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
+            let inflight_writes: u64 = self.inflight.values().filter(|d| d.file == *file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
             assert_eq!(u64::from(fq.writes), writes as u64 + inflight_writes, "file {file:?} write count");
             queued += fq.count() as u64;
             let fb: u64 = fq.maps.iter().flat_map(|m| m.values()).map(|&s| self.store.entry(s).req.len).sum();

@@ -281,9 +281,7 @@ impl Store {
         if op == Op::Read && fq.writes == 0 {
             return false;
         }
-        let clash = |other_op: Op, o_off: u64, o_end: u64| {
-            (op == Op::Write || other_op == Op::Write) && o_off < end && offset < o_end
-        };
+        let clash = |other_op: Op, o_off: u64, o_end: u64| (op == Op::Write || other_op == Op::Write) && o_off < end && offset < o_end;
         if fq.inflight.iter().any(|f| clash(f.op, f.offset, f.end)) {
             return true;
         }

@@ -68,14 +68,7 @@ pub struct Hdd {
 impl Hdd {
     /// A 7200 rpm disk with the figures above.
     pub fn hdd7200() -> Hdd {
-        Hdd {
-            seek_far_ns: 9_000_000,
-            seek_near_ns: 1_000_000,
-            near_bytes: 1 << 20,
-            rotation_ns: 4_170_000,
-            bytes_per_s: 100_000_000,
-            head: None,
-        }
+        Hdd { seek_far_ns: 9_000_000, seek_near_ns: 1_000_000, near_bytes: 1 << 20, rotation_ns: 4_170_000, bytes_per_s: 100_000_000, head: None }
     }
 
     fn transfer_ns(&self, len: u64) -> u64 {

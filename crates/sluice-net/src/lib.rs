@@ -91,9 +91,7 @@ impl Stream {
     pub fn set_send_buffer(&self, bytes: usize) {
         let v = bytes as libc::c_int;
         // SAFETY: v is a valid c_int for the call's duration.
-        unsafe {
-            libc::setsockopt(self.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t)
-        };
+        unsafe { libc::setsockopt(self.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, (&v as *const libc::c_int).cast(), std::mem::size_of::<libc::c_int>() as libc::socklen_t) };
     }
 }
 

@@ -40,9 +40,9 @@ impl ProtoError {
     /// The POSIX errno a server replies with for this error.
     pub fn errno(&self) -> i32 {
         match self.kind {
-            ProtoErrorKind::TooLarge => 90, // EMSGSIZE
+            ProtoErrorKind::TooLarge => 90,      // EMSGSIZE
             ProtoErrorKind::UnknownOpcode => 38, // ENOSYS
-            _ => 71, // EPROTO
+            _ => 71,                             // EPROTO
         }
     }
 }

@@ -35,8 +35,8 @@ mod wire;
 pub use error::{ProtoError, ProtoErrorKind};
 pub use frame::{check_header, encode_header, Header, Opcode};
 pub use msg::{
-    encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats,
-    DirEntry, FileKind, Hello, HelloOk, Request, Response, WireStat,
+    encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, DirEntry, FileKind, Hello, HelloOk, Request, Response,
+    WireStat,
 };
 
 /// Protocol version spoken by this crate; the handshake refuses others.

@@ -5,10 +5,7 @@
 use crate::error::{ProtoError, ProtoErrorKind};
 use crate::frame::{encode_header, Header, Opcode};
 use crate::wire::{put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
-use crate::{
-    APP_NAME_BYTES_MAX, DIR_ENTRIES_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX,
-    PATH_BYTES_MAX, STATS_APPS_MAX, VERSION,
-};
+use crate::{APP_NAME_BYTES_MAX, DIR_ENTRIES_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX, PATH_BYTES_MAX, STATS_APPS_MAX, VERSION};
 
 /// The client's handshake: who is asking, and with which QoS weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,26 +32,71 @@ pub struct HelloOk {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
     Hello(Hello<'a>),
-    Open { path: &'a str, flags: i32, mode: u32 },
-    Close { fd: u64 },
-    Read { fd: u64, offset: u64, len: u32 },
-    Write { fd: u64, offset: u64, data: &'a [u8] },
+    Open {
+        path: &'a str,
+        flags: i32,
+        mode: u32,
+    },
+    Close {
+        fd: u64,
+    },
+    Read {
+        fd: u64,
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        fd: u64,
+        offset: u64,
+        data: &'a [u8],
+    },
     /// SFIO's mread: many `(offset, len)` pieces, answered by one `Data`
     /// holding the pieces back to back.
-    ReadList { fd: u64, pieces: Vec<(u64, u64)> },
+    ReadList {
+        fd: u64,
+        pieces: Vec<(u64, u64)>,
+    },
     /// SFIO's mwrite: `data` holds the pieces back to back.
-    WriteList { fd: u64, pieces: Vec<(u64, u64)>, data: &'a [u8] },
-    Fsync { fd: u64 },
-    Fdatasync { fd: u64 },
-    Ftruncate { fd: u64, len: u64 },
-    Stat { path: &'a str },
-    Fstat { fd: u64 },
-    Unlink { path: &'a str },
-    Rename { from: &'a str, to: &'a str },
-    Mkdir { path: &'a str, mode: u32 },
-    Rmdir { path: &'a str },
+    WriteList {
+        fd: u64,
+        pieces: Vec<(u64, u64)>,
+        data: &'a [u8],
+    },
+    Fsync {
+        fd: u64,
+    },
+    Fdatasync {
+        fd: u64,
+    },
+    Ftruncate {
+        fd: u64,
+        len: u64,
+    },
+    Stat {
+        path: &'a str,
+    },
+    Fstat {
+        fd: u64,
+    },
+    Unlink {
+        path: &'a str,
+    },
+    Rename {
+        from: &'a str,
+        to: &'a str,
+    },
+    Mkdir {
+        path: &'a str,
+        mode: u32,
+    },
+    Rmdir {
+        path: &'a str,
+    },
     /// Entries of a directory from index `start` on (sorted by name).
-    Readdir { path: &'a str, start: u32 },
+    Readdir {
+        path: &'a str,
+        start: u32,
+    },
     /// Per-application counters.
     Stats,
 }
@@ -129,9 +171,15 @@ pub enum Response<'a> {
     /// Bytes written.
     Count(u64),
     Stat(WireStat),
-    Dir { entries: Vec<DirEntry>, done: bool },
+    Dir {
+        entries: Vec<DirEntry>,
+        done: bool,
+    },
     Stats(Vec<AppStats>),
-    Error { errno: i32, message: &'a str },
+    Error {
+        errno: i32,
+        message: &'a str,
+    },
 }
 
 fn too_large(what: &str, n: u64, max: u64) -> ProtoError {

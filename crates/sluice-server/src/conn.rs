@@ -259,15 +259,24 @@ impl Conn {
         let file = Arc::clone(self.file(plan.fd)?);
         let need = if plan.op == Op::Write { libc::O_WRONLY } else { libc::O_RDONLY };
         if file.access != libc::O_RDWR && file.access != need {
-            return Err(Error::new(crate::ErrorKind::Invalid, libc::EBADF, format!("file handle {} is not open for {}", plan.fd, if plan.op == Op::Write { "writing" } else { "reading" })));
+            return Err(Error::new(
+                crate::ErrorKind::Invalid,
+                libc::EBADF,
+                format!("file handle {} is not open for {}", plan.fd, if plan.op == Op::Write { "writing" } else { "reading" }),
+            ));
         }
         self.reply.inflight.fetch_add(1, Ordering::AcqRel);
         let total: u64 = plan.pieces.iter().map(|p| p.1).sum();
-        let live: Vec<(usize, u64, u64)> = plan.pieces.iter().scan(0usize, |pos, &(o, l)| {
-            let at = *pos;
-            *pos += l as usize;
-            Some((at, o, l))
-        }).filter(|p| p.2 > 0).collect();
+        let live: Vec<(usize, u64, u64)> = plan
+            .pieces
+            .iter()
+            .scan(0usize, |pos, &(o, l)| {
+                let at = *pos;
+                *pos += l as usize;
+                Some((at, o, l))
+            })
+            .filter(|p| p.2 > 0)
+            .collect();
         let list = (plan.list || live.is_empty()).then(|| {
             let data = if plan.op == Op::Read { vec![0u8; total as usize] } else { Vec::new() };
             let inner = ListInner { remaining: live.len(), data, bytes: 0, error: None };
@@ -279,19 +288,22 @@ impl Conn {
             return Ok(());
         }
         let now = self.shared.clock.now();
-        let items = live.into_iter().map(|(pos, offset, len)| {
-            let id = RequestId(self.shared.request_next.fetch_add(1, Ordering::Relaxed));
-            let req = CoreRequest { id, app: self.app, client: self.client, file: file.id, op: plan.op, offset, len };
-            let buf = match &plan.body {
-                Some((body, at)) => Buf::Write(Arc::clone(body), at + pos, len as usize),
-                None => Buf::Read(vec![0u8; len as usize]),
-            };
-            let reply = match &list {
-                Some(l) => Reply::Piece(Arc::clone(l), pos),
-                None => Reply::Single(self.reply.clone(), plan.id),
-            };
-            Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) }
-        }).collect();
+        let items = live
+            .into_iter()
+            .map(|(pos, offset, len)| {
+                let id = RequestId(self.shared.request_next.fetch_add(1, Ordering::Relaxed));
+                let req = CoreRequest { id, app: self.app, client: self.client, file: file.id, op: plan.op, offset, len };
+                let buf = match &plan.body {
+                    Some((body, at)) => Buf::Write(Arc::clone(body), at + pos, len as usize),
+                    None => Buf::Read(vec![0u8; len as usize]),
+                };
+                let reply = match &list {
+                    Some(l) => Reply::Piece(Arc::clone(l), pos),
+                    None => Reply::Single(self.reply.clone(), plan.id),
+                };
+                Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) }
+            })
+            .collect();
         let _ = self.shared.events.send(Event::Submit(items));
         Ok(())
     }

@@ -138,11 +138,13 @@ fn spawn_workers(shared: &Arc<Shared>, jobs: mpsc::Receiver<exec::Job>) -> Resul
     (0..c.queue_depth)
         .map(|_| {
             let (exec, jobs, events, apps, clock) = (Arc::clone(&exec), Arc::clone(&jobs), shared.events.clone(), Arc::clone(&shared.apps), shared.clock);
-            spawn("sluice-exec", move || exec::worker(exec, jobs, move |job| {
-                let id = job.dispatch.id;
-                let answered = dispatch::answer_job(&apps, job, clock.now());
-                let _ = events.send(Event::Done(id, answered));
-            }))
+            spawn("sluice-exec", move || {
+                exec::worker(exec, jobs, move |job| {
+                    let id = job.dispatch.id;
+                    let answered = dispatch::answer_job(&apps, job, clock.now());
+                    let _ = events.send(Event::Done(id, answered));
+                })
+            })
         })
         .collect()
 }
@@ -255,7 +257,14 @@ pub fn summary_table(apps: &[AppStats]) -> String {
     for a in apps {
         s += &format!(
             "{:<24} {:>10} {:>10} {:>7.2} {:>12} {:>12} {:>7} {:>10}\n",
-            a.name, a.requests, a.dispatches, a.aggregation_factor(), a.bytes_read, a.bytes_written, a.errors, median_bucket_us(a)
+            a.name,
+            a.requests,
+            a.dispatches,
+            a.aggregation_factor(),
+            a.bytes_read,
+            a.bytes_written,
+            a.errors,
+            median_bucket_us(a)
         );
     }
     s

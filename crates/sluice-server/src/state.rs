@@ -138,7 +138,8 @@ impl AppTable {
                     return Err(Error::limit(libc::EUSERS, format!("too many applications (apps_max = {})", self.apps_max)));
                 }
                 let id = AppId(self.apps.len() as u32);
-                let stats = AppStats { name: name.to_string(), weight, requests: 0, dispatches: 0, bytes_read: 0, bytes_written: 0, errors: 0, latency_us_log2: [0; LATENCY_BUCKETS] };
+                let stats =
+                    AppStats { name: name.to_string(), weight, requests: 0, dispatches: 0, bytes_read: 0, bytes_written: 0, errors: 0, latency_us_log2: [0; LATENCY_BUCKETS] };
                 self.apps.push(App { stats, connections: 0 });
                 self.by_name.insert(name.to_string(), id);
                 id

@@ -57,8 +57,8 @@ pub use engine::{EventQueue, Rng, Time};
 pub use error::{Error, ErrorKind};
 pub use plot::sweep_png;
 pub use report::{jain, size, AppReport, DeviceReport, Report, RunReport};
-pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use scenario::{AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Scenario, Server};
+pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use server::device;
 pub use trace::Trace;
 pub use workload::{stripe_map, Layout, TwoPhase};
@@ -155,9 +155,26 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
         scale: 1.0,
         modes: vec!["fifo".into(), "aioli".into()],
         sweep_granularity_bytes: Vec::new(),
-        network: Network { nic_bytes_per_s: 125_000_000, nic_latency_ns: 50_000, switch_bytes_per_s: 1_000_000_000_000, switch_latency_ns: 0, packet_bytes: 1500, header_bytes: 128 },
+        network: Network {
+            nic_bytes_per_s: 125_000_000,
+            nic_latency_ns: 50_000,
+            switch_bytes_per_s: 1_000_000_000_000,
+            switch_latency_ns: 0,
+            packet_bytes: 1500,
+            header_bytes: 128,
+        },
         cluster: Cluster { compute_nodes: nodes },
-        server: Server { count: servers, device: "ssd".into(), hdd: None, profile: None, stripe_bytes: 1 << 20, stripe_count: servers, cache_bytes: 0, cache_block_bytes: 0, backlog_max: 1 << 20 },
+        server: Server {
+            count: servers,
+            device: "ssd".into(),
+            hdd: None,
+            profile: None,
+            stripe_bytes: 1 << 20,
+            stripe_count: servers,
+            cache_bytes: 0,
+            cache_block_bytes: 0,
+            backlog_max: 1 << 20,
+        },
         client: Client { fs_piece_bytes: 0, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 1_000_000 },
         apps,
         bounds: Bounds::default(),

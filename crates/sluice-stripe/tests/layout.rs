@@ -6,8 +6,7 @@ use sluice_stripe::*;
 
 fn layout() -> impl Strategy<Value = Layout> {
     (1u64..=64, 1u32..=8, 0u32..8).prop_flat_map(|(units, servers, start)| {
-        (Just(units * STRIPE_UNIT_BYTES), 1..=servers, Just(start % servers), Just(servers))
-            .prop_map(|(sb, count, start, servers)| Layout::new(sb, count, start, servers).unwrap())
+        (Just(units * STRIPE_UNIT_BYTES), 1..=servers, Just(start % servers), Just(servers)).prop_map(|(sb, count, start, servers)| Layout::new(sb, count, start, servers).unwrap())
     })
 }
 

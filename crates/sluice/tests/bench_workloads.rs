@@ -29,15 +29,7 @@ impl Drop for Scratch {
 fn bench(dir: &Path, args: &[&str]) -> Value {
     let json = dir.join("report.json");
     let root = dir.join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .arg("bench")
-        .args(args)
-        .arg("--root")
-        .arg(&root)
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice")).arg("bench").args(args).arg("--root").arg(&root).arg("--json").arg(&json).output().unwrap();
     assert!(out.status.success(), "sluice bench {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }

@@ -134,7 +134,8 @@ fn striped_files_over_three_server_hosts_and_two_client_hosts() {
     let dir = tempfile::tempdir().unwrap();
     let host = |i: usize| format!("{prefix}h{i}");
     let mut servers: Vec<Option<Proc>> = (0..SERVERS).map(|i| Some(spawn_in(&host(i), &serve_args(dir.path(), i), "sluice: serving"))).collect();
-    let mut meta_args: Vec<String> = vec!["meta".into(), "--db".into(), dir.path().join("meta.redb").display().to_string(), "--listen".into(), format!("tcp:{}:{META_PORT}", host_addr(0))];
+    let mut meta_args: Vec<String> =
+        vec!["meta".into(), "--db".into(), dir.path().join("meta.redb").display().to_string(), "--listen".into(), format!("tcp:{}:{META_PORT}", host_addr(0))];
     for i in 0..SERVERS {
         meta_args.extend(["--data".into(), format!("tcp:{}:{DATA_PORT}", host_addr(i))]);
     }

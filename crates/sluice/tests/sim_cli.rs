@@ -24,12 +24,8 @@ impl Drop for Scratch {
 
 fn sim(dir: &Scratch, json: &str, extra: &[&str]) -> (String, Value) {
     let path = dir.0.join(json);
-    let out = Command::new(SLUICE)
-        .args(["sim", &scenario("mix10.toml"), "--policy", "fifo", "--policy", "aioli", "--scale", "0.01", "--json"])
-        .arg(&path)
-        .args(extra)
-        .output()
-        .unwrap();
+    let out =
+        Command::new(SLUICE).args(["sim", &scenario("mix10.toml"), "--policy", "fifo", "--policy", "aioli", "--scale", "0.01", "--json"]).arg(&path).args(extra).output().unwrap();
     assert!(out.status.success(), "sluice sim failed: {}", String::from_utf8_lossy(&out.stderr));
     (String::from_utf8_lossy(&out.stdout).into_owned(), serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
 }
@@ -40,7 +36,13 @@ fn simulated(v: &Value) -> Vec<(String, f64, Vec<f64>)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| (r["mode"].as_str().unwrap().to_string(), r["makespan_s"].as_f64().unwrap(), r["apps"].as_array().unwrap().iter().map(|a| a["completion_s"].as_f64().unwrap()).collect()))
+        .map(|r| {
+            (
+                r["mode"].as_str().unwrap().to_string(),
+                r["makespan_s"].as_f64().unwrap(),
+                r["apps"].as_array().unwrap().iter().map(|a| a["completion_s"].as_f64().unwrap()).collect(),
+            )
+        })
         .collect()
 }
 

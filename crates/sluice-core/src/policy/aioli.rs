@@ -196,14 +196,7 @@ impl Aioli {
             self.files.retain(|_, f| f.used >= keep_from);
         }
         let (min, hold_ns) = (self.p.file_target_bytes_min, (self.p.hold_ns_max / 5).max(self.p.hold_ns_min));
-        let f = self.files.entry(id).or_insert_with(|| FileHist {
-            target: min,
-            streams: Vec::new(),
-            len_mean: 0,
-            hold_ns,
-            short: false,
-            used: 0,
-        });
+        let f = self.files.entry(id).or_insert_with(|| FileHist { target: min, streams: Vec::new(), len_mean: 0, hold_ns, short: false, used: 0 });
         f.used = self.tick;
         f
     }
@@ -288,9 +281,8 @@ impl Aioli {
         // have joined it.
         let key = stream_key(r.app, r.client);
         let mine = self.streams.get(&key).and_then(|s| s.last_dispatch);
-        let near = |t: &FxHashMap<(FileId, u64), (DispatchId, Nanos)>, at: u64| {
-            t.get(&(r.file, at)).is_some_and(|&(d, when)| Some(d) != mine && now.saturating_sub(when) <= window_ns)
-        };
+        let near =
+            |t: &FxHashMap<(FileId, u64), (DispatchId, Nanos)>, at: u64| t.get(&(r.file, at)).is_some_and(|&(d, when)| Some(d) != mine && now.saturating_sub(when) <= window_ns);
         let interleaved = near(&self.recent_by_end, r.offset) || near(&self.recent_by_start, r.end());
         let f = self.file(r.file);
         f.len_mean = if f.len_mean == 0 { r.len } else { (7 * f.len_mean + r.len) / 8 };

@@ -42,8 +42,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
     let mut cfg = LocalClusterConfig::new(&a.root, a.servers);
-    cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy)
-        .with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
+    cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy).with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
     cfg.device = DeviceKind::parse(&a.device)?;
     cfg.direct = a.direct;
     for sig in [libc::SIGINT, libc::SIGTERM] {

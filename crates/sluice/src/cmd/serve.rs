@@ -50,8 +50,7 @@ fn install_signal_handlers() {
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mut cfg = ServerConfig::new(&a.root, Listen::parse(&a.listen)?);
-    cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy)
-        .with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
+    cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy).with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
     cfg.direct = a.direct;
     cfg.device = DeviceKind::parse(&a.device)?;
     cfg.queue_depth = a.queue_depth;
