@@ -3,11 +3,14 @@
 //! bridge (in a sixth, switch namespace). Data servers are `sluice serve`
 //! over TCP, the metadata role `sluice meta` on server host 0. Two clients
 //! write one striped file, read it back, `getstripe` shows the objects on
-//! all three servers; one data server is killed (the clients get a clear
-//! error within seconds while a file on another server stays readable) and
-//! restarted (everything acknowledged reads back). Namespaces and processes
-//! are removed even on failure; without the rights to create namespaces the
-//! test says so and skips.
+//! all three servers; one data server is killed while a client is reading
+//! (that client gets a clear error within seconds while a file on another
+//! server stays readable) and restarted (everything acknowledged reads
+//! back). Each client link is shaped with `tc`: `netem` delay and rate
+//! where the kernel has netem, else a `tbf` rate limit (this development
+//! VM's kernel has no netem), else unshaped, as the test's stderr says.
+//! Namespaces and processes are removed even on failure; without the
+//! rights to create namespaces the test says so and skips.
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsRawFd;
@@ -21,6 +24,9 @@ const SERVERS: usize = 3;
 const CLIENTS: usize = 2;
 const DATA_PORT: u16 = 7000;
 const META_PORT: u16 = 7100;
+/// Shaping of each client host's link: rate, and delay where netem exists.
+const CLIENT_RATE: &str = "1gbit";
+const CLIENT_DELAY: &str = "2ms";
 
 /// The namespaces this test made; deleted when dropped.
 struct Netns {
@@ -67,6 +73,16 @@ fn make_network(net: &mut Netns, prefix: &str) -> Result<(), String> {
         ip(&["-n", &h, "link", "set", "lo", "up"])?;
     }
     Ok(())
+}
+
+/// Shape client host `h`'s link with `tc`: netem (delay and rate), else
+/// tbf (rate only); returns which, or `None` when neither qdisc exists.
+fn shape(h: &str) -> Option<&'static str> {
+    let tc = |args: &[&str]| Command::new("tc").args(["-n", h, "qdisc", "replace", "dev", "eth0", "root"]).args(args).output().is_ok_and(|o| o.status.success());
+    if tc(&["netem", "delay", CLIENT_DELAY, "rate", CLIENT_RATE]) {
+        return Some("netem");
+    }
+    tc(&["tbf", "rate", CLIENT_RATE, "burst", "256kb", "latency", "50ms"]).then_some("tbf")
 }
 
 /// A process in a namespace, killed when dropped; stdout kept open.
@@ -133,6 +149,13 @@ fn striped_files_over_three_server_hosts_and_two_client_hosts() {
     }
     let dir = tempfile::tempdir().unwrap();
     let host = |i: usize| format!("{prefix}h{i}");
+    for k in SERVERS..SERVERS + CLIENTS {
+        match shape(&host(k)) {
+            Some("netem") => eprintln!("client host {k}: netem delay {CLIENT_DELAY}, rate {CLIENT_RATE}"),
+            Some(q) => eprintln!("client host {k}: {q} rate {CLIENT_RATE} (no netem in this kernel: no added delay)"),
+            None => eprintln!("client host {k}: unshaped (tc has neither netem nor tbf here)"),
+        }
+    }
     let mut servers: Vec<Option<Proc>> = (0..SERVERS).map(|i| Some(spawn_in(&host(i), &serve_args(dir.path(), i), "sluice: serving"))).collect();
     let mut meta_args: Vec<String> =
         vec!["meta".into(), "--db".into(), dir.path().join("meta.redb").display().to_string(), "--listen".into(), format!("tcp:{}:{META_PORT}", host_addr(0))];
@@ -178,8 +201,38 @@ fn striped_files_over_three_server_hosts_and_two_client_hosts() {
     for i in 0..SERVERS {
         assert!(out.contains(&format!("tcp:{}:{DATA_PORT}", host_addr(i))), "no object on server {i}:\n{out}");
     }
-    // Kill data server 2: a clear error within seconds; on0.dat stays readable.
-    drop(servers[2].take());
+    // Kill data server 2 while client host 0 reads the striped file in a
+    // loop: that reader gets a clear error within seconds.
+    let reading = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            in_ns(&client_host(0), || {
+                let c = StripedClient::connect(&addr).unwrap();
+                let f = c.open("shared.dat", libc::O_RDONLY).unwrap();
+                let mut buf = vec![0u8; total as usize];
+                for _ in 0..100_000 {
+                    match c.pread(&f, &mut buf, 0) {
+                        Ok(n) => assert!(n == total as usize && buf == pattern(0, total), "a read before the kill is wrong"),
+                        Err(e) => return (e, Instant::now()),
+                    }
+                    reading.store(true, std::sync::atomic::Ordering::Release);
+                }
+                panic!("100,000 reads succeeded with data server 2 killed");
+            })
+        });
+        while !reading.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(!reader.is_finished(), "the reader stopped before the kill");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let killed = Instant::now();
+        drop(servers[2].take());
+        let (e, failed) = reader.join().unwrap();
+        assert_eq!(e.kind, ErrorKind::DataServer, "{e}");
+        assert!(e.message.contains("data server 2"), "{e}");
+        assert!(failed - killed < Duration::from_secs(5), "the error took {:?}", failed - killed);
+    });
+    // A file on another server stays readable; opening the striped file
+    // fails at once, naming the dead server.
     in_ns(&client_host(0), || {
         let c = StripedClient::connect(&addr).unwrap();
         let t = Instant::now();
