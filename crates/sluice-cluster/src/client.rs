@@ -164,7 +164,8 @@ impl StripedClient {
         // A socket file that is not there means nobody listens, not a
         // missing file.
         let errno = if e.kind == ClientErrorKind::Connect && e.errno == libc::ENOENT { libc::ECONNREFUSED } else { e.errno };
-        Error::new(ErrorKind::DataServer, errno, format!("data server {server} ({addr}) unavailable for {what}: {e}"))
+        let how = if matches!(e.kind, ClientErrorKind::Connect | ClientErrorKind::Disconnected) { "unavailable for" } else { "refused" };
+        Error::new(ErrorKind::DataServer, errno, format!("data server {server} ({addr}) {how} {what}: {e}"))
     }
 
     /// The namespace entry at `path`.

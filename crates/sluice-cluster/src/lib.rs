@@ -23,6 +23,7 @@
 //! holds plus one ([`sluice_stripe::file_size`]), read from the objects'
 //! sizes, so concurrent writers on different servers never race on it.
 
+mod ahead;
 mod client;
 mod error;
 mod local;
@@ -32,6 +33,7 @@ mod proto;
 mod remote;
 mod server;
 
+pub use ahead::{READ_AHEAD_BYTES_MAX, READ_AHEAD_TOTAL_MAX, READ_AHEAD_TTL};
 pub use client::{ObjectInfo, StripedClient, StripedFile, OBJECTS_DIR};
 pub use error::{Error, ErrorKind, Result};
 pub use local::{LocalCluster, LocalClusterConfig, DATA_SOCKET_PREFIX, META_SOCKET};

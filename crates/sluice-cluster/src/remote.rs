@@ -12,7 +12,9 @@
 //! entries (one more `open` fails with ENFILE); a handle is a number that
 //! is never reused by this `Remote`. An open directory (`O_RDONLY`, as
 //! `open(dir)` and `fstat`/`fchdir` want) is a handle too; reading it is
-//! EISDIR.
+//! EISDIR. Sequential readers get a read-ahead window of one stripe row
+//! (`ahead`), so a reader limited to 1 MiB requests (the FUSE mount) still
+//! keeps every data server busy.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,7 +22,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Stat};
 use sluice_stripe::{file_size, Layout};
 
-use crate::client::{StripedClient, StripedFile};
+use crate::ahead::{Budget, OpenFile, READ_AHEAD_TOTAL_MAX};
+use crate::client::StripedClient;
 use crate::error::{Error, ErrorKind};
 use crate::meta::{Entry, EntryKind};
 use crate::proto::CLUSTER_ERRNO;
@@ -54,6 +57,8 @@ pub struct Cluster {
     client: StripedClient,
     files: Mutex<Files>,
     files_max: usize,
+    /// Read-ahead bytes held by all open files (see `ahead`).
+    ahead: Budget,
 }
 
 struct Files {
@@ -65,7 +70,7 @@ struct Files {
 /// closes its handle meanwhile (the `Arc`).
 #[derive(Clone)]
 enum Handle {
-    File(Arc<StripedFile>),
+    File(Arc<OpenFile>),
     Dir(Stat),
 }
 
@@ -186,7 +191,10 @@ impl Remote {
             Remote::Cluster(k) => {
                 let h = k.files().open.remove(&fd.0).ok_or_else(|| bad_fd(fd))?;
                 match h {
-                    Handle::File(f) => Ok(k.client.close(&f)?),
+                    Handle::File(f) => {
+                        f.invalidate(&k.ahead);
+                        Ok(k.client.close(&f.file)?)
+                    }
                     Handle::Dir(_) => Ok(()),
                 }
             }
@@ -197,7 +205,7 @@ impl Remote {
     pub fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.pread(fd, buf, offset),
-            Remote::Cluster(k) => Ok(k.client.pread(&*k.file(fd)?, buf, offset)?),
+            Remote::Cluster(k) => Ok(k.file(fd)?.pread(&k.client, &k.ahead, buf, offset)?),
         }
     }
 
@@ -205,7 +213,11 @@ impl Remote {
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.pwrite(fd, data, offset),
-            Remote::Cluster(k) => Ok(k.client.pwrite(&*k.file(fd)?, data, offset)?),
+            Remote::Cluster(k) => {
+                let f = k.file(fd)?;
+                f.invalidate(&k.ahead);
+                Ok(k.client.pwrite(&f.file, data, offset)?)
+            }
         }
     }
 
@@ -213,7 +225,7 @@ impl Remote {
         match self {
             Remote::Server(c) => c.fstat(fd),
             Remote::Cluster(k) => match k.handle(fd)? {
-                Handle::File(f) => Ok(file_stat(f.id, &f.layout, &k.client.object_fstats(&f)?)),
+                Handle::File(f) => Ok(file_stat(f.file.id, &f.file.layout, &k.client.object_fstats(&f.file)?)),
                 Handle::Dir(st) => Ok(st),
             },
         }
@@ -235,14 +247,18 @@ impl Remote {
     pub fn ftruncate(&self, fd: Fd, len: u64) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.ftruncate(fd, len),
-            Remote::Cluster(k) => Ok(k.client.ftruncate(&*k.file(fd)?, len)?),
+            Remote::Cluster(k) => {
+                let f = k.file(fd)?;
+                f.invalidate(&k.ahead);
+                Ok(k.client.ftruncate(&f.file, len)?)
+            }
         }
     }
 
     pub fn fsync(&self, fd: Fd) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.fsync(fd),
-            Remote::Cluster(k) => Ok(k.client.fsync(&*k.file(fd)?)?),
+            Remote::Cluster(k) => Ok(k.client.fsync(&k.file(fd)?.file)?),
         }
     }
 
@@ -250,7 +266,7 @@ impl Remote {
     pub fn fdatasync(&self, fd: Fd) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.fdatasync(fd),
-            Remote::Cluster(k) => Ok(k.client.fsync(&*k.file(fd)?)?),
+            Remote::Cluster(k) => Ok(k.client.fsync(&k.file(fd)?.file)?),
         }
     }
 
@@ -308,7 +324,7 @@ fn bad_fd(fd: Fd) -> ClientError {
 
 impl Cluster {
     fn new(client: StripedClient) -> Cluster {
-        Cluster { client, files: Mutex::new(Files { open: HashMap::new(), next: 1 }), files_max: REMOTE_FILES_MAX }
+        Cluster { client, files: Mutex::new(Files { open: HashMap::new(), next: 1 }), files_max: REMOTE_FILES_MAX, ahead: Budget::new(READ_AHEAD_TOTAL_MAX) }
     }
 
     /// The striped client underneath (layouts, list I/O, `getstripe`).
@@ -321,6 +337,16 @@ impl Cluster {
         self.files_max = n.min(REMOTE_FILES_MAX);
     }
 
+    /// Lower the read-ahead bound (tests).
+    pub fn set_read_ahead_max(&mut self, n: usize) {
+        self.ahead = Budget::new(n.min(READ_AHEAD_TOTAL_MAX));
+    }
+
+    /// Read-ahead bytes held now.
+    pub fn read_ahead_bytes(&self) -> usize {
+        self.ahead.used()
+    }
+
     fn files(&self) -> MutexGuard<'_, Files> {
         self.files.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -330,7 +356,7 @@ impl Cluster {
     }
 
     /// The open file behind `fd`; a directory handle is EISDIR.
-    fn file(&self, fd: Fd) -> RemoteResult<Arc<StripedFile>> {
+    fn file(&self, fd: Fd) -> RemoteResult<Arc<OpenFile>> {
         match self.handle(fd)? {
             Handle::File(f) => Ok(f),
             Handle::Dir(_) => Err(err(libc::EISDIR, format!("handle {} is a directory", fd.0))),
@@ -342,21 +368,21 @@ impl Cluster {
             return Err(err(libc::ENFILE, format!("{} files open on this cluster connection (REMOTE_FILES_MAX)", self.files_max)));
         }
         let handle = if flags & libc::O_CREAT != 0 {
-            Handle::File(Arc::new(self.client.open(path, flags)?))
+            Handle::File(Arc::new(OpenFile::new(self.client.open(path, flags)?)))
         } else {
             let e = self.client.lookup(path)?;
             match e.kind {
                 EntryKind::Dir if flags & libc::O_ACCMODE == libc::O_RDONLY => Handle::Dir(dir_stat(path, &e)),
                 EntryKind::Dir => return Err(err(libc::EISDIR, format!("{path:?} is a directory"))),
                 EntryKind::File if flags & libc::O_DIRECTORY != 0 => return Err(err(libc::ENOTDIR, format!("{path:?} is not a directory"))),
-                EntryKind::File => Handle::File(Arc::new(self.client.open_entry(path, &e, flags)?)),
+                EntryKind::File => Handle::File(Arc::new(OpenFile::new(self.client.open_entry(path, &e, flags)?))),
             }
         };
         let mut files = self.files();
         if files.open.len() >= self.files_max {
             drop(files);
             if let Handle::File(f) = &handle {
-                let _ = self.client.close(f);
+                let _ = self.client.close(&f.file);
             }
             return Err(err(libc::ENFILE, format!("{} files open on this cluster connection (REMOTE_FILES_MAX)", self.files_max)));
         }

@@ -186,3 +186,102 @@ fn open_files_bound_at_n_and_n_plus_one() {
     let again = r.open("f9", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
     assert!(!fds.contains(&again), "handles are not reused");
 }
+
+/// Requests the data servers of `cl` served for application `app`.
+fn server_requests(cl: &LocalCluster, servers: u32, app: &str) -> u64 {
+    (0..servers).map(|i| sluice_client::Client::connect(&cl.data_addr(i)).unwrap().server_stats().unwrap().app(app).map_or(0, |a| a.requests)).sum()
+}
+
+#[test]
+fn sequential_small_reads_come_from_one_stripe_row_read_ahead() {
+    let (_dir, cl) = cluster(3);
+    let opts = sluice_client::ConnectOptions { app: Some("ra".into()), ..Default::default() };
+    let r = Remote::connect_with(&cl.addr(), opts).unwrap();
+    let Remote::Cluster(k) = &r else { panic!("a cluster") };
+    k.striped().set_dir_default("", LayoutRequest { stripe_bytes: 4096, count: -1, start: 0 }).unwrap();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let w = r.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    r.pwrite(w, &data, 0).unwrap();
+    let before = server_requests(&cl, 3, "ra");
+    let fd = r.open("f", libc::O_RDWR, 0).unwrap();
+    let mut back = Vec::new();
+    let mut buf = [0u8; 1000];
+    loop {
+        let n = r.pread(fd, &mut buf, back.len() as u64).unwrap();
+        if n == 0 {
+            break;
+        }
+        back.extend_from_slice(&buf[..n]);
+        if back.len() == 1000 {
+            assert_eq!(k.read_ahead_bytes(), 3 * 4096, "one stripe row held after the first read");
+        }
+    }
+    assert_eq!(back, data);
+    // 101 reads; without read-ahead each costs 3 fstats and 1-2 reads.
+    let served = server_requests(&cl, 3, "ra") - before;
+    assert!(served < 150, "{served} data-server requests for 101 sequential reads");
+    // A write through the handle drops the window; the reader sees it.
+    r.pwrite(fd, b"XYZ", 1).unwrap();
+    let mut three = [0u8; 3];
+    assert_eq!(r.pread(fd, &mut three, 1).unwrap(), 3);
+    assert_eq!(&three, b"XYZ");
+    // A random read does not fill a window.
+    assert_eq!(r.pread(fd, &mut buf, 50_000).unwrap(), 1000);
+    assert_eq!(k.read_ahead_bytes(), 0);
+    r.close(fd).unwrap();
+    r.close(w).unwrap();
+}
+
+#[test]
+fn another_clients_write_is_seen_once_the_window_expires() {
+    let (_dir, cl) = cluster(2);
+    let r = Remote::connect(&cl.addr()).unwrap();
+    let other = Remote::connect(&cl.addr()).unwrap();
+    let w = other.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    other.pwrite(w, &[1u8; 8192], 0).unwrap();
+    let fd = r.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut b = [0u8; 100];
+    r.pread(fd, &mut b, 0).unwrap();
+    other.pwrite(w, &[2u8; 100], 100).unwrap();
+    std::thread::sleep(READ_AHEAD_TTL + std::time::Duration::from_millis(50));
+    assert_eq!(r.pread(fd, &mut b, 100).unwrap(), 100);
+    assert_eq!(b, [2u8; 100], "a window older than READ_AHEAD_TTL is not served");
+}
+
+#[test]
+fn read_ahead_bound_at_n_and_n_plus_one() {
+    let (_dir, cl) = cluster(2);
+    let mut r = Remote::connect(&cl.addr()).unwrap();
+    let row = 2 << 20; // the root default: 1 MiB stripes, here over 2 servers
+    let Remote::Cluster(k) = &mut r else { panic!("a cluster") };
+    k.striped().set_dir_default("", LayoutRequest { stripe_bytes: 1 << 20, count: -1, start: 0 }).unwrap();
+    k.set_read_ahead_max(row);
+    for name in ["a", "b"] {
+        let fd = r.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+        r.pwrite(fd, &vec![7u8; 3 << 20], 0).unwrap();
+        r.close(fd).unwrap();
+    }
+    let Remote::Cluster(k) = &r else { panic!("a cluster") };
+    let (a, b) = (r.open("a", libc::O_RDONLY, 0).unwrap(), r.open("b", libc::O_RDONLY, 0).unwrap());
+    let mut buf = vec![0u8; 4096];
+    r.pread(a, &mut buf, 0).unwrap();
+    assert_eq!(k.read_ahead_bytes(), row, "N bytes: held");
+    r.pread(b, &mut buf, 0).unwrap();
+    assert_eq!(k.read_ahead_bytes(), row, "N + row bytes: refused, b reads without read-ahead");
+    assert_eq!(buf, vec![7u8; 4096]);
+    r.close(a).unwrap();
+    assert_eq!(k.read_ahead_bytes(), 0, "close gives the window back");
+    r.pread(b, &mut buf, 4096).unwrap();
+    assert_eq!(k.read_ahead_bytes(), row);
+    // End of file from a window: short, then 0.
+    let mut big = vec![0u8; 1 << 20];
+    let (mut at, mut total) = (8192u64, 8192usize);
+    loop {
+        let n = r.pread(b, &mut big, at).unwrap();
+        if n == 0 {
+            break;
+        }
+        (at, total) = (at + n as u64, total + n);
+    }
+    assert_eq!(total, 3 << 20);
+}
