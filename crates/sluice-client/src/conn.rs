@@ -38,6 +38,23 @@ pub(crate) enum Reply {
     Stats(Vec<AppStats>),
 }
 
+impl Reply {
+    /// A short description for error messages: never the data itself.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Reply::HelloOk(_) => "HelloOk".into(),
+            Reply::Ok => "Ok".into(),
+            Reply::Fd(fd) => format!("Fd({fd})"),
+            Reply::Data(d) => format!("Data({} bytes)", d.len()),
+            Reply::DataInto(n) => format!("Data({n} bytes)"),
+            Reply::Count(n) => format!("Count({n})"),
+            Reply::Stat(_) => "Stat".into(),
+            Reply::Dir(e, _) => format!("Dir({} entries)", e.len()),
+            Reply::Stats(a) => format!("Stats({} applications)", a.len()),
+        }
+    }
+}
+
 fn owned(r: Response<'_>) -> std::result::Result<Reply, (i32, String)> {
     Ok(match r {
         Response::HelloOk(h) => Reply::HelloOk(h),

@@ -134,7 +134,21 @@ pub struct Client {
 }
 
 fn unexpected(what: &str, r: &Reply) -> ClientError {
-    ClientError::new(ClientErrorKind::Protocol, libc::EPROTO, format!("unexpected reply to {what}: {r:?}"))
+    ClientError::new(ClientErrorKind::Protocol, libc::EPROTO, format!("unexpected reply to {what}: {}", r.describe()))
+}
+
+/// The byte count of a data reply to `what`, copied into `buf` when
+/// another waiter received it for us (`Data`) rather than this one
+/// (`DataInto`): both happen when threads share the connection.
+fn data_into(what: &str, r: Reply, buf: &mut [u8]) -> Result<usize> {
+    match r {
+        Reply::DataInto(n) => Ok(n),
+        Reply::Data(d) if d.len() <= buf.len() => {
+            buf[..d.len()].copy_from_slice(&d);
+            Ok(d.len())
+        }
+        r => Err(unexpected(what, &r)),
+    }
 }
 
 impl Client {
@@ -197,14 +211,8 @@ impl Client {
 
     /// Bytes read into `buf` (fewer than asked at end of file).
     pub fn wait_read(&self, t: Ticket, buf: &mut [u8]) -> Result<usize> {
-        match self.conn.wait(t.0, Some(buf))? {
-            Reply::DataInto(n) => Ok(n),
-            Reply::Data(d) if d.len() <= buf.len() => {
-                buf[..d.len()].copy_from_slice(&d);
-                Ok(d.len())
-            }
-            r => Err(unexpected("read", &r)),
-        }
+        let r = self.conn.wait(t.0, Some(buf))?;
+        data_into("read", r, buf)
     }
 
     /// Start a write; finish it with [`Client::wait_write`].
@@ -258,10 +266,8 @@ impl Client {
             return Err(ClientError::invalid(format!("buffer of {} bytes cannot hold {total} bytes of pieces", buf.len())));
         }
         let id = self.conn.send(&Request::ReadList { fd: fd.0, pieces: pieces.to_vec() })?;
-        match self.conn.wait(id, Some(buf))? {
-            Reply::DataInto(n) => Ok(n),
-            r => Err(unexpected("read list", &r)),
-        }
+        let r = self.conn.wait(id, Some(buf))?;
+        data_into("read list", r, buf)
     }
 
     /// SFIO's mwrite: `data` holds the pieces back to back.

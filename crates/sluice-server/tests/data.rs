@@ -114,6 +114,35 @@ fn many_requests_in_flight_on_one_connection() {
     assert!(app.dispatches <= 64 && app.dispatches > 0);
 }
 
+/// Threads sharing one connection, each with list reads in flight: a reply
+/// may be received by another thread's wait, and must still reach its
+/// caller's buffer intact.
+#[test]
+fn threads_sharing_a_connection_get_their_own_list_reads() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("shared");
+    let data = pattern(8 << 20, 11);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    std::thread::scope(|sc| {
+        for t in 0..4u64 {
+            let (c, data) = (&c, &data);
+            sc.spawn(move || {
+                let mut buf = vec![0u8; 256 << 10];
+                for round in 0..16u64 {
+                    let at = ((t * 16 + round) % 32) * (256 << 10);
+                    let half = 128 << 10;
+                    let pieces = [(at + half, half), (at, half)];
+                    assert_eq!(c.read_list(fd, &pieces, &mut buf).unwrap(), 256 << 10);
+                    let at = at as usize;
+                    assert!(buf[..half as usize] == data[at + half as usize..at + 2 * half as usize], "thread {t} round {round}");
+                    assert!(buf[half as usize..] == data[at..at + half as usize], "thread {t} round {round}");
+                }
+            });
+        }
+    });
+}
+
 /// Several applications write their own files and read each other's, all
 /// at once; each one's data is intact and each is counted separately.
 #[test]
