@@ -24,6 +24,7 @@
 //! sizes, so concurrent writers on different servers never race on it.
 
 mod ahead;
+pub mod bench;
 mod client;
 mod error;
 mod local;

@@ -23,6 +23,8 @@ pub enum BenchCmd {
     Worker,
     /// The I/O service's overhead: 1 MiB sequential reads vs direct pread, 4 KiB round trip.
     Service(super::bench_service::ServiceArgs),
+    /// Striping scale-out: one striped file read by several clients with 1, 2, 4 data servers.
+    Scaleout(super::bench_scaleout::ScaleoutArgs),
 }
 
 #[derive(Args)]
@@ -53,6 +55,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Custom(a) => super::workload::custom(a),
         BenchCmd::Worker => super::workload::worker(),
         BenchCmd::Service(a) => super::bench_service::run(a),
+        BenchCmd::Scaleout(a) => super::bench_scaleout::run(a),
     }
 }
 

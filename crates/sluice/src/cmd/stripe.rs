@@ -33,7 +33,7 @@ pub struct GetstripeArgs {
 }
 
 /// `65536`, `64K`, `1M`, `4G` → bytes.
-fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, mult) = match s.char_indices().last() {
         Some((i, 'k' | 'K')) => (&s[..i], 1u64 << 10),
         Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
