@@ -363,8 +363,14 @@ unsafe fn rename_at(od: c_int, old: *const c_char, nd: c_int, new: *const c_char
     let _g = crate::state::Guard::enter()?;
     // SAFETY: the caller's path strings.
     let (from, to) = unsafe { (resolve(od, old), resolve(nd, new)) };
+    // SAFETY: `new` is the caller's NUL-terminated path (resolve read it).
+    let to_dir = !new.is_null() && unsafe { std::ffi::CStr::from_ptr(new) }.to_bytes().ends_with(b"/");
     let rename = |f: &str, t: &str| -> Result<(), Errno> {
         let c = client()?;
+        // "x/" names a directory: normalising drops the slash, so check.
+        if to_dir && c.stat(f)?.mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(Errno(libc::ENOTDIR));
+        }
         match flags {
             0 => {}
             libc::RENAME_NOREPLACE => match c.stat(t) {

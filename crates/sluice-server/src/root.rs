@@ -91,7 +91,10 @@ impl Root {
         // SAFETY: open_how is a plain C struct; all-zero is a valid value.
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
         how.flags = (flags | libc::O_CLOEXEC) as u64;
-        how.mode = if flags & (libc::O_CREAT | libc::O_TMPFILE) != 0 { u64::from(mode & 0o7777) } else { 0 };
+        // O_TMPFILE includes O_DIRECTORY's bit: test it whole, or every
+        // O_DIRECTORY open with a mode would be EINVAL.
+        let creates = flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE;
+        how.mode = if creates { u64::from(mode & 0o7777) } else { 0 };
         how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
         // SAFETY: c and how outlive the call; the size is how's size.
         let r = unsafe { libc::syscall(libc::SYS_openat2, self.dir.as_raw_fd(), c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>()) };

@@ -114,6 +114,21 @@ fn many_requests_in_flight_on_one_connection() {
     assert!(app.dispatches <= 64 && app.dispatches > 0);
 }
 
+/// `open(dir, O_RDONLY | O_DIRECTORY, mode)` as libc callers make it (a
+/// mode is passed even without O_CREAT): a handle whose fstat is the
+/// directory's.
+#[test]
+fn directories_open_with_o_directory_and_any_mode() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("dirs");
+    std::fs::create_dir(s.path("d")).unwrap();
+    let fd = c.open("d", libc::O_RDONLY | libc::O_DIRECTORY, 0o777).unwrap();
+    assert_eq!(c.fstat(fd).unwrap().mode & libc::S_IFMT, libc::S_IFDIR);
+    c.close(fd).unwrap();
+    std::fs::write(s.path("f"), b"x").unwrap();
+    assert_eq!(c.open("f", libc::O_RDONLY | libc::O_DIRECTORY, 0o777).unwrap_err().errno, libc::ENOTDIR);
+}
+
 /// Threads sharing one connection, each with list reads in flight: a reply
 /// may be received by another thread's wait, and must still reach its
 /// caller's buffer intact.

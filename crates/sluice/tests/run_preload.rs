@@ -292,6 +292,26 @@ fn forked_children_and_exec_after_a_shell_redirect_keep_working() {
     assert_eq!(read(f.root().join("child.txt")), read(f.work().join("plain/child.txt")));
 }
 
+/// `mv` (which calls `renameat2` with `RENAME_NOREPLACE` first) on service
+/// paths: into a directory, to a new name, `-n` over an existing file, and
+/// to `name/` where no such directory exists (ENOTDIR, nothing moved).
+#[test]
+fn mv_moves_service_files_like_local_ones() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.root().join("d")).unwrap();
+    for (name, body) in [("a", "A"), ("b", "B"), ("c", "C")] {
+        std::fs::write(f.root().join(name), body).unwrap();
+    }
+    let p = f.prefix();
+    f.run(&["sh", "-c", &format!("mv {p}/a {p}/d/ && mv {p}/b {p}/d/b2 && mv -n {p}/c {p}/d/b2")]);
+    assert_eq!(std::fs::read_to_string(f.root().join("d/a")).unwrap(), "A");
+    assert_eq!(std::fs::read_to_string(f.root().join("d/b2")).unwrap(), "B", "mv -n keeps the target");
+    assert_eq!(std::fs::read_to_string(f.root().join("c")).unwrap(), "C");
+    let out = f.run_at(f.server.addr(), &["mv", &format!("{p}/c"), &format!("{p}/nodir/")], b"");
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Not a directory"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(f.root().join("c").exists() && !f.root().join("nodir").exists());
+}
+
 /// Programs that read stdin and write stdout/stderr through stdio (not
 /// plain read/write) with those streams redirected to service files by
 /// the shell: the streams they inherit must reach the server.
