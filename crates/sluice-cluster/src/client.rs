@@ -64,6 +64,19 @@ pub struct ObjectInfo {
     pub size: std::result::Result<u64, String>,
 }
 
+/// `each(0..n)`, one thread per index (none for a single one), results in
+/// index order.
+fn in_parallel<T: Send>(n: usize, each: impl Fn(usize) -> T + Sync) -> Vec<T> {
+    if n == 1 {
+        return vec![each(0)];
+    }
+    std::thread::scope(|s| {
+        let each = &each;
+        let threads: Vec<_> = (0..n).map(|i| s.spawn(move || each(i))).collect();
+        threads.into_iter().map(|t| t.join().expect("object thread panicked")).collect()
+    })
+}
+
 /// The object path of file `id`.
 pub fn object_path(id: u64) -> String {
     format!("{OBJECTS_DIR}/{id:016x}")
@@ -228,10 +241,9 @@ impl StripedClient {
 
     /// Run `each` on every object at once (one thread per object).
     fn per_object<T: Send>(&self, f: &StripedFile, what: &str, each: impl Fn(&Client, Fd, u32) -> sluice_client::Result<T> + Sync) -> Result<Vec<T>> {
-        let results: Vec<_> = std::thread::scope(|s| {
-            let each = &each;
-            let threads: Vec<_> = f.objects.iter().enumerate().map(|(k, (c, fd))| s.spawn(move || each(c, *fd, k as u32))).collect();
-            threads.into_iter().map(|t| t.join().expect("object thread panicked")).collect()
+        let results = in_parallel(f.objects.len(), |k| {
+            let (c, fd) = &f.objects[k];
+            each(c, *fd, k as u32)
         });
         results.into_iter().enumerate().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k as u32), what, e))).collect()
     }
@@ -248,22 +260,17 @@ impl StripedClient {
             return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, "a directory has no objects"));
         };
         let name = object_path(e.id);
-        let results: Vec<_> = std::thread::scope(|s| {
-            let name = &name;
-            let threads: Vec<_> = (0..layout.count)
-                .map(|k| {
-                    let server = layout.server_of(k);
-                    s.spawn(move || self.data(server).and_then(|c| c.stat(name).map_err(|err| self.data_error(server, "stat of an object", err))))
-                })
-                .collect();
-            threads.into_iter().map(|t| t.join().expect("object thread panicked")).collect()
-        });
-        results.into_iter().collect()
+        in_parallel(layout.count as usize, |k| {
+            let server = layout.server_of(k as u32);
+            self.data(server).and_then(|c| c.stat(&name).map_err(|err| self.data_error(server, "stat of an object", err)))
+        })
+        .into_iter()
+        .collect()
     }
 
     /// The file size: one past the highest byte any object holds.
     pub fn size(&self, f: &StripedFile) -> Result<u64> {
-        let sizes = self.per_object(f, "fstat", |c, fd, _| Ok(c.fstat(fd)?.size))?;
+        let sizes: Vec<u64> = self.object_fstats(f)?.iter().map(|st| st.size).collect();
         Ok(file_size(&f.layout, &sizes))
     }
 
@@ -315,16 +322,7 @@ impl StripedClient {
             let (c, fd) = &f.objects[object as usize];
             (object, msgs.iter().map(|m| op(c, *fd, m)).collect())
         };
-        let results: Vec<_> = if plan.len() == 1 {
-            vec![one(&plan[0])]
-        } else {
-            std::thread::scope(|s| {
-                let one = &one;
-                let threads: Vec<_> = plan.iter().map(|msgs| s.spawn(move || one(msgs))).collect();
-                threads.into_iter().map(|t| t.join().expect("message thread panicked")).collect()
-            })
-        };
-        results.into_iter().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k), what, e))).collect()
+        in_parallel(plan.len(), |i| one(&plan[i])).into_iter().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k), what, e))).collect()
     }
 
     /// List I/O read: every `(offset, len)` range, back to back, into

@@ -363,9 +363,13 @@ impl Cluster {
         }
     }
 
+    fn too_many_files(&self) -> ClientError {
+        err(libc::ENFILE, format!("{} files open on this cluster connection (REMOTE_FILES_MAX)", self.files_max))
+    }
+
     fn open(&self, path: &str, flags: i32) -> RemoteResult<Fd> {
         if self.files().open.len() >= self.files_max {
-            return Err(err(libc::ENFILE, format!("{} files open on this cluster connection (REMOTE_FILES_MAX)", self.files_max)));
+            return Err(self.too_many_files());
         }
         let handle = if flags & libc::O_CREAT != 0 {
             Handle::File(Arc::new(OpenFile::new(self.client.open(path, flags)?)))
@@ -384,7 +388,7 @@ impl Cluster {
             if let Handle::File(f) = &handle {
                 let _ = self.client.close(&f.file);
             }
-            return Err(err(libc::ENFILE, format!("{} files open on this cluster connection (REMOTE_FILES_MAX)", self.files_max)));
+            return Err(self.too_many_files());
         }
         let fd = files.next;
         files.next += 1;

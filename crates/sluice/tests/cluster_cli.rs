@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ok, preload_library, same, sh, Mount, SLUICE};
+use common::{bytes, ok, preload_library, same, sh, Mount, SLUICE};
 use sluice_cluster::StripedClient;
 
 /// A `sluice cluster` process, killed when dropped.
@@ -112,11 +112,6 @@ fn objects(cl: &Cluster, path: &str) -> Vec<(u32, u64)> {
         (f[0].parse().unwrap(), f[2].parse().unwrap())
     })
     .collect()
-}
-
-/// Deterministic, incompressible-looking bytes.
-fn bytes(len: usize, seed: u32) -> Vec<u8> {
-    (0..len as u32).map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 13) as u8).collect()
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sluice_server::{Listen, Server, ServerConfig, ServerHandle};
 use tempfile::TempDir;
 
-use common::{preload_library, SLUICE};
+use common::{bytes, preload_library, SLUICE};
 /// Longest any one command may run before the test fails (it is killed).
 const COMMAND_TIMEOUT_S: u32 = 30;
 
@@ -82,18 +82,6 @@ fn direct(f: &Fixture, args: &[&str]) -> Output {
     let out = Command::new(args[0]).args(&args[1..]).current_dir(f.work()).output().unwrap();
     assert!(out.status.success(), "{args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     out
-}
-
-fn bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn read(p: impl AsRef<Path>) -> Vec<u8> {

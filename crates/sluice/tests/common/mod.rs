@@ -17,6 +17,19 @@ pub fn preload_library() -> PathBuf {
     found.map(|(_, p)| p).expect("libsluice_preload.so is not built: run `cargo build -p sluice-preload` (make test builds it)")
 }
 
+/// Deterministic test bytes (xorshift): `len` bytes seeded by `seed`.
+pub fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Poll `ok` every 20 ms; fail the test after 10 s.
 pub fn wait_for(mut ok: impl FnMut() -> bool, what: &str) {
     let t = Instant::now();
