@@ -36,6 +36,7 @@ pub(crate) enum Reply {
     Stat(WireStat),
     Dir(Vec<DirEntry>, bool),
     Stats(Vec<AppStats>),
+    Challenge([u8; sluice_proto::AUTH_BYTES]),
 }
 
 impl Reply {
@@ -51,6 +52,7 @@ impl Reply {
             Reply::Stat(_) => "Stat".into(),
             Reply::Dir(e, _) => format!("Dir({} entries)", e.len()),
             Reply::Stats(a) => format!("Stats({} applications)", a.len()),
+            Reply::Challenge(_) => "Challenge".into(),
         }
     }
 }
@@ -65,6 +67,7 @@ fn owned(r: Response<'_>) -> std::result::Result<Reply, (i32, String)> {
         Response::Stat(s) => Reply::Stat(s),
         Response::Dir { entries, done } => Reply::Dir(entries, done),
         Response::Stats(a) => Reply::Stats(a),
+        Response::Challenge { nonce } => Reply::Challenge(nonce),
         Response::Error { errno, message } => return Err((errno, message.to_string())),
     })
 }
@@ -107,6 +110,11 @@ impl Conn {
         })
     }
 
+    /// Whether the connection is TCP (the server then wants the key).
+    pub(crate) fn is_tcp(&self) -> bool {
+        self.addr.starts_with("tcp:")
+    }
+
     fn lost(&self, why: &str) -> ClientError {
         ClientError::new(ClientErrorKind::Disconnected, libc::EIO, format!("connection to sluice server at {} lost: {why}", self.addr))
     }
@@ -116,7 +124,7 @@ impl Conn {
     pub(crate) fn send(&self, req: &Request<'_>) -> Result<u64> {
         let id = self.id_next.fetch_add(1, Ordering::Relaxed);
         let mut head = Vec::with_capacity(64);
-        encode_request_head(id, req, &mut head);
+        encode_request_head(id, req, &mut head).map_err(|e| ClientError::new(ClientErrorKind::Invalid, e.errno(), e.to_string()))?;
         let data: &[u8] = match req {
             Request::Write { data, .. } | Request::WriteList { data, .. } => data,
             _ => &[],

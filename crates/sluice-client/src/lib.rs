@@ -34,10 +34,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub use error::{ClientError, ClientErrorKind, Result};
-pub use sluice_proto::{AppStats, DirEntry, FileKind, WireStat as Stat};
+pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, WireStat as Stat, CRED_GROUPS_MAX};
 
 use conn::{Conn, Reply};
-use sluice_proto::{Hello, Request, IO_BYTES_MAX, VERSION};
+use sluice_proto::{auth_mac, encode_request, Hello, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
 
 /// Environment variable naming the server address.
 pub const SERVER_ENV: &str = "SLUICE_SERVER";
@@ -62,12 +62,31 @@ pub struct ConnectOptions {
     pub weight: u32,
     /// Distinguishes the processes of one application; `None`: the pid.
     pub client_id: Option<u32>,
+    /// The identity to act for, forwarded (a mount's caller). `None`: over
+    /// a Unix socket the kernel tells the server who this process is; over
+    /// TCP this process states its own effective ids ([`own_cred`]). A
+    /// forwarded identity needs the key unless this process is root.
+    pub cred: Option<Cred>,
+    /// The key file to prove when the server asks; `None`:
+    /// `sluice_net::key::default_path()`.
+    pub key_file: Option<std::path::PathBuf>,
 }
 
 impl Default for ConnectOptions {
     fn default() -> ConnectOptions {
-        ConnectOptions { app: None, weight: 1, client_id: None }
+        ConnectOptions { app: None, weight: 1, client_id: None, cred: None, key_file: None }
     }
+}
+
+/// This process's effective uid, gid and supplementary groups.
+pub fn own_cred() -> Cred {
+    // SAFETY: geteuid/getegid cannot fail; getgroups fills at most n.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let mut groups = vec![0 as libc::gid_t; sluice_proto::CRED_GROUPS_MAX];
+    // SAFETY: groups holds CRED_GROUPS_MAX entries.
+    let n = unsafe { libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr()) };
+    groups.truncate(n.max(0) as usize);
+    Cred { uid, gid, groups }
 }
 
 /// Per-application counters of the whole server.
@@ -117,6 +136,18 @@ pub fn default_app() -> String {
     format!("{prog}-{sid}")
 }
 
+/// The `Auth` MAC for a server's challenge: the key file's key over the
+/// nonce and the `Hello` body as sent.
+fn prove_key(addr: &str, hello: &Request<'_>, nonce: &[u8; sluice_proto::AUTH_BYTES], key_file: Option<&std::path::Path>) -> Result<[u8; sluice_proto::AUTH_BYTES]> {
+    let denied = |why: String| ClientError::new(ClientErrorKind::Connect, libc::EACCES, format!("sluice server at {addr} wants its key proven: {why}"));
+    let path =
+        key_file.map(std::path::Path::to_path_buf).or_else(sluice_net::key::default_path).ok_or_else(|| denied(format!("no key file (set {})", sluice_net::key::KEY_ENV)))?;
+    let key = sluice_net::key::load(&path).map_err(|e| denied(e.to_string()))?;
+    let mut frame = Vec::new();
+    encode_request(0, hello, &mut frame).map_err(|e| ClientError::invalid(e.to_string()))?;
+    Ok(auth_mac(&key, nonce, &frame[HEADER_BYTES..]))
+}
+
 /// Where `read`/`write` are, per handle.
 #[derive(Clone, Copy)]
 struct Position {
@@ -157,15 +188,24 @@ impl Client {
         Client::connect_with(addr, ConnectOptions::default())
     }
 
-    /// Connect and perform the handshake.
+    /// Connect and perform the handshake, proving the key when the server
+    /// asks for it.
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<Client> {
         let conn = Box::new(Conn::open(addr)?);
         let app = opts.app.unwrap_or_else(default_app);
-        let hello = Hello { version: VERSION, app: &app, weight: opts.weight, client_id: opts.client_id.unwrap_or_else(std::process::id) };
-        let ok = match conn.call(&Request::Hello(hello)) {
-            Ok(Reply::HelloOk(ok)) => ok,
-            Ok(r) => return Err(unexpected("hello", &r)),
-            Err(e) => return Err(ClientError::new(ClientErrorKind::Connect, e.errno, format!("sluice server at {addr} refused the connection: {}", e.message))),
+        let cred = opts.cred.clone().or_else(|| conn.is_tcp().then(own_cred));
+        let hello = Request::Hello(Hello { version: VERSION, app: &app, weight: opts.weight, client_id: opts.client_id.unwrap_or_else(std::process::id), cred });
+        let refused = |e: ClientError| ClientError::new(ClientErrorKind::Connect, e.errno, format!("sluice server at {addr} refused the connection: {}", e.message));
+        let ok = match conn.call(&hello).map_err(refused)? {
+            Reply::HelloOk(ok) => ok,
+            Reply::Challenge(nonce) => {
+                let mac = prove_key(addr, &hello, &nonce, opts.key_file.as_deref())?;
+                match conn.call(&Request::Auth { mac }).map_err(refused)? {
+                    Reply::HelloOk(ok) => ok,
+                    r => return Err(unexpected("auth", &r)),
+                }
+            }
+            r => return Err(unexpected("hello", &r)),
         };
         let io_bytes_max = ok.io_bytes_max.min(IO_BYTES_MAX) as usize;
         Ok(Client { conn, app, io_bytes_max, positions: Mutex::new(HashMap::new()) })

@@ -160,9 +160,9 @@ mod tests {
 
     #[test]
     fn a_data_protocol_hello_is_recognised_and_json_is_not() {
-        let hello = sluice_proto::Request::Hello(sluice_proto::Hello { version: sluice_proto::VERSION, app: "a", weight: 1, client_id: 7 });
+        let hello = sluice_proto::Request::Hello(sluice_proto::Hello { version: sluice_proto::VERSION, app: "a", weight: 1, client_id: 7, cred: None });
         let mut frame = Vec::new();
-        sluice_proto::encode_request(42, &hello, &mut frame);
+        sluice_proto::encode_request(42, &hello, &mut frame).unwrap();
         let body = recv_body(&mut frame.as_slice()).unwrap().unwrap();
         assert_eq!(sluice_hello(&body), Some(42));
         let mut json = Vec::new();

@@ -1,5 +1,9 @@
-//! One server connection per calling process, so the scheduler sees each
-//! process as its own stream.
+//! One server connection per calling process and identity, so the
+//! scheduler sees each process as its own stream and the server checks
+//! each caller's own rights. A mount run by root forwards the identity the
+//! kernel gave for each request (uid, gid, and the groups of the calling
+//! process from `/proc`); a mount run by a user acts as that user for
+//! everyone, as any user-mounted FUSE file system does.
 //!
 //! The table is bounded by `CONNECTIONS_MAX`; past it the least recently
 //! used connection is dropped from the table (requests still running on it
@@ -25,29 +29,43 @@ pub(crate) struct Conns {
     /// A single server or a cluster: asked once, at mount.
     kind: RemoteKind,
     app: Option<String>,
-    table: Mutex<(HashMap<u32, Entry>, u64)>,
+    table: Mutex<(HashMap<Caller, Entry>, u64)>,
+    /// Whether callers' identities are forwarded (the mount runs as root).
+    forward: bool,
+}
+
+/// Who is calling: a process and the identity it calls with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Caller {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 impl Conns {
     pub fn new(server: String, kind: RemoteKind, app: Option<String>) -> Conns {
-        Conns { server, kind, app, table: Mutex::new((HashMap::new(), 0)) }
+        // SAFETY: geteuid has no preconditions.
+        let forward = unsafe { libc::geteuid() } == 0;
+        Conns { server, kind, app, table: Mutex::new((HashMap::new(), 0)), forward }
     }
 
-    /// The connection of process `pid`, opened on first use.
-    pub fn get(&self, pid: u32) -> Result<Arc<Remote>, sluice_client::ClientError> {
+    /// The connection of `caller`, opened on first use.
+    pub fn get(&self, caller: Caller) -> Result<Arc<Remote>, sluice_client::ClientError> {
+        let pid = caller.pid;
         {
             let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
             t.1 += 1;
             let tick = t.1;
-            if let Some(e) = t.0.get_mut(&pid) {
+            if let Some(e) = t.0.get_mut(&caller) {
                 e.used = tick;
                 return Ok(Arc::clone(&e.client));
             }
         }
-        let opts = ConnectOptions { app: Some(self.app.clone().unwrap_or_else(|| app_of(pid))), weight: 1, client_id: Some(pid) };
+        let cred = self.forward.then(|| sluice_client::Cred { uid: caller.uid, gid: caller.gid, groups: groups_of(pid) });
+        let opts = ConnectOptions { app: Some(self.app.clone().unwrap_or_else(|| app_of(pid))), client_id: Some(pid), cred, ..ConnectOptions::default() };
         let client = Arc::new(Remote::connect_as(&self.server, self.kind, opts)?);
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
-        if t.0.len() >= CONNECTIONS_MAX && !t.0.contains_key(&pid) {
+        if t.0.len() >= CONNECTIONS_MAX && !t.0.contains_key(&caller) {
             let oldest = t.0.iter().min_by_key(|(_, e)| e.used).map(|(&p, _)| p);
             if let Some(p) = oldest {
                 t.0.remove(&p);
@@ -55,19 +73,27 @@ impl Conns {
         }
         t.1 += 1;
         let used = t.1;
-        t.0.entry(pid).or_insert(Entry { client: Arc::clone(&client), used });
+        t.0.entry(caller).or_insert(Entry { client: Arc::clone(&client), used });
         Ok(client)
     }
 
     /// Forget a connection that failed, so the next call reconnects.
-    pub fn drop_conn(&self, pid: u32) {
-        self.table.lock().unwrap_or_else(|p| p.into_inner()).0.remove(&pid);
+    pub fn drop_conn(&self, caller: Caller) {
+        self.table.lock().unwrap_or_else(|p| p.into_inner()).0.remove(&caller);
     }
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.table.lock().unwrap().0.len()
     }
+}
+
+/// Supplementary groups of process `pid` (`Groups:` in `/proc/PID/status`),
+/// at most `CRED_GROUPS_MAX`; none when the process is gone.
+pub(crate) fn groups_of(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let line = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap_or("");
+    line.split_whitespace().filter_map(|g| g.parse().ok()).take(sluice_client::CRED_GROUPS_MAX).collect()
 }
 
 /// The application id of process `pid`: its `SLUICE_APP`, else its

@@ -17,7 +17,7 @@ use futures_util::stream;
 use sluice_client::{ClientError, Fd, FileKind, Stat};
 use sluice_cluster::{Remote, RemoteKind};
 
-use crate::conns::{Conns, CONNECTIONS_MAX as CONNS_MAX};
+use crate::conns::{Caller, Conns, CONNECTIONS_MAX as CONNS_MAX};
 use crate::MountConfig;
 
 /// Connections kept at once (re-exported for the docs and tests).
@@ -118,8 +118,9 @@ impl SluiceFs {
     }
 
     fn client(&self, req: &Request) -> Result<Arc<Remote>> {
-        self.conns.get(req.pid).map_err(|e| {
-            self.conns.drop_conn(req.pid);
+        let caller = Caller { pid: req.pid, uid: req.uid, gid: req.gid };
+        self.conns.get(caller).map_err(|e| {
+            self.conns.drop_conn(caller);
             errno(e)
         })
     }
@@ -378,10 +379,10 @@ mod tests {
         let s = served("conns");
         let conns = Conns::new(s.0.addr().to_string(), RemoteKind::Server, Some("bound-test".into()));
         for pid in 0..CONNECTIONS_MAX as u32 {
-            conns.get(pid).unwrap();
+            conns.get(Caller { pid, uid: 0, gid: 0 }).unwrap();
         }
         assert_eq!(conns.len(), CONNECTIONS_MAX, "N connections kept");
-        conns.get(CONNECTIONS_MAX as u32).unwrap();
+        conns.get(Caller { pid: CONNECTIONS_MAX as u32, uid: 0, gid: 0 }).unwrap();
         assert_eq!(conns.len(), CONNECTIONS_MAX, "the N+1st evicts the least recently used");
     }
 

@@ -94,7 +94,10 @@ pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
 
 async fn serve(cfg: MountConfig, kind: sluice_cluster::RemoteKind) -> Result<(), FuseError> {
     let mut opts = fuse3::MountOptions::default();
-    opts.fs_name("sluice").allow_other(cfg.allow_other);
+    // default_permissions: the kernel checks each caller against the mode
+    // bits the server reports before a request reaches us (with
+    // allow_other, other users are checked as themselves, not as the mount).
+    opts.fs_name("sluice").allow_other(cfg.allow_other).default_permissions(true);
     let mountpoint = cfg.mountpoint.clone();
     let fs = fs::SluiceFs::new(cfg, kind);
     let session = fuse3::path::Session::new(opts);

@@ -19,6 +19,24 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+pub mod key;
+
+/// Who is at the other end of a Unix socket, as the kernel recorded it at
+/// `connect` (`SO_PEERCRED`, `SO_PEERGROUPS`): the client cannot claim it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups at connect time.
+    pub groups: Vec<u32>,
+}
+
+/// `SO_PEERGROUPS` (Linux 4.13), spelled out where libc lacks it.
+const SO_PEERGROUPS: libc::c_int = 59;
+/// Most supplementary groups read from `SO_PEERGROUPS` (Linux's NGROUPS_MAX).
+const PEER_GROUPS_MAX: usize = 65_536;
+
 /// A connected socket.
 pub enum Stream {
     Unix(UnixStream),
@@ -53,6 +71,37 @@ impl Stream {
             Stream::Unix(s) => s.shutdown(how),
             Stream::Tcp(s) => s.shutdown(how),
         };
+    }
+
+    /// The peer's credentials: `Some` on a Unix socket, `None` on TCP (the
+    /// kernel does not know who is at a remote end).
+    pub fn peer_cred(&self) -> io::Result<Option<PeerCred>> {
+        let Stream::Unix(s) = self else { return Ok(None) };
+        let fd = s.as_raw_fd();
+        let mut c = libc::ucred { pid: 0, uid: 0, gid: 0 };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: c and len are valid out-pointers of the sizes given.
+        if unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut c as *mut libc::ucred).cast(), &mut len) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut groups = vec![0u32; 64];
+        loop {
+            let mut len = (groups.len() * 4) as libc::socklen_t;
+            // SAFETY: groups holds len bytes.
+            let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_PEERGROUPS, groups.as_mut_ptr().cast(), &mut len) };
+            if r == 0 {
+                groups.truncate(len as usize / 4);
+                break;
+            }
+            let e = io::Error::last_os_error();
+            // ERANGE: len now says how many bytes the groups need.
+            if e.raw_os_error() == Some(libc::ERANGE) && (len as usize / 4) > groups.len() && (len as usize / 4) <= PEER_GROUPS_MAX {
+                groups.resize(len as usize / 4, 0);
+                continue;
+            }
+            return Err(e);
+        }
+        Ok(Some(PeerCred { pid: c.pid as u32, uid: c.uid, gid: c.gid, groups }))
     }
 
     /// Disable Nagle's algorithm on TCP; nothing to do on Unix sockets.

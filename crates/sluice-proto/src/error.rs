@@ -23,6 +23,9 @@ pub enum ProtoErrorKind {
     BadVersion,
     /// A string that is not UTF-8, or a field with an impossible value.
     Invalid,
+    /// A path longer than [`crate::PATH_BYTES_MAX`]: refused at both ends,
+    /// never cut (a cut path names another file).
+    NameTooLong,
 }
 
 /// A malformed frame.
@@ -33,7 +36,7 @@ pub struct ProtoError {
 }
 
 impl ProtoError {
-    pub(crate) fn new(kind: ProtoErrorKind, detail: impl Into<String>) -> ProtoError {
+    pub fn new(kind: ProtoErrorKind, detail: impl Into<String>) -> ProtoError {
         ProtoError { kind, detail: detail.into() }
     }
 
@@ -42,6 +45,7 @@ impl ProtoError {
         match self.kind {
             ProtoErrorKind::TooLarge => 90,      // EMSGSIZE
             ProtoErrorKind::UnknownOpcode => 38, // ENOSYS
+            ProtoErrorKind::NameTooLong => 36,   // ENAMETOOLONG
             _ => 71,                             // EPROTO
         }
     }
@@ -58,6 +62,7 @@ impl fmt::Display for ProtoError {
             ProtoErrorKind::BadMagic => "bad handshake magic",
             ProtoErrorKind::BadVersion => "unsupported protocol version",
             ProtoErrorKind::Invalid => "invalid field",
+            ProtoErrorKind::NameTooLong => "path too long",
         };
         write!(f, "{what}: {}", self.detail)
     }

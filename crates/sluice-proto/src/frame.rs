@@ -26,6 +26,7 @@ pub enum Opcode {
     Rmdir = 0x10,
     Readdir = 0x11,
     Stats = 0x12,
+    Auth = 0x13,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -34,10 +35,11 @@ pub enum Opcode {
     StatOk = 0x86,
     Dir = 0x87,
     StatsOk = 0x88,
+    Challenge = 0x89,
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 27] = [
+const OPCODES: [Opcode; 29] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -56,6 +58,7 @@ const OPCODES: [Opcode; 27] = [
     Opcode::Rmdir,
     Opcode::Readdir,
     Opcode::Stats,
+    Opcode::Auth,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,
@@ -64,6 +67,7 @@ const OPCODES: [Opcode; 27] = [
     Opcode::StatOk,
     Opcode::Dir,
     Opcode::StatsOk,
+    Opcode::Challenge,
     Opcode::Error,
 ];
 

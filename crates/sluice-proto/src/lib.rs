@@ -27,20 +27,23 @@
 //! Invariant: decoding never panics and never allocates more than the
 //! declared, already-capped lengths; every limit is a named constant.
 
+mod auth;
 mod error;
 mod frame;
 mod msg;
 mod wire;
 
+pub use auth::{auth_mac, auth_verify};
 pub use error::{ProtoError, ProtoErrorKind};
 pub use frame::{check_header, encode_header, Header, Opcode};
 pub use msg::{
-    encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, DirEntry, FileKind, Hello, HelloOk, Request, Response,
-    WireStat,
+    encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, Cred, DirEntry, FileKind, Hello, HelloOk, Request,
+    Response, WireStat,
 };
 
 /// Protocol version spoken by this crate; the handshake refuses others.
-pub const VERSION: u16 = 1;
+/// 2: `Hello` carries an optional identity; `Challenge`/`Auth`.
+pub const VERSION: u16 = 2;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -54,6 +57,12 @@ pub const IO_BYTES_MAX: u32 = 64 << 20;
 pub const FRAME_BYTES_MAX: u32 = IO_BYTES_MAX + (64 << 10);
 /// Longest relative path, in bytes: Linux's PATH_MAX.
 pub const PATH_BYTES_MAX: usize = 4096;
+/// Bytes of a challenge nonce, of the shared key, and of an `Auth` MAC
+/// (HMAC-SHA256).
+pub const AUTH_BYTES: usize = 32;
+/// Most supplementary groups an identity may carry. 256: well past the
+/// 16 of NFS's AUTH_SYS, and a bound on the handshake's size.
+pub const CRED_GROUPS_MAX: usize = 256;
 /// Longest application name, in bytes.
 pub const APP_NAME_BYTES_MAX: usize = 256;
 /// Longest error message, in bytes; longer ones are cut on a char boundary.

@@ -4,8 +4,21 @@
 
 use crate::error::{ProtoError, ProtoErrorKind};
 use crate::frame::{encode_header, Header, Opcode};
-use crate::wire::{put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
-use crate::{APP_NAME_BYTES_MAX, DIR_ENTRIES_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX, PATH_BYTES_MAX, STATS_APPS_MAX, VERSION};
+use crate::wire::{put_checked, put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
+use crate::{
+    APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX, PATH_BYTES_MAX,
+    STATS_APPS_MAX, VERSION,
+};
+
+/// A caller's identity: user, group and supplementary groups, as the
+/// kernel would check them (AUTH_SYS).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Cred {
+    pub uid: u32,
+    pub gid: u32,
+    /// At most [`CRED_GROUPS_MAX`].
+    pub groups: Vec<u32>,
+}
 
 /// The client's handshake: who is asking, and with which QoS weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,6 +30,11 @@ pub struct Hello<'a> {
     pub weight: u32,
     /// Distinguishes the processes of one application (default: the pid).
     pub client_id: u32,
+    /// The identity the requests run as, when the client states one: over
+    /// TCP, or a mount forwarding its callers' identities. The server
+    /// believes it only from a connection that proved the key (or from a
+    /// local root peer); a Unix peer without it is who `SO_PEERCRED` says.
+    pub cred: Option<Cred>,
 }
 
 /// The server's handshake answer: its version and the bounds it enforces.
@@ -99,6 +117,11 @@ pub enum Request<'a> {
     },
     /// Per-application counters.
     Stats,
+    /// The answer to a `Challenge`: HMAC-SHA256 under the shared key of the
+    /// challenge's nonce and the `Hello` body (see [`crate::auth_mac`]).
+    Auth {
+        mac: [u8; AUTH_BYTES],
+    },
 }
 
 /// File metadata, as `stat(2)` reports it.
@@ -176,6 +199,10 @@ pub enum Response<'a> {
         done: bool,
     },
     Stats(Vec<AppStats>),
+    /// The server wants the key proven before `HelloOk`: answer `Auth`.
+    Challenge {
+        nonce: [u8; AUTH_BYTES],
+    },
     Error {
         errno: i32,
         message: &'a str,
@@ -217,7 +244,18 @@ fn parse_hello<'a>(r: &mut Rd<'a>) -> Result<Hello<'a>, ProtoError> {
     if version != VERSION {
         return Err(ProtoError::new(ProtoErrorKind::BadVersion, format!("{version} (this side speaks {VERSION})")));
     }
-    Ok(Hello { version, weight: r.u32("weight")?, client_id: r.u32("client id")?, app: r.str(APP_NAME_BYTES_MAX, "app")? })
+    let (weight, client_id, app) = (r.u32("weight")?, r.u32("client id")?, r.str(APP_NAME_BYTES_MAX, "app")?);
+    let cred = match r.u8("cred flag")? {
+        0 => None,
+        1 => {
+            let (uid, gid) = (r.u32("uid")?, r.u32("gid")?);
+            let n = r.count(CRED_GROUPS_MAX, 4, "groups")?;
+            let groups = (0..n).map(|_| r.u32("group")).collect::<Result<Vec<_>, _>>()?;
+            Some(Cred { uid, gid, groups })
+        }
+        _ => return Err(invalid("cred flag not 0 or 1")),
+    };
+    Ok(Hello { version, weight, client_id, app, cred })
 }
 
 fn parse_data_request<'a>(op: Opcode, r: &mut Rd<'a>) -> Result<Request<'a>, ProtoError> {
@@ -259,23 +297,23 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         return Err(ProtoError::new(ProtoErrorKind::Truncated, "body shorter than its header says"));
     }
     let mut r = Rd::new(body);
-    let p = PATH_BYTES_MAX;
     let req = match h.opcode {
         Opcode::Hello => Request::Hello(parse_hello(&mut r)?),
-        Opcode::Open => Request::Open { flags: r.i32("flags")?, mode: r.u32("mode")?, path: r.str(p, "path")? },
+        Opcode::Open => Request::Open { flags: r.i32("flags")?, mode: r.u32("mode")?, path: r.path("path")? },
         Opcode::Close => Request::Close { fd: r.u64("fd")? },
         Opcode::Read | Opcode::Write | Opcode::ReadList | Opcode::WriteList => parse_data_request(h.opcode, &mut r)?,
         Opcode::Fsync => Request::Fsync { fd: r.u64("fd")? },
         Opcode::Fdatasync => Request::Fdatasync { fd: r.u64("fd")? },
         Opcode::Ftruncate => Request::Ftruncate { fd: r.u64("fd")?, len: r.u64("len")? },
-        Opcode::Stat => Request::Stat { path: r.str(p, "path")? },
+        Opcode::Stat => Request::Stat { path: r.path("path")? },
         Opcode::Fstat => Request::Fstat { fd: r.u64("fd")? },
-        Opcode::Unlink => Request::Unlink { path: r.str(p, "path")? },
-        Opcode::Rename => Request::Rename { from: r.str(p, "from")?, to: r.str(p, "to")? },
-        Opcode::Mkdir => Request::Mkdir { mode: r.u32("mode")?, path: r.str(p, "path")? },
-        Opcode::Rmdir => Request::Rmdir { path: r.str(p, "path")? },
-        Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.str(p, "path")? },
+        Opcode::Unlink => Request::Unlink { path: r.path("path")? },
+        Opcode::Rename => Request::Rename { from: r.path("from")?, to: r.path("to")? },
+        Opcode::Mkdir => Request::Mkdir { mode: r.u32("mode")?, path: r.path("path")? },
+        Opcode::Rmdir => Request::Rmdir { path: r.path("path")? },
+        Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.path("path")? },
         Opcode::Stats => Request::Stats,
+        Opcode::Auth => Request::Auth { mac: r.array("mac")? },
         other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a request"))),
     };
     r.finish("request")?;
@@ -290,21 +328,39 @@ fn put_pieces(out: &mut Vec<u8>, pieces: &[(u64, u64)]) {
     }
 }
 
-fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
-    let p = PATH_BYTES_MAX;
-    match *req {
-        Request::Hello(ref h) => {
-            put_u32(out, MAGIC);
-            put_u16(out, h.version);
-            put_u32(out, h.weight);
-            put_u32(out, h.client_id);
-            put_str(out, h.app, APP_NAME_BYTES_MAX);
-            (Opcode::Hello, 0)
+fn put_hello(out: &mut Vec<u8>, h: &Hello<'_>) -> Result<(Opcode, usize), ProtoError> {
+    put_u32(out, MAGIC);
+    put_u16(out, h.version);
+    put_u32(out, h.weight);
+    put_u32(out, h.client_id);
+    put_checked(out, h.app, APP_NAME_BYTES_MAX, ProtoErrorKind::TooLarge, "app")?;
+    match &h.cred {
+        None => out.push(0),
+        Some(c) => {
+            if c.groups.len() > CRED_GROUPS_MAX {
+                return Err(too_large("groups", c.groups.len() as u64, CRED_GROUPS_MAX as u64));
+            }
+            out.push(1);
+            put_u32(out, c.uid);
+            put_u32(out, c.gid);
+            put_u32(out, c.groups.len() as u32);
+            c.groups.iter().for_each(|&g| put_u32(out, g));
         }
+    }
+    Ok((Opcode::Hello, 0))
+}
+
+fn put_path(out: &mut Vec<u8>, path: &str) -> Result<(), ProtoError> {
+    put_checked(out, path, PATH_BYTES_MAX, ProtoErrorKind::NameTooLong, "path")
+}
+
+fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize), ProtoError> {
+    Ok(match *req {
+        Request::Hello(ref h) => return put_hello(out, h),
         Request::Open { path, flags, mode } => {
             put_i32(out, flags);
             put_u32(out, mode);
-            put_str(out, path, p);
+            put_path(out, path)?;
             (Opcode::Open, 0)
         }
         Request::Close { fd } => fd_only(Opcode::Close, fd, out),
@@ -329,8 +385,12 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
             put_pieces(out, pieces);
             (Opcode::WriteList, data.len())
         }
-        _ => metadata_fields(req, out),
-    }
+        Request::Auth { mac } => {
+            out.extend_from_slice(&mac);
+            (Opcode::Auth, 0)
+        }
+        _ => return metadata_fields(req, out),
+    })
 }
 
 fn fd_only(op: Opcode, fd: u64, out: &mut Vec<u8>) -> (Opcode, usize) {
@@ -338,13 +398,13 @@ fn fd_only(op: Opcode, fd: u64, out: &mut Vec<u8>) -> (Opcode, usize) {
     (op, 0)
 }
 
-fn path_only(op: Opcode, path: &str, out: &mut Vec<u8>) -> (Opcode, usize) {
-    put_str(out, path, PATH_BYTES_MAX);
-    (op, 0)
+fn path_only(op: Opcode, path: &str, out: &mut Vec<u8>) -> Result<(Opcode, usize), ProtoError> {
+    put_path(out, path)?;
+    Ok((op, 0))
 }
 
-fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
-    match *req {
+fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize), ProtoError> {
+    Ok(match *req {
         Request::Fsync { fd } => fd_only(Opcode::Fsync, fd, out),
         Request::Fdatasync { fd } => fd_only(Opcode::Fdatasync, fd, out),
         Request::Ftruncate { fd, len } => {
@@ -352,44 +412,55 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
             put_u64(out, len);
             (Opcode::Ftruncate, 0)
         }
-        Request::Stat { path } => path_only(Opcode::Stat, path, out),
+        Request::Stat { path } => return path_only(Opcode::Stat, path, out),
         Request::Fstat { fd } => fd_only(Opcode::Fstat, fd, out),
-        Request::Unlink { path } => path_only(Opcode::Unlink, path, out),
+        Request::Unlink { path } => return path_only(Opcode::Unlink, path, out),
         Request::Rename { from, to } => {
-            put_str(out, from, PATH_BYTES_MAX);
-            put_str(out, to, PATH_BYTES_MAX);
+            put_path(out, from)?;
+            put_path(out, to)?;
             (Opcode::Rename, 0)
         }
         Request::Mkdir { path, mode } => {
             put_u32(out, mode);
-            path_only(Opcode::Mkdir, path, out)
+            return path_only(Opcode::Mkdir, path, out);
         }
-        Request::Rmdir { path } => path_only(Opcode::Rmdir, path, out),
+        Request::Rmdir { path } => return path_only(Opcode::Rmdir, path, out),
         Request::Readdir { path, start } => {
             put_u32(out, start);
-            path_only(Opcode::Readdir, path, out)
+            return path_only(Opcode::Readdir, path, out);
         }
         _ => (Opcode::Stats, 0),
-    }
+    })
 }
 
 /// Append the header and fixed fields of `req`, but not its trailing data
 /// (the payload of `Write` / `WriteList`), which the caller sends next,
-/// e.g. with a vectored write. The header counts the data.
-pub fn encode_request_head(request_id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
+/// e.g. with a vectored write. The header counts the data. A path longer
+/// than [`PATH_BYTES_MAX`] is `NameTooLong` (and an app name or group list
+/// past its bound `TooLarge`); `out` is then left as it was.
+pub fn encode_request_head(request_id: u64, req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), ProtoError> {
     let start = out.len();
     encode_header(Opcode::Ok, request_id, 0, out);
-    let (op, data_len) = request_fields(req, out);
-    patch_header(out, start, op, data_len);
+    match request_fields(req, out) {
+        Ok((op, data_len)) => {
+            patch_header(out, start, op, data_len);
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(e)
+        }
+    }
 }
 
-/// Append the whole frame of `req`.
-pub fn encode_request(request_id: u64, req: &Request<'_>, out: &mut Vec<u8>) {
-    encode_request_head(request_id, req, out);
+/// Append the whole frame of `req` (errors as [`encode_request_head`]).
+pub fn encode_request(request_id: u64, req: &Request<'_>, out: &mut Vec<u8>) -> Result<(), ProtoError> {
+    encode_request_head(request_id, req, out)?;
     match req {
         Request::Write { data, .. } | Request::WriteList { data, .. } => out.extend_from_slice(data),
         _ => {}
     }
+    Ok(())
 }
 
 fn patch_header(out: &mut [u8], start: usize, op: Opcode, data_len: usize) {
@@ -453,6 +524,10 @@ fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
             put_u32(out, apps.len().min(STATS_APPS_MAX) as u32);
             apps.iter().take(STATS_APPS_MAX).for_each(|a| put_app(out, a));
             (Opcode::StatsOk, 0)
+        }
+        Response::Challenge { nonce } => {
+            out.extend_from_slice(nonce);
+            (Opcode::Challenge, 0)
         }
         Response::Error { errno, message } => {
             put_i32(out, *errno);
@@ -555,6 +630,7 @@ pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, Pr
         Opcode::StatOk => Response::Stat(parse_stat(&mut r)?),
         Opcode::Dir => parse_dir(&mut r)?,
         Opcode::StatsOk => Response::Stats(parse_apps(&mut r)?),
+        Opcode::Challenge => Response::Challenge { nonce: r.array("nonce")? },
         Opcode::Error => Response::Error { errno: r.i32("errno")?, message: r.str(MESSAGE_BYTES_MAX, "message")? },
         other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a response"))),
     };

@@ -22,7 +22,7 @@ impl<'a> Rd<'a> {
         Ok(s)
     }
 
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], ProtoError> {
+    pub(crate) fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], ProtoError> {
         let s = self.bytes(N, what)?;
         let mut a = [0u8; N];
         a.copy_from_slice(s);
@@ -61,6 +61,14 @@ impl<'a> Rd<'a> {
         }
         let s = self.bytes(n, what)?;
         std::str::from_utf8(s).map_err(|_| ProtoError::new(ProtoErrorKind::Invalid, format!("{what}: not UTF-8")))
+    }
+
+    /// A path: at most [`crate::PATH_BYTES_MAX`] bytes, else `NameTooLong`.
+    pub(crate) fn path(&mut self, what: &str) -> Result<&'a str, ProtoError> {
+        self.str(crate::PATH_BYTES_MAX, what).map_err(|e| match e.kind {
+            ProtoErrorKind::TooLarge => ProtoError::new(ProtoErrorKind::NameTooLong, e.detail),
+            _ => e,
+        })
     }
 
     /// A `u32` count, refused above `max` and above what the remaining
@@ -115,7 +123,18 @@ pub(crate) fn put_i64(out: &mut Vec<u8>, v: i64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
-/// A `u16`-length-prefixed string, cut to `max` bytes on a char boundary.
+/// A `u16`-length-prefixed string of at most `max` bytes; longer is an
+/// error of `kind`, never a cut (a cut path names another file).
+pub(crate) fn put_checked(out: &mut Vec<u8>, s: &str, max: usize, kind: ProtoErrorKind, what: &str) -> Result<(), ProtoError> {
+    if s.len() > max.min(usize::from(u16::MAX)) {
+        return Err(ProtoError::new(kind, format!("{what}: {} bytes > {max}", s.len())));
+    }
+    put_str(out, s, max);
+    Ok(())
+}
+
+/// A `u16`-length-prefixed string, cut to `max` bytes on a char boundary:
+/// only for what may be cut (error messages, server-made names).
 pub(crate) fn put_str(out: &mut Vec<u8>, s: &str, max: usize) {
     let mut n = s.len().min(max).min(usize::from(u16::MAX));
     while !s.is_char_boundary(n) {

@@ -28,13 +28,21 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..18, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..20, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], data: &'a [u8]) -> Request<'a> {
     let fd = a;
     match k {
-        0 => Request::Hello(Hello { version: VERSION, app: p, weight: b as u32, client_id: a as u32 }),
+        0 => Request::Hello(Hello { version: VERSION, app: p, weight: b as u32, client_id: a as u32, cred: None }),
+        18 => Request::Hello(Hello {
+            version: VERSION,
+            app: q,
+            weight: 1,
+            client_id: 7,
+            cred: Some(Cred { uid: a as u32, gid: b as u32, groups: pcs.iter().map(|&(o, _)| o as u32).collect() }),
+        }),
+        19 => Request::Auth { mac: [a as u8; AUTH_BYTES] },
         1 => Request::Open { path: p, flags: b as i32, mode: a as u32 },
         2 => Request::Close { fd },
         3 => Request::Read { fd, offset: b, len: (a % u64::from(IO_BYTES_MAX)) as u32 },
@@ -57,7 +65,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
 
 fn check_round_trip(id: u64, req: &Request<'_>) {
     let mut wire = Vec::new();
-    encode_request(id, req, &mut wire);
+    encode_request(id, req, &mut wire).expect("within bounds");
     let h = check_header(&wire, FRAME_BYTES_MAX).expect("sane header").expect("complete header");
     assert_eq!(h.request_id, id);
     assert_eq!(h.body_len as usize + HEADER_BYTES, wire.len());
@@ -75,7 +83,7 @@ proptest! {
     #[test]
     fn mutated_valid_frames_never_panic((k, p, q, a, b, pcs, data) in request(), flips in prop::collection::vec((any::<usize>(), any::<u8>()), 1..4)) {
         let mut wire = Vec::new();
-        encode_request(a, &build(k, &p, &q, a, b, &pcs, &data), &mut wire);
+        encode_request(a, &build(k, &p, &q, a, b, &pcs, &data), &mut wire).expect("within bounds");
         for (i, v) in flips {
             let n = wire.len();
             wire[i % n] ^= v;
@@ -95,7 +103,8 @@ proptest! {
         let stat = WireStat { size: n, mode: 0o100644, ino: n, mtime_ns: -1, ..WireStat::default() };
         let hello = HelloOk { version: VERSION, frame_bytes_max: 1, io_bytes_max: 2, inflight_per_connection_max: 3 };
         for resp in [Response::Ok, Response::Fd(n), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello),
-                     Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg }] {
+                     Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg },
+                     Response::Challenge { nonce: [n as u8; AUTH_BYTES] }] {
             let mut wire = Vec::new();
             encode_response(id, &resp, &mut wire);
             let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
@@ -119,7 +128,7 @@ fn frame_bytes_max_is_accepted_at_n_and_refused_at_n_plus_1() {
 fn list_pieces_max_is_accepted_at_n_and_refused_at_n_plus_1() {
     for (n, ok) in [(LIST_PIECES_MAX, true), (LIST_PIECES_MAX + 1, false)] {
         let mut wire = Vec::new();
-        encode_request(1, &Request::ReadList { fd: 1, pieces: vec![(0, 1); n] }, &mut wire);
+        encode_request(1, &Request::ReadList { fd: 1, pieces: vec![(0, 1); n] }, &mut wire).unwrap();
         let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
         assert_eq!(parse_request(&h, &wire[HEADER_BYTES..]).is_ok(), ok, "{n} pieces");
     }
@@ -145,7 +154,46 @@ fn malformed_headers_are_refused_with_their_kind() {
 #[test]
 fn read_longer_than_io_bytes_max_is_refused() {
     let mut wire = Vec::new();
-    encode_request(1, &Request::Read { fd: 1, offset: 0, len: IO_BYTES_MAX + 1 }, &mut wire);
+    encode_request(1, &Request::Read { fd: 1, offset: 0, len: IO_BYTES_MAX + 1 }, &mut wire).unwrap();
     let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
     assert_eq!(parse_request(&h, &wire[HEADER_BYTES..]).unwrap_err().kind, ProtoErrorKind::TooLarge);
+}
+
+#[test]
+fn a_path_of_path_bytes_max_passes_and_one_byte_more_is_enametoolong_at_both_ends() {
+    let ok = "a".repeat(PATH_BYTES_MAX);
+    check_round_trip(1, &Request::Unlink { path: &ok });
+    let long = "a".repeat(PATH_BYTES_MAX + 1);
+    for req in [Request::Unlink { path: &long }, Request::Open { path: &long, flags: 0, mode: 0 }, Request::Rename { from: "x", to: &long }] {
+        let mut wire = b"kept".to_vec();
+        let e = encode_request(1, &req, &mut wire).unwrap_err();
+        assert_eq!((e.kind, e.errno(), wire.as_slice()), (ProtoErrorKind::NameTooLong, libc_enametoolong(), b"kept".as_slice()), "never cut, buffer untouched");
+    }
+    // A peer that sends one anyway: the server's decoder says ENAMETOOLONG.
+    let mut wire = Vec::new();
+    encode_request(1, &Request::Mkdir { path: &ok, mode: 0 }, &mut wire).unwrap();
+    let n = PATH_BYTES_MAX as u16 + 1;
+    let at = HEADER_BYTES + 4;
+    wire[at..at + 2].copy_from_slice(&n.to_le_bytes());
+    wire.push(b'a');
+    let body_len = (wire.len() - HEADER_BYTES) as u32;
+    wire[..4].copy_from_slice(&body_len.to_le_bytes());
+    let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
+    assert_eq!(parse_request(&h, &wire[HEADER_BYTES..]).unwrap_err().errno(), libc_enametoolong());
+}
+
+fn libc_enametoolong() -> i32 {
+    36
+}
+
+#[test]
+fn cred_groups_max_is_accepted_at_n_and_refused_at_n_plus_1() {
+    for (n, ok) in [(CRED_GROUPS_MAX, true), (CRED_GROUPS_MAX + 1, false)] {
+        let hello = Request::Hello(Hello { version: VERSION, app: "a", weight: 1, client_id: 1, cred: Some(Cred { uid: 1, gid: 2, groups: vec![3; n] }) });
+        let mut wire = Vec::new();
+        assert_eq!(encode_request(1, &hello, &mut wire).is_ok(), ok, "{n} groups");
+        if ok {
+            check_round_trip(1, &hello);
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use sluice_core::{Limits, PolicyConfig};
 
 use crate::error::{Error, Result};
+use crate::ident::Squash;
 
 /// Dispatches in flight to the backing store by default. 2: one dispatch
 /// on the device and one ready behind it, so the device never idles during
@@ -112,6 +113,12 @@ pub struct ServerConfig {
     /// The scheduler's bounds; `dispatches_inflight_max` is set from
     /// `queue_depth`.
     pub sched_limits: Limits,
+    /// Which identities become the anonymous user (`ident`).
+    pub squash: Squash,
+    /// The shared key clients prove (`sluice_net::key`). `None`: the
+    /// default path; created there when the server listens on TCP, read
+    /// when it exists otherwise.
+    pub key_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -126,6 +133,8 @@ impl ServerConfig {
             queue_depth: QUEUE_DEPTH_DEFAULT,
             limits: ServerLimits::default(),
             sched_limits: Limits::default(),
+            squash: Squash::Root,
+            key_file: None,
         }
     }
 

@@ -17,10 +17,12 @@ use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 
 use sluice_core::{AppId, ClientId, Op, Request as CoreRequest, RequestId};
-use sluice_proto::{check_header, encode_response_head, parse_request, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
+use sluice_net::PeerCred;
+use sluice_proto::{auth_verify, check_header, encode_response_head, parse_request, Header, HelloOk, Opcode, Request, AUTH_BYTES, HEADER_BYTES, IO_BYTES_MAX, VERSION};
 
 use crate::dispatch::Event;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ident::{self, Identity};
 use crate::net::{write_all_parts, Stream};
 use crate::pending::{response, Buf, ListInner, ListState, Out, Pending, Reply, ReplyTo, WriteSide};
 use crate::state::{lock, OpenFile};
@@ -59,6 +61,8 @@ pub(crate) struct Conn {
     pub(crate) fd_next: u64,
     app: AppId,
     client: ClientId,
+    /// Who this connection acts for; this thread runs as them.
+    pub(crate) ident: Identity,
 }
 
 /// Serve one accepted connection until it closes or the server drains.
@@ -80,13 +84,21 @@ pub fn serve(shared: Arc<Shared>, stream: Stream, conn_id: u64) {
     let writer_out = Arc::clone(&out);
     let writer = std::thread::Builder::new().name("sluice-writer".into()).stack_size(256 << 10).spawn(move || writer(writer_out, rx));
     let reply = ReplyTo { tx, inflight: Arc::new(AtomicU32::new(0)), out };
+    let peer = stream.peer_cred();
     let mut input = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
-    let hello = if shared.stopping.load(Ordering::SeqCst) { None } else { handshake(&shared, &mut input, &reply, admitted) };
-    if let Some((app, client)) = hello {
-        let mut conn = Conn { shared: Arc::clone(&shared), reply, files: HashMap::new(), fd_next: 3, app, client };
+    let hello = match peer {
+        _ if shared.stopping.load(Ordering::SeqCst) => None,
+        Ok(peer) => handshake(&shared, &mut input, &reply, admitted, peer.as_ref()),
+        Err(e) => {
+            let _ = reply.tx.send((0, Out::Error(libc::EACCES, format!("cannot tell who the peer is (SO_PEERCRED): {e}"))));
+            None
+        }
+    };
+    if let Some((app, client, ident)) = hello {
+        let mut conn = Conn { shared: Arc::clone(&shared), reply, files: HashMap::new(), fd_next: 3, app, client, ident };
         conn.run(&mut input);
         drop(conn);
-        if lock(&shared.apps).disconnect(app) {
+        if lock(&shared.apps).disconnect(app, shared.clock.now()) {
             let _ = shared.events.send(Event::Forget(app));
         }
     } else {
@@ -134,12 +146,19 @@ fn read_frame(r: &mut impl Read, frame_bytes_max: u32) -> FrameRead {
     match read_full(r, &mut body) {
         Ok(true) => FrameRead::Frame(header, body),
         Ok(false) if body.is_empty() => FrameRead::Frame(header, body),
-        _ => FrameRead::Eof,
+        // The peer closed its side mid-body: it may still read the answer.
+        Ok(false) => FrameRead::Bad(id, libc::EPROTO, format!("truncated frame body: the connection closed before its {} bytes arrived", header.body_len)),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+            FrameRead::Bad(id, libc::EPROTO, format!("truncated frame body: the connection closed before its {} bytes arrived", header.body_len))
+        }
+        Err(_) => FrameRead::Eof,
     }
 }
 
-/// The first frame must be a `Hello`; answer it. `None` closes.
-fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: bool) -> Option<(AppId, ClientId)> {
+/// The first frame must be a `Hello`; answer it. Where the identity needs
+/// the key (`ident::needs_key`), a `Challenge` and its `Auth` come between.
+/// On success this thread runs as the connection's identity. `None` closes.
+fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: bool, peer: Option<&PeerCred>) -> Option<(AppId, ClientId, Identity)> {
     let fail = |id: u64, errno: i32, msg: String| {
         let _ = reply.tx.send((id, Out::Error(errno, msg)));
         None
@@ -161,10 +180,25 @@ fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: 
     if hello.weight == 0 || hello.weight > weight_max {
         return fail(h.request_id, libc::EINVAL, format!("weight {} outside 1..={weight_max}", hello.weight));
     }
+    // After a challenge, the answer goes to the `Auth` frame's request id.
+    let mut answer_id = h.request_id;
+    if ident::needs_key(peer, hello.cred.as_ref()) {
+        match prove_key(shared, input, reply, h.request_id, &body) {
+            Ok(id) => answer_id = id,
+            Err((id, e)) => return fail(id, e.errno, e.message),
+        }
+    }
+    let identity = match ident::identify(peer, hello.cred.as_ref(), shared.config.squash, shared.server_uid) {
+        Ok(i) => i,
+        Err(e) => return fail(answer_id, e.errno, e.message),
+    };
+    if let Err(e) = ident::take_on_thread(&identity.cred, shared.server_uid) {
+        return fail(answer_id, e.errno, e.message);
+    }
     let name = if hello.app.is_empty() { "anonymous" } else { hello.app };
-    let app = match lock(&shared.apps).connect(name, hello.weight) {
+    let app = match lock(&shared.apps).connect(name, hello.weight, shared.clock.now()) {
         Ok(app) => app,
-        Err(e) => return fail(h.request_id, e.errno, e.message),
+        Err(e) => return fail(answer_id, e.errno, e.message),
     };
     let _ = shared.events.send(Event::Weight(app, hello.weight));
     let ok = HelloOk {
@@ -173,8 +207,30 @@ fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: 
         io_bytes_max: IO_BYTES_MAX,
         inflight_per_connection_max: shared.config.limits.inflight_per_connection_max,
     };
-    let _ = reply.tx.send((h.request_id, Out::HelloOk(ok)));
-    Some((app, ClientId(hello.client_id)))
+    let _ = reply.tx.send((answer_id, Out::HelloOk(ok)));
+    Some((app, ClientId(hello.client_id), identity))
+}
+
+/// Send a fresh nonce and check the client's `Auth` against the key and
+/// the `Hello` body it sent. The `Auth` frame's request id, which the
+/// handshake's answer carries; on failure, the id to answer and why.
+fn prove_key(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, hello_id: u64, hello_body: &[u8]) -> std::result::Result<u64, (u64, Error)> {
+    let denied = |msg: &str| Error::new(ErrorKind::Invalid, libc::EACCES, msg);
+    let key = shared.key.ok_or_else(|| (hello_id, denied("this server has no key: it accepts no TCP clients and no forwarded identities (see --key-file)")))?;
+    let nonce = sluice_net::key::random::<AUTH_BYTES>().map_err(|e| (hello_id, Error::io("getrandom", &e)))?;
+    let _ = reply.tx.send((hello_id, Out::Challenge(nonce)));
+    let (h, body) = match read_frame(input, shared.config.limits.frame_bytes_max) {
+        FrameRead::Frame(h, b) => (h, b),
+        FrameRead::Eof => return Err((hello_id, denied("connection closed before it proved the key"))),
+        FrameRead::Bad(id, errno, msg) => return Err((id, Error::new(ErrorKind::Invalid, errno, msg))),
+    };
+    let id = h.request_id;
+    match parse_request(&h, &body) {
+        Ok(Request::Auth { mac }) if auth_verify(&key, &nonce, hello_body, &mac) => Ok(id),
+        Ok(Request::Auth { .. }) => Err((id, denied("authentication failed: the client's key is not this server's"))),
+        Ok(_) => Err((id, denied("this server needs the key proven (an Auth frame) before any request"))),
+        Err(e) => Err((id, Error::new(ErrorKind::Invalid, e.errno(), e.to_string()))),
+    }
 }
 
 /// How one read or write message is admitted.

@@ -31,6 +31,7 @@ mod conn;
 mod dispatch;
 mod error;
 mod exec;
+pub mod ident;
 mod net;
 mod ops;
 mod pending;
@@ -50,6 +51,7 @@ use sluice_proto::AppStats;
 
 pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, DIRECT_ALIGN_BYTES, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX};
 pub use error::{Error, ErrorKind, Result};
+pub use ident::{Squash, ANON_ID};
 
 use dispatch::{Dispatcher, Event};
 use exec::Executor;
@@ -69,6 +71,11 @@ pub(crate) struct Shared {
     pub conns: Mutex<HashMap<u64, Stream>>,
     pub threads: Mutex<Vec<JoinHandle<()>>>,
     pub stopping: AtomicBool,
+    /// The shared key connections prove (see `ident`); `None`: no
+    /// connection can prove one, so TCP is refused.
+    pub key: Option<[u8; sluice_net::key::KEY_BYTES]>,
+    /// The server's effective uid: 0 takes callers' identities.
+    pub server_uid: u32,
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].
@@ -96,6 +103,7 @@ impl Server {
     pub fn start(config: ServerConfig) -> Result<ServerHandle> {
         config.validate()?;
         let root = root::Root::open(&config.root)?;
+        let key = load_key(&config)?;
         let (listener, addr, socket_path) = bind(&config.listen)?;
         let mut limits = config.sched_limits.clone();
         limits.dispatches_inflight_max = config.queue_depth;
@@ -114,6 +122,8 @@ impl Server {
             conns: Mutex::new(HashMap::new()),
             threads: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
+            key,
+            server_uid: ident::server_uid(),
             config,
         });
         let workers = spawn_workers(&shared, jobs_rx)?;
@@ -149,7 +159,38 @@ fn spawn_workers(shared: &Arc<Shared>, jobs: mpsc::Receiver<exec::Job>) -> Resul
         .collect()
 }
 
+/// The shared key: created at the configured or default path when the
+/// server listens on TCP (which refuses every client without it), read
+/// when it exists otherwise. A key inside the served root is refused:
+/// clients could read it through the server.
+fn load_key(config: &ServerConfig) -> Result<Option<[u8; sluice_net::key::KEY_BYTES]>> {
+    let tcp = matches!(config.listen, Listen::Tcp(_));
+    let path = match config.key_file.clone().or_else(sluice_net::key::default_path) {
+        Some(p) => p,
+        None if tcp => return Err(Error::config(format!("a TCP server needs a key file: pass --key-file or set {}", sluice_net::key::KEY_ENV))),
+        None => return Ok(None),
+    };
+    let key = if tcp || config.key_file.is_some() {
+        sluice_net::key::load_or_create(&path).map(|(k, _)| k)
+    } else {
+        match sluice_net::key::load(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            other => other,
+        }
+    }
+    .map_err(|e| Error::new(ErrorKind::Config, e.raw_os_error().unwrap_or(libc::EINVAL), e.to_string()))?;
+    if let (Ok(k), Ok(r)) = (std::fs::canonicalize(&path), std::fs::canonicalize(&config.root)) {
+        if k.starts_with(&r) {
+            return Err(Error::config(format!("key file {} lies inside the served root {}: clients could read it", k.display(), r.display())));
+        }
+    }
+    Ok(Some(key))
+}
+
 /// Bind the listener; a stale Unix socket (nobody answering) is replaced.
+/// A Unix socket is made connectable by every local user (mode 0666): the
+/// kernel tells the server who each peer is, and each request runs with
+/// that peer's rights, so the socket's mode no longer guards anything.
 fn bind(listen: &Listen) -> Result<(Listener, String, Option<std::path::PathBuf>)> {
     match listen {
         Listen::Unix(path) => {
@@ -164,6 +205,8 @@ fn bind(listen: &Listen) -> Result<(Listener, String, Option<std::path::PathBuf>
                 let _ = std::fs::remove_file(path);
             }
             let l = UnixListener::bind(path).map_err(|e| Error::io(&format!("bind {}", path.display()), &e))?;
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| Error::io(&format!("chmod {}", path.display()), &e))?;
             Ok((Listener::Unix(l), format!("unix:{}", path.display()), Some(path.clone())))
         }
         Listen::Tcp(a) => {

@@ -55,7 +55,7 @@ impl Conn {
             Request::Fstat { fd } => Out::Stat(fstat(self.file(fd)?.fd.as_raw_fd())?),
             Request::Unlink { path } => root.unlink(path).map(|()| Out::Ok)?,
             Request::Rename { from, to } => root.rename(from, to).map(|()| Out::Ok)?,
-            Request::Mkdir { path, mode } => root.mkdir(path, mode).map(|()| Out::Ok)?,
+            Request::Mkdir { path, mode } => root.mkdir(path, crate::ident::create_mode(&self.ident, mode)).map(|()| Out::Ok)?,
             Request::Rmdir { path } => root.rmdir(path).map(|()| Out::Ok)?,
             Request::Readdir { path, start } => {
                 let (entries, done) = root.readdir(path, start, DIR_ENTRIES_MAX, self.shared.config.limits.dir_entries_max)?;
@@ -71,6 +71,7 @@ impl Conn {
         if self.files.len() >= max as usize {
             return Err(Error::limit(libc::EMFILE, format!("too many open files on this connection (fds_per_connection_max = {max})")));
         }
+        let mode = crate::ident::create_mode(&self.ident, mode);
         let mut f = flags & OPEN_FLAGS_ALLOWED;
         if self.shared.config.direct && f & libc::O_DIRECTORY == 0 {
             f |= libc::O_DIRECT;

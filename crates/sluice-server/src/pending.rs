@@ -23,6 +23,8 @@ pub enum Out {
     Stat(WireStat),
     Dir(Vec<DirEntry>, bool),
     Stats(Vec<AppStats>),
+    /// The handshake's key challenge: a fresh nonce.
+    Challenge([u8; sluice_proto::AUTH_BYTES]),
     Error(i32, String),
     /// Not a reply: wakes the writer to send a worker's `leftover`.
     Flush,
@@ -105,6 +107,7 @@ pub fn response(out: &Out) -> Response<'_> {
         Out::Stat(s) => Response::Stat(*s),
         Out::Dir(e, done) => Response::Dir { entries: e.clone(), done: *done },
         Out::Stats(a) => Response::Stats(a.clone()),
+        Out::Challenge(nonce) => Response::Challenge { nonce: *nonce },
         Out::Error(errno, m) => Response::Error { errno: *errno, message: m },
     }
 }

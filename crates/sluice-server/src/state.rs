@@ -113,55 +113,113 @@ impl Drop for OpenFile {
 struct App {
     stats: AppStats,
     connections: u32,
+    /// When the last connection closed (server clock, ns); `None` while
+    /// connected.
+    idle_since_ns: Option<u64>,
 }
 
-/// Applications by name, with their counters. Entries are kept after the
-/// last connection closes so the shutdown summary covers everyone; the
-/// table is bounded by `apps_max` and refuses new names past it.
+/// Nanoseconds an application with no connection keeps its entry (its
+/// counters in `Stats`, its id for a returning process) before it is
+/// forgotten. 60 s: longer than a job step's gap between two programs of
+/// one application, short enough that short-lived tools (`sluice cp`,
+/// one per file) do not accumulate.
+pub const APP_IDLE_GRACE_NS: u64 = 60_000_000_000;
+
+/// Name of the summary row that holds the counters of forgotten apps.
+pub const FORGOTTEN_APPS: &str = "(forgotten applications)";
+
+/// Applications by name, with their counters. An application without
+/// connections is forgotten after `APP_IDLE_GRACE_NS`, or at once when a
+/// new application needs its place; its counters move to one
+/// `FORGOTTEN_APPS` row so the shutdown summary still covers everything.
+/// The bound `apps_max` therefore refuses a new application only when
+/// that many are connected at once. Ids are never reused, so a request of
+/// a forgotten application that completes late is never counted for
+/// another.
 pub struct AppTable {
     by_name: HashMap<String, AppId>,
-    apps: Vec<App>,
+    apps: HashMap<AppId, App>,
+    id_next: u32,
     apps_max: u32,
+    forgotten: AppStats,
+}
+
+fn empty_stats(name: &str, weight: u32) -> AppStats {
+    AppStats { name: name.to_string(), weight, requests: 0, dispatches: 0, bytes_read: 0, bytes_written: 0, errors: 0, latency_us_log2: [0; LATENCY_BUCKETS] }
 }
 
 impl AppTable {
     pub fn new(apps_max: u32) -> AppTable {
-        AppTable { by_name: HashMap::new(), apps: Vec::new(), apps_max }
+        AppTable { by_name: HashMap::new(), apps: HashMap::new(), id_next: 0, apps_max, forgotten: empty_stats(FORGOTTEN_APPS, 0) }
     }
 
-    /// A connection of application `name` arrived.
-    pub fn connect(&mut self, name: &str, weight: u32) -> Result<AppId> {
+    /// A connection of application `name` arrived at `now_ns`.
+    pub fn connect(&mut self, name: &str, weight: u32, now_ns: u64) -> Result<AppId> {
+        self.forget_idle(now_ns);
         let id = match self.by_name.get(name) {
             Some(&id) => id,
             None => {
-                if self.apps.len() >= self.apps_max as usize {
-                    return Err(Error::limit(libc::EUSERS, format!("too many applications (apps_max = {})", self.apps_max)));
+                if self.apps.len() >= self.apps_max as usize && !self.forget_oldest_idle() {
+                    return Err(Error::limit(libc::EUSERS, format!("too many applications connected at once (apps_max = {})", self.apps_max)));
                 }
-                let id = AppId(self.apps.len() as u32);
-                let stats =
-                    AppStats { name: name.to_string(), weight, requests: 0, dispatches: 0, bytes_read: 0, bytes_written: 0, errors: 0, latency_us_log2: [0; LATENCY_BUCKETS] };
-                self.apps.push(App { stats, connections: 0 });
+                let id = AppId(self.id_next);
+                self.id_next = self.id_next.checked_add(1).ok_or_else(|| Error::limit(libc::EUSERS, "application ids exhausted (2^32 since start)"))?;
+                self.apps.insert(id, App { stats: empty_stats(name, weight), connections: 0, idle_since_ns: None });
                 self.by_name.insert(name.to_string(), id);
                 id
             }
         };
-        let app = &mut self.apps[id.0 as usize];
+        let app = self.apps.get_mut(&id).expect("by_name and apps agree");
         app.connections += 1;
+        app.idle_since_ns = None;
         app.stats.weight = weight;
         Ok(id)
     }
 
-    /// A connection of `app` closed; true when it was the last one.
-    pub fn disconnect(&mut self, app: AppId) -> bool {
-        let a = &mut self.apps[app.0 as usize];
+    /// A connection of `app` closed at `now_ns`; true when it was the last.
+    pub fn disconnect(&mut self, app: AppId, now_ns: u64) -> bool {
+        let Some(a) = self.apps.get_mut(&app) else { return false };
         a.connections -= 1;
+        if a.connections == 0 {
+            a.idle_since_ns = Some(now_ns);
+        }
         a.connections == 0
+    }
+
+    /// Forget every application idle for `APP_IDLE_GRACE_NS` or longer.
+    fn forget_idle(&mut self, now_ns: u64) {
+        let old: Vec<AppId> = self.apps.iter().filter(|(_, a)| a.idle_since_ns.is_some_and(|t| now_ns.saturating_sub(t) >= APP_IDLE_GRACE_NS)).map(|(&id, _)| id).collect();
+        old.into_iter().for_each(|id| self.forget(id));
+    }
+
+    /// Forget the application idle the longest; false when all are live.
+    fn forget_oldest_idle(&mut self) -> bool {
+        let oldest = self.apps.iter().filter_map(|(&id, a)| a.idle_since_ns.map(|t| (t, id))).min();
+        oldest.map(|(_, id)| self.forget(id)).is_some()
+    }
+
+    fn forget(&mut self, id: AppId) {
+        let Some(a) = self.apps.remove(&id) else { return };
+        self.by_name.remove(&a.stats.name);
+        merge(&mut self.forgotten, &a.stats);
+    }
+
+    /// Applications in the table (connected or within their grace).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.apps.len()
+    }
+
+    fn stats_mut(&mut self, app: AppId) -> &mut AppStats {
+        match self.apps.get_mut(&app) {
+            Some(a) => &mut a.stats,
+            None => &mut self.forgotten,
+        }
     }
 
     /// Count one completed request of `app`.
     pub fn record(&mut self, app: AppId, write: bool, bytes: Option<u64>, latency_ns: u64) {
-        let Some(a) = self.apps.get_mut(app.0 as usize) else { return };
-        let s = &mut a.stats;
+        let s = self.stats_mut(app);
         s.requests += 1;
         match bytes {
             Some(b) if write => s.bytes_written += b,
@@ -175,12 +233,62 @@ impl AppTable {
 
     /// Count one dispatch that carried requests of `app`.
     pub fn record_dispatch(&mut self, app: AppId) {
-        if let Some(a) = self.apps.get_mut(app.0 as usize) {
-            a.stats.dispatches += 1;
-        }
+        self.stats_mut(app).dispatches += 1;
     }
 
+    /// Every application's counters, by id (arrival order), then the
+    /// forgotten ones' row when it counted anything.
     pub fn snapshot(&self) -> Vec<AppStats> {
-        self.apps.iter().map(|a| a.stats.clone()).collect()
+        let mut ids: Vec<&AppId> = self.apps.keys().collect();
+        ids.sort();
+        let mut out: Vec<AppStats> = ids.into_iter().map(|id| self.apps[id].stats.clone()).collect();
+        if self.forgotten.requests > 0 {
+            out.push(self.forgotten.clone());
+        }
+        out
+    }
+}
+
+/// Add `b`'s counters to `a`.
+fn merge(a: &mut AppStats, b: &AppStats) {
+    a.requests += b.requests;
+    a.dispatches += b.dispatches;
+    a.bytes_read += b.bytes_read;
+    a.bytes_written += b.bytes_written;
+    a.errors += b.errors;
+    a.latency_us_log2.iter_mut().zip(&b.latency_us_log2).for_each(|(x, y)| *x += y);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apps_max_refuses_only_when_that_many_are_connected() {
+        let mut t = AppTable::new(2);
+        let a = t.connect("a", 1, 0).unwrap();
+        t.connect("b", 1, 0).unwrap();
+        assert_eq!(t.connect("c", 1, 0).unwrap_err().errno, libc::EUSERS, "N live, the N+1st is refused");
+        t.record(a, false, Some(10), 1_000);
+        assert!(t.disconnect(a, 5));
+        let c = t.connect("c", 1, 6).unwrap();
+        assert_ne!(c, a, "ids are never reused");
+        assert_eq!(t.len(), 2);
+        t.record(a, false, Some(7), 1_000);
+        let snap = t.snapshot();
+        let forgotten = snap.iter().find(|s| s.name == FORGOTTEN_APPS).expect("a forgotten row");
+        assert_eq!((forgotten.requests, forgotten.bytes_read), (2, 17), "a late completion of a forgotten app is counted there");
+    }
+
+    #[test]
+    fn an_idle_app_is_forgotten_after_its_grace_and_kept_before() {
+        let mut t = AppTable::new(100);
+        let a = t.connect("a", 1, 0).unwrap();
+        t.disconnect(a, 10);
+        t.connect("b", 1, 10 + APP_IDLE_GRACE_NS - 1).unwrap();
+        assert_eq!(t.connect("a", 1, 10 + APP_IDLE_GRACE_NS - 1).unwrap(), a, "within its grace a returning app keeps its id");
+        t.disconnect(a, 20);
+        t.connect("c", 1, 20 + APP_IDLE_GRACE_NS).unwrap();
+        assert_eq!(t.len(), 2, "a was forgotten at its grace");
     }
 }

@@ -168,7 +168,7 @@ fn concurrent_clients_of_different_applications() {
         .map(|i| {
             let addr = addr.clone();
             std::thread::spawn(move || {
-                let opts = sluice_client::ConnectOptions { app: Some(format!("app{i}")), weight: 1 + i as u32, client_id: Some(i as u32) };
+                let opts = sluice_client::ConnectOptions { app: Some(format!("app{i}")), weight: 1 + i as u32, client_id: Some(i as u32), ..Default::default() };
                 let c = Client::connect_with(&addr, opts).unwrap();
                 let fd = c.open(&format!("f{i}"), RW_CREATE, 0o644).unwrap();
                 for k in 0..32u64 {

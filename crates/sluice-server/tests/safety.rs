@@ -51,7 +51,7 @@ fn raw(s: &TestServer) -> UnixStream {
     let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut hello = Vec::new();
-    encode_request(0, &Request::Hello(Hello { version: VERSION, app: "raw", weight: 1, client_id: 0 }), &mut hello);
+    encode_request(0, &Request::Hello(Hello { version: VERSION, app: "raw", weight: 1, client_id: 0, cred: None }), &mut hello).unwrap();
     sock.write_all(&hello).unwrap();
     let (h, _) = read_reply(&mut sock).expect("hello reply");
     assert_eq!(h.opcode, Opcode::HelloOk);
@@ -101,6 +101,11 @@ fn malformed_frames_close_only_their_connection() {
     encode_header(Opcode::Read, 2, 3, &mut short_body);
     short_body.extend_from_slice(&[1, 2, 3]);
     check_refused(&s, &short_body, false, libc::EPROTO);
+    // Issue 13: a body cut short by a half-close is answered too.
+    let mut cut = Vec::new();
+    encode_header(Opcode::Read, 4, 100, &mut cut);
+    cut.extend_from_slice(&[0; 10]);
+    check_refused(&s, &cut, true, libc::EPROTO);
     let mut response_as_request = Vec::new();
     encode_response(3, &Response::Ok, &mut response_as_request);
     check_refused(&s, &response_as_request, false, libc::ENOSYS);
@@ -203,9 +208,70 @@ fn files_open_max_at_n_and_n_plus_1() {
 #[test]
 fn apps_max_at_n_and_n_plus_1() {
     let s = TestServer::start(|c| c.sched_limits.apps_max = 2);
-    let _held = (s.client("a1"), s.client("a2"), s.client("a1"));
-    let e = Client::connect_with(&s.addr(), ConnectOptions { app: Some("a3".into()), ..ConnectOptions::default() }).err().unwrap();
+    let held = (s.client("a1"), s.client("a2"), s.client("a1"));
+    let a3 = || Client::connect_with(&s.addr(), ConnectOptions { app: Some("a3".into()), ..ConnectOptions::default() });
+    let e = a3().err().unwrap();
     assert!(e.message.contains("apps_max = 2"), "{e}");
+    // Issue 13: the bound counts applications connected at once, not ever.
+    drop(held.1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let c = loop {
+        match a3() {
+            Ok(c) => break c,
+            Err(e) => assert!(std::time::Instant::now() < deadline, "a3 still refused after a2 left: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    drop((c, held.0, held.2));
+}
+
+/// Issue 13: 20 `sluice cp` runs used to leave 21 entries, and after
+/// `apps_max` distinct names every new application was refused for good.
+#[test]
+fn five_thousand_short_lived_applications_are_all_admitted() {
+    let s = TestServer::start(|_| {});
+    for i in 0..5_000 {
+        let c = Client::connect_with(&s.addr(), ConnectOptions { app: Some(format!("short-{i}")), ..ConnectOptions::default() })
+            .unwrap_or_else(|e| panic!("application {i} refused: {e}"));
+        drop(c);
+    }
+}
+
+/// Issue 13: paths longer than PATH_BYTES_MAX were cut by the encoder, so
+/// unlink/mkdir/rename acted on a shorter name.
+#[test]
+fn long_paths_are_enametoolong_and_touch_nothing() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("long");
+    let short = "d".repeat(200);
+    c.mkdir(&short, 0o755).unwrap();
+    // PATH_BYTES_MAX + 1 bytes whose first PATH_BYTES_MAX would name `short/...`.
+    let long = format!("{short}/{}", "x".repeat(PATH_BYTES_MAX - short.len()));
+    for (what, e) in [
+        ("unlink", c.unlink(&long).unwrap_err()),
+        ("mkdir", c.mkdir(&long, 0o755).unwrap_err()),
+        ("rmdir", c.rmdir(&long).unwrap_err()),
+        ("rename", c.rename(&short, &long).unwrap_err()),
+        ("open", c.open(&long, libc::O_CREAT | libc::O_WRONLY, 0o644).unwrap_err()),
+        ("stat", c.stat(&long).unwrap_err()),
+    ] {
+        assert_eq!(e.errno, libc::ENAMETOOLONG, "{what}: {e}");
+    }
+    assert!(s.path(&short).is_dir(), "nothing was renamed or removed");
+    assert_eq!(std::fs::read_dir(s.path(&short)).unwrap().count(), 0, "nothing was created");
+    // A peer that sends one anyway gets ENAMETOOLONG from the server.
+    let mut sock = raw(&s);
+    let mut frame = Vec::new();
+    encode_request(5, &Request::Unlink { path: &short }, &mut frame).unwrap();
+    let extra = PATH_BYTES_MAX + 1 - short.len();
+    frame[HEADER_BYTES..HEADER_BYTES + 2].copy_from_slice(&((PATH_BYTES_MAX + 1) as u16).to_le_bytes());
+    frame.extend(std::iter::repeat_n(b'x', extra));
+    let body_len = (frame.len() - HEADER_BYTES) as u32;
+    frame[..4].copy_from_slice(&body_len.to_le_bytes());
+    sock.write_all(&frame).unwrap();
+    let (h, body) = read_reply(&mut sock).expect("an error reply");
+    assert!(matches!(parse_response(&h, &body).unwrap(), Response::Error { errno: libc::ENAMETOOLONG, .. }));
+    assert!(s.path(&short).is_dir());
 }
 
 #[test]
@@ -256,7 +322,10 @@ fn listen_refuses_a_path_that_is_not_a_socket_and_replaces_a_stale_one() {
 #[test]
 fn tcp_listener_on_loopback_serves() {
     let root = common::temp_dir();
-    let cfg = sluice_server::ServerConfig::new(root.path(), sluice_server::Listen::parse("tcp:127.0.0.1:0").unwrap());
+    let mut cfg = sluice_server::ServerConfig::new(root.path(), sluice_server::Listen::parse("tcp:127.0.0.1:0").unwrap());
+    // Root over TCP would be nobody (root squash) and could not write the
+    // 0700 temporary root; the key comes from the default path.
+    cfg.squash = sluice_server::Squash::None;
     let mut h = sluice_server::Server::start(cfg).unwrap();
     assert!(h.addr().starts_with("tcp:127.0.0.1:"), "{}", h.addr());
     let c = Client::connect(h.addr()).unwrap();

@@ -134,7 +134,9 @@ fn pattern(offset: u64, len: u64) -> Vec<u8> {
 fn serve_args(root: &std::path::Path, i: usize) -> Vec<String> {
     let root = root.join(format!("data-{i}"));
     std::fs::create_dir_all(root.join("objects")).unwrap();
-    vec!["serve".into(), "--root".into(), root.display().to_string(), "--listen".into(), format!("tcp:{}:{DATA_PORT}", host_addr(i))]
+    // Root on the client hosts stays root (--squash none): this test is
+    // about striping over hosts; tests/hostile.rs covers squash.
+    vec!["serve".into(), "--root".into(), root.display().to_string(), "--listen".into(), format!("tcp:{}:{DATA_PORT}", host_addr(i)), "--squash".into(), "none".into()]
 }
 
 #[test]

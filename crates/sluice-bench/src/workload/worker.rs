@@ -92,7 +92,7 @@ impl Backend {
                 Ok(Backend::File(f.map_err(|e| WorkloadError::io(format!("open {name}"), e))?))
             }
             Target::Service { addr } => {
-                let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank) };
+                let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank), ..Default::default() };
                 let c = sluice_client::Client::connect_with(addr, opts).map_err(WorkloadError::client)?;
                 let fd = c.open(&name, libc::O_RDWR, 0).map_err(WorkloadError::client)?;
                 Ok(Backend::Service(c, fd))

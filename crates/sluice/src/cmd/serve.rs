@@ -29,6 +29,14 @@ pub struct ServeArgs {
     /// Dispatches in flight to the device (the rest wait in the scheduler).
     #[arg(long, default_value_t = QUEUE_DEPTH_DEFAULT)]
     queue_depth: u32,
+    /// Which identities become nobody: root (uid 0 stated over TCP), all, none.
+    #[arg(long, default_value = "root")]
+    squash: String,
+    /// Shared key file (mode 0600) that TCP clients and identity-forwarding
+    /// mounts prove; created if missing. Default: $SLUICE_KEY_FILE, else
+    /// ~/.config/sluice/key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
 }
 
 /// Set by the signal handler; polled by the main thread.
@@ -54,6 +62,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.direct = a.direct;
     cfg.device = DeviceKind::parse(&a.device)?;
     cfg.queue_depth = a.queue_depth;
+    cfg.squash = sluice_server::Squash::parse(&a.squash)?;
+    cfg.key_file = a.key_file.clone();
     install_signal_handlers();
     let mut server = Server::start(cfg)?;
     println!(

@@ -1,0 +1,262 @@
+//! Hostile local users against a `sluice serve` run as root (issue 13):
+//! each test reproduces one finding of the security probe as the attacker
+//! would, as `nobody` through `setpriv`, over Unix and TCP, through the
+//! CLI, the interposer, the FUSE mount and the client library.
+//!
+//! Raw library calls as `nobody` run in this test binary itself, re-executed
+//! under `setpriv` with `HOSTILE_HELPER` naming what to do (see `helper`).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Mount, SLUICE};
+use sluice_client::{Client, ConnectOptions, Cred};
+use tempfile::TempDir;
+
+const NOBODY: u32 = 65_534;
+const HELPER_ENV: &str = "HOSTILE_HELPER";
+
+/// A `sluice serve` run as root over a root directory holding a 0600
+/// secret, a 0700 directory, a public file and a world-writable directory.
+struct Victim {
+    child: Option<Child>,
+    dir: TempDir,
+    addr: String,
+}
+
+impl Victim {
+    fn start(listen_tcp: bool, extra: &[&str]) -> Victim {
+        let dir = tempfile::Builder::new().prefix("sluice-hostile-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        // nobody must reach the socket and the served root, nothing more.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let put = |name: &str, data: &[u8], mode: u32| {
+            std::fs::write(root.join(name), data).unwrap();
+            std::fs::set_permissions(root.join(name), std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        put("secret", b"root's secret\n", 0o600);
+        put("public.txt", b"for everyone\n", 0o644);
+        for (d, mode) in [("private", 0o700), ("pub", 0o1777)] {
+            std::fs::create_dir(root.join(d)).unwrap();
+            std::fs::set_permissions(root.join(d), std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let listen = if listen_tcp { "tcp:127.0.0.1:0".to_string() } else { format!("unix:{}", dir.path().join("s.sock").display()) };
+        let key = dir.path().join("server.key");
+        let mut cmd = Command::new(SLUICE);
+        cmd.args(["serve", "--root", root.to_str().unwrap(), "--listen", &listen, "--key-file", key.to_str().unwrap()]).args(extra);
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        // The first line names the bound address: "... on ADDR (policy ...".
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.split(" on ").nth(1).and_then(|r| r.split(' ').next()).unwrap_or_else(|| panic!("no address in {line:?}")).to_string();
+        Victim { child: Some(child), dir, addr }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn key(&self) -> PathBuf {
+        self.dir.path().join("server.key")
+    }
+
+    /// Run `sluice ARGS` as nobody, with `env` added.
+    fn as_nobody(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        nobody(SLUICE, args).env("SLUICE_SERVER", &self.addr).envs(env.iter().copied()).current_dir(self.dir.path()).output().unwrap()
+    }
+}
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `setpriv` into nobody:nogroup with no supplementary groups, HOME /tmp.
+fn nobody(program: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]).arg(program).args(args).env("HOME", "/nonexistent").env_remove("SLUICE_KEY_FILE");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!("status {:?}\nstdout: {}\nstderr: {}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// Run this test binary's `helper` test as nobody, doing `what`.
+fn helper_as_nobody(addr: &str, what: &str, env: &[(&str, &str)]) -> Output {
+    let me = std::env::current_exe().unwrap();
+    nobody(me.to_str().unwrap(), &["--exact", "helper", "--nocapture", "--test-threads=1"])
+        .env(HELPER_ENV, what)
+        .env("SLUICE_SERVER", addr)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Not a test of its own: the body `helper_as_nobody` runs in a child
+/// process as nobody. Prints `HELPER-OK` when the action was refused as
+/// expected; panics otherwise.
+#[test]
+fn helper() {
+    let Ok(what) = std::env::var(HELPER_ENV) else { return };
+    let addr = std::env::var("SLUICE_SERVER").unwrap();
+    match what.as_str() {
+        // A non-root Unix peer states root's identity without the key.
+        "claim-root" => {
+            let opts = ConnectOptions { cred: Some(Cred { uid: 0, gid: 0, groups: vec![0] }), ..ConnectOptions::default() };
+            let e = Client::connect_with(&addr, opts).err().expect("a claimed identity without the key is refused");
+            assert_eq!(e.errno, libc::EACCES, "{e}");
+        }
+        // The original exploit's first step: a setuid file, as nobody.
+        "create-setuid" => {
+            let c = Client::connect(&addr).unwrap();
+            let fd = c.open("pub/id", libc::O_CREAT | libc::O_WRONLY | libc::O_EXCL, 0o4755).unwrap();
+            c.pwrite(fd, &std::fs::read("/usr/bin/id").unwrap(), 0).unwrap();
+            c.close(fd).unwrap();
+            c.mkdir("pub/sgid-dir", 0o2777).unwrap();
+        }
+        other => panic!("unknown helper action {other}"),
+    }
+    println!("HELPER-OK");
+}
+
+fn assert_helper_ok(o: &Output) {
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("HELPER-OK"), "{}", text(o));
+}
+
+#[test]
+fn nobody_cannot_read_a_0600_root_file_or_write_into_a_0700_directory_over_unix() {
+    let v = Victim::start(false, &[]);
+    let out = v.as_nobody(&["cp", ":secret", "/tmp/stolen-by-nobody"], &[]);
+    assert!(!out.status.success() && text(&out).contains("Permission denied"), "{}", text(&out));
+    let out = v.as_nobody(&["cp", "/etc/hostname", ":private/planted"], &[]);
+    assert!(!out.status.success() && text(&out).contains("Permission denied"), "{}", text(&out));
+    assert!(!v.root().join("private/planted").exists());
+    // The control: what nobody may do still works.
+    let copy = format!("/tmp/sluice-hostile-{}-public", std::process::id());
+    let out = v.as_nobody(&["cp", ":public.txt", &copy], &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::read(&copy).unwrap(), b"for everyone\n");
+    let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_file("/tmp/stolen-by-nobody");
+}
+
+#[test]
+fn a_file_nobody_creates_belongs_to_nobody_and_is_never_setuid() {
+    let v = Victim::start(false, &[]);
+    assert_helper_ok(&helper_as_nobody(&v.addr, "create-setuid", &[]));
+    let m = std::fs::metadata(v.root().join("pub/id")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (NOBODY, NOBODY), "owned by its creator, not by the server");
+    assert_eq!(m.mode() & 0o7777, 0o755, "setuid dropped");
+    let d = std::fs::metadata(v.root().join("pub/sgid-dir")).unwrap();
+    assert_eq!((d.uid(), d.mode() & 0o7000), (NOBODY, 0), "setgid dropped on directories too");
+    // The probe's last step: running it gives nobody's euid, not root's.
+    let out = nobody(v.root().join("pub/id").to_str().unwrap(), &["-u"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), NOBODY.to_string(), "{}", text(&out));
+}
+
+#[test]
+fn root_keeps_setuid_on_what_it_creates() {
+    let v = Victim::start(false, &[]);
+    let c = Client::connect(&v.addr).unwrap();
+    let fd = c.open("pub/tool", libc::O_CREAT | libc::O_WRONLY, 0o4755).unwrap();
+    c.close(fd).unwrap();
+    let m = std::fs::metadata(v.root().join("pub/tool")).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o4755));
+}
+
+#[test]
+fn a_unix_peer_cannot_claim_another_identity_without_the_key() {
+    let v = Victim::start(false, &[]);
+    assert_helper_ok(&helper_as_nobody(&v.addr, "claim-root", &[]));
+}
+
+#[test]
+fn tcp_refuses_clients_without_the_key_and_squashes_root() {
+    let v = Victim::start(true, &[]);
+    assert!(v.addr.starts_with("tcp:127.0.0.1:"), "{}", v.addr);
+    // nobody cannot read the server's key: refused before any request.
+    let out = v.as_nobody(&["ls", ":"], &[]);
+    assert!(!out.status.success() && text(&out).contains("wants its key proven"), "{}", text(&out));
+    // A key of nobody's own making is the wrong key.
+    let wrong = v.dir.path().join("nobody.key");
+    std::fs::write(&wrong, format!("{}\n", "ab".repeat(32))).unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&wrong, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = v.as_nobody(&["ls", ":"], &[("SLUICE_KEY_FILE", wrong.to_str().unwrap())]);
+    assert!(!out.status.success() && text(&out).contains("authentication failed"), "{}", text(&out));
+    // With the key, root over TCP is squashed to nobody (the default).
+    let opts = ConnectOptions { key_file: Some(v.key()), ..ConnectOptions::default() };
+    let c = Client::connect_with(&v.addr, opts.clone()).unwrap();
+    assert!(c.open("public.txt", libc::O_RDONLY, 0).is_ok());
+    assert_eq!(c.open("secret", libc::O_RDONLY, 0).unwrap_err().errno, libc::EACCES, "root over TCP is squashed");
+    let fd = c.open("pub/made-over-tcp", libc::O_CREAT | libc::O_WRONLY, 0o4755).unwrap();
+    c.close(fd).unwrap();
+    let m = std::fs::metadata(v.root().join("pub/made-over-tcp")).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o7777), (NOBODY, 0o755));
+}
+
+#[test]
+fn squash_none_trusts_root_over_tcp_and_squash_all_trusts_nobody_locally() {
+    let v = Victim::start(true, &["--squash", "none"]);
+    let c = Client::connect_with(&v.addr, ConnectOptions { key_file: Some(v.key()), ..ConnectOptions::default() }).unwrap();
+    assert!(c.open("secret", libc::O_RDONLY, 0).is_ok(), "--squash none: root stays root");
+    let v = Victim::start(false, &["--squash", "all"]);
+    let c = Client::connect(&v.addr).unwrap();
+    assert_eq!(c.open("secret", libc::O_RDONLY, 0).unwrap_err().errno, libc::EACCES, "--squash all: local root is nobody too");
+}
+
+#[test]
+fn allow_other_mount_checks_each_caller_as_themselves() {
+    let v = Victim::start(false, &[]);
+    let point = v.dir.path().join("mnt");
+    std::fs::create_dir(&point).unwrap();
+    let mut m = Mount { point: point.clone(), child: None };
+    m.child = Some(Command::new(SLUICE).args(["mount", "--allow-other", "--server", &v.addr]).arg(&point).stderr(Stdio::null()).spawn().unwrap());
+    common::wait_for(|| common::is_mounted(&point), "the mount");
+    let cat = |name: &str| nobody("cat", &[point.join(name).to_str().unwrap()]).output().unwrap();
+    let out = cat("secret");
+    assert!(!out.status.success() && text(&out).contains("Permission denied"), "{}", text(&out));
+    let out = cat("public.txt");
+    assert!(out.status.success() && out.stdout == b"for everyone\n", "{}", text(&out));
+    let out = nobody("sh", &["-c", &format!("echo mine > {}", point.join("pub/by-nobody").display())]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::metadata(v.root().join("pub/by-nobody")).unwrap().uid(), NOBODY, "the mount forwards the caller's identity");
+    // Root through the mount is still root (a local, kernel-vouched caller).
+    assert_eq!(std::fs::read(point.join("secret")).unwrap(), b"root's secret\n");
+}
+
+#[test]
+fn the_interposer_runs_as_its_process() {
+    let v = Victim::start(false, &[]);
+    let out = v.as_nobody(&["run", "--prefix", "/sluice", "--", "cat", "/sluice/secret"], &[]);
+    assert!(!out.status.success() && text(&out).contains("Permission denied"), "{}", text(&out));
+    let out = v.as_nobody(&["run", "--prefix", "/sluice", "--", "cat", "/sluice/public.txt"], &[]);
+    assert!(out.status.success() && out.stdout == b"for everyone\n", "{}", text(&out));
+}
+
+/// The served socket is connectable by everyone (mode 0666, whatever the
+/// umask): identity, not the socket's mode, is the guard now.
+#[test]
+fn the_socket_is_0666_and_the_key_file_0600() {
+    let v = Victim::start(false, &[]);
+    let sock = v.addr.strip_prefix("unix:").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !Path::new(sock).exists() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(std::fs::metadata(sock).unwrap().mode() & 0o777, 0o666);
+    assert_eq!(std::fs::metadata(v.key()).unwrap().mode() & 0o777, 0o600, "--key-file is created 0600");
+}
