@@ -108,7 +108,19 @@ impl StripedClient {
             MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
         crate::net::set_timeouts(&stream, Some(Duration::from_secs(META_TIMEOUT_S))).map_err(|e| Error::io("metadata socket", &e))?;
         let mut c = StripedClient { meta: Mutex::new(stream), servers: Vec::new(), data: Vec::new(), opts };
-        match c.call(MetaRequest::Servers)? {
+        let servers = c.call(MetaRequest::Servers).map_err(|e| {
+            // A data server does not speak the metadata protocol: say so,
+            // rather than how the JSON exchange happened to fail.
+            match sluice_client::Client::connect_with(addr, c.opts.clone()) {
+                Ok(_) => Error::new(
+                    ErrorKind::Meta,
+                    libc::EPROTOTYPE,
+                    format!("{addr} is a sluice data server, not a cluster's metadata role: use the address `sluice cluster` printed (or `sluice meta --listen`)"),
+                ),
+                Err(_) => e,
+            }
+        })?;
+        match servers {
             MetaReply::Servers(s) => {
                 c.data = s.iter().map(|_| Mutex::new(None)).collect();
                 c.servers = s;

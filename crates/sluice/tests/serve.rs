@@ -150,6 +150,13 @@ fn cp_and_ls_copy_byte_identically_and_refuse_escapes() {
     assert_eq!(String::from_utf8_lossy(&ls.stdout), "in.dat\n");
     check_cmd(&s.cmd(&["cp", ":../outside", "x"]), false, "sluice: cp: ../outside: path escapes the server root");
     check_cmd(&s.cmd(&["cp", ":/etc/passwd", "x"]), false, "absolute paths are refused");
+    // Issue 13: a destination `:/abs` was silently made relative.
+    check_cmd(&s.cmd(&["cp", "in.dat", ":/abs.dat"]), false, "absolute paths are refused");
+    assert!(!s.root().join("abs.dat").exists());
+    check_cmd(&s.cmd(&["cp", "in.dat", ":"]), true, "");
+    same_file(&src, &s.root().join("in.dat"));
+    // Issue 13: striping commands pointed at a data server say so.
+    check_cmd(&s.cmd(&["setstripe", "-S", "1M", "-c", "2", "x"]), false, "is a sluice data server, not a cluster's metadata role");
     check_cmd(&s.cmd(&["ls", ":.."]), false, "escapes the server root");
     check_cmd(&s.cmd(&["cp", "a", "b"]), false, "neither");
     let absent = Command::new(SLUICE).args(["ls", "--server", "unix:/nonexistent.sock", ":"]).output().unwrap();

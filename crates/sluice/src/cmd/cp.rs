@@ -110,8 +110,14 @@ fn open_dst<'a>(c: &'a Remote, src: &str, dst: &str) -> anyhow::Result<End<'a>> 
     match remote_path(dst) {
         Some(p) => {
             let is_dir = c.stat(p).map(|s| s.mode & libc::S_IFMT == libc::S_IFDIR).unwrap_or(false) || p.is_empty();
-            let target = if is_dir { format!("{}/{}", p.trim_end_matches('/'), base_name(src.trim_start_matches(':'))?) } else { p.to_string() };
-            Ok(End::Remote(c, c.open(target.trim_start_matches('/'), flags, 0o644)?))
+            let name = || base_name(src.trim_start_matches(':'));
+            // `:/abs` is refused by the server exactly as it is as a source.
+            let target = match (is_dir, p.trim_end_matches('/')) {
+                (true, "") if !p.starts_with('/') => name()?.to_string(),
+                (true, dir) => format!("{dir}/{}", name()?),
+                (false, _) => p.to_string(),
+            };
+            Ok(End::Remote(c, c.open(&target, flags, 0o644)?))
         }
         None => {
             let mut target = std::path::PathBuf::from(dst);
