@@ -5,12 +5,18 @@
 //! the caller's buffer.
 //!
 //! Invariant: once the connection breaks, every waiting and every later
-//! call fails with `Disconnected` (EIO); nothing blocks on a dead server.
+//! call fails with `Disconnected` (EIO) on this connection (the `Client`
+//! then reconnects). A server that stops answering is noticed within the
+//! connection's `Patience::timeout`: a hard connection says so once on
+//! stderr and keeps waiting, a soft one fails the call with ETIMEDOUT and
+//! is abandoned (poisoned), so no late reply is ever matched to a new call.
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use sluice_net::Stream;
 use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, DirEntry, HelloOk, Opcode, Request, Response, WireStat, FRAME_BYTES_MAX, HEADER_BYTES};
@@ -78,11 +84,38 @@ struct ReadSide {
     broken: Option<String>,
 }
 
+/// How long a call waits for a silent server, and what it does then.
+#[derive(Debug)]
+pub(crate) struct Patience {
+    pub timeout: Duration,
+    /// Fail with ETIMEDOUT at the timeout (else keep waiting).
+    pub soft: bool,
+    /// "not responding" was said for the current outage.
+    pub warned: AtomicBool,
+}
+
+impl Patience {
+    /// Say once per outage that the server is not responding.
+    pub(crate) fn warn(&self, addr: &str) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            eprintln!("sluice: server {addr} not responding, still trying");
+        }
+    }
+
+    /// The server answered again: say so if it was reported silent.
+    pub(crate) fn answered(&self, addr: &str) {
+        if self.warned.load(Ordering::Relaxed) && self.warned.swap(false, Ordering::Relaxed) {
+            eprintln!("sluice: server {addr} OK");
+        }
+    }
+}
+
 pub(crate) struct Conn {
     addr: String,
     output: Mutex<Stream>,
     read: Mutex<ReadSide>,
     id_next: AtomicU64,
+    patience: std::sync::Arc<Patience>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -98,16 +131,61 @@ fn dial(addr: &str) -> Result<Stream> {
         .map_err(|e| ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}")))
 }
 
+/// Wait until `fd` is readable, at most `timeout`; false on timeout.
+fn readable_within(fd: i32, timeout: Duration) -> io::Result<bool> {
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    loop {
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r >= 0 {
+            return Ok(r > 0);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 impl Conn {
-    pub(crate) fn open(addr: &str) -> Result<Conn> {
+    pub(crate) fn open(addr: &str, patience: std::sync::Arc<Patience>) -> Result<Conn> {
         let s = dial(addr)?;
         let r = s.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Connect, libc::EIO, format!("cannot connect to sluice server at {addr}: {e}")))?;
+        // A frame that stalls half-way, or a send into a server that stopped
+        // reading, breaks the connection after the same patience.
+        let _ = s.set_write_timeout(Some(patience.timeout));
+        let _ = r.set_read_timeout(Some(patience.timeout));
         Ok(Conn {
             addr: addr.to_string(),
             output: Mutex::new(s),
             read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, r), stash: HashMap::new(), broken: None }),
             id_next: AtomicU64::new(1),
+            patience,
         })
+    }
+
+    /// Wait for the next frame to start arriving. `Err` for a soft
+    /// connection past its patience (which abandons the connection).
+    fn await_frame(&self, g: &mut ReadSide) -> Result<()> {
+        if !g.input.buffer().is_empty() {
+            return Ok(());
+        }
+        let fd = g.input.get_ref().as_raw_fd();
+        loop {
+            match readable_within(fd, self.patience.timeout) {
+                Ok(true) | Err(_) => {
+                    self.patience.answered(&self.addr);
+                    return Ok(());
+                }
+                Ok(false) if self.patience.soft => {
+                    let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
+                    g.broken.get_or_insert_with(|| why.clone());
+                    return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
+                }
+                Ok(false) => self.patience.warn(&self.addr),
+            }
+        }
     }
 
     /// Whether the connection is TCP (the server then wants the key).
@@ -156,6 +234,7 @@ impl Conn {
             if let Some(why) = &g.broken {
                 return Err(self.lost(why));
             }
+            self.await_frame(&mut g)?;
             match read_one(&mut g.input, id, into.as_deref_mut()) {
                 Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
                 Ok((rid, r)) => {

@@ -16,6 +16,12 @@ pub enum ClientErrorKind {
     /// The server sent bytes this client cannot decode, or refused the
     /// handshake.
     Protocol,
+    /// The server did not answer within the client's `--timeout` and the
+    /// client is soft: errno ETIMEDOUT.
+    Timeout,
+    /// The file behind a handle is gone since the server restarted (its
+    /// path no longer opens): errno ESTALE.
+    Stale,
     /// The call was invalid before reaching the server (bad address, bad
     /// whence, buffer too small).
     Invalid,
@@ -30,7 +36,7 @@ pub struct ClientError {
 }
 
 impl ClientError {
-    pub(crate) fn new(kind: ClientErrorKind, errno: i32, message: impl Into<String>) -> ClientError {
+    pub fn new(kind: ClientErrorKind, errno: i32, message: impl Into<String>) -> ClientError {
         ClientError { kind, errno, message: message.into() }
     }
 

@@ -24,34 +24,85 @@
 //! ([`server_addr`]). The application id comes from `SLUICE_APP`, else
 //! `slurm-$SLURM_JOB_ID`, else `PROGRAM-SESSIONID` ([`default_app`]).
 //!
-//! Invariant: a call never hangs on a dead server; when the connection
-//! breaks, every request in flight fails with kind `Disconnected`, errno EIO.
+//! Recovery, as an NFS hard mount (`ConnectOptions::recovery`): when the
+//! connection breaks (the server died or restarted), the client dials
+//! again, proves its identity again and reopens every open handle by its
+//! path with the same flags; positions are the client's and survive. A
+//! request in flight then fails with EIO (a write may or may not have
+//! happened; an acknowledged one is on disk), except reads, stats and
+//! directory listings, which are retried. A handle whose path no longer
+//! opens fails with ESTALE. A server that does not answer within
+//! `timeout` (default 30 s, `SLUICE_TIMEOUT`) is reported once on stderr,
+//! "server X not responding, still trying", and waited for; a soft client
+//! (`SLUICE_SOFT=1`) fails the call with ETIMEDOUT instead.
+//!
+//! Invariant: no call waits on a silent server longer than `timeout`
+//! without saying so (hard) or failing (soft); a write is never sent twice.
 
 mod conn;
 mod error;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 pub use error::{ClientError, ClientErrorKind, Result};
 pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, WireStat as Stat, CRED_GROUPS_MAX};
 
-use conn::{Conn, Reply};
+use conn::{Conn, Patience, Reply};
 use sluice_proto::{auth_mac, encode_request, Hello, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
 
 /// Environment variable naming the server address.
 pub const SERVER_ENV: &str = "SLUICE_SERVER";
 /// Environment variable naming the application.
 pub const APP_ENV: &str = "SLUICE_APP";
+/// Environment variable: seconds before a silent server is reported (or,
+/// soft, fails the call).
+pub const TIMEOUT_ENV: &str = "SLUICE_TIMEOUT";
+/// Environment variable: `1` makes clients soft (ETIMEDOUT at the timeout).
+pub const SOFT_ENV: &str = "SLUICE_SOFT";
+/// Seconds a silent server is waited for before it is reported (hard) or
+/// the call fails (soft), as NFS's default `timeo` order of magnitude.
+pub const TIMEOUT_S_DEFAULT: u64 = 30;
+/// Most times one idempotent call is retried over reconnections before
+/// its error is returned: a server that dies at every attempt is not
+/// retried forever by one call.
+const RETRIES_MAX: u32 = 8;
+/// Longest pause between two reconnection attempts.
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// A file handle on the server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Fd(pub u64);
 
 /// A request in flight, to be waited on once.
-#[derive(Debug)]
 #[must_use = "a submitted request must be waited on"]
-pub struct Ticket(u64);
+pub struct Ticket {
+    id: u64,
+    session: Arc<Session>,
+    /// A read is submitted again on a new connection if this one breaks.
+    read: Option<(Fd, usize, u64)>,
+}
+
+impl std::fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Ticket({} on connection {})", self.id, self.session.gen)
+    }
+}
+
+/// What a client does when its connection breaks or its server is silent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// Reconnect and reopen handles for as long as it takes (an NFS hard
+    /// mount); report a silent server once after `timeout`.
+    Hard,
+    /// As `Hard`, but fail the call with ETIMEDOUT after `timeout`.
+    Soft,
+    /// Never reconnect: every call after a break fails with EIO at once
+    /// (the cluster's data connections, which report a dead data server).
+    Off,
+}
 
 /// How to identify this client to the server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,11 +121,27 @@ pub struct ConnectOptions {
     /// The key file to prove when the server asks; `None`:
     /// `sluice_net::key::default_path()`.
     pub key_file: Option<std::path::PathBuf>,
+    /// After a break or a silence: default `Hard`, `Soft` when
+    /// `SLUICE_SOFT=1`.
+    pub recovery: Recovery,
+    /// Patience with a silent server: default `SLUICE_TIMEOUT` seconds, else
+    /// [`TIMEOUT_S_DEFAULT`].
+    pub timeout: Duration,
 }
 
 impl Default for ConnectOptions {
     fn default() -> ConnectOptions {
-        ConnectOptions { app: None, weight: 1, client_id: None, cred: None, key_file: None }
+        let soft = std::env::var(SOFT_ENV).is_ok_and(|v| v == "1");
+        let timeout_s = std::env::var(TIMEOUT_ENV).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&t| t > 0).unwrap_or(TIMEOUT_S_DEFAULT);
+        ConnectOptions {
+            app: None,
+            weight: 1,
+            client_id: None,
+            cred: None,
+            key_file: None,
+            recovery: if soft { Recovery::Soft } else { Recovery::Hard },
+            timeout: Duration::from_secs(timeout_s),
+        }
     }
 }
 
@@ -136,6 +203,31 @@ pub fn default_app() -> String {
     format!("{prog}-{sid}")
 }
 
+/// Dial `addr` and perform the handshake as `opts` says, proving the key
+/// when the server asks: session number `gen`.
+fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen: u64) -> Result<Session> {
+    let conn = Conn::open(addr, Arc::clone(patience))?;
+    let app = opts.app.as_deref().unwrap_or("");
+    let cred = opts.cred.clone().or_else(|| conn.is_tcp().then(own_cred));
+    let hello = Request::Hello(Hello { version: VERSION, app, weight: opts.weight, client_id: opts.client_id.unwrap_or_else(std::process::id), cred });
+    let refused = |e: ClientError| match e.kind {
+        ClientErrorKind::Disconnected | ClientErrorKind::Timeout => e,
+        _ => ClientError::new(ClientErrorKind::Connect, e.errno, format!("sluice server at {addr} refused the connection: {}", e.message)),
+    };
+    let ok = match conn.call(&hello).map_err(refused)? {
+        Reply::HelloOk(ok) => ok,
+        Reply::Challenge(nonce) => {
+            let mac = prove_key(addr, &hello, &nonce, opts.key_file.as_deref())?;
+            match conn.call(&Request::Auth { mac }).map_err(refused)? {
+                Reply::HelloOk(ok) => ok,
+                r => return Err(unexpected("auth", &r)),
+            }
+        }
+        r => return Err(unexpected("hello", &r)),
+    };
+    Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize })
+}
+
 /// The `Auth` MAC for a server's challenge: the key file's key over the
 /// nonce and the `Hello` body as sent.
 fn prove_key(addr: &str, hello: &Request<'_>, nonce: &[u8; sluice_proto::AUTH_BYTES], key_file: Option<&std::path::Path>) -> Result<[u8; sluice_proto::AUTH_BYTES]> {
@@ -155,14 +247,54 @@ struct Position {
     append: bool,
 }
 
+/// One connection and its generation. After a break the client opens a
+/// new session and reopens every handle on it.
+struct Session {
+    conn: Conn,
+    gen: u64,
+    io_bytes_max: usize,
+}
+
+/// An open file as the caller knows it: a stable handle whose server
+/// handle changes with each reconnection.
+struct Handle {
+    /// The server's handle on session `gen`.
+    server: u64,
+    gen: u64,
+    path: String,
+    flags: i32,
+    pos: Position,
+    /// Why the handle is dead since a reconnection (ESTALE: its path is gone).
+    dead: Option<ClientError>,
+}
+
 /// A connection to a sluice server. See the crate documentation.
 pub struct Client {
-    /// Boxed: keeps `Client` small enough to sit in enums by value.
-    conn: Box<Conn>,
+    addr: String,
+    opts: ConnectOptions,
     app: String,
-    io_bytes_max: usize,
-    positions: Mutex<HashMap<u64, Position>>,
+    patience: Arc<Patience>,
+    session: RwLock<Arc<Session>>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    fd_next: AtomicU64,
+    /// One reconnection at a time; holds the session generation a soft
+    /// recovery last gave up on, and when, so the other calls waiting on
+    /// that dead session fail at once instead of each waiting `timeout`.
+    recovering: Mutex<Option<(u64, Instant)>>,
+    reconnects: AtomicU64,
 }
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn bad_handle(fd: Fd) -> ClientError {
+    ClientError::new(ClientErrorKind::Invalid, libc::EBADF, format!("bad file handle {}", fd.0))
+}
+
+/// Flags a reopen after a reconnection uses: the file exists (or is gone),
+/// so nothing is created or truncated again.
+const REOPEN_FLAGS_DROPPED: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC;
 
 fn unexpected(what: &str, r: &Reply) -> ClientError {
     ClientError::new(ClientErrorKind::Protocol, libc::EPROTO, format!("unexpected reply to {what}: {}", r.describe()))
@@ -190,25 +322,137 @@ impl Client {
 
     /// Connect and perform the handshake, proving the key when the server
     /// asks for it.
-    pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<Client> {
-        let conn = Box::new(Conn::open(addr)?);
-        let app = opts.app.unwrap_or_else(default_app);
-        let cred = opts.cred.clone().or_else(|| conn.is_tcp().then(own_cred));
-        let hello = Request::Hello(Hello { version: VERSION, app: &app, weight: opts.weight, client_id: opts.client_id.unwrap_or_else(std::process::id), cred });
-        let refused = |e: ClientError| ClientError::new(ClientErrorKind::Connect, e.errno, format!("sluice server at {addr} refused the connection: {}", e.message));
-        let ok = match conn.call(&hello).map_err(refused)? {
-            Reply::HelloOk(ok) => ok,
-            Reply::Challenge(nonce) => {
-                let mac = prove_key(addr, &hello, &nonce, opts.key_file.as_deref())?;
-                match conn.call(&Request::Auth { mac }).map_err(refused)? {
-                    Reply::HelloOk(ok) => ok,
-                    r => return Err(unexpected("auth", &r)),
+    pub fn connect_with(addr: &str, mut opts: ConnectOptions) -> Result<Client> {
+        let app = opts.app.take().unwrap_or_else(default_app);
+        opts.app = Some(app.clone());
+        let patience = Arc::new(Patience { timeout: opts.timeout, soft: opts.recovery == Recovery::Soft, warned: AtomicBool::new(false) });
+        let session = open_session(addr, &opts, &patience, 0)?;
+        Ok(Client {
+            addr: addr.to_string(),
+            opts,
+            app,
+            patience,
+            session: RwLock::new(Arc::new(session)),
+            handles: Mutex::new(HashMap::new()),
+            fd_next: AtomicU64::new(1),
+            recovering: Mutex::new(None),
+            reconnects: AtomicU64::new(0),
+        })
+    }
+
+    /// How many times this client reconnected after a break.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
+    }
+
+    fn current(&self) -> Arc<Session> {
+        Arc::clone(&self.session.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The server handle of `fd` on session `s`. A handle already moved to
+    /// a newer session means `s` is outdated: `Disconnected`, so the
+    /// caller retries on the current one.
+    fn server_fd(&self, s: &Session, fd: Fd) -> Result<u64> {
+        let h = lock(&self.handles);
+        let h = h.get(&fd.0).ok_or_else(|| bad_handle(fd))?;
+        if let Some(e) = &h.dead {
+            return Err(e.clone());
+        }
+        match h.gen.cmp(&s.gen) {
+            std::cmp::Ordering::Equal => Ok(h.server),
+            std::cmp::Ordering::Greater => Err(ClientError::new(ClientErrorKind::Disconnected, libc::EIO, "connection replaced")),
+            std::cmp::Ordering::Less => Err(ClientError::new(ClientErrorKind::Stale, libc::ESTALE, format!("file handle {} was not reopened", fd.0))),
+        }
+    }
+
+    /// Run `f` on the current session; after a break, reconnect and, when
+    /// `idempotent`, run it again (at most `RETRIES_MAX` times).
+    fn with_session<T>(&self, idempotent: bool, mut f: impl FnMut(&Session) -> Result<T>) -> Result<T> {
+        let mut tries = 0;
+        loop {
+            let s = self.current();
+            match f(&s) {
+                Err(e) if e.kind == ClientErrorKind::Disconnected => {
+                    self.recover(&s)?;
+                    if !idempotent || tries >= RETRIES_MAX {
+                        return Err(e);
+                    }
+                    tries += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// Replace the broken session `failed` with a new one and reopen every
+    /// handle on it, unless another thread already did. Waits for the
+    /// server as `opts.recovery` says.
+    fn recover(&self, failed: &Session) -> Result<()> {
+        if self.opts.recovery == Recovery::Off {
+            return Ok(());
+        }
+        let mut gave_up = lock(&self.recovering);
+        if self.current().gen != failed.gen {
+            return Ok(());
+        }
+        let timed_out = || ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, format!("sluice server at {} not responding for {:?}", self.addr, self.opts.timeout));
+        if matches!(*gave_up, Some((gen, at)) if gen == failed.gen && at.elapsed() < self.opts.timeout) {
+            return Err(timed_out());
+        }
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match open_session(&self.addr, &self.opts, &self.patience, failed.gen + 1).and_then(|s| self.reopen_all(s)) {
+                Ok(()) => {
+                    self.patience.answered(&self.addr);
+                    self.reconnects.fetch_add(1, Ordering::Relaxed);
+                    return Ok(());
+                }
+                // The server answered and refused us: not an outage.
+                Err(e) if e.kind == ClientErrorKind::Connect && e.errno != libc::ECONNREFUSED && e.errno != libc::ENOENT => return Err(e),
+                Err(e) => {
+                    if started.elapsed() >= self.opts.timeout {
+                        if self.opts.recovery == Recovery::Soft {
+                            *gave_up = Some((failed.gen, Instant::now()));
+                            return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, format!("{}: {}", timed_out().message, e.message)));
+                        }
+                        self.patience.warn(&self.addr);
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
                 }
             }
-            r => return Err(unexpected("hello", &r)),
-        };
-        let io_bytes_max = ok.io_bytes_max.min(IO_BYTES_MAX) as usize;
-        Ok(Client { conn, app, io_bytes_max, positions: Mutex::new(HashMap::new()) })
+        }
+    }
+
+    /// Reopen every live handle on `s` by path, then make `s` current. A
+    /// path that no longer opens makes its handle dead (ESTALE for a
+    /// missing file, the server's errno otherwise).
+    fn reopen_all(&self, s: Session) -> Result<()> {
+        let todo: Vec<(u64, String, i32)> = lock(&self.handles).iter().filter(|(_, h)| h.dead.is_none()).map(|(&fd, h)| (fd, h.path.clone(), h.flags)).collect();
+        let mut reopened = Vec::with_capacity(todo.len());
+        for (fd, path, flags) in todo {
+            let r = match s.conn.call(&Request::Open { path: &path, flags: flags & !REOPEN_FLAGS_DROPPED, mode: 0 }) {
+                Ok(Reply::Fd(server)) => Ok(server),
+                Ok(r) => Err(unexpected("reopen", &r)),
+                Err(e) if e.kind == ClientErrorKind::Disconnected || e.kind == ClientErrorKind::Timeout => return Err(e),
+                Err(e) if e.errno == libc::ENOENT => Err(ClientError::new(ClientErrorKind::Stale, libc::ESTALE, format!("{path}: gone since the server restarted"))),
+                Err(e) => Err(e),
+            };
+            reopened.push((fd, r));
+        }
+        let gen = s.gen;
+        let mut handles = lock(&self.handles);
+        for (fd, r) in reopened {
+            if let Some(h) = handles.get_mut(&fd) {
+                match r {
+                    Ok(server) => (h.server, h.gen) = (server, gen),
+                    Err(e) => h.dead = Some(e),
+                }
+            }
+        }
+        *self.session.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(s);
+        Ok(())
     }
 
     /// The application id this client declared.
@@ -216,66 +460,120 @@ impl Client {
         &self.app
     }
 
-    fn ok(&self, what: &str, req: &Request<'_>) -> Result<()> {
-        match self.conn.call(req)? {
+    fn ok(&self, what: &str, idempotent: bool, req: &Request<'_>) -> Result<()> {
+        match self.with_session(idempotent, |s| s.conn.call(req))? {
             Reply::Ok => Ok(()),
             r => Err(unexpected(what, &r)),
         }
     }
 
-    /// Open `path` (relative to the server root) with `open(2)` flags.
+    /// Run `f` with `fd`'s server handle on the current session.
+    fn on_fd<T>(&self, fd: Fd, idempotent: bool, mut f: impl FnMut(&Session, u64) -> Result<T>) -> Result<T> {
+        self.with_session(idempotent, |s| f(s, self.server_fd(s, fd)?))
+    }
+
+    /// Open `path` (relative to the server root) with `open(2)` flags. The
+    /// handle survives server restarts (reopened by path).
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<Fd> {
-        match self.conn.call(&Request::Open { path, flags, mode })? {
-            Reply::Fd(fd) => {
-                let p = Position { at: 0, append: flags & libc::O_APPEND != 0 };
-                self.positions.lock().unwrap_or_else(|p| p.into_inner()).insert(fd, p);
-                Ok(Fd(fd))
-            }
+        // Not retried: a create may have happened before the break.
+        let (server, gen) = self.with_session(flags & REOPEN_FLAGS_DROPPED == 0, |s| match s.conn.call(&Request::Open { path, flags, mode })? {
+            Reply::Fd(fd) => Ok((fd, s.gen)),
             r => Err(unexpected("open", &r)),
-        }
+        })?;
+        let fd = self.fd_next.fetch_add(1, Ordering::Relaxed);
+        let pos = Position { at: 0, append: flags & libc::O_APPEND != 0 };
+        lock(&self.handles).insert(fd, Handle { server, gen, path: path.to_string(), flags, pos, dead: None });
+        Ok(Fd(fd))
     }
 
     pub fn close(&self, fd: Fd) -> Result<()> {
-        self.positions.lock().unwrap_or_else(|p| p.into_inner()).remove(&fd.0);
-        self.ok("close", &Request::Close { fd: fd.0 })
+        let h = lock(&self.handles).remove(&fd.0).ok_or_else(|| bad_handle(fd))?;
+        if h.dead.is_some() {
+            return Ok(());
+        }
+        let s = self.current();
+        if s.gen != h.gen {
+            return Ok(()); // Its server handle died with its connection.
+        }
+        match s.conn.call(&Request::Close { fd: h.server }) {
+            Ok(_) => Ok(()),
+            // The connection broke: the server closed it with the rest.
+            Err(e) if e.kind == ClientErrorKind::Disconnected => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Start a read of `len` bytes at `offset` (at most the server's
     /// `io_bytes_max`); finish it with [`Client::wait_read`].
     pub fn submit_read(&self, fd: Fd, len: usize, offset: u64) -> Result<Ticket> {
-        if len > self.io_bytes_max {
-            return Err(ClientError::invalid(format!("read of {len} bytes exceeds io_bytes_max ({})", self.io_bytes_max)));
-        }
-        Ok(Ticket(self.conn.send(&Request::Read { fd: fd.0, offset, len: len as u32 })?))
+        self.on_fd(fd, true, |s, server| {
+            if len > s.io_bytes_max {
+                return Err(ClientError::invalid(format!("read of {len} bytes exceeds io_bytes_max ({})", s.io_bytes_max)));
+            }
+            let id = s.conn.send(&Request::Read { fd: server, offset, len: len as u32 })?;
+            Ok(Ticket { id, session: self.current_matching(s), read: Some((fd, len, offset)) })
+        })
     }
 
-    /// Bytes read into `buf` (fewer than asked at end of file).
+    /// The `Arc` of session `s` (the current one, which `s` is).
+    fn current_matching(&self, s: &Session) -> Arc<Session> {
+        let cur = self.current();
+        debug_assert_eq!(cur.gen, s.gen);
+        cur
+    }
+
+    /// Bytes read into `buf` (fewer than asked at end of file). A read
+    /// whose connection broke is sent again on the next one.
     pub fn wait_read(&self, t: Ticket, buf: &mut [u8]) -> Result<usize> {
-        let r = self.conn.wait(t.0, Some(buf))?;
-        data_into("read", r, buf)
+        match t.session.conn.wait(t.id, Some(buf)) {
+            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
+                self.recover(&t.session)?;
+                let (fd, len, offset) = t.read.expect("a read ticket");
+                self.on_fd(fd, true, |s, server| {
+                    let id = s.conn.send(&Request::Read { fd: server, offset, len: len as u32 })?;
+                    data_into("read", s.conn.wait(id, Some(buf))?, buf)
+                })
+            }
+            r => data_into("read", r?, buf),
+        }
     }
 
     /// Start a write; finish it with [`Client::wait_write`].
     pub fn submit_write(&self, fd: Fd, data: &[u8], offset: u64) -> Result<Ticket> {
-        if data.len() > self.io_bytes_max {
-            return Err(ClientError::invalid(format!("write of {} bytes exceeds io_bytes_max ({})", data.len(), self.io_bytes_max)));
+        let s = self.current();
+        if data.len() > s.io_bytes_max {
+            return Err(ClientError::invalid(format!("write of {} bytes exceeds io_bytes_max ({})", data.len(), s.io_bytes_max)));
         }
-        Ok(Ticket(self.conn.send(&Request::Write { fd: fd.0, offset, data })?))
+        self.on_fd(fd, false, |s, server| {
+            let id = s.conn.send(&Request::Write { fd: server, offset, data })?;
+            Ok(Ticket { id, session: self.current_matching(s), read: None })
+        })
     }
 
     /// Bytes written; acknowledged only after the server's system call
-    /// returned.
+    /// returned. A write whose connection broke fails with EIO (it may or
+    /// may not have reached the disk) and is never sent twice.
     pub fn wait_write(&self, t: Ticket) -> Result<usize> {
-        match self.conn.wait(t.0, None)? {
-            Reply::Count(n) => Ok(n as usize),
-            r => Err(unexpected("write", &r)),
+        match t.session.conn.wait(t.id, None) {
+            Ok(Reply::Count(n)) => Ok(n as usize),
+            Ok(r) => Err(unexpected("write", &r)),
+            Err(e) => {
+                if e.kind == ClientErrorKind::Disconnected {
+                    self.recover(&t.session)?;
+                }
+                Err(e)
+            }
         }
+    }
+
+    fn io_bytes_max(&self) -> usize {
+        self.current().io_bytes_max.max(1)
     }
 
     /// Read up to `buf.len()` bytes at `offset`; large reads are split at
     /// `io_bytes_max` and pipelined.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let chunk = self.io_bytes_max.max(1);
+        let chunk = self.io_bytes_max();
         let tickets: Vec<(usize, Ticket)> =
             (0..buf.len()).step_by(chunk).map(|at| Ok((at, self.submit_read(fd, chunk.min(buf.len() - at), offset + at as u64)?))).collect::<Result<_>>()?;
         let mut total = 0;
@@ -293,7 +591,7 @@ impl Client {
 
     /// Write all of `data` at `offset`; large writes are split and pipelined.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
-        let chunk = self.io_bytes_max.max(1);
+        let chunk = self.io_bytes_max();
         let tickets: Vec<Ticket> = data.chunks(chunk).enumerate().map(|(i, c)| self.submit_write(fd, c, offset + (i * chunk) as u64)).collect::<Result<_>>()?;
         tickets.into_iter().map(|t| self.wait_write(t)).sum()
     }
@@ -305,96 +603,105 @@ impl Client {
         if total > buf.len() as u64 {
             return Err(ClientError::invalid(format!("buffer of {} bytes cannot hold {total} bytes of pieces", buf.len())));
         }
-        let id = self.conn.send(&Request::ReadList { fd: fd.0, pieces: pieces.to_vec() })?;
-        let r = self.conn.wait(id, Some(buf))?;
-        data_into("read list", r, buf)
+        self.on_fd(fd, true, |s, server| {
+            let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec() })?;
+            let r = s.conn.wait(id, Some(&mut *buf))?;
+            data_into("read list", r, buf)
+        })
     }
 
     /// SFIO's mwrite: `data` holds the pieces back to back.
     pub fn write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> Result<usize> {
-        match self.conn.call(&Request::WriteList { fd: fd.0, pieces: pieces.to_vec(), data })? {
+        match self.on_fd(fd, false, |s, server| s.conn.call(&Request::WriteList { fd: server, pieces: pieces.to_vec(), data }))? {
             Reply::Count(n) => Ok(n as usize),
             r => Err(unexpected("write list", &r)),
         }
     }
 
-    /// Flush data and metadata to stable storage.
-    pub fn fsync(&self, fd: Fd) -> Result<()> {
-        self.ok("fsync", &Request::Fsync { fd: fd.0 })
-    }
-
-    pub fn fdatasync(&self, fd: Fd) -> Result<()> {
-        self.ok("fdatasync", &Request::Fdatasync { fd: fd.0 })
-    }
-
-    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
-        self.ok("ftruncate", &Request::Ftruncate { fd: fd.0, len })
-    }
-
-    fn stat_reply(&self, what: &str, req: &Request<'_>) -> Result<Stat> {
-        match self.conn.call(req)? {
-            Reply::Stat(s) => Ok(s),
+    fn fd_ok(&self, what: &str, fd: Fd, req: impl Fn(u64) -> Request<'static>) -> Result<()> {
+        match self.on_fd(fd, false, |s, server| s.conn.call(&req(server)))? {
+            Reply::Ok => Ok(()),
             r => Err(unexpected(what, &r)),
         }
     }
 
+    /// Flush data and metadata to stable storage.
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        self.fd_ok("fsync", fd, |fd| Request::Fsync { fd })
+    }
+
+    pub fn fdatasync(&self, fd: Fd) -> Result<()> {
+        self.fd_ok("fdatasync", fd, |fd| Request::Fdatasync { fd })
+    }
+
+    pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
+        self.fd_ok("ftruncate", fd, |fd| Request::Ftruncate { fd, len })
+    }
+
     pub fn stat(&self, path: &str) -> Result<Stat> {
-        self.stat_reply("stat", &Request::Stat { path })
+        match self.with_session(true, |s| s.conn.call(&Request::Stat { path }))? {
+            Reply::Stat(st) => Ok(st),
+            r => Err(unexpected("stat", &r)),
+        }
     }
 
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {
-        self.stat_reply("fstat", &Request::Fstat { fd: fd.0 })
+        match self.on_fd(fd, true, |s, server| s.conn.call(&Request::Fstat { fd: server }))? {
+            Reply::Stat(st) => Ok(st),
+            r => Err(unexpected("fstat", &r)),
+        }
     }
 
     pub fn unlink(&self, path: &str) -> Result<()> {
-        self.ok("unlink", &Request::Unlink { path })
+        self.ok("unlink", false, &Request::Unlink { path })
     }
 
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        self.ok("rename", &Request::Rename { from, to })
+        self.ok("rename", false, &Request::Rename { from, to })
     }
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
-        self.ok("mkdir", &Request::Mkdir { path, mode })
+        self.ok("mkdir", false, &Request::Mkdir { path, mode })
     }
 
     pub fn rmdir(&self, path: &str) -> Result<()> {
-        self.ok("rmdir", &Request::Rmdir { path })
+        self.ok("rmdir", false, &Request::Rmdir { path })
     }
 
     /// Every entry of directory `path` but `.` and `..`, sorted by name.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
-        let mut all = Vec::new();
-        loop {
-            match self.conn.call(&Request::Readdir { path, start: all.len() as u32 })? {
-                Reply::Dir(entries, done) => {
-                    let empty = entries.is_empty();
-                    all.extend(entries);
-                    if done || empty {
-                        return Ok(all);
+        self.with_session(true, |s| {
+            let mut all = Vec::new();
+            loop {
+                match s.conn.call(&Request::Readdir { path, start: all.len() as u32 })? {
+                    Reply::Dir(entries, done) => {
+                        let empty = entries.is_empty();
+                        all.extend(entries);
+                        if done || empty {
+                            return Ok(all);
+                        }
                     }
+                    r => return Err(unexpected("readdir", &r)),
                 }
-                r => return Err(unexpected("readdir", &r)),
             }
-        }
+        })
     }
 
     /// Per-application counters of the server.
     pub fn server_stats(&self) -> Result<ServerStats> {
-        match self.conn.call(&Request::Stats)? {
+        match self.with_session(true, |s| s.conn.call(&Request::Stats))? {
             Reply::Stats(apps) => Ok(ServerStats { apps }),
             r => Err(unexpected("stats", &r)),
         }
     }
 
     fn position(&self, fd: Fd) -> Result<Position> {
-        let p = self.positions.lock().unwrap_or_else(|p| p.into_inner()).get(&fd.0).copied();
-        p.ok_or_else(|| ClientError::new(ClientErrorKind::Invalid, libc::EBADF, format!("bad file handle {}", fd.0)))
+        lock(&self.handles).get(&fd.0).map(|h| h.pos).ok_or_else(|| bad_handle(fd))
     }
 
     fn set_position(&self, fd: Fd, at: u64) {
-        if let Some(p) = self.positions.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&fd.0) {
-            p.at = at;
+        if let Some(h) = lock(&self.handles).get_mut(&fd.0) {
+            h.pos.at = at;
         }
     }
 

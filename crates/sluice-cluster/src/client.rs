@@ -168,7 +168,11 @@ impl StripedClient {
         }
         // The slot stays locked (so one connect per server); the slot is
         // empty on failure, so `describe` does not clear it.
-        let c = Arc::new(Client::connect_with(addr, self.opts.clone()).map_err(|e| self.describe(server, "connect", e))?);
+        // No transparent recovery on data connections: a dead data server
+        // fails the calls that need it at once, naming it (the metadata
+        // role's layout is what a reconnection would have to re-check).
+        let opts = ConnectOptions { recovery: sluice_client::Recovery::Off, ..self.opts.clone() };
+        let c = Arc::new(Client::connect_with(addr, opts).map_err(|e| self.describe(server, "connect", e))?);
         *slot = Some(c.clone());
         Ok(c)
     }

@@ -63,7 +63,7 @@ impl Conns {
         }
         let cred = self.forward.then(|| sluice_client::Cred { uid: caller.uid, gid: caller.gid, groups: groups_of(pid) });
         let opts = ConnectOptions { app: Some(self.app.clone().unwrap_or_else(|| app_of(pid))), client_id: Some(pid), cred, ..ConnectOptions::default() };
-        let client = Arc::new(Remote::connect_as(&self.server, self.kind, opts)?);
+        let client = Arc::new(self.connect_patiently(opts)?);
         let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if t.0.len() >= CONNECTIONS_MAX && !t.0.contains_key(&caller) {
             let oldest = t.0.iter().min_by_key(|(_, e)| e.used).map(|(&p, _)| p);
@@ -75,6 +75,43 @@ impl Conns {
         let used = t.1;
         t.0.entry(caller).or_insert(Entry { client: Arc::clone(&client), used });
         Ok(client)
+    }
+
+    /// Connect for a new caller. The server answered at mount time, so a
+    /// server not there now is an outage, not a mistake: wait for it as
+    /// the client library waits after a break (hard: for as long as it
+    /// takes, saying so once after the timeout; soft: ETIMEDOUT then).
+    fn connect_patiently(&self, opts: ConnectOptions) -> Result<Remote, sluice_client::ClientError> {
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_millis(20);
+        let mut warned = false;
+        loop {
+            match Remote::connect_as(&self.server, self.kind, opts.clone()) {
+                Err(e) if e.errno == libc::ECONNREFUSED || e.errno == libc::ENOENT => {
+                    if started.elapsed() >= opts.timeout {
+                        if opts.recovery == sluice_client::Recovery::Soft {
+                            return Err(sluice_client::ClientError::new(
+                                sluice_client::ClientErrorKind::Timeout,
+                                libc::ETIMEDOUT,
+                                format!("{} (for {:?})", e.message, opts.timeout),
+                            ));
+                        }
+                        if !warned {
+                            eprintln!("sluice: server {} not responding, still trying", self.server);
+                            warned = true;
+                        }
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                other => {
+                    if warned && other.is_ok() {
+                        eprintln!("sluice: server {} OK", self.server);
+                    }
+                    return other;
+                }
+            }
+        }
     }
 
     /// Forget a connection that failed, so the next call reconnects.

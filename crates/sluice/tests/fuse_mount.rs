@@ -29,16 +29,40 @@ impl Mounted {
     }
 
     fn start(name: &str) -> Mounted {
+        Mounted::start_with(name, &[])
+    }
+
+    /// Serve a fresh root and mount it with `mount_args` added.
+    fn start_with(name: &str, mount_args: &[&str]) -> Mounted {
         let dir = std::env::temp_dir().join(format!("sluice-fuse-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("root")).unwrap();
-        let sock = format!("unix:{}", dir.join("s.sock").display());
-        let server = Command::new(SLUICE).args(["serve", "--root"]).arg(dir.join("root")).args(["--listen", &sock]).stderr(Stdio::null()).spawn().unwrap();
+        let server = spawn_server(&dir);
         let mut m = Mounted { dir, server, mount: None };
-        wait_for(|| m.dir.join("s.sock").exists(), "the server socket");
-        m.mount = Some(Mount::start(&sock, &m.mnt()));
+        let (sock, point) = (m.sock(), m.mnt());
+        std::fs::create_dir_all(&point).unwrap();
+        let child = Command::new(SLUICE).args(["mount", "--server", &sock]).args(mount_args).arg(&point).stderr(Stdio::null()).spawn().unwrap();
+        m.mount = Some(Mount { point: point.clone(), child: Some(child) });
+        wait_for(|| is_mounted(&point), "the mount");
         m
     }
+
+    fn sock(&self) -> String {
+        format!("unix:{}", self.dir.join("s.sock").display())
+    }
+
+    fn spawn_server(&self) -> Child {
+        spawn_server(&self.dir)
+    }
+}
+
+/// Start `sluice serve` on `dir/root` at `dir/s.sock`; wait for the socket.
+fn spawn_server(dir: &std::path::Path) -> Child {
+    let _ = std::fs::remove_file(dir.join("s.sock"));
+    let sock = format!("unix:{}", dir.join("s.sock").display());
+    let server = Command::new(SLUICE).args(["serve", "--root"]).arg(dir.join("root")).args(["--listen", &sock]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    wait_for(|| dir.join("s.sock").exists(), "the server socket");
+    server
 }
 
 impl Drop for Mounted {
@@ -94,8 +118,8 @@ fn sigterm_and_fusermount_unmount_cleanly() {
 }
 
 #[test]
-fn a_killed_server_gives_io_errors_not_hangs() {
-    let mut m = Mounted::start("dead");
+fn a_killed_server_gives_a_soft_mount_an_error_not_a_hang() {
+    let mut m = Mounted::start_with("dead", &["--soft", "--timeout", "1"]);
     std::fs::write(m.root().join("f"), vec![7u8; 1 << 20]).unwrap();
     ok(&format!("cat {}/f > /dev/null", m.mnt().display()));
     m.server.kill().unwrap();
@@ -104,7 +128,30 @@ fn a_killed_server_gives_io_errors_not_hangs() {
     let out = sh(&format!("timeout 20 cat {}/f > /dev/null", m.mnt().display()));
     assert!(!out.status.success(), "reading through a mount whose server died must fail");
     assert_ne!(out.status.code(), Some(124), "cat hung until the timeout");
-    assert!(t.elapsed() < Duration::from_secs(5), "the error took {:?}", t.elapsed());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("timed out"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(8), "the error took {:?}", t.elapsed());
+}
+
+/// Issue 13: a process holding a file through the mount when the server
+/// restarted got EIO forever; now its fd is reopened by path.
+#[test]
+fn a_held_file_survives_a_server_restart_through_the_mount() {
+    let mut m = Mounted::start("restart");
+    std::fs::write(m.root().join("f"), b"0123456789").unwrap();
+    let script = "import sys, os\nf = open(sys.argv[1], 'rb')\nf.read(3)\nprint('ready', flush=True)\nsys.stdin.readline()\nprint(f.read(4).decode(), flush=True)\n";
+    let mut py = Command::new("python3").args(["-c", script]).arg(m.mnt().join("f")).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    m.server.kill().unwrap();
+    m.server.wait().unwrap();
+    m.server = m.spawn_server();
+    std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "3456\n");
+    assert!(py.wait().unwrap().success());
 }
 
 #[test]

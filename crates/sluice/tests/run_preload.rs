@@ -349,34 +349,54 @@ fn a_missing_server_fails_fast_with_one_clear_line() {
 const KILLED_SCRIPT: &str = r#"
 import os, sys
 fd = os.open(sys.argv[1] + "/a", os.O_RDONLY)
+os.lseek(fd, 1, os.SEEK_SET)
 print("ready", flush=True)
 sys.stdin.readline()
 try:
-    os.read(fd, 4096); print("read")
+    print("read", os.read(fd, 4096).decode(), flush=True)
 except OSError as e:
-    print("error", e.errno)
+    print("error", e.errno, flush=True)
 "#;
 
-#[test]
-fn a_server_that_goes_away_gives_an_io_error_not_a_hang() {
-    let mut f = Fixture::new();
+/// Start `python3 k.py PREFIX` under `sluice run` with `flags`, wait for
+/// its "ready", let `between` act on the server, then release it: its
+/// one line of verdict, and how long that took.
+fn held_fd_across(f: &mut Fixture, flags: &[&str], between: impl FnOnce(&mut Fixture)) -> (String, Duration) {
     std::fs::write(f.root().join("a"), b"data").unwrap();
     std::fs::write(f.work().join("k.py"), KILLED_SCRIPT).unwrap();
     let mut c = Command::new("timeout");
-    c.arg(COMMAND_TIMEOUT_S.to_string()).arg(SLUICE).args(["run", "--server", f.server.addr(), "--prefix", &f.prefix(), "--", "python3", "k.py", &f.prefix()]);
-    let mut child = c.env("SLUICE_PRELOAD", preload_library()).current_dir(f.work()).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    c.arg(COMMAND_TIMEOUT_S.to_string()).arg(SLUICE).args(["run", "--server", f.server.addr(), "--prefix", &f.prefix()]).args(flags).args(["--", "python3", "k.py", &f.prefix()]);
+    let mut child = c.env("SLUICE_PRELOAD", preload_library()).current_dir(f.work()).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    f.server.shutdown().unwrap();
+    between(f);
     let t = Instant::now();
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     line.clear();
     out.read_line(&mut line).unwrap();
-    assert_eq!(line, format!("error {}\n", libc::EIO));
-    assert!(t.elapsed() < Duration::from_secs(5));
     assert!(child.wait().unwrap().success());
+    (line, t.elapsed())
+}
+
+#[test]
+fn a_server_that_goes_away_gives_a_soft_client_etimedout_not_a_hang() {
+    let mut f = Fixture::new();
+    let (line, took) = held_fd_across(&mut f, &["--soft", "--timeout", "1"], |f| drop(f.server.shutdown().unwrap()));
+    assert_eq!(line, format!("error {}\n", libc::ETIMEDOUT));
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+/// Issue 13: a process running when the server restarted got EIO forever.
+#[test]
+fn a_held_fd_survives_a_server_restart() {
+    let mut f = Fixture::new();
+    let (line, _) = held_fd_across(&mut f, &[], |f| {
+        f.server.shutdown().unwrap();
+        f.server = Server::start(ServerConfig::new(f.root(), Listen::Unix(f.dir.path().join("s.sock")))).unwrap();
+    });
+    assert_eq!(line, "read ata\n", "reopened by path, at the same offset");
 }
 
 /// fio's verdict on one terse line: (errors, KiB read, KiB written).

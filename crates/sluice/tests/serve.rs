@@ -1,13 +1,16 @@
 //! End-to-end tests of `sluice serve`, `sluice cp` and `sluice ls` as real
-//! processes: SIGTERM drains, a killed server fails requests in flight
-//! instead of hanging, and the commands copy byte-identically and refuse
-//! paths outside the root with a one-line reason.
+//! processes: SIGTERM drains; a killed or restarted server is recovered
+//! from as an NFS hard mount would (reads retried, writes in flight EIO,
+//! handles reopened, ESTALE for vanished files), a soft client times out
+//! instead of hanging, a stopped server is reported once; and the commands
+//! copy byte-identically and refuse paths outside the root with a one-line
+//! reason.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_client::{Client, ClientErrorKind, ConnectOptions};
+use sluice_client::{Client, ClientErrorKind, ConnectOptions, Recovery, Whence};
 use tempfile::TempDir;
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
@@ -17,6 +20,7 @@ struct Serve {
     child: Option<Child>,
     dir: TempDir,
     addr: String,
+    args: Vec<String>,
 }
 
 impl Serve {
@@ -26,15 +30,27 @@ impl Serve {
         let sock = dir.path().join("s.sock");
         let addr = format!("unix:{}", sock.display());
         let root = dir.path().join("root");
-        let mut args = vec!["serve", "--root", root.to_str().unwrap(), "--listen", &addr];
-        args.extend_from_slice(extra);
-        let child = Command::new(SLUICE).args(&args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut args: Vec<String> = ["serve", "--root", root.to_str().unwrap(), "--listen", &addr].map(String::from).to_vec();
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let mut s = Serve { child: None, dir, addr, args };
+        s.spawn();
+        s
+    }
+
+    fn spawn(&mut self) {
+        self.child = Some(Command::new(SLUICE).args(&self.args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(10);
-        while Client::connect(&addr).is_err() {
+        while Client::connect(&self.addr).is_err() {
             assert!(Instant::now() < deadline, "sluice serve did not come up");
             std::thread::sleep(Duration::from_millis(10));
         }
-        Serve { child: Some(child), dir, addr }
+    }
+
+    /// SIGKILL the server (nothing drained).
+    fn kill(&mut self) {
+        let mut c = self.child.take().unwrap();
+        c.kill().unwrap();
+        c.wait().unwrap();
     }
 
     fn root(&self) -> PathBuf {
@@ -56,7 +72,11 @@ impl Serve {
     }
 
     fn cmd(&self, args: &[&str]) -> Output {
-        Command::new(SLUICE).args(args).env("SLUICE_SERVER", &self.addr).current_dir(self.dir.path()).output().unwrap()
+        self.cmd_env(args, &[])
+    }
+
+    fn cmd_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        Command::new(SLUICE).args(args).env("SLUICE_SERVER", &self.addr).envs(env.iter().copied()).current_dir(self.dir.path()).output().unwrap()
     }
 }
 
@@ -84,7 +104,8 @@ fn sigterm_drains_in_flight_requests_and_prints_the_summary() {
     for i in 0..12u64 {
         std::os::unix::fs::FileExt::write_all_at(&f, &piece(i), i * (5 << 20)).unwrap();
     }
-    let c = s.client("drainer");
+    // No recovery: the last check is that the drain closed the connection.
+    let c = Client::connect_with(&s.addr, ConnectOptions { app: Some("drainer".into()), recovery: Recovery::Off, ..ConnectOptions::default() }).unwrap();
     let fd = c.open("f", libc::O_RDWR, 0).unwrap();
     let reads: Vec<_> = (0..12u64).map(|i| (i, c.submit_read(fd, 64 << 10, i * (5 << 20)).unwrap())).collect();
     let write = c.submit_write(fd, &[0xAB; 4096], 63 << 20).unwrap();
@@ -104,24 +125,106 @@ fn sigterm_drains_in_flight_requests_and_prints_the_summary() {
     assert_eq!(&std::fs::read(s.root().join("f")).unwrap()[63 << 20..(63 << 20) + 4096], &[0xAB; 4096]);
 }
 
+/// A client that gives up: `Soft` with a 1 s timeout.
+fn soft(app: &str) -> ConnectOptions {
+    ConnectOptions { app: Some(app.into()), recovery: Recovery::Soft, timeout: Duration::from_secs(1), ..ConnectOptions::default() }
+}
+
 #[test]
-fn killed_server_fails_requests_in_flight_without_hanging() {
-    let s = Serve::start(&["--device", "hdd7200"]);
+fn killed_server_fails_a_soft_clients_reads_with_etimedout_not_a_hang() {
+    let mut s = Serve::start(&["--device", "hdd7200"]);
     std::fs::write(s.root().join("f"), bytes(32 << 20, 2)).unwrap();
-    let c = s.client("victim");
+    let c = Client::connect_with(&s.addr, soft("victim")).unwrap();
     let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
     let tickets: Vec<_> = (0..8u64).map(|i| c.submit_read(fd, 1 << 20, i * (4 << 20)).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(5));
-    s.signal(libc::SIGKILL);
+    s.kill();
     let started = Instant::now();
     let results: Vec<_> = tickets.into_iter().map(|t| c.wait_read(t, &mut vec![0u8; 1 << 20])).collect();
-    assert!(started.elapsed() < Duration::from_secs(5), "requests in flight must fail promptly");
+    assert!(started.elapsed() < Duration::from_secs(8), "a soft client gives up after its timeout: {:?}", started.elapsed());
     let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     assert!(!failed.is_empty(), "the server died with reads in flight");
     for e in failed {
-        assert_eq!((e.kind, e.errno), (ClientErrorKind::Disconnected, libc::EIO), "{e}");
+        assert_eq!((e.kind, e.errno), (ClientErrorKind::Timeout, libc::ETIMEDOUT), "{e}");
     }
-    assert_eq!(c.stat("f").unwrap_err().errno, libc::EIO);
+    assert_eq!(c.stat("f").unwrap_err().errno, libc::ETIMEDOUT);
+}
+
+/// Issue 13: processes running when the server restarted got EIO forever.
+#[test]
+fn a_restarted_server_is_reconnected_reads_retried_writes_failed_handles_reopened() {
+    let mut s = Serve::start(&["--device", "hdd7200"]);
+    let data = bytes(16 << 20, 5);
+    std::fs::write(s.root().join("f"), &data).unwrap();
+    let c = s.client("survivor");
+    let fd = c.open("f", libc::O_RDWR, 0).unwrap();
+    assert_eq!(c.lseek(fd, 1000, Whence::Set).unwrap(), 1000);
+    // Far-apart work on the emulated disk, so some is in flight at the kill.
+    let reads: Vec<_> = (0..4u64).map(|i| c.submit_read(fd, 1 << 20, i * (4 << 20)).unwrap()).collect();
+    let write = c.submit_write(fd, &[0xCD; 4096], 15 << 20).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    s.kill();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            s.spawn();
+        });
+        for (i, t) in reads.into_iter().enumerate() {
+            let mut buf = vec![0u8; 1 << 20];
+            assert_eq!(c.wait_read(t, &mut buf).expect("reads are retried on the new connection"), 1 << 20);
+            let at = i * (4 << 20);
+            assert!(buf == data[at..at + (1 << 20)], "read {i}");
+        }
+        match c.wait_write(write) {
+            Ok(n) => assert_eq!(n, 4096, "acknowledged before the kill"),
+            Err(e) => assert_eq!((e.kind, e.errno), (ClientErrorKind::Disconnected, libc::EIO), "a write in flight is EIO, never resent: {e}"),
+        }
+    });
+    assert_eq!(c.reconnects(), 1);
+    // The held handle was reopened by path; its position is the client's.
+    let mut buf = [0u8; 10];
+    assert_eq!(c.read(fd, &mut buf).unwrap(), 10);
+    assert_eq!(&buf, &data[1000..1010]);
+    assert_eq!(c.pwrite(fd, b"after", 0).unwrap(), 5, "writes work again");
+    assert_eq!(&std::fs::read(s.root().join("f")).unwrap()[..5], b"after");
+}
+
+#[test]
+fn a_file_gone_across_a_restart_is_estale_and_others_still_work() {
+    let mut s = Serve::start(&[]);
+    std::fs::write(s.root().join("gone"), b"x").unwrap();
+    std::fs::write(s.root().join("kept"), b"kept").unwrap();
+    let c = s.client("stale");
+    let (gone, kept) = (c.open("gone", libc::O_RDONLY, 0).unwrap(), c.open("kept", libc::O_RDONLY, 0).unwrap());
+    s.kill();
+    std::fs::remove_file(s.root().join("gone")).unwrap();
+    s.spawn();
+    let e = c.pread(gone, &mut [0u8; 1], 0).unwrap_err();
+    assert_eq!((e.kind, e.errno), (ClientErrorKind::Stale, libc::ESTALE), "{e}");
+    let mut buf = [0u8; 4];
+    assert_eq!(c.pread(kept, &mut buf, 0).unwrap(), 4);
+    assert_eq!(&buf, b"kept");
+    c.close(gone).unwrap();
+}
+
+/// Issue 13: a SIGSTOPped server hung every client with no message.
+#[test]
+fn a_stopped_server_is_reported_once_then_ok_and_a_soft_client_times_out() {
+    let s = Serve::start(&[]);
+    std::fs::write(s.root().join("x"), b"x").unwrap();
+    s.signal(libc::SIGSTOP);
+    let soft_ls = s.cmd_env(&["ls", ":"], &[("SLUICE_TIMEOUT", "1"), ("SLUICE_SOFT", "1")]);
+    assert!(!soft_ls.status.success());
+    assert!(String::from_utf8_lossy(&soft_ls.stderr).contains("Connection timed out") || String::from_utf8_lossy(&soft_ls.stderr).contains("did not answer"), "{soft_ls:?}");
+    let hard = Command::new(SLUICE).args(["ls", ":"]).env("SLUICE_SERVER", &s.addr).env("SLUICE_TIMEOUT", "1").stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    s.signal(libc::SIGCONT);
+    let out = hard.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "x\n");
+    assert_eq!(err.matches("not responding, still trying").count(), 1, "said once: {err}");
+    assert!(err.contains(&format!("server {} OK", s.addr)), "{err}");
 }
 
 fn check_cmd(out: &Output, ok: bool, stderr_has: &str) {

@@ -13,14 +13,17 @@ pub struct MountArgs {
     /// process, from its SLUICE_APP, SLURM_JOB_ID or command name).
     #[arg(long)]
     app: Option<String>,
-    /// Let other users use the mount.
+    /// Let other users use the mount (each checked as themselves).
     #[arg(long)]
     allow_other: bool,
+    #[command(flatten)]
+    patience: super::remote::Patience,
     /// Where to mount.
     mountpoint: PathBuf,
 }
 
 pub fn run(a: MountArgs) -> anyhow::Result<()> {
+    a.patience.apply();
     let server = sluice_client::server_addr(a.server.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut cfg = sluice_fuse::MountConfig::new(server, a.mountpoint);
     cfg.app = a.app;

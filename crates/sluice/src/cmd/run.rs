@@ -31,6 +31,8 @@ pub struct RunArgs {
     /// Application id (default: $SLUICE_APP, else each program's name).
     #[arg(long)]
     app: Option<String>,
+    #[command(flatten)]
+    patience: super::remote::Patience,
     /// The command and its arguments.
     #[arg(required = true, last = true, allow_hyphen_values = true)]
     cmd: Vec<OsString>,
@@ -72,6 +74,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let (prog, args) = a.cmd.split_first().context("no command given")?;
     let mut cmd = Command::new(prog);
     cmd.args(args).env("LD_PRELOAD", preload_value(std::env::var_os("LD_PRELOAD"), &lib)).env(sluice_client::SERVER_ENV, &server).env(PREFIX_ENV, &prefix);
+    cmd.envs(a.patience.env());
     if let Some(app) = &a.app {
         cmd.env(sluice_client::APP_ENV, app);
     }
