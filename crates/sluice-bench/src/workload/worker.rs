@@ -79,7 +79,7 @@ impl Drop for AlignedBuf {
 
 enum Backend {
     File(File),
-    Service(sluice_client::Client, sluice_client::Fd),
+    Service(Box<sluice_client::Client>, sluice_client::Fd),
 }
 
 impl Backend {
@@ -95,7 +95,7 @@ impl Backend {
                 let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank), ..Default::default() };
                 let c = sluice_client::Client::connect_with(addr, opts).map_err(WorkloadError::client)?;
                 let fd = c.open(&name, libc::O_RDWR, 0).map_err(WorkloadError::client)?;
-                Ok(Backend::Service(c, fd))
+                Ok(Backend::Service(Box::new(c), fd))
             }
         }
     }
