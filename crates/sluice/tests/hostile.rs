@@ -31,9 +31,18 @@ struct Victim {
 
 impl Victim {
     fn start(listen_tcp: bool, extra: &[&str]) -> Victim {
-        let dir = tempfile::Builder::new().prefix("sluice-hostile-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        // nobody must reach the socket and the served root, nothing more.
+        // Under /tmp, not the build tree: the checkout may lie where nobody
+        // cannot go (CI's clone under /root, say). nobody must reach the
+        // socket, the served root and the binaries copied here, nothing more.
+        let dir = tempfile::Builder::new().prefix("sluice-hostile-").tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        // `sluice run` finds the interposer next to its executable.
+        for (from, name) in [(PathBuf::from(SLUICE), "sluice"), (common::preload_library(), "libsluice_preload.so"), (std::env::current_exe().unwrap(), "hostile-helper")] {
+            std::fs::copy(&from, bin.join(name)).unwrap();
+            std::fs::set_permissions(bin.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         let root = dir.path().join("root");
         std::fs::create_dir(&root).unwrap();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -49,7 +58,7 @@ impl Victim {
         }
         let listen = if listen_tcp { "tcp:127.0.0.1:0".to_string() } else { format!("unix:{}", dir.path().join("s.sock").display()) };
         let key = dir.path().join("server.key");
-        let mut cmd = Command::new(SLUICE);
+        let mut cmd = Command::new(bin.join("sluice"));
         cmd.args(["serve", "--root", root.to_str().unwrap(), "--listen", &listen, "--key-file", key.to_str().unwrap()]).args(extra);
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
         // The first line names the bound address: "... on ADDR (policy ...".
@@ -67,9 +76,14 @@ impl Victim {
         self.dir.path().join("server.key")
     }
 
+    /// A binary copied where nobody can run it: `sluice`, `hostile-helper`.
+    fn bin(&self, name: &str) -> String {
+        self.dir.path().join("bin").join(name).to_str().unwrap().to_string()
+    }
+
     /// Run `sluice ARGS` as nobody, with `env` added.
     fn as_nobody(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        nobody(SLUICE, args).env("SLUICE_SERVER", &self.addr).envs(env.iter().copied()).current_dir(self.dir.path()).output().unwrap()
+        nobody(&self.bin("sluice"), args).env("SLUICE_SERVER", &self.addr).envs(env.iter().copied()).current_dir(self.dir.path()).output().unwrap()
     }
 }
 
@@ -94,14 +108,8 @@ fn text(o: &Output) -> String {
 }
 
 /// Run this test binary's `helper` test as nobody, doing `what`.
-fn helper_as_nobody(addr: &str, what: &str, env: &[(&str, &str)]) -> Output {
-    let me = std::env::current_exe().unwrap();
-    nobody(me.to_str().unwrap(), &["--exact", "helper", "--nocapture", "--test-threads=1"])
-        .env(HELPER_ENV, what)
-        .env("SLUICE_SERVER", addr)
-        .envs(env.iter().copied())
-        .output()
-        .unwrap()
+fn helper_as_nobody(v: &Victim, what: &str) -> Output {
+    nobody(&v.bin("hostile-helper"), &["--exact", "helper", "--nocapture", "--test-threads=1"]).env(HELPER_ENV, what).env("SLUICE_SERVER", &v.addr).output().unwrap()
 }
 
 /// Not a test of its own: the body `helper_as_nobody` runs in a child
@@ -155,7 +163,7 @@ fn nobody_cannot_read_a_0600_root_file_or_write_into_a_0700_directory_over_unix(
 #[test]
 fn a_file_nobody_creates_belongs_to_nobody_and_is_never_setuid() {
     let v = Victim::start(false, &[]);
-    assert_helper_ok(&helper_as_nobody(&v.addr, "create-setuid", &[]));
+    assert_helper_ok(&helper_as_nobody(&v, "create-setuid"));
     let m = std::fs::metadata(v.root().join("pub/id")).unwrap();
     assert_eq!((m.uid(), m.gid()), (NOBODY, NOBODY), "owned by its creator, not by the server");
     assert_eq!(m.mode() & 0o7777, 0o755, "setuid dropped");
@@ -179,7 +187,7 @@ fn root_keeps_setuid_on_what_it_creates() {
 #[test]
 fn a_unix_peer_cannot_claim_another_identity_without_the_key() {
     let v = Victim::start(false, &[]);
-    assert_helper_ok(&helper_as_nobody(&v.addr, "claim-root", &[]));
+    assert_helper_ok(&helper_as_nobody(&v, "claim-root"));
 }
 
 #[test]
@@ -223,7 +231,7 @@ fn allow_other_mount_checks_each_caller_as_themselves() {
     let point = v.dir.path().join("mnt");
     std::fs::create_dir(&point).unwrap();
     let mut m = Mount { point: point.clone(), child: None };
-    m.child = Some(Command::new(SLUICE).args(["mount", "--allow-other", "--server", &v.addr]).arg(&point).stderr(Stdio::null()).spawn().unwrap());
+    m.child = Some(Command::new(v.bin("sluice")).args(["mount", "--allow-other", "--server", &v.addr]).arg(&point).stderr(Stdio::null()).spawn().unwrap());
     common::wait_for(|| common::is_mounted(&point), "the mount");
     let cat = |name: &str| nobody("cat", &[point.join(name).to_str().unwrap()]).output().unwrap();
     let out = cat("secret");
