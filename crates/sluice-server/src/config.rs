@@ -66,7 +66,9 @@ impl DeviceKind {
 /// Bounds of the server itself (the scheduler's are in `Limits`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Connections at once. 1024: two threads each.
+    /// Connections at once. 1024: two threads each. A silent connection
+    /// holds a slot at most `handshake_timeout_ms` before its handshake and
+    /// `idle_timeout_s` after it.
     pub clients_max: u32,
     /// Largest frame a client may send, header included, in bytes.
     pub frame_bytes_max: u32,
@@ -81,7 +83,30 @@ pub struct ServerLimits {
     pub dir_entries_max: u32,
     /// Seconds a reply write may block on a client that does not read.
     pub write_timeout_s: u64,
+    /// Milliseconds a new connection has to complete its handshake (the
+    /// `Hello`, and the `Auth` when challenged). 10 s: a client on a slow
+    /// link needs well under a second; a silent socket holds a
+    /// `clients_max` slot no longer than this.
+    pub handshake_timeout_ms: u64,
+    /// Seconds a connection may stay silent with nothing in flight before
+    /// it is closed. 600 s: long enough for a program's pauses between
+    /// phases, and a closed idle connection costs a client nothing (it
+    /// reconnects and reopens its files on its next call).
+    pub idle_timeout_s: u64,
+    /// Milliseconds a started frame may take, plus one millisecond per
+    /// `FRAME_RATE_MIN_BYTES_PER_MS` bytes of its body: 10 s for a small
+    /// frame, 10 s + 64 s for a 64 MiB write at the 1 MiB/s floor. A
+    /// stalled frame is answered `ETIMEDOUT` and its connection closed.
+    pub frame_stall_ms: u64,
+    /// Bytes of frame bodies being received, over all connections. Past
+    /// it, readers stop reading bodies until bytes drain (backpressure,
+    /// not an error). 512 MiB: eight full 64 MiB writes in flight at once.
+    pub partial_bytes_max: u64,
 }
+
+/// The floor on how fast a frame's body must arrive once started, in
+/// bytes per millisecond (1 MiB/s): slower senders are timed out.
+pub const FRAME_RATE_MIN_BYTES_PER_MS: u64 = 1 << 10;
 
 impl Default for ServerLimits {
     fn default() -> ServerLimits {
@@ -93,6 +118,10 @@ impl Default for ServerLimits {
             files_open_max: 65_536,
             dir_entries_max: 1 << 20,
             write_timeout_s: 10,
+            handshake_timeout_ms: 10_000,
+            idle_timeout_s: 600,
+            frame_stall_ms: 10_000,
+            partial_bytes_max: 512 << 20,
         }
     }
 }
@@ -145,6 +174,12 @@ impl ServerConfig {
         let l = &self.limits;
         if l.clients_max == 0 || l.inflight_per_connection_max == 0 || l.fds_per_connection_max == 0 || l.files_open_max == 0 {
             return Err(Error::config("server limits must be at least 1"));
+        }
+        if l.handshake_timeout_ms == 0 || l.idle_timeout_s == 0 || l.frame_stall_ms == 0 {
+            return Err(Error::config("timeouts must be at least 1"));
+        }
+        if l.partial_bytes_max < u64::from(l.frame_bytes_max) {
+            return Err(Error::config("partial_bytes_max must hold at least one frame of frame_bytes_max"));
         }
         if (l.frame_bytes_max as usize) < sluice_proto::HEADER_BYTES + 64 {
             return Err(Error::config("frame_bytes_max is too small for any request"));

@@ -11,19 +11,24 @@
 //! unread is ever acknowledged.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, Read};
+use std::io::BufReader;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use sluice_core::{AppId, ClientId, Op, Request as CoreRequest, RequestId};
 use sluice_net::PeerCred;
-use sluice_proto::{auth_verify, check_header, encode_response_head, parse_request, Header, HelloOk, Opcode, Request, AUTH_BYTES, HEADER_BYTES, IO_BYTES_MAX, VERSION};
+use sluice_proto::{auth_verify, encode_response_head, parse_request, Header, HelloOk, Opcode, Request, AUTH_BYTES, IO_BYTES_MAX, VERSION};
 
 use crate::dispatch::Event;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ident::{self, Identity};
+use crate::intake::{FrameRead, Intake};
 use crate::net::{write_all_parts, Stream};
+
+/// A connection's input: the socket behind its read buffer.
+type Input = BufReader<Stream>;
 use crate::pending::{response, Buf, ListInner, ListState, Out, Pending, Reply, ReplyTo, WriteSide};
 use crate::state::{lock, OpenFile};
 use crate::Shared;
@@ -41,15 +46,6 @@ const REPLY_BATCH_MAX: usize = 64;
 enum Flow {
     Continue,
     Close,
-}
-
-/// The outcome of reading one frame.
-enum FrameRead {
-    Frame(Header, Vec<u8>),
-    /// Clean end of stream between frames (or mid-body: nothing admitted).
-    Eof,
-    /// Malformed: the request id from the raw header, and why.
-    Bad(u64, i32, String),
 }
 
 /// The reader side of one connection.
@@ -111,59 +107,16 @@ pub fn serve(shared: Arc<Shared>, stream: Stream, conn_id: u64) {
     }
 }
 
-/// Read `buf` fully; `Ok(false)` at a clean end of stream before any byte.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<bool> {
-    let mut at = 0;
-    while at < buf.len() {
-        match r.read(&mut buf[at..]) {
-            Ok(0) if at == 0 => return Ok(false),
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            Ok(n) => at += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
-}
-
-/// Step one (header complete and sane) before allocating; step two is the
-/// caller's `parse_request`.
-fn read_frame(r: &mut impl Read, frame_bytes_max: u32) -> FrameRead {
-    let mut h = [0u8; HEADER_BYTES];
-    match read_full(r, &mut h) {
-        Ok(true) => {}
-        Ok(false) => return FrameRead::Eof,
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return FrameRead::Bad(0, libc::EPROTO, "truncated frame header".into()),
-        Err(_) => return FrameRead::Eof,
-    }
-    let id = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-    let header = match check_header(&h, frame_bytes_max) {
-        Ok(Some(hd)) => hd,
-        Ok(None) => return FrameRead::Bad(id, libc::EPROTO, "truncated frame header".into()),
-        Err(e) => return FrameRead::Bad(id, e.errno(), e.to_string()),
-    };
-    let mut body = vec![0u8; header.body_len as usize];
-    match read_full(r, &mut body) {
-        Ok(true) => FrameRead::Frame(header, body),
-        Ok(false) if body.is_empty() => FrameRead::Frame(header, body),
-        // The peer closed its side mid-body: it may still read the answer.
-        Ok(false) => FrameRead::Bad(id, libc::EPROTO, format!("truncated frame body: the connection closed before its {} bytes arrived", header.body_len)),
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-            FrameRead::Bad(id, libc::EPROTO, format!("truncated frame body: the connection closed before its {} bytes arrived", header.body_len))
-        }
-        Err(_) => FrameRead::Eof,
-    }
-}
-
 /// The first frame must be a `Hello`; answer it. Where the identity needs
 /// the key (`ident::needs_key`), a `Challenge` and its `Auth` come between.
 /// On success this thread runs as the connection's identity. `None` closes.
-fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: bool, peer: Option<&PeerCred>) -> Option<(AppId, ClientId, Identity)> {
+fn handshake(shared: &Shared, input: &mut Input, reply: &ReplyTo, admitted: bool, peer: Option<&PeerCred>) -> Option<(AppId, ClientId, Identity)> {
     let fail = |id: u64, errno: i32, msg: String| {
         let _ = reply.tx.send((id, Out::Error(errno, msg)));
         None
     };
-    let (h, body) = match read_frame(input, shared.config.limits.frame_bytes_max) {
+    let deadline = Instant::now() + Duration::from_millis(shared.config.limits.handshake_timeout_ms);
+    let (h, body) = match read_handshake_frame(shared, input, deadline) {
         FrameRead::Frame(h, b) => (h, b),
         FrameRead::Eof => return None,
         FrameRead::Bad(id, errno, msg) => return fail(id, errno, msg),
@@ -183,7 +136,7 @@ fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: 
     // After a challenge, the answer goes to the `Auth` frame's request id.
     let mut answer_id = h.request_id;
     if ident::needs_key(peer, hello.cred.as_ref()) {
-        match prove_key(shared, input, reply, h.request_id, &body) {
+        match prove_key(shared, input, reply, (h.request_id, &body), deadline) {
             Ok(id) => answer_id = id,
             Err((id, e)) => return fail(id, e.errno, e.message),
         }
@@ -214,12 +167,12 @@ fn handshake(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, admitted: 
 /// Send a fresh nonce and check the client's `Auth` against the key and
 /// the `Hello` body it sent. The `Auth` frame's request id, which the
 /// handshake's answer carries; on failure, the id to answer and why.
-fn prove_key(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, hello_id: u64, hello_body: &[u8]) -> std::result::Result<u64, (u64, Error)> {
+fn prove_key(shared: &Shared, input: &mut Input, reply: &ReplyTo, (hello_id, hello_body): (u64, &[u8]), deadline: Instant) -> std::result::Result<u64, (u64, Error)> {
     let denied = |msg: &str| Error::new(ErrorKind::Invalid, libc::EACCES, msg);
     let key = shared.key.ok_or_else(|| (hello_id, denied("this server has no key: it accepts no TCP clients and no forwarded identities (see --key-file)")))?;
     let nonce = sluice_net::key::random::<AUTH_BYTES>().map_err(|e| (hello_id, Error::io("getrandom", &e)))?;
     let _ = reply.tx.send((hello_id, Out::Challenge(nonce)));
-    let (h, body) = match read_frame(input, shared.config.limits.frame_bytes_max) {
+    let (h, body) = match read_handshake_frame(shared, input, deadline) {
         FrameRead::Frame(h, b) => (h, b),
         FrameRead::Eof => return Err((hello_id, denied("connection closed before it proved the key"))),
         FrameRead::Bad(id, errno, msg) => return Err((id, Error::new(ErrorKind::Invalid, errno, msg))),
@@ -230,6 +183,23 @@ fn prove_key(shared: &Shared, input: &mut impl Read, reply: &ReplyTo, hello_id: 
         Ok(Request::Auth { .. }) => Err((id, denied("authentication failed: the client's key is not this server's"))),
         Ok(_) => Err((id, denied("this server needs the key proven (an Auth frame) before any request"))),
         Err(e) => Err((id, Error::new(ErrorKind::Invalid, e.errno(), e.to_string()))),
+    }
+}
+
+/// The server's frame intake for one connection.
+fn intake(shared: &Shared) -> Intake<'_> {
+    let l = &shared.config.limits;
+    Intake { frame_bytes_max: l.frame_bytes_max, frame_stall_ms: l.frame_stall_ms, budget: &shared.partial, stopping: &shared.stopping }
+}
+
+/// A frame of the handshake, due by `deadline`: a client that says
+/// nothing in time is told so and closed.
+fn read_handshake_frame(shared: &Shared, input: &mut Input, deadline: Instant) -> FrameRead {
+    match intake(shared).read_frame(input, &|| Some(deadline)) {
+        FrameRead::Eof if Instant::now() >= deadline => {
+            FrameRead::Bad(0, libc::ETIMEDOUT, format!("handshake not completed in time (handshake_timeout_ms = {})", shared.config.limits.handshake_timeout_ms))
+        }
+        other => other,
     }
 }
 
@@ -245,9 +215,17 @@ struct IoPlan {
 }
 
 impl Conn {
-    fn run(&mut self, input: &mut impl Read) {
+    fn run(&mut self, input: &mut Input) {
+        let idle = Duration::from_secs(self.shared.config.limits.idle_timeout_s);
+        let mut last = Instant::now();
         loop {
-            let flow = match read_frame(input, self.shared.config.limits.frame_bytes_max) {
+            // Idle only with nothing in flight: a client waiting on its
+            // replies is not idle.
+            let inflight = Arc::clone(&self.reply.inflight);
+            let waiting = move || (inflight.load(Ordering::Acquire) == 0).then(|| last + idle);
+            let frame = intake(&self.shared).read_frame(input, &waiting);
+            last = Instant::now();
+            let flow = match frame {
                 FrameRead::Frame(h, body) => self.frame(h, body),
                 FrameRead::Eof => Flow::Close,
                 FrameRead::Bad(id, errno, msg) => {

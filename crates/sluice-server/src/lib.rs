@@ -32,6 +32,7 @@ mod dispatch;
 mod error;
 mod exec;
 pub mod ident;
+mod intake;
 mod net;
 mod ops;
 mod pending;
@@ -76,6 +77,8 @@ pub(crate) struct Shared {
     pub key: Option<[u8; sluice_net::key::KEY_BYTES]>,
     /// The server's effective uid: 0 takes callers' identities.
     pub server_uid: u32,
+    /// Bytes held in partial frames, all connections together.
+    pub partial: intake::PartialBudget,
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].
@@ -124,6 +127,7 @@ impl Server {
             stopping: AtomicBool::new(false),
             key,
             server_uid: ident::server_uid(),
+            partial: intake::PartialBudget::new(config.limits.partial_bytes_max),
             config,
         });
         let workers = spawn_workers(&shared, jobs_rx)?;
@@ -257,6 +261,11 @@ impl ServerHandle {
     /// Distinct backing files open now (all connections together).
     pub fn files_open(&self) -> usize {
         lock(&self.shared.files).len()
+    }
+
+    /// Bytes held in partial frames now (bounded by `partial_bytes_max`).
+    pub fn partial_bytes(&self) -> u64 {
+        self.shared.partial.held()
     }
 
     /// Connections open now.

@@ -356,3 +356,121 @@ fn shutdown_does_not_wait_for_silent_connections() {
     assert!(started.elapsed() < Duration::from_secs(2), "drain took {:?}", started.elapsed());
     drop(silent);
 }
+
+/// A raw Unix connection to `s`, with a 10 s read timeout.
+fn connect_raw(s: &TestServer) -> UnixStream {
+    let sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    sock
+}
+
+/// Issue 12: 1,024 silent sockets locked everyone out. A socket that says
+/// nothing is told so and closed after `handshake_timeout_ms`.
+#[test]
+fn handshake_timeout_frees_the_slots_of_silent_sockets() {
+    let s = TestServer::start(|c| {
+        c.limits.clients_max = 2;
+        c.limits.handshake_timeout_ms = 400;
+    });
+    let silent: Vec<_> = (0..2).map(|_| connect_raw(&s)).collect();
+    let started = std::time::Instant::now();
+    for mut sock in silent {
+        let (h, body) = read_reply(&mut sock).expect("an error reply before the close");
+        assert!(matches!(parse_response(&h, &body).unwrap(), Response::Error { errno: libc::ETIMEDOUT, .. }));
+        let mut rest = Vec::new();
+        assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "closed");
+    }
+    assert!(started.elapsed() >= Duration::from_millis(350), "not before the timeout: {:?}", started.elapsed());
+    // A client that says Hello within the timeout is served (N), whatever
+    // the silent ones did.
+    let c = s.client("after-the-silent-ones");
+    c.stat("").unwrap();
+}
+
+/// An established connection silent for `idle_timeout_s` with nothing in
+/// flight is closed; the client reconnects on its next call unharmed.
+#[test]
+fn idle_timeout_closes_a_silent_connection_and_the_client_recovers() {
+    let s = TestServer::start(|c| c.limits.idle_timeout_s = 1);
+    std::fs::write(s.path("f"), b"kept open").unwrap();
+    let c = s.client("idle");
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    c.stat("f").unwrap();
+    assert_eq!(c.reconnects(), 0, "busy within the timeout: kept");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.handle.connections() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the idle connection was not closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut buf = [0u8; 9];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 9, "the handle was reopened");
+    assert_eq!((&buf, c.reconnects()), (b"kept open", 1));
+}
+
+/// The header of a write whose body trickles in, then stops.
+fn stalled_write(s: &TestServer, body_len: usize, sent: usize) -> UnixStream {
+    let mut sock = raw(s);
+    let mut frame = Vec::new();
+    encode_header(Opcode::Write, 9, body_len as u32, &mut frame);
+    frame.extend_from_slice(&3u64.to_le_bytes()); // fd
+    frame.extend_from_slice(&0u64.to_le_bytes()); // offset
+    frame.resize(HEADER_BYTES + sent, 0x5A);
+    sock.write_all(&frame).unwrap();
+    sock
+}
+
+/// Wait until the server holds `want` bytes in partial frames.
+fn wait_partial(s: &TestServer, ok: impl Fn(u64) -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !ok(s.handle.partial_bytes()) {
+        assert!(std::time::Instant::now() < deadline, "{what}: partial bytes {}", s.handle.partial_bytes());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Issue 12: a header announcing 64 MiB made the server allocate 64 MiB at
+/// once, and a stalled body pinned it forever.
+#[test]
+fn a_body_is_held_as_it_arrives_and_a_stalled_one_times_out() {
+    let s = TestServer::start(|c| {
+        c.limits.frame_bytes_max = 8 << 20;
+        c.limits.frame_stall_ms = 500;
+    });
+    let mut sock = stalled_write(&s, (8 << 20) - 64, (2 << 20) + 4096);
+    // Three 1 MiB chunks taken (two filled, one filling), not eight.
+    wait_partial(&s, |b| b == 3 << 20, "held as it arrives");
+    // 500 ms + 8 ms per 8 MiB at the rate floor: then ETIMEDOUT and closed.
+    let (h, body) = read_reply(&mut sock).expect("an error reply");
+    match parse_response(&h, &body).unwrap() {
+        Response::Error { errno, message } => assert_eq!(errno, libc::ETIMEDOUT, "{message}"),
+        other => panic!("{other:?}"),
+    }
+    wait_partial(&s, |b| b == 0, "given back");
+}
+
+/// Issue 12: 60 stalled 16 MiB bodies pinned 1 GB. The server-wide budget
+/// holds at N; past it a reader waits (its connection is not read) until
+/// bytes drain.
+#[test]
+fn partial_bytes_max_at_n_and_n_plus_1() {
+    let s = TestServer::start(|c| {
+        c.limits.frame_bytes_max = 2 << 20;
+        c.limits.partial_bytes_max = 4 << 20;
+    });
+    let body_len = (2 << 20) - 64;
+    let a = stalled_write(&s, body_len, (3 << 20) / 2);
+    wait_partial(&s, |b| b == body_len as u64, "a's whole body taken");
+    let c = s.client("bystander");
+    let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    assert_eq!(c.pwrite(fd, &[1u8; 4096], 0).unwrap(), 4096, "room for it: served");
+    let b = stalled_write(&s, body_len, (3 << 20) / 2);
+    wait_partial(&s, |h| h == 2 * body_len as u64, "b's whole body taken: the budget is spent");
+    let t = c.submit_write(fd, &[2u8; 4096], 0).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.handle.partial_bytes(), 2 * body_len as u64, "the N+1st byte waits");
+    drop(a);
+    assert_eq!(c.wait_write(t).unwrap(), 4096, "served once a's bytes drained");
+    drop(b);
+    wait_partial(&s, |h| h == 0, "all given back");
+}
