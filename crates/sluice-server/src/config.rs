@@ -102,6 +102,12 @@ pub struct ServerLimits {
     /// it, readers stop reading bodies until bytes drain (backpressure,
     /// not an error). 512 MiB: eight full 64 MiB writes in flight at once.
     pub partial_bytes_max: u64,
+    /// Bytes one connection may hold in admitted reads and writes and in
+    /// read replies not yet written to it. Past it the connection is not
+    /// read until its replies drain (backpressure), so a client that reads
+    /// slowly holds no more. 128 MiB: two full 64 MiB reads, enough to
+    /// keep a fast reader's pipe full.
+    pub reply_bytes_max: u64,
 }
 
 /// The floor on how fast a frame's body must arrive once started, in
@@ -122,6 +128,7 @@ impl Default for ServerLimits {
             idle_timeout_s: 600,
             frame_stall_ms: 10_000,
             partial_bytes_max: 512 << 20,
+            reply_bytes_max: 128 << 20,
         }
     }
 }
@@ -175,7 +182,7 @@ impl ServerConfig {
         if l.clients_max == 0 || l.inflight_per_connection_max == 0 || l.fds_per_connection_max == 0 || l.files_open_max == 0 {
             return Err(Error::config("server limits must be at least 1"));
         }
-        if l.handshake_timeout_ms == 0 || l.idle_timeout_s == 0 || l.frame_stall_ms == 0 {
+        if l.handshake_timeout_ms == 0 || l.idle_timeout_s == 0 || l.frame_stall_ms == 0 || l.reply_bytes_max == 0 {
             return Err(Error::config("timeouts must be at least 1"));
         }
         if l.partial_bytes_max < u64::from(l.frame_bytes_max) {

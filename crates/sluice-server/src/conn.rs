@@ -29,7 +29,7 @@ use crate::net::{write_all_parts, Stream};
 
 /// A connection's input: the socket behind its read buffer.
 type Input = BufReader<Stream>;
-use crate::pending::{response, Buf, ListInner, ListState, Out, Pending, Reply, ReplyTo, WriteSide};
+use crate::pending::{response, Buf, ConnBytes, ListInner, ListState, Out, Pending, Reply, ReplyTo, WriteSide};
 use crate::state::{lock, OpenFile};
 use crate::Shared;
 
@@ -78,8 +78,10 @@ pub fn serve(shared: Arc<Shared>, stream: Stream, conn_id: u64) {
     let (tx, rx) = mpsc::channel();
     let out = Arc::new(Mutex::new(WriteSide { stream: write_half, leftover: Vec::new(), broken: false }));
     let writer_out = Arc::clone(&out);
-    let writer = std::thread::Builder::new().name("sluice-writer".into()).stack_size(256 << 10).spawn(move || writer(writer_out, rx));
-    let reply = ReplyTo { tx, inflight: Arc::new(AtomicU32::new(0)), out };
+    let bytes = Arc::new(ConnBytes::new(shared.config.limits.reply_bytes_max, Arc::clone(&shared.reply_bytes)));
+    let writer_bytes = Arc::clone(&bytes);
+    let writer = std::thread::Builder::new().name("sluice-writer".into()).stack_size(256 << 10).spawn(move || writer(writer_out, rx, writer_bytes));
+    let reply = ReplyTo { tx, inflight: Arc::new(AtomicU32::new(0)), out, bytes };
     let peer = stream.peer_cred();
     let mut input = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
     let hello = match peer {
@@ -299,8 +301,13 @@ impl Conn {
                 format!("file handle {} is not open for {}", plan.fd, if plan.op == Op::Write { "writing" } else { "reading" }),
             ));
         }
-        self.reply.inflight.fetch_add(1, Ordering::AcqRel);
         let total: u64 = plan.pieces.iter().map(|p| p.1).sum();
+        // Past `reply_bytes_max` this waits: the connection is not read
+        // until its replies drain.
+        if !self.reply.bytes.take(total, &self.shared.stopping) {
+            return Err(Error::new(ErrorKind::Io, libc::ECONNRESET, "the connection's writer is gone or the server stops"));
+        }
+        self.reply.inflight.fetch_add(1, Ordering::AcqRel);
         let live: Vec<(usize, u64, u64)> = plan
             .pieces
             .iter()
@@ -314,7 +321,7 @@ impl Conn {
         let list = (plan.list || live.is_empty()).then(|| {
             let data = if plan.op == Op::Read { vec![0u8; total as usize] } else { Vec::new() };
             let inner = ListInner { remaining: live.len(), data, bytes: 0, error: None };
-            Arc::new(ListState { reply: self.reply.clone(), wire_id: plan.id, write: plan.op == Op::Write, inner: std::sync::Mutex::new(inner) })
+            Arc::new(ListState { reply: self.reply.clone(), wire_id: plan.id, write: plan.op == Op::Write, reserved: total, inner: std::sync::Mutex::new(inner) })
         });
         if live.is_empty() {
             let list = list.expect("built for an empty message");
@@ -333,7 +340,7 @@ impl Conn {
                 };
                 let reply = match &list {
                     Some(l) => Reply::Piece(Arc::clone(l), pos),
-                    None => Reply::Single(self.reply.clone(), plan.id),
+                    None => Reply::Single(self.reply.clone(), plan.id, len),
                 };
                 Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) }
             })
@@ -345,8 +352,10 @@ impl Conn {
 
 /// Send replies until every sender is gone; coalesce what is ready into
 /// one `writev`. Payloads are written from their buffers, never copied.
-/// A worker's partly sent frame (`leftover`) goes out first.
-fn writer(out: Arc<Mutex<WriteSide>>, rx: Receiver<(u64, Out)>) {
+/// A worker's partly sent frame (`leftover`) goes out first. A read's
+/// bytes go back to the connection's `ConnBytes` once written; when the
+/// writer ends, a reader waiting for them is woken.
+fn writer(out: Arc<Mutex<WriteSide>>, rx: Receiver<(u64, Out)>, bytes: Arc<ConnBytes>) {
     let mut batch = Vec::with_capacity(REPLY_BATCH_MAX);
     let mut heads = Vec::new();
     while let Ok(first) = rx.recv() {
@@ -365,6 +374,7 @@ fn writer(out: Arc<Mutex<WriteSide>>, rx: Receiver<(u64, Out)>) {
             encode_response_head(*id, &response(o), &mut heads);
             spans.push(start..heads.len());
         }
+        let data: u64 = batch.iter().map(|(_, o)| if let Out::Data(d) = o { d.len() as u64 } else { 0 }).sum();
         let mut w = lock(&out);
         let leftover = std::mem::take(&mut w.leftover);
         let mut parts: Vec<&[u8]> = Vec::with_capacity(batch.len() * 2 + 1);
@@ -377,9 +387,11 @@ fn writer(out: Arc<Mutex<WriteSide>>, rx: Receiver<(u64, Out)>) {
         }
         if w.broken || write_all_parts(&mut w.stream, &parts).is_err() {
             w.broken = true;
-            return;
+            break;
         }
         drop(w);
         batch.clear();
+        bytes.give(data);
     }
+    bytes.close();
 }

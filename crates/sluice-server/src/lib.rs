@@ -79,6 +79,9 @@ pub(crate) struct Shared {
     pub server_uid: u32,
     /// Bytes held in partial frames, all connections together.
     pub partial: intake::PartialBudget,
+    /// Bytes connections hold in admitted requests and unsent replies,
+    /// all together (each is bounded by `reply_bytes_max`).
+    pub reply_bytes: Arc<AtomicU64>,
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].
@@ -128,6 +131,7 @@ impl Server {
             key,
             server_uid: ident::server_uid(),
             partial: intake::PartialBudget::new(config.limits.partial_bytes_max),
+            reply_bytes: Arc::new(AtomicU64::new(0)),
             config,
         });
         let workers = spawn_workers(&shared, jobs_rx)?;
@@ -266,6 +270,12 @@ impl ServerHandle {
     /// Bytes held in partial frames now (bounded by `partial_bytes_max`).
     pub fn partial_bytes(&self) -> u64 {
         self.shared.partial.held()
+    }
+
+    /// Bytes connections hold now in admitted requests and unsent replies
+    /// (each connection at most `reply_bytes_max`).
+    pub fn reply_bytes(&self) -> u64 {
+        self.shared.reply_bytes.load(Ordering::Relaxed)
     }
 
     /// Connections open now.

@@ -2,9 +2,10 @@
 //! outcome becomes a reply on its connection (a list I/O message replies
 //! once, when its last piece is done).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use sluice_core::Request;
 use sluice_proto::{encode_response, AppStats, DirEntry, HelloOk, Response, WireStat};
@@ -47,6 +48,63 @@ pub struct WriteSide {
     pub broken: bool,
 }
 
+/// Longest wait for a connection's bytes to drain before looking at the
+/// stop flag again.
+const DRAIN_TICK: Duration = Duration::from_millis(100);
+
+/// The bytes one connection holds: data of its admitted reads and writes,
+/// and read replies not yet written to its socket (`reply_bytes_max`).
+/// Past the bound its reader stops reading (backpressure), so a client
+/// that does not read its replies stops being read, and holds no more.
+pub struct ConnBytes {
+    held: Mutex<u64>,
+    drained: Condvar,
+    max: u64,
+    /// The writer is gone: nothing will drain any more.
+    closed: AtomicBool,
+    /// The same bytes over all connections, for `ServerHandle::reply_bytes`.
+    total: Arc<AtomicU64>,
+}
+
+impl ConnBytes {
+    pub fn new(max: u64, total: Arc<AtomicU64>) -> ConnBytes {
+        ConnBytes { held: Mutex::new(0), drained: Condvar::new(), max, closed: AtomicBool::new(false), total }
+    }
+
+    /// Take `n` bytes, waiting while they would pass the bound (a message
+    /// larger than the bound is taken alone). `false` when the connection's
+    /// writer is gone or the server stops.
+    pub fn take(&self, n: u64, stopping: &AtomicBool) -> bool {
+        let mut held = lock(&self.held);
+        while *held > 0 && *held + n > self.max {
+            if self.closed.load(Ordering::SeqCst) || stopping.load(Ordering::SeqCst) {
+                return false;
+            }
+            held = self.drained.wait_timeout(held, DRAIN_TICK).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+        }
+        *held += n;
+        self.total.fetch_add(n, Ordering::Relaxed);
+        true
+    }
+
+    pub fn give(&self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let mut held = lock(&self.held);
+        *held -= n;
+        self.total.fetch_sub(n, Ordering::Relaxed);
+        drop(held);
+        self.drained.notify_all();
+    }
+
+    /// The writer is gone: wake a reader waiting for bytes to drain.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.drained.notify_all();
+    }
+}
+
 /// Where replies for one connection go, and its in-flight count.
 #[derive(Clone)]
 pub struct ReplyTo {
@@ -54,14 +112,22 @@ pub struct ReplyTo {
     /// Reads and writes of this connection admitted and not yet answered.
     pub inflight: Arc<AtomicU32>,
     pub out: Arc<Mutex<WriteSide>>,
+    pub bytes: Arc<ConnBytes>,
 }
 
 impl ReplyTo {
-    /// Answer an admitted request: the in-flight count drops.
-    pub fn finish(&self, wire_id: u64, out: Out) {
+    /// Answer an admitted request that took `reserved` bytes at admission:
+    /// the in-flight count drops, and so do the bytes, but a read's data
+    /// only once it is written to the socket.
+    pub fn finish(&self, wire_id: u64, out: Out, reserved: u64) {
         self.inflight.fetch_sub(1, Ordering::AcqRel);
-        if let Err(out) = self.try_direct(wire_id, out) {
-            let _ = self.tx.send((wire_id, out));
+        let data = if let Out::Data(d) = &out { d.len() as u64 } else { 0 };
+        self.bytes.give(reserved.saturating_sub(data));
+        match self.try_direct(wire_id, out) {
+            Ok(()) => self.bytes.give(data.min(reserved)),
+            Err(out) => {
+                let _ = self.tx.send((wire_id, out));
+            }
         }
     }
 
@@ -143,6 +209,8 @@ pub struct ListState {
     pub reply: ReplyTo,
     pub wire_id: u64,
     pub write: bool,
+    /// Bytes taken at admission (`ConnBytes`): the pieces' total.
+    pub reserved: u64,
     pub inner: Mutex<ListInner>,
 }
 
@@ -179,13 +247,14 @@ impl ListState {
             None if self.write => Out::Count(g.bytes),
             None => Out::Data(std::mem::take(&mut g.data)),
         };
-        self.reply.finish(self.wire_id, out);
+        self.reply.finish(self.wire_id, out, self.reserved);
     }
 }
 
 /// How a request's outcome is answered.
 pub enum Reply {
-    Single(ReplyTo, u64),
+    /// The connection, the wire id, and the bytes taken at admission.
+    Single(ReplyTo, u64, u64),
     Piece(Arc<ListState>, usize),
 }
 
@@ -214,13 +283,13 @@ impl Pending {
     /// Answer with an explicit outcome (used when admission failed).
     pub fn answer_with(self, result: Result<u64, (i32, String)>) {
         match self.reply {
-            Reply::Single(to, id) => {
+            Reply::Single(to, id, reserved) => {
                 let out = match (result, self.buf) {
                     (Err((errno, msg)), _) => Out::Error(errno, msg),
                     (Ok(_), Buf::Read(b)) => Out::Data(b),
                     (Ok(n), Buf::Write(..)) => Out::Count(n),
                 };
-                to.finish(id, out);
+                to.finish(id, out, reserved);
             }
             Reply::Piece(list, pos) => {
                 let piece = match &self.buf {
@@ -230,5 +299,33 @@ impl Pending {
                 list.settle(pos, piece, result);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conn_bytes_hold_n_and_make_the_n_plus_1st_wait_until_drained() {
+        let (total, stop) = (Arc::new(AtomicU64::new(0)), AtomicBool::new(false));
+        let b = Arc::new(ConnBytes::new(100, Arc::clone(&total)));
+        assert!(b.take(60, &stop) && b.take(40, &stop), "N bytes are taken at once");
+        assert_eq!(total.load(Ordering::Relaxed), 100);
+        let waiter = {
+            let b = Arc::clone(&b);
+            std::thread::spawn(move || b.take(1, &AtomicBool::new(false)))
+        };
+        std::thread::sleep(Duration::from_millis(150));
+        assert!(!waiter.is_finished(), "the N+1st byte waits");
+        b.give(40);
+        assert!(waiter.join().unwrap(), "and is taken once bytes drained");
+        assert_eq!(total.load(Ordering::Relaxed), 61);
+        // A message larger than the bound is taken alone, never deadlocks.
+        let solo = ConnBytes::new(10, Arc::new(AtomicU64::new(0)));
+        assert!(solo.take(50, &stop));
+        // A closed connection never waits.
+        b.close();
+        assert!(!b.take(1000, &stop));
     }
 }

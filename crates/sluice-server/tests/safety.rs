@@ -474,3 +474,55 @@ fn partial_bytes_max_at_n_and_n_plus_1() {
     drop(b);
     wait_partial(&s, |h| h == 0, "all given back");
 }
+
+/// Issue 12: a client that did not read its replies grew the server to
+/// 2.45 GB. Now its connection stops being read at `reply_bytes_max`, and
+/// every reply still arrives once it reads.
+#[test]
+fn a_client_that_does_not_read_its_replies_holds_at_most_reply_bytes_max() {
+    let max = 4u64 << 20;
+    let s = TestServer::start(|c| {
+        c.limits.reply_bytes_max = max;
+        c.limits.frame_bytes_max = 2 << 20;
+    });
+    std::fs::write(s.path("f"), pattern(1 << 20, 3)).unwrap();
+    let mut sock = raw(&s);
+    let mut open = Vec::new();
+    encode_request(1, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }, &mut open).unwrap();
+    sock.write_all(&open).unwrap();
+    let (h, body) = read_reply(&mut sock).unwrap();
+    let Response::Fd(fd) = parse_response(&h, &body).unwrap() else { panic!("no fd") };
+    // 64 reads of 1 MiB, sent by a thread (the server stops reading them
+    // past the bound), replies left unread for a while.
+    let requests = 64u64;
+    let mut sender = sock.try_clone().unwrap();
+    let send = std::thread::spawn(move || {
+        for i in 0..requests {
+            let mut f = Vec::new();
+            encode_request(10 + i, &Request::Read { fd, offset: 0, len: 1 << 20 }, &mut f).unwrap();
+            sender.write_all(&f).unwrap();
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut peak = 0;
+    while std::time::Instant::now() < deadline && peak < max {
+        peak = peak.max(s.handle.reply_bytes());
+        assert!(s.handle.reply_bytes() <= max, "{} > reply_bytes_max", s.handle.reply_bytes());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(s.handle.reply_bytes() <= max, "held {} with nobody reading", s.handle.reply_bytes());
+    assert!(peak >= max - (1 << 20), "the bound was reached ({peak}): the check would prove nothing");
+    // Backpressure, not loss: every reply arrives, whole.
+    for _ in 0..requests {
+        let (h, body) = read_reply(&mut sock).expect("a reply");
+        assert!(matches!(parse_response(&h, &body).unwrap(), Response::Data(d) if d.len() == 1 << 20));
+    }
+    send.join().unwrap();
+    drop(sock);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while s.handle.reply_bytes() > 0 {
+        assert!(std::time::Instant::now() < deadline, "{} bytes never given back", s.handle.reply_bytes());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
