@@ -11,7 +11,6 @@
 //! unread is ever acknowledged.
 
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
@@ -24,11 +23,9 @@ use sluice_proto::{auth_verify, encode_response_head, parse_request, Header, Hel
 use crate::dispatch::Event;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ident::{self, Identity};
-use crate::intake::{FrameRead, Intake};
+use crate::intake::{FrameRead, Input, Intake};
 use crate::net::{write_all_parts, Stream};
 
-/// A connection's input: the socket behind its read buffer.
-type Input = BufReader<Stream>;
 use crate::pending::{response, Buf, ConnBytes, ListInner, ListState, Out, Pending, Reply, ReplyTo, WriteSide};
 use crate::state::{lock, OpenFile};
 use crate::Shared;
@@ -83,7 +80,7 @@ pub fn serve(shared: Arc<Shared>, stream: Stream, conn_id: u64) {
     let writer = std::thread::Builder::new().name("sluice-writer".into()).stack_size(256 << 10).spawn(move || writer(writer_out, rx, writer_bytes));
     let reply = ReplyTo { tx, inflight: Arc::new(AtomicU32::new(0)), out, bytes };
     let peer = stream.peer_cred();
-    let mut input = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+    let mut input = Input::new(stream, READ_BUFFER_BYTES);
     let hello = match peer {
         _ if shared.stopping.load(Ordering::SeqCst) => None,
         Ok(peer) => handshake(&shared, &mut input, &reply, admitted, peer.as_ref()),

@@ -38,6 +38,28 @@ const READ_TICK: Duration = Duration::from_secs(1);
 /// Longest wait for the budget before looking at the stop flag again.
 const BUDGET_TICK: Duration = Duration::from_millis(100);
 
+/// A connection's input: its read buffer over the socket, and the receive
+/// timeout last set on the socket, which is set again only when the wait
+/// changes (almost always the `READ_TICK`: no system call per frame).
+pub(crate) struct Input {
+    r: BufReader<Stream>,
+    timeout: Option<Duration>,
+}
+
+impl Input {
+    pub fn new(stream: Stream, buffer_bytes: usize) -> Input {
+        Input { r: BufReader::with_capacity(buffer_bytes, stream), timeout: None }
+    }
+
+    fn wait_at_most(&mut self, wait: Duration) -> io::Result<()> {
+        if self.timeout != Some(wait) {
+            self.r.get_ref().set_read_timeout(Some(wait))?;
+            self.timeout = Some(wait);
+        }
+        Ok(())
+    }
+}
+
 /// The bytes all connections may hold in partial frames.
 pub(crate) struct PartialBudget {
     held: Mutex<u64>,
@@ -131,18 +153,18 @@ fn wait_until(deadline: Option<Instant>) -> Option<Duration> {
 /// Fill `buf`. Before the frame started, `waiting` gives the deadline
 /// (re-asked at each wake-up: the connection may become idle); after, the
 /// frame's own.
-fn fill(r: &mut BufReader<Stream>, buf: &mut [u8], started: &mut Option<Started>, stall_ms: u64, waiting: &dyn Fn() -> Option<Instant>) -> Result<(), Cut> {
+fn fill(r: &mut Input, buf: &mut [u8], started: &mut Option<Started>, stall_ms: u64, waiting: &dyn Fn() -> Option<Instant>) -> Result<(), Cut> {
     let mut at = 0;
     while at < buf.len() {
-        if r.buffer().is_empty() {
+        if r.r.buffer().is_empty() {
             let deadline = match started {
                 Some(s) => Some(s.deadline()),
                 None => waiting(),
             };
             let wait = wait_until(deadline).ok_or(Cut::Late { started: started.is_some() })?;
-            r.get_ref().set_read_timeout(Some(wait)).map_err(|_| Cut::Io)?;
+            r.wait_at_most(wait).map_err(|_| Cut::Io)?;
         }
-        match r.read(&mut buf[at..]) {
+        match r.r.read(&mut buf[at..]) {
             Ok(0) => return Err(Cut::Eof { clean: at == 0 && started.is_none() }),
             Ok(n) => {
                 at += n;
@@ -159,7 +181,7 @@ impl Intake<'_> {
     /// Read one frame: step one (header complete and sane) before any body
     /// byte is held; the body then as it arrives, within the budget. The
     /// caller's `parse_request` is step two.
-    pub fn read_frame(&self, r: &mut BufReader<Stream>, waiting: &dyn Fn() -> Option<Instant>) -> FrameRead {
+    pub fn read_frame(&self, r: &mut Input, waiting: &dyn Fn() -> Option<Instant>) -> FrameRead {
         let mut started = None;
         let mut h = [0u8; HEADER_BYTES];
         match fill(r, &mut h, &mut started, self.frame_stall_ms, waiting) {
@@ -194,15 +216,7 @@ impl Intake<'_> {
 
     /// Receive `n` body bytes chunk by chunk, each taken from the budget
     /// first (`held` counts them, for the caller to give back).
-    fn read_body(
-        &self,
-        r: &mut BufReader<Stream>,
-        body: &mut Vec<u8>,
-        n: usize,
-        held: &mut u64,
-        started: &mut Option<Started>,
-        waiting: &dyn Fn() -> Option<Instant>,
-    ) -> Result<(), Cut> {
+    fn read_body(&self, r: &mut Input, body: &mut Vec<u8>, n: usize, held: &mut u64, started: &mut Option<Started>, waiting: &dyn Fn() -> Option<Instant>) -> Result<(), Cut> {
         while body.len() < n {
             let want = (n - body.len()).min(BODY_CHUNK_BYTES);
             let asked = Instant::now();
