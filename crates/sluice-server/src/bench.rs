@@ -7,7 +7,10 @@
 //!   (blocking `pread`). Passes alternate and the best of `rounds` counts,
 //!   so both see the same page-cache state.
 //! - The round-trip cost of one blocking 4 KiB read through the service,
-//!   next to a direct 4 KiB `pread`.
+//!   next to a direct 4 KiB `pread` and next to the floor: the same bytes
+//!   (a 36-byte request, a 4,112-byte reply) ping-ponged between two
+//!   processes over a Unix socket pair with bare `read`/`write`, measured
+//!   in the same run, so the ratio holds on any machine.
 //!
 //! With `direct`, the server runs `--direct` and the baseline opens the
 //! file with O_DIRECT too, so both read the device rather than the cache.
@@ -59,6 +62,10 @@ pub struct ServiceBenchReport {
     pub service_ratio: f64,
     pub rtt_4k_us: f64,
     pub pread_4k_us: f64,
+    /// The IPC floor for the same exchange (see the module documentation).
+    pub floor_4k_us: f64,
+    /// `rtt_4k_us / floor_4k_us`: what the service adds over the floor.
+    pub rtt_ratio_to_floor: f64,
 }
 
 /// Removes the scratch directory however the bench ends.
@@ -145,8 +152,88 @@ fn rtt(c: &Client, fd: sluice_client::Fd, f: &File, cfg: &ServiceBenchConfig) ->
     Ok((service, t.elapsed().as_secs_f64() * 1e6 / f64::from(cfg.rtt_requests)))
 }
 
+/// Bytes of the floor's request: a `Read` frame (16-byte header, fd,
+/// offset, length).
+const FLOOR_REQUEST_BYTES: usize = 36;
+/// Bytes of the floor's reply: a 4 KiB `Data` frame.
+const FLOOR_REPLY_BYTES: usize = 16 + 4096;
+/// Round trips before the floor's timed ones.
+const FLOOR_WARMUP: u32 = 200;
+
+/// Fill `buf` from `fd` with bare `read(2)`; false at end of stream.
+fn read_raw(fd: i32, buf: &mut [u8]) -> bool {
+    let mut at = 0;
+    while at < buf.len() {
+        // SAFETY: buf[at..] is valid for buf.len() - at bytes.
+        let n = unsafe { libc::read(fd, buf[at..].as_mut_ptr().cast(), buf.len() - at) };
+        if n <= 0 {
+            return false;
+        }
+        at += n as usize;
+    }
+    true
+}
+
+/// Send `buf` on `fd` with bare `write(2)`; false when the peer is gone.
+fn write_raw(fd: i32, buf: &[u8]) -> bool {
+    let mut at = 0;
+    while at < buf.len() {
+        // SAFETY: buf[at..] is valid for buf.len() - at bytes.
+        let n = unsafe { libc::write(fd, buf[at..].as_ptr().cast(), buf.len() - at) };
+        if n <= 0 {
+            return false;
+        }
+        at += n as usize;
+    }
+    true
+}
+
+/// Mean microseconds of one request/reply exchange between this process
+/// and a forked child over a Unix socket pair: the floor under any
+/// service on this machine. The child only reads, writes and exits
+/// (async-signal-safe), so forking this multi-threaded process is safe.
+fn ping_pong_floor(round_trips: u32) -> Result<f64> {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds is a valid out-array of two descriptors.
+    if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } < 0 {
+        return Err(Error::io("socketpair", &std::io::Error::last_os_error()));
+    }
+    // SAFETY: the child runs only async-signal-safe calls, then _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Error::io("fork", &std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        let (mut req, reply) = ([0u8; FLOOR_REQUEST_BYTES], [7u8; FLOOR_REPLY_BYTES]);
+        // SAFETY: closing our copy of the parent's end; then a plain loop.
+        unsafe { libc::close(fds[0]) };
+        while read_raw(fds[1], &mut req) && write_raw(fds[1], &reply) {}
+        // SAFETY: leave without running the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    // SAFETY: closing the child's end in the parent.
+    unsafe { libc::close(fds[1]) };
+    let (req, mut reply) = ([1u8; FLOOR_REQUEST_BYTES], vec![0u8; FLOOR_REPLY_BYTES]);
+    let mut exchange = || write_raw(fds[0], &req) && read_raw(fds[0], &mut reply);
+    let mut ok = (0..FLOOR_WARMUP).all(|_| exchange());
+    let t = Instant::now();
+    ok = ok && (0..round_trips.max(1)).all(|_| exchange());
+    let us = t.elapsed().as_secs_f64() * 1e6 / f64::from(round_trips.max(1));
+    // SAFETY: closing our end ends the child's loop; then reap it.
+    unsafe {
+        libc::close(fds[0]);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    if !ok {
+        return Err(Error::new(crate::ErrorKind::Io, libc::EPIPE, "the ping-pong child went away"));
+    }
+    Ok(us)
+}
+
 /// Run the benchmark. See the module documentation.
 pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
+    // First, while this process has the fewest threads.
+    let floor_4k_us = ping_pong_floor(cfg.rtt_requests)?;
     let scratch = Scratch(cfg.dir.join(format!("sluice-bench-service-{}", std::process::id())));
     std::fs::create_dir_all(scratch.0.join("root")).map_err(io_err("create scratch dir"))?;
     make_file(&scratch.0.join("root/seq.dat"), cfg.file_bytes)?;
@@ -182,6 +269,8 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
         service_ratio: best_pread / best_service,
         rtt_4k_us,
         pread_4k_us,
+        floor_4k_us,
+        rtt_ratio_to_floor: rtt_4k_us / floor_4k_us,
     })
 }
 
@@ -193,7 +282,8 @@ pub fn table(r: &ServiceBenchReport) -> String {
          direct pread:                 {:>8.0} MiB/s\n\
          service, {} in flight:         {:>8.0} MiB/s  ({:.1}% of direct)\n\
          service, blocking pread:      {:>8.0} MiB/s\n\
-         4 KiB read round trip:        {:>8.1} us (direct pread {:.1} us)\n",
+         4 KiB read round trip:        {:>8.1} us (direct pread {:.1} us)\n\
+         IPC floor, same bytes:        {:>8.1} us (service {:.2}x the floor)\n",
         r.file_bytes >> 20,
         if r.direct { "on" } else { "off" },
         r.pread_mib_s,
@@ -202,6 +292,8 @@ pub fn table(r: &ServiceBenchReport) -> String {
         r.service_ratio * 100.0,
         r.service_blocking_mib_s,
         r.rtt_4k_us,
-        r.pread_4k_us
+        r.pread_4k_us,
+        r.floor_4k_us,
+        r.rtt_ratio_to_floor
     )
 }

@@ -317,3 +317,26 @@ fn sixty_stalled_64_mib_writes_add_at_most_the_partial_budget_to_rss() {
     assert!(grown <= budget + slack, "RSS grew by {} MiB, over the {} MiB budget", grown >> 20, budget >> 20);
     assert!(grown >= 256 << 20, "the probe did not load the server ({} MiB): the check would prove nothing", grown >> 20);
 }
+
+/// `sluice bench service` measures the IPC floor in the same run and
+/// reports the service's ratio to it (issue 12's measuring stick).
+#[test]
+fn bench_service_reports_the_floor_and_the_ratio_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("svc.json");
+    let o = Command::new(SLUICE)
+        .args(["bench", "service", "--size-mib", "4", "--rounds", "1", "--rtt-requests", "300", "--dir"])
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("IPC floor, same bytes"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (rtt, floor, ratio) = (v["rtt_4k_us"].as_f64().unwrap(), v["floor_4k_us"].as_f64().unwrap(), v["rtt_ratio_to_floor"].as_f64().unwrap());
+    assert!(floor > 0.0 && rtt > 0.0, "{v}");
+    assert!((ratio - rtt / floor).abs() < 1e-9, "{v}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from("svc.json")], "the scratch directory is removed");
+}
