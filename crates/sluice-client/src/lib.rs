@@ -292,6 +292,18 @@ fn bad_handle(fd: Fd) -> ClientError {
     ClientError::new(ClientErrorKind::Invalid, libc::EBADF, format!("bad file handle {}", fd.0))
 }
 
+/// Whether `e`, met while reconnecting, means the server is not there
+/// (yet): keep trying. Anything else is the server's answer.
+fn is_outage(e: &ClientError) -> bool {
+    match e.kind {
+        ClientErrorKind::Disconnected | ClientErrorKind::Timeout => true,
+        ClientErrorKind::Connect => {
+            [libc::ECONNREFUSED, libc::ENOENT, libc::EAGAIN, libc::ECONNRESET, libc::ETIMEDOUT, libc::EHOSTUNREACH, libc::ENETUNREACH, libc::EPIPE].contains(&e.errno)
+        }
+        _ => false,
+    }
+}
+
 /// Flags a reopen after a reconnection uses: the file exists (or is gone),
 /// so nothing is created or truncated again.
 const REOPEN_FLAGS_DROPPED: i32 = libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC;
@@ -367,12 +379,12 @@ impl Client {
 
     /// Run `f` on the current session; after a break, reconnect and, when
     /// `idempotent`, run it again (at most `RETRIES_MAX` times).
-    fn with_session<T>(&self, idempotent: bool, mut f: impl FnMut(&Session) -> Result<T>) -> Result<T> {
+    fn with_session<T>(&self, idempotent: bool, mut f: impl FnMut(&Arc<Session>) -> Result<T>) -> Result<T> {
         let mut tries = 0;
         loop {
             let s = self.current();
             match f(&s) {
-                Err(e) if e.kind == ClientErrorKind::Disconnected => {
+                Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
                     self.recover(&s)?;
                     if !idempotent || tries >= RETRIES_MAX {
                         return Err(e);
@@ -409,7 +421,7 @@ impl Client {
                     return Ok(());
                 }
                 // The server answered and refused us: not an outage.
-                Err(e) if e.kind == ClientErrorKind::Connect && e.errno != libc::ECONNREFUSED && e.errno != libc::ENOENT => return Err(e),
+                Err(e) if !is_outage(&e) => return Err(e),
                 Err(e) => {
                     if started.elapsed() >= self.opts.timeout {
                         if self.opts.recovery == Recovery::Soft {
@@ -468,7 +480,7 @@ impl Client {
     }
 
     /// Run `f` with `fd`'s server handle on the current session.
-    fn on_fd<T>(&self, fd: Fd, idempotent: bool, mut f: impl FnMut(&Session, u64) -> Result<T>) -> Result<T> {
+    fn on_fd<T>(&self, fd: Fd, idempotent: bool, mut f: impl FnMut(&Arc<Session>, u64) -> Result<T>) -> Result<T> {
         self.with_session(idempotent, |s| f(s, self.server_fd(s, fd)?))
     }
 
@@ -511,15 +523,10 @@ impl Client {
                 return Err(ClientError::invalid(format!("read of {len} bytes exceeds io_bytes_max ({})", s.io_bytes_max)));
             }
             let id = s.conn.send(&Request::Read { fd: server, offset, len: len as u32 })?;
-            Ok(Ticket { id, session: self.current_matching(s), read: Some((fd, len, offset)) })
+            // The session the request went out on, exactly: ids restart
+            // with each connection.
+            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)) })
         })
-    }
-
-    /// The `Arc` of session `s` (the current one, which `s` is).
-    fn current_matching(&self, s: &Session) -> Arc<Session> {
-        let cur = self.current();
-        debug_assert_eq!(cur.gen, s.gen);
-        cur
     }
 
     /// Bytes read into `buf` (fewer than asked at end of file). A read
@@ -528,7 +535,7 @@ impl Client {
         match t.session.conn.wait(t.id, Some(buf)) {
             Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
                 self.recover(&t.session)?;
-                let (fd, len, offset) = t.read.expect("a read ticket");
+                let Some((fd, len, offset)) = t.read else { return Err(e) };
                 self.on_fd(fd, true, |s, server| {
                     let id = s.conn.send(&Request::Read { fd: server, offset, len: len as u32 })?;
                     data_into("read", s.conn.wait(id, Some(buf))?, buf)
@@ -546,7 +553,7 @@ impl Client {
         }
         self.on_fd(fd, false, |s, server| {
             let id = s.conn.send(&Request::Write { fd: server, offset, data })?;
-            Ok(Ticket { id, session: self.current_matching(s), read: None })
+            Ok(Ticket { id, session: Arc::clone(s), read: None })
         })
     }
 
