@@ -340,3 +340,28 @@ fn bench_service_reports_the_floor_and_the_ratio_to_it() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, [std::ffi::OsString::from("svc.json")], "the scratch directory is removed");
 }
+
+/// `sluice bench matrix --quick`: every workload row, each judged, JSON
+/// as docs/bench.md says, scratch removed (issue 11's yardstick).
+#[test]
+fn bench_matrix_quick_judges_every_row_and_writes_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("m.json");
+    let o = Command::new(SLUICE).args(["bench", "matrix", "--quick", "--dir"]).arg(dir.path()).arg("--json").arg(&json).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("rows where aioli is over 1.05x"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 12, "{v}");
+    for r in rows {
+        let m = r["makespan_s"].as_object().unwrap();
+        assert!(["fifo", "fifo-merge", "aioli"].iter().all(|k| m[*k].as_f64().unwrap() > 0.0), "{r}");
+        assert_eq!(m.contains_key("direct"), r["device"] == "real", "{r}");
+        assert!(r["default_over_best"].as_f64().unwrap() > 0.0);
+    }
+    assert!(rows.iter().any(|r| r["workload"] == "mix10" && r["apps_slower_than_fifo"].is_u64()));
+    let over = rows.iter().filter(|r| r["default_over_best"].as_f64().unwrap() > 1.05).count();
+    assert_eq!(v["rows_over_target"].as_u64().unwrap() as usize, over);
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from("m.json")], "the scratch directory is removed");
+}

@@ -25,6 +25,8 @@ pub enum BenchCmd {
     Service(super::bench_service::ServiceArgs),
     /// Striping scale-out: one striped file read by several clients with 1, 2, 4 data servers.
     Scaleout(super::bench_scaleout::ScaleoutArgs),
+    /// The default policy against fifo, fifo-merge and direct POSIX over every workload (issue 11).
+    Matrix(super::bench_matrix::MatrixArgs),
 }
 
 #[derive(Args)]
@@ -56,6 +58,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Worker => super::workload::worker(),
         BenchCmd::Service(a) => super::bench_service::run(a),
         BenchCmd::Scaleout(a) => super::bench_scaleout::run(a),
+        BenchCmd::Matrix(a) => super::bench_matrix::run(a),
     }
 }
 

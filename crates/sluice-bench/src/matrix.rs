@@ -1,0 +1,274 @@
+//! `sluice bench matrix`: the comparison issue 11 judges the default
+//! policy by, in one command.
+//!
+//! Rows: the seed's decomposition (4 KiB, 64 KiB, 1 MiB pieces x 8, 32,
+//! 128 processes) on the real disk with O_DIRECT and through the page
+//! cache; interference (the decomposition plus a `cat`); the seed's ten
+//! applications on the emulated 7200 rpm disk; and the simulator's
+//! benchmark scenario. Each row runs `direct` (no service; real device
+//! only), `fifo`, `fifo-merge` and the default policy, and reports the
+//! default's makespan over the best of fifo and fifo-merge (issue 11's
+//! target: at most 1.05) and, on the real device, its speed-up over
+//! direct POSIX. `quick` runs a smaller matrix at smaller sizes (under
+//! three minutes on two cores).
+//!
+//! ```no_run
+//! let cfg = sluice_bench::matrix::MatrixConfig::new(true, "/usr/bin/sluice".into(), "/var/tmp/m".into());
+//! let report = sluice_bench::matrix::run(&cfg).unwrap();
+//! print!("{}", sluice_bench::matrix::table(&report));
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use sluice_server::DeviceKind;
+
+use crate::workload::pattern::Dir;
+use crate::workload::runner::{run as run_workload, RunConfig};
+use crate::workload::scenario::{self, Scenario};
+use crate::workload::WorkloadError;
+
+/// The policy `sluice serve` uses unless told otherwise.
+pub const DEFAULT_POLICY: &str = "aioli";
+/// The baselines the default is held against.
+const BASELINES: [&str; 2] = ["fifo", "fifo-merge"];
+/// Issue 11's bound on the default's makespan over the best baseline.
+pub const DEFAULT_RATIO_MAX: f64 = 1.05;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct MatrixConfig {
+    pub quick: bool,
+    /// The `sluice` executable that workers are started from.
+    pub exe: PathBuf,
+    /// Scratch directory (the real device's file system).
+    pub root: PathBuf,
+    /// The policy judged; `DEFAULT_POLICY` unless told.
+    pub default_policy: String,
+    pub progress: bool,
+}
+
+impl MatrixConfig {
+    pub fn new(quick: bool, exe: PathBuf, root: PathBuf) -> MatrixConfig {
+        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), progress: true }
+    }
+}
+
+/// One row: a workload on a device, each mode's makespan.
+#[derive(Clone, Debug, Serialize)]
+pub struct MatrixRow {
+    pub workload: String,
+    pub device: String,
+    pub direct_io: bool,
+    /// Makespan in seconds per mode (`direct`, `fifo`, `fifo-merge`, the default).
+    pub makespan_s: BTreeMap<String, f64>,
+    /// Which of fifo and fifo-merge was faster.
+    pub best_baseline: String,
+    /// The default's makespan over the best baseline's (target <= 1.05).
+    pub default_over_best: f64,
+    /// Direct POSIX's makespan over the default's (> 1: the default wins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup_over_direct: Option<f64>,
+    /// mix10: applications slower under the default than under fifo.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub apps_slower_than_fifo: Option<usize>,
+}
+
+/// The whole matrix.
+#[derive(Clone, Debug, Serialize)]
+pub struct MatrixReport {
+    pub quick: bool,
+    pub default_policy: String,
+    pub rows: Vec<MatrixRow>,
+    /// Rows whose `default_over_best` exceeds `DEFAULT_RATIO_MAX`.
+    pub rows_over_target: usize,
+}
+
+/// One workload row to run.
+struct Cell {
+    label: String,
+    scenario: Scenario,
+    device: DeviceKind,
+    direct_io: bool,
+    scale: f64,
+}
+
+fn cells(quick: bool) -> Vec<Cell> {
+    let (procs, scale): (&[u32], f64) = if quick { (&[8, 32], 1.0 / 64.0) } else { (&[8, 32, 128], 1.0 / 32.0) };
+    let mut out = Vec::new();
+    for direct_io in [true, false] {
+        for g in [4u64 << 10, 64 << 10, 1 << 20] {
+            for &p in procs {
+                // The quick matrix keeps the page-cache rows at 32 processes.
+                if quick && !direct_io && p != 32 {
+                    continue;
+                }
+                let label = format!("decomposition {}K x{p}", g >> 10);
+                out.push(Cell { label, scenario: scenario::decomposition(p, g, Dir::Read, scale), device: DeviceKind::Real, direct_io, scale });
+            }
+        }
+    }
+    let (ip, iscale) = if quick { (8, 1.0 / 64.0) } else { (32, 1.0 / 32.0) };
+    out.push(Cell { label: format!("interference 8K x{ip}"), scenario: scenario::interference(ip, 8 << 10, iscale), device: DeviceKind::Real, direct_io: true, scale: iscale });
+    let mscale = if quick { 1.0 / 256.0 } else { 1.0 / 64.0 };
+    out.push(Cell { label: "mix10".into(), scenario: scenario::mix10(mscale), device: DeviceKind::Hdd7200, direct_io: false, scale: mscale });
+    out
+}
+
+fn modes(cfg: &MatrixConfig, device: DeviceKind) -> Vec<String> {
+    let direct = (device == DeviceKind::Real).then_some("direct");
+    direct.into_iter().chain(BASELINES).chain([cfg.default_policy.as_str()]).map(String::from).collect()
+}
+
+/// Judge one row from its makespans (and, for mix10, per-app times).
+fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool, makespan_s: BTreeMap<String, f64>, slower: Option<usize>) -> MatrixRow {
+    let (best_baseline, best) =
+        BASELINES.iter().filter_map(|b| makespan_s.get(*b).map(|&m| (b.to_string(), m))).fold((String::new(), f64::MAX), |a, b| if b.1 < a.1 { b } else { a });
+    let default = makespan_s.get(&cfg.default_policy).copied().unwrap_or(f64::NAN);
+    let device = match device {
+        DeviceKind::Real => "real",
+        DeviceKind::Hdd7200 => "hdd7200",
+    };
+    MatrixRow {
+        workload: label,
+        device: device.into(),
+        direct_io,
+        speedup_over_direct: makespan_s.get("direct").map(|d| d / default),
+        default_over_best: default / best,
+        best_baseline,
+        makespan_s,
+        apps_slower_than_fifo: slower,
+    }
+}
+
+fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, WorkloadError> {
+    let rc = RunConfig {
+        scenario: cell.scenario,
+        modes: modes(cfg, cell.device),
+        direct_io: cell.direct_io,
+        device: cell.device,
+        root: cfg.root.join(format!("cell-{index}")),
+        server: None,
+        queue_depth: (cell.device == DeviceKind::Hdd7200).then_some(1),
+        alone: false,
+        seed: 1,
+        exe: cfg.exe.clone(),
+        scale: cell.scale,
+        granularity: None,
+        progress: false,
+    };
+    let report = run_workload(&rc);
+    let _ = std::fs::remove_dir_all(&rc.root);
+    let report = report?;
+    let makespan_s: BTreeMap<String, f64> = report.runs.iter().map(|r| (r.mode.clone(), r.makespan_s)).collect();
+    let slower = (cell.device == DeviceKind::Hdd7200).then(|| {
+        let by_mode = |m: &str| report.runs.iter().find(|r| r.mode == m).map(|r| r.apps.iter().map(|a| a.completion_s).collect::<Vec<_>>()).unwrap_or_default();
+        by_mode(&cfg.default_policy).iter().zip(by_mode("fifo")).filter(|(d, f)| *d > f).count()
+    });
+    Ok(judge(cfg, cell.label, cell.device, cell.direct_io, makespan_s, slower))
+}
+
+/// The simulator's benchmark scenario (SSD servers) under each policy.
+fn sim_row(cfg: &MatrixConfig) -> Result<MatrixRow, WorkloadError> {
+    let (procs, requests) = if cfg.quick { (1_000, 50) } else { (10_000, 200) };
+    let sc = sluice_sim::bench_scenario(procs, requests);
+    let modes: Vec<String> = BASELINES.iter().map(|s| s.to_string()).chain([cfg.default_policy.clone()]).collect();
+    let opts = sluice_sim::RunOptions { modes, seed: Some(1), scale: None, trace: false };
+    let (report, _) = sluice_sim::run(&sc, &opts).map_err(|e| WorkloadError::usage(format!("sim: {e}")))?;
+    let makespan_s = report.runs.iter().map(|r| (r.mode.clone(), r.makespan_s)).collect();
+    let mut row = judge(cfg, format!("sim --bench ({procs} procs)"), DeviceKind::Real, false, makespan_s, None);
+    row.device = "sim".into();
+    Ok(row)
+}
+
+/// Run every row. See the module documentation.
+pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
+    std::fs::create_dir_all(&cfg.root).map_err(|e| WorkloadError::io(format!("create {}", cfg.root.display()), e))?;
+    let cells = cells(cfg.quick);
+    let total = cells.len() + 1;
+    let mut rows = Vec::with_capacity(total);
+    for (i, cell) in cells.into_iter().enumerate() {
+        if cfg.progress {
+            eprintln!("matrix: [{}/{total}] {}{}", i + 1, cell.label, if cell.direct_io { " O_DIRECT" } else { "" });
+        }
+        rows.push(run_cell(cfg, cell, i)?);
+    }
+    if cfg.progress {
+        eprintln!("matrix: [{total}/{total}] sim --bench");
+    }
+    rows.push(sim_row(cfg)?);
+    // A ratio that is not a number (a mode missing) counts as over.
+    let rows_over_target = rows.iter().filter(|r| r.default_over_best.is_nan() || r.default_over_best > DEFAULT_RATIO_MAX).count();
+    Ok(MatrixReport { quick: cfg.quick, default_policy: cfg.default_policy.clone(), rows, rows_over_target })
+}
+
+/// One line per row: each mode's makespan, then the verdicts.
+pub fn table(r: &MatrixReport) -> String {
+    let d = &r.default_policy;
+    let mut out = format!(
+        "{:<28} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>10} {:>10}\n",
+        "workload",
+        "device",
+        "odirect",
+        "direct s",
+        "fifo s",
+        "f-merge s",
+        &format!("{d} s"),
+        &format!("{d}/best"),
+        "vs direct"
+    );
+    let cell = |row: &MatrixRow, m: &str| row.makespan_s.get(m).map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
+    for row in &r.rows {
+        out += &format!(
+            "{:<28} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9.2}{} {:>10}\n",
+            row.workload,
+            row.device,
+            if row.direct_io { "yes" } else { "no" },
+            cell(row, "direct"),
+            cell(row, "fifo"),
+            cell(row, "fifo-merge"),
+            cell(row, d),
+            row.default_over_best,
+            if row.default_over_best <= DEFAULT_RATIO_MAX { " " } else { "!" },
+            row.speedup_over_direct.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into()),
+        );
+        if let Some(n) = row.apps_slower_than_fifo {
+            out += &format!("{:<28} {n} application(s) slower under {d} than under fifo\n", "");
+        }
+    }
+    out += &format!("rows where {d} is over {DEFAULT_RATIO_MAX}x the best of fifo and fifo-merge (marked !): {} of {}\n", r.rows_over_target, r.rows.len());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> MatrixConfig {
+        MatrixConfig::new(true, PathBuf::from("/nonexistent/sluice"), PathBuf::from("/nonexistent"))
+    }
+
+    #[test]
+    fn a_row_is_judged_against_the_better_baseline_and_direct() {
+        let m: BTreeMap<String, f64> = [("direct", 1.0), ("fifo", 4.0), ("fifo-merge", 2.0), ("aioli", 2.1)].map(|(k, v)| (k.to_string(), v)).into();
+        let row = judge(&cfg(), "w".into(), DeviceKind::Real, true, m, None);
+        assert_eq!(row.best_baseline, "fifo-merge");
+        assert!((row.default_over_best - 1.05).abs() < 1e-12, "at the target");
+        assert!((row.speedup_over_direct.unwrap() - 1.0 / 2.1).abs() < 1e-12);
+        let report = MatrixReport { quick: true, default_policy: "aioli".into(), rows_over_target: 0, rows: vec![row] };
+        let t = table(&report);
+        assert!(t.contains("1.05 ") && !t.contains("1.05!"), "1.05 is within the target: {t}");
+    }
+
+    #[test]
+    fn the_quick_matrix_covers_every_workload_and_the_full_one_128_processes() {
+        let quick = cells(true);
+        assert!(["decomposition 4K x32", "decomposition 1024K x8", "interference", "mix10"].iter().all(|w| quick.iter().any(|c| c.label.starts_with(w))));
+        assert!(quick.iter().any(|c| !c.direct_io) && quick.iter().any(|c| c.direct_io));
+        let full = cells(false);
+        assert_eq!(full.iter().filter(|c| c.label.starts_with("decomposition")).count(), 18, "3 sizes x 3 process counts x 2 I/O modes");
+        assert!(full.iter().any(|c| c.label == "decomposition 4K x128"));
+        assert_eq!(modes(&cfg(), DeviceKind::Hdd7200), ["fifo", "fifo-merge", "aioli"], "no direct mode on the emulated disk");
+    }
+}

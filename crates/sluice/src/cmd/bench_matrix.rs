@@ -1,0 +1,41 @@
+//! `sluice bench matrix`: arguments and output of the default-policy
+//! comparison (the work is in `sluice_bench::matrix`).
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::output::write_json;
+
+#[derive(Args)]
+pub struct MatrixArgs {
+    /// The smaller matrix at smaller sizes (under three minutes on two cores).
+    #[arg(long)]
+    quick: bool,
+    /// The policy judged (default: the server's default, aioli).
+    #[arg(long, default_value = sluice_bench::matrix::DEFAULT_POLICY)]
+    policy: String,
+    /// Scratch directory on the file system to measure (default: a new one under /var/tmp, removed after).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
+    let root = a.dir.unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-bench-matrix-{}", std::process::id()));
+    let exe = std::env::current_exe().context("locating the sluice executable")?;
+    let mut cfg = sluice_bench::matrix::MatrixConfig::new(a.quick, exe, root.clone());
+    cfg.default_policy = a.policy;
+    let report = sluice_bench::matrix::run(&cfg);
+    let _ = std::fs::remove_dir_all(&root);
+    let report = report.map_err(|e| anyhow::anyhow!("{e}"))?;
+    print!("{}", sluice_bench::matrix::table(&report));
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
+}
