@@ -82,6 +82,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let summary = server.shutdown()?;
     print!("{}", sluice_server::summary_table(&summary.apps));
     let s = summary.scheduler;
-    println!("sluice: stopped cleanly: {} requests in {} dispatches, nothing left in flight", s.completed_requests, s.completed_dispatches);
+    println!(
+        "sluice: stopped cleanly: {} requests in {} dispatches ({} forced by expiry), nothing left in flight",
+        s.completed_requests, s.completed_dispatches, s.expired_dispatches
+    );
     Ok(())
 }
