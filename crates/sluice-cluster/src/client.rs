@@ -108,6 +108,9 @@ impl StripedClient {
             MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
         crate::net::set_timeouts(&stream, Some(Duration::from_secs(META_TIMEOUT_S))).map_err(|e| Error::io("metadata socket", &e))?;
         let mut c = StripedClient { meta: Mutex::new(stream), servers: Vec::new(), data: Vec::new(), opts };
+        if addr.starts_with("tcp:") {
+            c.prove_key(addr)?;
+        }
         let servers = c.call(MetaRequest::Servers).map_err(|e| {
             // A data server does not speak the metadata protocol: say so,
             // rather than how the JSON exchange happened to fail.
@@ -126,6 +129,23 @@ impl StripedClient {
                 c.servers = s;
                 Ok(c)
             }
+            r => Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
+        }
+    }
+
+    /// Prove the shared key to a metadata role on TCP: `AuthStart`, its
+    /// `Challenge`, then the MAC (`sluice_proto::auth_mac`).
+    fn prove_key(&self, addr: &str) -> Result<()> {
+        let denied = |why: String| Error::new(ErrorKind::Meta, libc::EACCES, format!("metadata role at {addr} wants its key proven: {why}"));
+        let nonce = match self.call(MetaRequest::AuthStart)? {
+            MetaReply::Challenge { nonce } => crate::proto::unhex::<{ sluice_proto::AUTH_BYTES }>(&nonce).ok_or_else(|| denied("a malformed challenge".into()))?,
+            r => return Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
+        };
+        let path = self.opts.key_file.clone().or_else(sluice_net::key::default_path).ok_or_else(|| denied(format!("no key file (set {})", sluice_net::key::KEY_ENV)))?;
+        let key = sluice_net::key::load(&path).map_err(|e| denied(e.to_string()))?;
+        let mac = sluice_proto::auth_mac(&key, &nonce, crate::proto::META_AUTH_CONTEXT);
+        match self.call(MetaRequest::Auth { mac: crate::proto::hex(&mac) })? {
+            MetaReply::Authenticated => Ok(()),
             r => Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
         }
     }

@@ -19,6 +19,13 @@ pub const META_FRAME_BYTES_MAX: usize = 4 << 20;
 /// A request to the metadata role.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaRequest {
+    /// A TCP client's first request: asks for a `Challenge`.
+    AuthStart,
+    /// The answer to a `Challenge`: HMAC-SHA256 under the shared key of
+    /// the nonce and `META_AUTH_CONTEXT` (`sluice_proto::auth_mac`), hex.
+    Auth {
+        mac: String,
+    },
     /// The data servers' addresses, object `k` of a layout on
     /// `servers[layout.server_of(k)]`.
     Servers,
@@ -57,6 +64,12 @@ pub enum MetaRequest {
 /// The metadata role's answer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetaReply {
+    /// A fresh nonce, hex, to prove the key over (TCP only).
+    Challenge {
+        nonce: String,
+    },
+    /// The key was proven: requests are served.
+    Authenticated,
     Servers(Vec<String>),
     Entry(Entry),
     Entries(Vec<(String, Entry)>),
@@ -69,6 +82,27 @@ pub enum MetaReply {
         errno: i32,
         message: String,
     },
+}
+
+/// What the metadata role's key proof covers besides the nonce: a MAC
+/// made for a data server's `Hello` proves nothing here, and the reverse.
+pub const META_AUTH_CONTEXT: &[u8] = b"sluice-meta-auth-v1";
+
+/// Bytes as lowercase hex.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Hex to exactly `N` bytes; `None` for anything else.
+pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != 2 * N {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 /// Write one frame.

@@ -12,13 +12,15 @@ use sluice_server::Listen;
 use crate::error::{Error, Result};
 use crate::meta::MetaStore;
 use crate::net::{MetaListener, MetaStream};
-use crate::proto::{parse, recv_body, refuse_sluice_hello, send, sluice_hello, MetaReply, MetaRequest};
+use crate::proto::{hex, parse, recv_body, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, META_AUTH_CONTEXT};
 
 /// Connections the metadata role serves at once; one more is answered
 /// EMFILE and closed. Each is one thread.
 pub const META_CONNECTIONS_MAX: usize = 256;
 
 struct Shared {
+    /// The key TCP clients prove before any request (`sluice_net::key`).
+    key: Option<[u8; sluice_net::key::KEY_BYTES]>,
     store: MetaStore,
     servers: Vec<String>,
     stopping: AtomicBool,
@@ -45,8 +47,25 @@ impl MetaServer {
     }
 
     /// Serve `store` on `listen` (Unix socket or TCP; TCP port 0 picks a
-    /// free port, see `MetaHandle::addr`).
+    /// free port, see `MetaHandle::addr`). Over TCP every client proves
+    /// the shared key first, from `key_file` or the default path (created
+    /// when missing), as the data servers' clients do.
     pub fn start_on(store: MetaStore, servers: Vec<String>, listen: &Listen) -> Result<MetaHandle> {
+        MetaServer::start_with_key(store, servers, listen, None)
+    }
+
+    /// `start_on` with an explicit key file.
+    pub fn start_with_key(store: MetaStore, servers: Vec<String>, listen: &Listen, key_file: Option<&Path>) -> Result<MetaHandle> {
+        let key = match listen {
+            Listen::Unix(_) => None,
+            Listen::Tcp(_) => {
+                let path = key_file
+                    .map(Path::to_path_buf)
+                    .or_else(sluice_net::key::default_path)
+                    .ok_or_else(|| Error::invalid(format!("a TCP metadata role needs a key file: pass --key-file or set {}", sluice_net::key::KEY_ENV)))?;
+                Some(sluice_net::key::load_or_create(&path).map_err(|e| Error::io("key file", &e))?.0)
+            }
+        };
         if servers.len() != store.servers() as usize {
             return Err(Error::invalid(format!("{} data server addresses for a store of {} servers", servers.len(), store.servers())));
         }
@@ -58,7 +77,7 @@ impl MetaServer {
                 Listen::Tcp(_) => None,
             },
         );
-        let shared = Arc::new(Shared { store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
+        let shared = Arc::new(Shared { key, store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new().name("sluice-meta-accept".into()).spawn(move || accept_loop(&s, listener)).map_err(|e| Error::io("spawn", &e))?;
         Ok(MetaHandle { shared, addr, socket, acceptor: Some(acceptor) })
@@ -121,6 +140,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: MetaListener) {
 
 fn serve(shared: &Shared, mut stream: MetaStream) {
     let mut first = true;
+    // Over TCP (a key is set) nothing is answered before the key is proven.
+    let mut nonce: Option<[u8; sluice_proto::AUTH_BYTES]> = None;
+    let mut proven = shared.key.is_none();
     while let Ok(Some(body)) = recv_body(&mut stream) {
         if std::mem::take(&mut first) {
             if let Some(request_id) = sluice_hello(&body) {
@@ -131,6 +153,21 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
         let Ok(req) = parse::<MetaRequest>(&body) else {
             return;
         };
+        if !proven {
+            match authenticate(shared, req, &mut nonce) {
+                Ok(reply) => {
+                    proven = matches!(reply, MetaReply::Authenticated);
+                    if send(&mut stream, &reply).is_err() {
+                        return;
+                    }
+                }
+                Err(message) => {
+                    let _ = send(&mut stream, &MetaReply::Error { errno: libc::EACCES, message });
+                    return;
+                }
+            }
+            continue;
+        }
         let reply = answer(shared, req).unwrap_or_else(|e| MetaReply::Error { errno: e.errno, message: e.message });
         if send(&mut stream, &reply).is_err() {
             return;
@@ -138,9 +175,28 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
     }
 }
 
+/// The key proof of a TCP connection: `AuthStart` gets a fresh nonce,
+/// `Auth` must carry its MAC; anything else is refused.
+fn authenticate(shared: &Shared, req: MetaRequest, nonce: &mut Option<[u8; sluice_proto::AUTH_BYTES]>) -> std::result::Result<MetaReply, String> {
+    let key = shared.key.expect("authentication only where a key is set");
+    match (req, *nonce) {
+        (MetaRequest::AuthStart, None) => {
+            let n = sluice_net::key::random::<{ sluice_proto::AUTH_BYTES }>().map_err(|e| format!("getrandom: {e}"))?;
+            *nonce = Some(n);
+            Ok(MetaReply::Challenge { nonce: hex(&n) })
+        }
+        (MetaRequest::Auth { mac }, Some(n)) => match unhex::<{ sluice_proto::AUTH_BYTES }>(&mac) {
+            Some(mac) if sluice_proto::auth_verify(&key, &n, META_AUTH_CONTEXT, &mac) => Ok(MetaReply::Authenticated),
+            _ => Err("authentication failed: the client's key is not this metadata role's".into()),
+        },
+        _ => Err("this metadata role listens on TCP: prove the shared key first (see --key-file)".into()),
+    }
+}
+
 fn answer(shared: &Shared, req: MetaRequest) -> Result<MetaReply> {
     let store = &shared.store;
     Ok(match req {
+        MetaRequest::AuthStart | MetaRequest::Auth { .. } => return Err(Error::invalid("already authenticated")),
         MetaRequest::Servers => MetaReply::Servers(shared.servers.clone()),
         MetaRequest::Lookup { path } => MetaReply::Entry(store.lookup(&path)?),
         MetaRequest::Create { path, layout, exclusive } => MetaReply::Entry(store.create(&path, layout, exclusive)?),

@@ -268,3 +268,31 @@ fn the_socket_is_0666_and_the_key_file_0600() {
     assert_eq!(std::fs::metadata(sock).unwrap().mode() & 0o777, 0o666);
     assert_eq!(std::fs::metadata(v.key()).unwrap().mode() & 0o777, 0o600, "--key-file is created 0600");
 }
+
+/// The cluster's metadata role on TCP: no namespace request is answered
+/// before the shared key is proven (issue 13's model, on the MDS too).
+#[test]
+fn a_tcp_metadata_role_refuses_clients_without_the_key() {
+    let v = Victim::start(false, &[]);
+    std::fs::create_dir(v.root().join("objects")).unwrap();
+    let (db, key) = (v.dir.path().join("meta.redb"), v.key());
+    let args = ["meta", "--db", db.to_str().unwrap(), "--listen", "tcp:127.0.0.1:0", "--data", &v.addr, "--key-file", key.to_str().unwrap()];
+    let mut meta = Command::new(v.bin("sluice")).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(meta.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.split(" on ").nth(1).unwrap().trim().to_string();
+    let ls = |env: &[(&str, &str)]| nobody(&v.bin("sluice"), &["ls", ":"]).env("SLUICE_SERVER", &addr).envs(env.iter().copied()).output().unwrap();
+    let out = ls(&[]);
+    assert!(!out.status.success() && text(&out).contains("wants its key proven"), "{}", text(&out));
+    let wrong = v.dir.path().join("nobody-meta.key");
+    std::fs::write(&wrong, format!("{}\n", "cd".repeat(32))).unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&wrong, Some(NOBODY), Some(NOBODY)).unwrap();
+    let out = ls(&[("SLUICE_KEY_FILE", wrong.to_str().unwrap())]);
+    assert!(!out.status.success() && text(&out).contains("authentication failed"), "{}", text(&out));
+    // The key's owner (root) is served.
+    let out = Command::new(v.bin("sluice")).args(["setstripe", "-S", "64K", "-c", "1", "striped"]).env("SLUICE_SERVER", &addr).env("SLUICE_KEY_FILE", v.key()).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let _ = meta.kill();
+    let _ = meta.wait();
+}

@@ -77,6 +77,10 @@ pub struct MetaArgs {
     /// A data server's address, in layout order (repeat for each; each serves a root with an objects/ directory).
     #[arg(long = "data", required = true)]
     data: Vec<String>,
+    /// Shared key file (mode 0600) TCP clients prove; created if missing.
+    /// Default: $SLUICE_KEY_FILE, else ~/.config/sluice/key.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
 }
 
 /// `sluice meta`: the metadata role alone, for clusters whose data servers
@@ -88,7 +92,7 @@ pub fn run_meta(a: MetaArgs) -> anyhow::Result<()> {
     }
     let store = sluice_cluster::MetaStore::open(&a.db, a.data.len() as u32)?;
     let listen = sluice_server::Listen::parse(&a.listen)?;
-    let mut meta = sluice_cluster::MetaServer::start_on(store, a.data.clone(), &listen)?;
+    let mut meta = sluice_cluster::MetaServer::start_with_key(store, a.data.clone(), &listen, a.key_file.as_deref())?;
     println!("sluice: metadata role for {} data servers on {}", a.data.len(), meta.addr());
     println!("export SLUICE_SERVER={}", meta.addr());
     while !STOP.load(Ordering::SeqCst) {
