@@ -26,6 +26,7 @@
 //! `Limits`) and going past one is an error reply, never a silent drop.
 
 pub mod bench;
+pub mod bench_conns;
 mod config;
 mod conn;
 mod dispatch;

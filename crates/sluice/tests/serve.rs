@@ -365,3 +365,19 @@ fn bench_matrix_quick_judges_every_row_and_writes_json() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, [std::ffi::OsString::from("m.json")], "the scratch directory is removed");
 }
+
+/// `sluice bench connections`: the server's threads and memory for idle
+/// clients (today two threads per connection; issue 12 wants a bound).
+#[test]
+fn bench_connections_reports_threads_and_memory_per_idle_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
+    let o = Command::new(SLUICE).args(["bench", "connections", "--count", "50", "--rtt-requests", "100", "--dir"]).arg(dir.path()).arg("--json").arg(&json).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (idle, connected) = (v["threads_idle"].as_u64().unwrap(), v["threads_connected"].as_u64().unwrap());
+    assert!(connected >= idle, "{v}");
+    assert!(v["rtt_4k_us"].as_f64().unwrap() > 0.0 && v["count"] == 50, "{v}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from("c.json")], "the scratch directory is removed");
+}

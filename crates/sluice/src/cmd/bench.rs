@@ -27,6 +27,8 @@ pub enum BenchCmd {
     Scaleout(super::bench_scaleout::ScaleoutArgs),
     /// The default policy against fifo, fifo-merge and direct POSIX over every workload (issue 11).
     Matrix(super::bench_matrix::MatrixArgs),
+    /// What N idle connected clients cost the server (threads, memory), and a round trip meanwhile.
+    Connections(super::bench_service::ConnectionsArgs),
 }
 
 #[derive(Args)]
@@ -59,6 +61,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Service(a) => super::bench_service::run(a),
         BenchCmd::Scaleout(a) => super::bench_scaleout::run(a),
         BenchCmd::Matrix(a) => super::bench_matrix::run(a),
+        BenchCmd::Connections(a) => super::bench_service::connections(a),
     }
 }
 

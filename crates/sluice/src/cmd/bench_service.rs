@@ -51,3 +51,31 @@ pub fn run(a: ServiceArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args)]
+pub struct ConnectionsArgs {
+    /// Idle connections held open.
+    #[arg(long, default_value_t = 1000)]
+    count: u32,
+    /// Blocking 4 KiB reads timed while they are open.
+    #[arg(long, default_value_t = 5_000)]
+    rtt_requests: u32,
+    /// Scratch directory.
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// `sluice bench connections`.
+pub fn connections(a: ConnectionsArgs) -> anyhow::Result<()> {
+    use sluice_server::bench_conns::{run, table, ConnectionsBenchConfig};
+    let r = run(&ConnectionsBenchConfig { dir: a.dir, count: a.count, rtt_requests: a.rtt_requests })?;
+    print!("{}", table(&r));
+    if let Some(path) = &a.json {
+        write_json(path, &r)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
+}
