@@ -220,8 +220,8 @@ impl Conn {
         loop {
             // Idle only with nothing in flight: a client waiting on its
             // replies is not idle.
-            let inflight = Arc::clone(&self.reply.inflight);
-            let waiting = move || (inflight.load(Ordering::Acquire) == 0).then(|| last + idle);
+            let inflight = &self.reply.inflight;
+            let waiting = || (inflight.load(Ordering::Acquire) == 0).then(|| last + idle);
             let frame = intake(&self.shared).read_frame(input, &waiting);
             last = Instant::now();
             let flow = match frame {
