@@ -9,6 +9,7 @@
 //! assert_eq!(report.policies.len(), sluice_core::POLICY_NAMES.len());
 //! ```
 
+pub mod calibrate;
 pub mod matrix;
 pub mod scheduler;
 pub mod workload;

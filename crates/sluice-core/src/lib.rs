@@ -32,6 +32,7 @@
 //! by [`Limits`].
 
 mod config;
+pub mod cost;
 mod error;
 mod hash;
 mod policy;
@@ -41,6 +42,7 @@ mod store;
 mod types;
 
 pub use config::{AioliParams, Limits, PolicyConfig, POLICY_NAMES};
+pub use cost::{CostLearner, DeviceCost, Observation};
 pub use error::{Error, ErrorKind};
 pub use scheduler::{Scheduler, Stats};
 pub use types::{AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Nanos, Op, Request, RequestId};

@@ -17,6 +17,7 @@
 //!   completion and by [`Scheduler::check_invariants`].
 
 use crate::config::{Limits, PolicyConfig};
+use crate::cost::DeviceCost;
 use crate::error::{Error, ErrorKind};
 use crate::hash::FxHashMap;
 use crate::policy::{self, Pick, Policy};
@@ -57,6 +58,10 @@ pub struct Scheduler {
     inflight: FxHashMap<DispatchId, Dispatch>,
     apps: FxHashMap<AppId, u32>,
     blocked_bytes: u64,
+    /// The device's cost model, when the driver knows one.
+    cost: Option<DeviceCost>,
+    /// Dispatches kept in flight: at most `dispatches_inflight_max`.
+    depth: u32,
     /// Reused buffers: the run being built, its entries, and member lists
     /// of completed dispatches (at most `dispatches_inflight_max` kept).
     scratch_run: Vec<u32>,
@@ -74,12 +79,14 @@ impl Scheduler {
         let config = config.clamped();
         Scheduler {
             policy: policy::build(&config, &limits),
+            depth: limits.dispatches_inflight_max,
             config,
             limits,
             store: Store::default(),
             inflight: FxHashMap::default(),
             apps: FxHashMap::default(),
             blocked_bytes: 0,
+            cost: None,
             scratch_run: Vec::new(),
             scratch_entries: Vec::new(),
             members_pool: Vec::new(),
@@ -99,6 +106,29 @@ impl Scheduler {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Tell the policies what the device charges (issue 11; see
+    /// [`crate::cost`]). `None` restores the model-free behaviour.
+    pub fn set_device_cost(&mut self, cost: Option<DeviceCost>) {
+        self.cost = cost;
+        self.policy.set_device(cost, self.depth);
+    }
+
+    pub fn device_cost(&self) -> Option<DeviceCost> {
+        self.cost
+    }
+
+    /// Keep at most `depth` dispatches in flight (clamped to
+    /// 1..=`dispatches_inflight_max`): the driver sets it from what the
+    /// device gains from ([`crate::CostLearner::depth_cap`]).
+    pub fn set_depth(&mut self, depth: u32) {
+        self.depth = depth.clamp(1, self.limits.dispatches_inflight_max);
+        self.policy.set_device(self.cost, self.depth);
+    }
+
+    pub fn depth(&self) -> u32 {
+        self.depth
     }
 
     pub fn stats(&self) -> Stats {
@@ -187,7 +217,7 @@ impl Scheduler {
 
     /// What the device should do at `now`.
     pub fn next(&mut self, now: Nanos) -> Decision {
-        if self.inflight.len() >= self.limits.dispatches_inflight_max as usize || self.store.queued == 0 {
+        if self.inflight.len() >= self.depth as usize || self.store.queued == 0 {
             return Decision::Idle;
         }
         let merge = self.policy.merges();

@@ -101,6 +101,9 @@ impl DeviceModel for Hdd {
 pub struct Ssd {
     pub access_ns: u64,
     pub bytes_per_s: u64,
+    /// Extra cost of an access that does not continue the previous one
+    /// (0 for flash; a calibrated device may show one).
+    pub seek_ns: u64,
     head: Option<(u64, u64)>,
 }
 
@@ -108,12 +111,18 @@ impl Ssd {
     /// A SATA SSD: ~80 us per access (4 KiB random read latency of
     /// data-center SATA drives such as the Intel S4510), 500 MB/s.
     pub fn sata() -> Ssd {
-        Ssd { access_ns: 80_000, bytes_per_s: 500_000_000, head: None }
+        Ssd { access_ns: 80_000, bytes_per_s: 500_000_000, seek_ns: 0, head: None }
     }
 
     /// A device profile measured elsewhere: per-access cost and bandwidth.
     pub fn profile(access_ns: u64, bytes_per_s: u64) -> Ssd {
-        Ssd { access_ns, bytes_per_s: bytes_per_s.max(1), head: None }
+        Ssd { access_ns, bytes_per_s: bytes_per_s.max(1), seek_ns: 0, head: None }
+    }
+
+    /// A calibrated device (`sluice calibrate`): per-access cost,
+    /// bandwidth and the extra cost of not continuing the previous access.
+    pub fn calibrated(access_ns: u64, bytes_per_s: u64, seek_ns: u64) -> Ssd {
+        Ssd { seek_ns, ..Ssd::profile(access_ns, bytes_per_s) }
     }
 }
 
@@ -126,8 +135,9 @@ impl DeviceModel for Ssd {
     }
 
     fn service_ns(&mut self, a: Access) -> u64 {
+        let seek = if self.seek_kind(a) == SeekKind::None { 0 } else { self.seek_ns };
         self.head = Some((a.file, a.offset + a.len));
-        self.access_ns + (u128::from(a.len) * 1_000_000_000 / u128::from(self.bytes_per_s)) as u64
+        self.access_ns + seek + (u128::from(a.len) * 1_000_000_000 / u128::from(self.bytes_per_s)) as u64
     }
 }
 

@@ -14,7 +14,7 @@ use crate::ident::Squash;
 /// while every other request waits in the scheduler, where the policy can
 /// still reorder and aggregate it. A deep device queue would take those
 /// decisions away from the policy (aIOLi sat above a shallow queue too).
-pub const QUEUE_DEPTH_DEFAULT: u32 = 2;
+pub const QUEUE_DEPTH_DEFAULT: u32 = 8;
 /// Most dispatches in flight that `--queue-depth` accepts (one worker
 /// thread each).
 pub const QUEUE_DEPTH_MAX: u32 = 64;
@@ -143,8 +143,12 @@ pub struct ServerConfig {
     /// Open backing files with O_DIRECT (bounce buffers handle alignment).
     pub direct: bool,
     pub device: DeviceKind,
-    /// Dispatches in flight, 1..=`QUEUE_DEPTH_MAX`.
+    /// Most dispatches in flight, 1..=`QUEUE_DEPTH_MAX` (the executor's
+    /// threads); the scheduler keeps as many of them busy as the learned
+    /// device model says the device gains from.
     pub queue_depth: u32,
+    /// A calibrated device model to start from (`sluice calibrate`).
+    pub device_model: Option<sluice_core::DeviceCost>,
     pub limits: ServerLimits,
     /// The scheduler's bounds; `dispatches_inflight_max` is set from
     /// `queue_depth`.
@@ -167,6 +171,7 @@ impl ServerConfig {
             direct: false,
             device: DeviceKind::Real,
             queue_depth: QUEUE_DEPTH_DEFAULT,
+            device_model: None,
             limits: ServerLimits::default(),
             sched_limits: Limits::default(),
             squash: Squash::Root,

@@ -12,18 +12,24 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_core::{AppId, Decision, DispatchId, ErrorKind as CoreKind, Op, RequestId, Scheduler};
+use sluice_core::{AppId, CostLearner, Decision, DeviceCost, DispatchId, ErrorKind as CoreKind, FileId, Observation, Op, RequestId, Scheduler};
 
 use crate::exec::Job;
 use crate::pending::Pending;
 use crate::state::{lock, AppTable, Clock};
 
+/// The learned model reaches the scheduler every this many dispatches
+/// (the depth at every one).
+const MODEL_EVERY: u64 = 32;
+
 /// What the dispatcher reacts to.
 pub enum Event {
     /// Requests admitted by a connection (a list message brings many).
     Submit(Vec<Pending>),
-    /// The executor finished dispatch `.0` and answered its `.1` members.
-    Done(DispatchId, u64),
+    /// The executor finished dispatch `.0` (its service took `.2` ns, from
+    /// a worker taking it up to the system call's return) and answered its
+    /// `.1` members.
+    Done(DispatchId, u64, u64),
     /// An application connected with this weight.
     Weight(AppId, u32),
     /// An application's last connection closed.
@@ -39,6 +45,14 @@ pub struct Dispatcher {
     pub apps: Arc<std::sync::Mutex<AppTable>>,
     pub clock: Clock,
     pending: HashMap<RequestId, Pending>,
+    /// The device cost model, learned from every dispatch (issue 11).
+    learner: CostLearner,
+    /// Dispatches in flight: each one's length, whether it continued the
+    /// previous one, and the depth it left at. Bounded by the scheduler's
+    /// `dispatches_inflight_max`.
+    sent: HashMap<DispatchId, (u64, bool, u32)>,
+    /// Where the previous dispatch ended.
+    head: Option<(FileId, u64)>,
     stopping: bool,
     answered: u64,
     admitted: u64,
@@ -56,12 +70,17 @@ fn refusal(e: sluice_core::Error) -> (i32, String) {
 }
 
 impl Dispatcher {
-    pub fn new(sched: Scheduler, events: Receiver<Event>, jobs: Sender<Job>, apps: Arc<std::sync::Mutex<AppTable>>, clock: Clock) -> Dispatcher {
-        Dispatcher { sched, events, jobs, apps, clock, pending: HashMap::new(), stopping: false, answered: 0, admitted: 0 }
+    /// `prior`: a calibrated device model to start from (`sluice
+    /// calibrate`); the learner refines it from the dispatches it sees.
+    pub fn new(mut sched: Scheduler, prior: Option<DeviceCost>, events: Receiver<Event>, jobs: Sender<Job>, apps: Arc<std::sync::Mutex<AppTable>>, clock: Clock) -> Dispatcher {
+        let learner = CostLearner::new(prior);
+        sched.set_device_cost(Some(learner.model()));
+        sched.set_depth(learner.depth_cap());
+        Dispatcher { sched, events, jobs, apps, clock, pending: HashMap::new(), learner, sent: HashMap::new(), head: None, stopping: false, answered: 0, admitted: 0 }
     }
 
     /// Run until `Stop` has been received and everything admitted is done.
-    pub fn run(mut self) -> sluice_core::Stats {
+    pub fn run(mut self) -> (sluice_core::Stats, Option<DeviceCost>) {
         loop {
             let now = self.clock.now();
             let wake = self.dispatch_ready(now);
@@ -86,7 +105,7 @@ impl Dispatcher {
         self.sched.check_invariants();
         assert!(self.pending.is_empty(), "{} requests pending at shutdown", self.pending.len());
         assert_eq!(self.admitted, self.answered, "admitted and answered requests differ at shutdown");
-        self.sched.stats()
+        (self.sched.stats(), (self.learner.observed() > 0).then(|| self.learner.model()))
     }
 
     /// Hand out every dispatch the policy allows now; the time to wake up
@@ -95,8 +114,11 @@ impl Dispatcher {
         loop {
             match self.sched.next(now) {
                 Decision::Dispatch(d) => {
+                    let seek = self.head != Some((d.file, d.offset));
+                    self.head = Some((d.file, d.end()));
+                    self.sent.insert(d.id, (d.len, seek, self.sched.stats().inflight_dispatches as u32));
                     let items = d.members.iter().map(|m| self.pending.remove(&m.id).expect("every member is pending")).collect();
-                    if let Err(err) = self.jobs.send(Job { dispatch: d, items }) {
+                    if let Err(err) = self.jobs.send(Job { dispatch: d, items, started: 0 }) {
                         self.executor_gone(err.0, now);
                     }
                 }
@@ -117,8 +139,9 @@ impl Dispatcher {
     fn handle(&mut self, e: Event) {
         match e {
             Event::Submit(items) => items.into_iter().for_each(|p| self.submit(p)),
-            Event::Done(id, answered) => {
+            Event::Done(id, answered, service_ns) => {
                 let now = self.clock.now();
+                self.learn(id, service_ns);
                 self.complete(id, now);
                 self.answered += answered;
             }
@@ -127,6 +150,19 @@ impl Dispatcher {
             }
             Event::Forget(app) => self.sched.forget_app(app),
             Event::Stop => self.stopping = true,
+        }
+    }
+
+    /// Feed dispatch `id`'s service time to the learner; pass the model on
+    /// to the scheduler every `MODEL_EVERY` dispatches.
+    fn learn(&mut self, id: DispatchId, service_ns: u64) {
+        let Some((len, seek, depth)) = self.sent.remove(&id) else { return };
+        self.learner.observe(Observation { len, seek, depth, latency_ns: service_ns });
+        if self.learner.observed() % MODEL_EVERY == 0 {
+            self.sched.set_device_cost(Some(self.learner.model()));
+        }
+        if self.sched.depth() != self.learner.depth_cap() {
+            self.sched.set_depth(self.learner.depth_cap());
         }
     }
 
@@ -154,6 +190,7 @@ impl Dispatcher {
     /// Settle a job here (the executor is gone).
     fn completed(&mut self, job: Job, now: u64) {
         let id = job.dispatch.id;
+        self.sent.remove(&id);
         self.answered += answer_job(&self.apps, job, now);
         self.complete(id, now);
     }

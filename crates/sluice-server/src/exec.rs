@@ -31,6 +31,9 @@ const IOV_MAX: usize = 1024;
 pub struct Job {
     pub dispatch: Dispatch,
     pub items: Vec<Pending>,
+    /// When a worker took it up (the server's clock; 0 before): the
+    /// service time the cost learner sees runs from here.
+    pub started: u64,
 }
 
 /// How the workers reach the backing store.
@@ -276,10 +279,11 @@ fn direct_write(fd: RawFd, d: &Dispatch, items: &[Pending]) -> io::Result<u64> {
 }
 
 /// Run jobs from `jobs` until the channel closes, handing each back.
-pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<std::sync::mpsc::Receiver<Job>>>, done: impl Fn(Job)) {
+pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<std::sync::mpsc::Receiver<Job>>>, clock: crate::state::Clock, done: impl Fn(Job)) {
     loop {
         let next = lock(&jobs).recv();
         let Ok(mut job) = next else { return };
+        job.started = clock.now();
         exec.run(&mut job);
         done(job);
     }

@@ -90,6 +90,8 @@ pub(crate) struct Shared {
 pub struct Summary {
     pub apps: Vec<AppStats>,
     pub scheduler: sluice_core::Stats,
+    /// The device cost model learned (or given and refined), if any.
+    pub device_model: Option<sluice_core::DeviceCost>,
 }
 
 /// The service. See the crate documentation.
@@ -100,7 +102,7 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     addr: String,
     acceptor: Option<JoinHandle<()>>,
-    dispatcher: Option<JoinHandle<sluice_core::Stats>>,
+    dispatcher: Option<JoinHandle<(sluice_core::Stats, Option<sluice_core::DeviceCost>)>>,
     workers: Vec<JoinHandle<()>>,
     socket_path: Option<std::path::PathBuf>,
 }
@@ -115,7 +117,7 @@ impl Server {
         let mut limits = config.sched_limits.clone();
         limits.dispatches_inflight_max = config.queue_depth;
         let limits = limits.clamped();
-        let (policy, apps_max) = (config.policy.clone(), limits.apps_max);
+        let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model);
         let (events, events_rx) = mpsc::channel();
         let (jobs, jobs_rx) = mpsc::channel();
         let clock = Clock::new();
@@ -138,7 +140,7 @@ impl Server {
         let workers = spawn_workers(&shared, jobs_rx)?;
         let apps = Arc::clone(&shared.apps);
         // The scheduler is built on its own thread: it is not `Send`.
-        let dispatcher = spawn("sluice-dispatch", move || Dispatcher::new(Scheduler::new(policy, limits), events_rx, jobs, apps, clock).run())?;
+        let dispatcher = spawn("sluice-dispatch", move || Dispatcher::new(Scheduler::new(policy, limits), prior, events_rx, jobs, apps, clock).run())?;
         let s = Arc::clone(&shared);
         let acceptor = spawn("sluice-accept", move || accept_loop(s, listener))?;
         Ok(ServerHandle { shared, addr, acceptor: Some(acceptor), dispatcher: Some(dispatcher), workers, socket_path })
@@ -158,10 +160,10 @@ fn spawn_workers(shared: &Arc<Shared>, jobs: mpsc::Receiver<exec::Job>) -> Resul
         .map(|_| {
             let (exec, jobs, events, apps, clock) = (Arc::clone(&exec), Arc::clone(&jobs), shared.events.clone(), Arc::clone(&shared.apps), shared.clock);
             spawn("sluice-exec", move || {
-                exec::worker(exec, jobs, move |job| {
-                    let id = job.dispatch.id;
+                exec::worker(exec, jobs, clock, move |job| {
+                    let (id, service) = (job.dispatch.id, clock.now().saturating_sub(job.started));
                     let answered = dispatch::answer_job(&apps, job, clock.now());
-                    let _ = events.send(Event::Done(id, answered));
+                    let _ = events.send(Event::Done(id, answered, service));
                 })
             })
         })
@@ -299,12 +301,12 @@ impl ServerHandle {
         let conns: Vec<_> = lock(&self.shared.threads).drain(..).collect();
         conns.into_iter().for_each(|t| drop(t.join()));
         let _ = self.shared.events.send(Event::Stop);
-        let scheduler = match self.dispatcher.take() {
+        let (scheduler, device_model) = match self.dispatcher.take() {
             Some(d) => d.join().map_err(|_| Error::new(ErrorKind::Io, libc::EIO, "dispatcher failed its shutdown checks"))?,
-            None => sluice_core::Stats::default(),
+            None => (sluice_core::Stats::default(), None),
         };
         self.workers.drain(..).for_each(|w| drop(w.join()));
-        Ok(Summary { apps: self.stats(), scheduler })
+        Ok(Summary { apps: self.stats(), scheduler, device_model })
     }
 }
 

@@ -89,15 +89,12 @@ impl AioliOverrides {
     }
 
     /// The parameters for a server with `device`. Dedicated windows only
-    /// pay where moving to another file costs (a seek); on flash they idle
-    /// the device for nothing, so there they are off unless the scenario
-    /// sets them.
-    pub fn params_for(&self, device: &str) -> sluice_core::AioliParams {
-        let mut p = self.params();
-        if matches!(device, "ssd" | "profile") && self.sync_window_ns_max.is_none() {
-            p.sync_window_ns_max = 0;
-            p.sync_window_ns_min = 0;
-        }
+    /// pay where moving to another file costs (a seek): the device cost
+    /// model the server passes to the core decides that
+    /// (`DeviceCost::window_pays`), so the parameters are the same for
+    /// every device.
+    pub fn params_for(&self, _device: &str) -> sluice_core::AioliParams {
+        let p = self.params();
         p
     }
 }
@@ -201,6 +198,9 @@ pub struct HddFigures {
 pub struct ProfileFigures {
     pub access_ns: u64,
     pub bytes_per_s: u64,
+    /// Extra cost of an access that does not continue the previous one.
+    #[serde(default)]
+    pub seek_ns: u64,
 }
 
 /// The client side of the file system and of MPI-IO.

@@ -19,7 +19,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use sluice_core::{Decision, Dispatch, ErrorKind as CoreKind, FileId, Limits, Op, PolicyConfig, Request, RequestId, Scheduler};
+use sluice_core::{Decision, DeviceCost, Dispatch, ErrorKind as CoreKind, FileId, Limits, Op, PolicyConfig, Request, RequestId, Scheduler};
 use sluice_device::{Access, DeviceModel, Hdd, SeekKind, Ssd};
 
 use crate::engine::Time;
@@ -71,9 +71,29 @@ pub fn device(sc: &Scenario) -> Box<dyn DeviceModel> {
             (d.seek_far_ns, d.seek_near_ns, d.near_bytes, d.rotation_ns, d.bytes_per_s) = (h.seek_far_ns, h.seek_near_ns, h.near_bytes, h.rotation_ns, h.bytes_per_s);
             Box::new(d)
         }
-        ("profile", _, Some(p)) => Box::new(Ssd::profile(p.access_ns, p.bytes_per_s)),
+        ("profile", _, Some(p)) => Box::new(Ssd::calibrated(p.access_ns, p.bytes_per_s, p.seek_ns)),
         ("ssd", _, _) => Box::new(Ssd::sata()),
         _ => Box::new(Hdd::hdd7200()),
+    }
+}
+
+/// The scenario's device as the cost model the core weighs: a far seek
+/// plus rotation for the disk, the access cost for flash; one dispatch at
+/// a time (the simulated device serves one).
+pub fn device_cost(sc: &Scenario) -> DeviceCost {
+    let s = &sc.server;
+    let ps = |bps: u64| 1_000_000_000_000 / bps.max(1);
+    match (s.device.as_str(), &s.hdd, &s.profile) {
+        ("hdd", Some(h), _) => DeviceCost::new(0, ps(h.bytes_per_s), h.seek_far_ns + h.rotation_ns, 1),
+        ("profile", _, Some(p)) => DeviceCost::new(p.access_ns, ps(p.bytes_per_s), p.seek_ns, 1),
+        ("ssd", _, _) => {
+            let d = Ssd::sata();
+            DeviceCost::new(d.access_ns, ps(d.bytes_per_s), 0, 1)
+        }
+        _ => {
+            let d = Hdd::hdd7200();
+            DeviceCost::new(0, ps(d.bytes_per_s), d.seek_far_ns + d.rotation_ns, 1)
+        }
     }
 }
 
@@ -86,8 +106,12 @@ impl ServerState {
         };
         let limits = Limits { dispatches_inflight_max: 1, ..Limits::default() };
         let block = if sc.server.cache_block_bytes == 0 { sc.server.stripe_bytes } else { sc.server.cache_block_bytes };
+        let mut sched = Scheduler::new(policy, limits);
+        // The simulator knows its device: the same numbers the daemon
+        // learns reach the policies here exactly.
+        sched.set_device_cost(Some(device_cost(sc)));
         Ok(ServerState {
-            sched: Scheduler::new(policy, limits),
+            sched,
             dev: device(sc),
             busy: None,
             wake_at: None,

@@ -23,6 +23,8 @@ enum Cmd {
     Bench(cmd::bench::BenchCmd),
     /// Simulate a cluster running a scenario, under each policy.
     Sim(cmd::sim::SimArgs),
+    /// Measure the device under a directory: its cost model, as TOML.
+    Calibrate(cmd::calibrate::CalibrateArgs),
     /// Run the I/O service in front of a directory.
     Serve(cmd::serve::ServeArgs),
     /// Copy a file into or out of the service (:path is on the server).
@@ -48,6 +50,7 @@ fn main() {
         Cmd::Mount(a) => cmd::mount::run(a),
         Cmd::Sim(a) => cmd::sim::run(a),
         Cmd::Serve(a) => cmd::serve::run(a),
+        Cmd::Calibrate(a) => cmd::calibrate::run(a),
         Cmd::Cp(a) => cmd::cp::run(a),
         Cmd::Ls(a) => cmd::ls::run(a),
         Cmd::Run(a) => cmd::run::run(a),

@@ -70,3 +70,44 @@ fn mix10_table_json_trace_and_replay() {
     let (_, b) = sim(&dir, "b.json", &[]);
     assert_eq!(simulated(&a), simulated(&b), "same seed, same simulation");
 }
+
+/// `sluice calibrate` measures a real file on this machine's disk, writes
+/// a model the simulator loads, and the simulated device follows it: a
+/// model with a 10x larger access cost makes the same run slower.
+#[test]
+fn calibrate_writes_a_model_that_sim_loads() {
+    let dir = Scratch(std::env::temp_dir().join(format!("sluice-calibrate-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = dir.0.join("model.toml");
+    let out = Command::new(SLUICE)
+        .args(["calibrate", "--root"])
+        .arg(&dir.0)
+        .args(["--cell-ms", "20", "--file-size", "64M", "--out"])
+        .arg(&model)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sluice calibrate failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("model:") && stdout.contains("parallelism"), "{stdout}");
+    let text = std::fs::read_to_string(&model).unwrap();
+    let leftovers: Vec<_> = std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name() != "model.toml").collect();
+    assert!(leftovers.is_empty(), "the scratch file was not removed: {leftovers:?}");
+    for key in ["dispatch_ns", "byte_ps", "seek_ns", "parallelism", "[measured]"] {
+        assert!(text.contains(key), "{key} missing from {text}");
+    }
+    let fast = dir.0.join("fast.toml");
+    let slow = dir.0.join("slow.toml");
+    std::fs::write(&fast, "dispatch_ns = 50000\nbyte_ps = 1000\nseek_ns = 0\nparallelism = 4\n").unwrap();
+    std::fs::write(&slow, "dispatch_ns = 500000\nbyte_ps = 1000\nseek_ns = 0\nparallelism = 4\n").unwrap();
+    let makespan = |m: &PathBuf, json: &str| {
+        let (_, v) = sim(&dir, json, &["--device-model", m.to_str().unwrap()]);
+        v["runs"][0]["makespan_s"].as_f64().unwrap()
+    };
+    let _ = makespan(&model, "calibrated.json");
+    let (f, s) = (makespan(&fast, "fast.json"), makespan(&slow, "slow.json"));
+    assert!(s > f, "a 10x access cost did not slow the simulated run: {s} vs {f}");
+    let bad = dir.0.join("bad.toml");
+    std::fs::write(&bad, "dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 0\n").unwrap();
+    let out = Command::new(SLUICE).args(["sim", &scenario("mix10.toml"), "--device-model"]).arg(&bad).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("parallelism"), "{}", String::from_utf8_lossy(&out.stderr));
+}

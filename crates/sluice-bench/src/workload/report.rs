@@ -29,6 +29,37 @@ pub struct RunReport {
     pub makespan_s: f64,
     pub jain: f64,
     pub apps: Vec<AppReport>,
+    /// The device cost model the server learned during the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_model: Option<DeviceModel>,
+}
+
+/// A device cost model (`sluice_core::DeviceCost`), as reported.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+pub struct DeviceModel {
+    pub dispatch_ns: u64,
+    pub byte_ps: u64,
+    pub seek_ns: u64,
+    pub parallelism: u32,
+}
+
+impl From<sluice_core::DeviceCost> for DeviceModel {
+    fn from(c: sluice_core::DeviceCost) -> DeviceModel {
+        DeviceModel { dispatch_ns: c.dispatch_ns, byte_ps: c.byte_ps, seek_ns: c.seek_ns, parallelism: c.parallelism }
+    }
+}
+
+impl std::fmt::Display for DeviceModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}",
+            self.dispatch_ns as f64 / 1e3,
+            self.byte_ps as f64 / 1e3,
+            self.seek_ns as f64 / 1e3,
+            self.parallelism
+        )
+    }
 }
 
 /// The whole report.
@@ -98,6 +129,9 @@ pub fn table(r: &Report) -> String {
             out += &format!(" {cell:>12}");
         }
         out += "\n";
+        for run in runs.iter().filter(|r| r.device_model.is_some()) {
+            out += &format!("device model learned under {}: {}\n", run.mode, run.device_model.expect("filtered"));
+        }
     }
     out
 }

@@ -64,6 +64,7 @@
 
 use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
+use crate::cost::DeviceCost;
 use crate::hash::FxHashMap;
 use crate::store::{op_index, Entry, LazyFifo, Slot, Store};
 use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
@@ -118,6 +119,9 @@ struct FileHist {
     hold_ns: u64,
     /// The last dispatch left below target (its hold expired).
     short: bool,
+    /// The last hold was refused (no piece could come, or the cost model
+    /// said it loses): leaving below target then says nothing of the file.
+    refused: bool,
     used: u64,
 }
 
@@ -145,6 +149,12 @@ pub(crate) struct Aioli {
     recent_by_end: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
     /// Applications with at least one eligible request.
     backlogged: usize,
+    /// What the device charges, when the driver knows; holds, windows and
+    /// the aggregate size weigh it.
+    cost: Option<DeviceCost>,
+    /// Dispatches the scheduler keeps in flight, and how many are.
+    depth: u32,
+    inflight: u32,
     /// Logical clock for the least-recently-used eviction of tables.
     tick: u64,
     scratch: Vec<Slot>,
@@ -167,6 +177,9 @@ impl Aioli {
             recent_by_start: FxHashMap::default(),
             recent_by_end: FxHashMap::default(),
             backlogged: 0,
+            cost: None,
+            depth: limits.dispatches_inflight_max,
+            inflight: 0,
             tick: 0,
             scratch: Vec::new(),
         }
@@ -196,7 +209,7 @@ impl Aioli {
             self.files.retain(|_, f| f.used >= keep_from);
         }
         let (min, hold_ns) = (self.p.file_target_bytes_min, (self.p.hold_ns_max / 5).max(self.p.hold_ns_min));
-        let f = self.files.entry(id).or_insert_with(|| FileHist { target: min, streams: Vec::new(), len_mean: 0, hold_ns, short: false, used: 0 });
+        let f = self.files.entry(id).or_insert_with(|| FileHist { target: min, streams: Vec::new(), len_mean: 0, hold_ns, short: false, refused: false, used: 0 });
         f.used = self.tick;
         f
     }
@@ -239,21 +252,44 @@ impl Aioli {
     }
 
     /// Whether to hold the device for the missing pieces of the aggregate
-    /// starting at `slot`: returns the time to wait until.
-    fn hold_until(&mut self, store: &Store, slot: Slot, limit: u64, now: Nanos) -> Option<Nanos> {
+    /// starting at `slot` (aiming at `target` bytes): returns the time to
+    /// wait until. Three tests, each of which can refuse:
+    /// - the pieces can come: some stream active on the file has nothing
+    ///   waiting there (a synchronous process with a queued request sends
+    ///   no other before it is served);
+    /// - the file's hold time, counted from the oldest member's arrival,
+    ///   has not run out;
+    /// - with a device cost model, the dispatches the missing pieces would
+    ///   otherwise cost exceed the device time left idle meanwhile
+    ///   (`DeviceCost::hold_pays`).
+    fn hold_until(&mut self, store: &Store, slot: Slot, target: u64, limit: u64, now: Nanos) -> Option<Nanos> {
         let e = store.entry(slot);
-        let f = self.files.get(&e.req.file)?;
-        let (target, hold_ns) = (f.target, f.hold_ns);
+        let file = e.req.file;
+        let f = self.files.get(&file)?;
+        let (hold_ns, len_mean) = (f.hold_ns, f.len_mean.max(1));
         if target <= self.p.file_target_bytes_min {
             return None;
         }
+        let window_ns = 2 * self.p.hold_ns_max;
+        let active = f.streams.iter().filter(|&&(_, t)| now.saturating_sub(t) <= window_ns).count();
+        let waiting = store.files.get(&file).map_or(0, |fq| fq.count() + fq.blocked.len());
         let run = &mut self.scratch;
         store.run(slot, limit, true, true, run);
         let first = store.entry(run[0]).req.offset;
         let end = run.iter().map(|&s| store.entry(s).req.end()).max()?;
         let oldest = run.iter().map(|&s| store.entry(s).arrival).min()?;
-        let until = oldest + hold_ns;
-        (end - first < target.min(limit) && until > now).then_some(until)
+        let (until, goal, have) = (oldest + hold_ns, target.min(limit), end - first);
+        if have >= goal || until <= now {
+            return None;
+        }
+        let pieces = ((goal - have).div_ceil(len_mean)).min(active.saturating_sub(waiting) as u64);
+        let free_slots = self.depth.saturating_sub(self.inflight);
+        let pays = pieces > 0 && self.cost.is_none_or(|c| c.hold_pays(pieces, until - now, free_slots));
+        if !pays {
+            self.file(file).refused = true;
+            return None;
+        }
+        Some(until)
     }
 
     fn window_pick(&mut self, store: &Store, now: Nanos) -> Option<Pick> {
@@ -363,7 +399,10 @@ impl Policy for Aioli {
         self.turn = Some(turn);
         let mut slot = self.turn_request(store, &turn);
         let file = store.entry(slot).req.file;
-        let target = self.files.get(&file).map_or(0, |f| f.target);
+        // Past the useful size a larger aggregate saves almost nothing and
+        // takes parallelism away (`DeviceCost::useful_dispatch_bytes`).
+        let useful = self.cost.and_then(|c| c.useful_dispatch_bytes()).map_or(u64::MAX, |u| u.max(self.p.file_target_bytes_min));
+        let target = self.files.get(&file).map_or(0, |f| f.target).min(useful);
         if target > self.p.file_target_bytes_min {
             // Gathering: start from the file's lowest piece, so that
             // processes that fell behind are served first and the others
@@ -372,14 +411,15 @@ impl Policy for Aioli {
         }
         // The quantum shares the device; alone, an application is not cut.
         let quantum = if self.backlogged > 1 { turn.remaining } else { self.dispatch_max };
-        let limit = quantum.max(target).max(store.entry(slot).req.len);
-        match self.hold_until(store, slot, limit, now) {
+        let limit = quantum.max(target).min(useful).max(store.entry(slot).req.len);
+        match self.hold_until(store, slot, target, limit, now) {
             Some(until) => Pick::Wait(until),
             None => Pick::Start { slot, limit, backward: true },
         }
     }
 
     fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
+        self.inflight += 1;
         for m in &d.members {
             let a = self.app(m.app);
             a.live -= 1;
@@ -409,7 +449,9 @@ impl Policy for Aioli {
         let (min, hold_min, hold_max) = (self.p.file_target_bytes_min, self.p.hold_ns_min, self.p.hold_ns_max);
         let gather_ns = now.saturating_sub(members.iter().map(|e| e.arrival).min().unwrap_or(now));
         let f = self.file(d.file);
-        if d.len < f.target {
+        if std::mem::take(&mut f.refused) {
+            // No hold was tried: what was reached says nothing.
+        } else if d.len < f.target {
             // Dispatched below target: the hold expired (or expiry forced
             // it). Believe what was reached, until new evidence comes.
             f.target = d.len.max(min);
@@ -422,6 +464,7 @@ impl Policy for Aioli {
     }
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
+        self.inflight = self.inflight.saturating_sub(1);
         for m in &d.members {
             self.stream(m.app, m.client).last_complete = Some(now);
         }
@@ -436,10 +479,18 @@ impl Policy for Aioli {
             let s = self.stream(m.app, m.client);
             if s.hits >= hits_min && store.starting_at(d.file, m.end()).is_none() {
                 let len = (2 * s.think_ns).clamp(wmin, wmax.max(wmin));
+                if self.cost.is_some_and(|c| !c.window_pays(len)) {
+                    // Moving to another file costs less than the idle time.
+                    return;
+                }
                 self.window = Some(SyncWindow { app: m.app, client: m.client, file: d.file, offset: m.end(), until: now + len.max(1) });
                 return;
             }
         }
+    }
+
+    fn set_device(&mut self, cost: Option<DeviceCost>, depth: u32) {
+        (self.cost, self.depth) = (cost, depth);
     }
 
     fn set_weight(&mut self, app: AppId, weight: u32) {

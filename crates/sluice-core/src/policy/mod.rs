@@ -11,6 +11,7 @@ mod sjf;
 mod window;
 
 use crate::config::{Limits, PolicyConfig};
+use crate::cost::DeviceCost;
 use crate::store::{Entry, Slot, Store};
 use crate::types::{AppId, Dispatch, Nanos};
 
@@ -47,6 +48,9 @@ pub(crate) trait Policy {
     /// `d` completed on the device.
     fn completed(&mut self, _store: &Store, _d: &Dispatch, _now: Nanos) {}
     fn set_weight(&mut self, _app: AppId, _weight: u32) {}
+    /// The device's cost model (`None`: unknown) and the dispatches the
+    /// scheduler keeps in flight.
+    fn set_device(&mut self, _cost: Option<DeviceCost>, _depth: u32) {}
     fn forget_app(&mut self, _app: AppId) {}
     /// Panic if the policy's own indices disagree with the store.
     fn check(&self, _store: &Store) {}

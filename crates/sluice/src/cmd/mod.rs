@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod calibrate;
 pub mod bench_matrix;
 pub mod bench_scaleout;
 pub mod bench_service;

@@ -26,9 +26,14 @@ pub struct ServeArgs {
     /// real, or hdd7200 (an emulated 7200 rpm disk).
     #[arg(long, default_value = "real")]
     device: String,
-    /// Dispatches in flight to the device (the rest wait in the scheduler).
+    /// Most dispatches in flight to the device; the scheduler keeps as many
+    /// busy as the learned device model gains from (the rest wait in it).
     #[arg(long, default_value_t = QUEUE_DEPTH_DEFAULT)]
     queue_depth: u32,
+    /// Start the device cost model from this file (`sluice calibrate
+    /// --out`); it is refined from every dispatch either way.
+    #[arg(long)]
+    device_model: Option<PathBuf>,
     /// Which identities become nobody: root (uid 0 stated over TCP), all, none.
     #[arg(long, default_value = "root")]
     squash: String,
@@ -62,6 +67,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.direct = a.direct;
     cfg.device = DeviceKind::parse(&a.device)?;
     cfg.queue_depth = a.queue_depth;
+    if let Some(p) = &a.device_model {
+        cfg.device_model = Some(sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?.cost());
+    }
     cfg.squash = sluice_server::Squash::parse(&a.squash)?;
     cfg.key_file = a.key_file.clone();
     install_signal_handlers();
@@ -86,5 +94,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         "sluice: stopped cleanly: {} requests in {} dispatches ({} forced by expiry), nothing left in flight",
         s.completed_requests, s.completed_dispatches, s.expired_dispatches
     );
+    if let Some(m) = summary.device_model {
+        println!(
+            "sluice: device model learned: {:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}",
+            m.dispatch_ns as f64 / 1e3,
+            m.byte_ps as f64 / 1e3,
+            m.seek_ns as f64 / 1e3,
+            m.parallelism
+        );
+    }
     Ok(())
 }

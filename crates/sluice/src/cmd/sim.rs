@@ -35,6 +35,10 @@ pub struct SimArgs {
     /// Multiply every application's bytes by this.
     #[arg(long)]
     scale: Option<f64>,
+    /// Simulate the servers' device as this calibrated model (`sluice
+    /// calibrate --out`) instead of the scenario's (one dispatch at a time).
+    #[arg(long)]
+    device_model: Option<PathBuf>,
     /// Measure simulated events per second on a synthetic scenario.
     #[arg(long)]
     bench: bool,
@@ -55,6 +59,13 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         }
         (None, false) => anyhow::bail!("a scenario file is required"),
     };
+    let mut scenario = scenario;
+    if let Some(p) = &a.device_model {
+        let m = sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?;
+        let bytes_per_s = if m.byte_ps == 0 { u64::MAX / 2 } else { 1_000_000_000_000 / m.byte_ps };
+        scenario.server.device = "profile".into();
+        scenario.server.profile = Some(sluice_sim::ProfileFigures { access_ns: m.dispatch_ns, bytes_per_s, seek_ns: m.seek_ns });
+    }
     let opts = sluice_sim::RunOptions { modes: a.policies.clone(), seed: a.seed, scale: a.scale, trace: a.trace.is_some() };
     let (report, trace) = sluice_sim::run(&scenario, &opts)?;
     print!("{}", report.table());

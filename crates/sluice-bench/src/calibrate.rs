@@ -1,0 +1,318 @@
+//! `sluice calibrate`: measure a device's cost model (issue 11).
+//!
+//! On a scratch file under the given directory it times, with real
+//! `pread` calls (O_DIRECT with `direct`):
+//!
+//! - one reader, sizes 4 KiB, 64 KiB and 1 MiB, each sequential and random:
+//!   the mean latency of each cell gives the fixed cost and the cost per
+//!   byte (least squares over the sequential cells) and the seek cost (the
+//!   random cells over the sequential ones);
+//! - random 4 KiB reads at queue depths 1, 2, 4, 8, 16 and 32 (one thread
+//!   per slot): the parallelism is the smallest depth whose throughput
+//!   reaches `PARALLEL_GAIN_PCT` of the best, the learner's own rule.
+//!
+//! Each cell runs for `cell_ms`; the whole run stays well under a minute.
+//! The result is a [`ModelFile`], written as TOML, that `sluice serve
+//! --device-model` and `sluice sim --device-model` load.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_core::cost::PARALLEL_GAIN_PCT;
+use sluice_core::DeviceCost;
+
+/// Request sizes of the latency cells.
+pub const SIZES: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
+/// Queue depths of the throughput cells.
+pub const DEPTHS: [u32; 6] = [1, 2, 4, 8, 16, 32];
+/// Alignment for O_DIRECT buffers and offsets.
+const ALIGN: usize = 4096;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct CalibrateConfig {
+    pub root: PathBuf,
+    pub direct: bool,
+    /// Size of the scratch file (random reads spread over it).
+    pub file_bytes: u64,
+    /// How long each cell runs.
+    pub cell_ms: u64,
+}
+
+/// One latency cell.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LatencyCell {
+    pub bytes: u64,
+    pub random: bool,
+    pub mean_ns: u64,
+    pub ops: u64,
+}
+
+/// One throughput cell.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct DepthCell {
+    pub depth: u32,
+    pub ops_per_s: f64,
+}
+
+/// The model file: the four numbers the scheduler weighs, and the
+/// measurements they came from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModelFile {
+    pub dispatch_ns: u64,
+    pub byte_ps: u64,
+    pub seek_ns: u64,
+    pub parallelism: u32,
+    #[serde(default)]
+    pub measured: Option<Measured>,
+}
+
+/// Where a model file came from.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Measured {
+    pub root: String,
+    pub direct: bool,
+    pub latency: Vec<LatencyCell>,
+    pub depth: Vec<DepthCell>,
+}
+
+impl ModelFile {
+    pub fn cost(&self) -> DeviceCost {
+        DeviceCost::new(self.dispatch_ns, self.byte_ps, self.seek_ns, self.parallelism)
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a model file serialises")
+    }
+
+    pub fn from_toml(text: &str) -> Result<ModelFile, String> {
+        let m: ModelFile = toml::from_str(text).map_err(|e| format!("device model: {e}"))?;
+        if m.parallelism == 0 || m.parallelism > sluice_core::cost::DEPTH_MAX {
+            return Err(format!("device model: parallelism {} outside 1..={}", m.parallelism, sluice_core::cost::DEPTH_MAX));
+        }
+        Ok(m)
+    }
+
+    /// Read a model file written by `sluice calibrate`.
+    pub fn load(path: &Path) -> Result<ModelFile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+        ModelFile::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// An aligned buffer for O_DIRECT.
+struct AlignedBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> AlignedBuf {
+        let layout = Layout::from_size_align(len.max(ALIGN), ALIGN).expect("valid layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory");
+        AlignedBuf { ptr, layout }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated with this layout in `new`.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// A small deterministic generator for offsets.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn open(path: &Path, direct: bool) -> std::io::Result<File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    if direct {
+        o.custom_flags(libc::O_DIRECT);
+    }
+    o.open(path)
+}
+
+/// Read `len` bytes at `offset` into `buf`; errors are fatal to the cell.
+fn pread(f: &File, buf: &AlignedBuf, len: u64, offset: u64) -> std::io::Result<()> {
+    // SAFETY: buf holds at least `len` bytes (allocated for the largest size).
+    let n = unsafe { libc::pread(f.as_raw_fd(), buf.ptr.cast(), len as usize, offset as libc::off_t) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Tell the kernel to drop the file's cached pages (page-cache runs then
+/// measure the device on first touch, as a server serving cold data).
+fn drop_cache(f: &File) {
+    // SAFETY: a hint on an open descriptor.
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+}
+
+/// Run the calibration and return the model with its measurements.
+pub fn run(cfg: &CalibrateConfig) -> Result<ModelFile, String> {
+    let path = cfg.root.join(format!(".sluice-calibrate-{}", std::process::id()));
+    let result = measure(cfg, &path);
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
+fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
+    let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", path.display());
+    let file_bytes = cfg.file_bytes.max(64 << 20) / (1 << 20) * (1 << 20);
+    {
+        let mut f = File::create(path).map_err(|e| io("creating", e))?;
+        let chunk = vec![0x5au8; 1 << 20];
+        for _ in 0..file_bytes >> 20 {
+            f.write_all(&chunk).map_err(|e| io("writing", e))?;
+        }
+        f.sync_all().map_err(|e| io("syncing", e))?;
+    }
+    let cell = Duration::from_millis(cfg.cell_ms.max(10));
+    let mut latency = Vec::new();
+    for &bytes in &SIZES {
+        for random in [false, true] {
+            let f = open(path, cfg.direct).map_err(|e| io("opening", e))?;
+            drop_cache(&f);
+            let buf = AlignedBuf::new(bytes as usize);
+            let (mut rng, mut at, mut ops) = (Rng(0x2545_f491_4f6c_dd1d ^ bytes), 0u64, 0u64);
+            let blocks = file_bytes / bytes;
+            let start = Instant::now();
+            while start.elapsed() < cell {
+                let offset = if random {
+                    (rng.next() % blocks) * bytes
+                } else {
+                    let next = (at + bytes) % (blocks * bytes);
+                    std::mem::replace(&mut at, next)
+                };
+                pread(&f, &buf, bytes, offset).map_err(|e| io("reading", e))?;
+                ops += 1;
+            }
+            let mean_ns = (start.elapsed().as_nanos() / u128::from(ops.max(1))) as u64;
+            latency.push(LatencyCell { bytes, random, mean_ns, ops });
+        }
+    }
+    let mut depth = Vec::new();
+    for &d in &DEPTHS {
+        let f = open(path, cfg.direct).map_err(|e| io("opening", e))?;
+        drop_cache(&f);
+        let start = Instant::now();
+        let ops: u64 = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..d)
+                .map(|t| {
+                    let f = &f;
+                    s.spawn(move || {
+                        let buf = AlignedBuf::new(4096);
+                        let (mut rng, mut ops) = (Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(t + 1)), 0u64);
+                        while start.elapsed() < cell {
+                            if pread(f, &buf, 4096, (rng.next() % (file_bytes / 4096)) * 4096).is_err() {
+                                break;
+                            }
+                            ops += 1;
+                        }
+                        ops
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        });
+        depth.push(DepthCell { depth: d, ops_per_s: ops as f64 / start.elapsed().as_secs_f64() });
+    }
+    let cost = fit(&latency, &depth);
+    Ok(ModelFile {
+        dispatch_ns: cost.dispatch_ns,
+        byte_ps: cost.byte_ps,
+        seek_ns: cost.seek_ns,
+        parallelism: cost.parallelism,
+        measured: Some(Measured { root: cfg.root.display().to_string(), direct: cfg.direct, latency, depth }),
+    })
+}
+
+/// The model from the cells: least squares of the sequential latencies
+/// against size, the mean random-over-sequential excess as the seek, and
+/// the parallelism rule over the depths.
+pub fn fit(latency: &[LatencyCell], depth: &[DepthCell]) -> DeviceCost {
+    let seq: Vec<(f64, f64)> = latency.iter().filter(|c| !c.random).map(|c| (c.bytes as f64, c.mean_ns as f64)).collect();
+    let n = seq.len() as f64;
+    let (sx, sy) = (seq.iter().map(|p| p.0).sum::<f64>(), seq.iter().map(|p| p.1).sum::<f64>());
+    let (sxx, sxy) = (seq.iter().map(|p| p.0 * p.0).sum::<f64>(), seq.iter().map(|p| p.0 * p.1).sum::<f64>());
+    let den = n * sxx - sx * sx;
+    let slope = if den.abs() > f64::EPSILON { ((n * sxy - sx * sy) / den).max(0.0) } else { 0.0 };
+    let intercept = if n > 0.0 { ((sy - slope * sx) / n).max(0.0) } else { 0.0 };
+    let excess: Vec<f64> = latency
+        .iter()
+        .filter(|c| c.random)
+        .filter_map(|r| latency.iter().find(|s| !s.random && s.bytes == r.bytes).map(|s| r.mean_ns as f64 - s.mean_ns as f64))
+        .collect();
+    let seek = if excess.is_empty() { 0.0 } else { (excess.iter().sum::<f64>() / excess.len() as f64).max(0.0) };
+    let best = depth.iter().map(|c| c.ops_per_s).fold(0.0, f64::max);
+    let parallelism = depth.iter().find(|c| c.ops_per_s * 100.0 >= best * PARALLEL_GAIN_PCT as f64).map_or(1, |c| c.depth);
+    DeviceCost::new(intercept as u64, (slope * 1_000.0) as u64, seek as u64, parallelism)
+}
+
+/// The model and its measurements, for people.
+pub fn table(m: &ModelFile) -> String {
+    let mut out = String::new();
+    if let Some(ms) = &m.measured {
+        out += &format!("calibration of {} ({})\n", ms.root, if ms.direct { "O_DIRECT" } else { "page cache, dropped first" });
+        out += "size      sequential us   random us\n";
+        for &b in &SIZES {
+            let cell = |r: bool| ms.latency.iter().find(|c| c.bytes == b && c.random == r).map_or(0.0, |c| c.mean_ns as f64 / 1e3);
+            out += &format!("{:<9} {:>13.1} {:>11.1}\n", format!("{}K", b >> 10), cell(false), cell(true));
+        }
+        out += "depth     4K random ops/s\n";
+        for c in &ms.depth {
+            out += &format!("{:<9} {:>15.0}\n", c.depth, c.ops_per_s);
+        }
+    }
+    out += &format!(
+        "model: {:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}\n",
+        m.dispatch_ns as f64 / 1e3,
+        m.byte_ps as f64 / 1e3,
+        m.seek_ns as f64 / 1e3,
+        m.parallelism
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_recovers_a_device_by_hand() {
+        // 50 us + 1 ns per byte, seeks 100 us, throughput flat from depth 8.
+        let lat = |b: u64, r: bool| LatencyCell { bytes: b, random: r, mean_ns: 50_000 + b + if r { 100_000 } else { 0 }, ops: 10 };
+        let latency: Vec<_> = SIZES.iter().flat_map(|&b| [lat(b, false), lat(b, true)]).collect();
+        let depth: Vec<_> = DEPTHS.iter().map(|&d| DepthCell { depth: d, ops_per_s: 1_000.0 * f64::from(d.min(8)) }).collect();
+        assert_eq!(fit(&latency, &depth), DeviceCost::new(50_000, 1_000, 100_000, 8));
+    }
+
+    #[test]
+    fn model_files_round_trip_and_refuse_nonsense() {
+        let m = ModelFile { dispatch_ns: 1, byte_ps: 2, seek_ns: 3, parallelism: 4, measured: None };
+        assert_eq!(ModelFile::from_toml(&m.to_toml()), Ok(m));
+        assert!(ModelFile::from_toml("dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 0\n").is_err());
+        assert!(ModelFile::from_toml("dispatch_ns = 1\n").is_err());
+        assert!(ModelFile::from_toml("dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 1\nspeed = 3\n").is_err());
+    }
+}

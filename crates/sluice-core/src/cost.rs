@@ -1,0 +1,313 @@
+//! What the device charges, as numbers: the cost model the scheduler's
+//! decisions weigh (issue 11).
+//!
+//! A [`DeviceCost`] says what one dispatch costs: a fixed part (system call,
+//! device latency, the server's hand-offs), a part per byte, an extra part
+//! when the access does not continue the previous one (a seek), and how many
+//! dispatches the device serves at once with gain. The driver supplies it
+//! with [`crate::Scheduler::set_device_cost`]: the daemon from its
+//! [`CostLearner`] (and a `sluice calibrate` file as the starting point), the
+//! simulator from its own device model. The core stays pure: the model
+//! reaches it as numbers.
+//!
+//! The learner is pure too. The driver reports each completed dispatch
+//! (length, whether it continued the previous access, how many dispatches
+//! were in flight when it left, how long it took) and the learner keeps:
+//!
+//! - `dispatch_ns`, `byte_ps` and `seek_ns` by least squares of latency
+//!   against (1, length, seek) over the dispatches that did not queue in the
+//!   device (in flight at most the current parallelism), with older ones
+//!   decaying, and the prior model (a calibration, else [`GENERIC`]) as a
+//!   few fixed pseudo-observations, so the fit stays determined when every
+//!   dispatch has the same length;
+//! - `parallelism` from the throughput at each depth, Little's law: depth
+//!   over the mean slowdown (latency over the model's prediction) there;
+//!   the smallest depth that reaches `PARALLEL_GAIN_PCT` of the best one.
+//!   The scheduler probes one depth above it ([`CostLearner::depth_cap`]),
+//!   so a device that gains from more is found out, and one that does not
+//!   pays one extra dispatch in flight now and then.
+//!
+//! Bounds: one bucket per depth up to `DEPTH_MAX`; the fit is a fixed
+//! 3x3 system. Arithmetic is `f64`, deterministic for a given input.
+
+use crate::types::Nanos;
+
+/// Deepest in-flight level the learner keeps a bucket for.
+pub const DEPTH_MAX: u32 = 64;
+/// A depth counts as gaining when its throughput reaches this percentage of
+/// the best depth's: below it, more in flight only queues in the device.
+pub const PARALLEL_GAIN_PCT: u64 = 90;
+/// Observations a depth bucket needs before its throughput is believed.
+const DEPTH_SAMPLES_MIN: u32 = 16;
+/// Every `PROBE_PERIOD` observations the learner probes one depth above
+/// the learned parallelism for `PROBE_LEN` of them.
+const PROBE_PERIOD: u64 = 1_024;
+const PROBE_LEN: u64 = 64;
+
+/// What one dispatch costs on a device. All zero but `parallelism` means
+/// "free": no hold or window ever pays.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceCost {
+    /// Fixed cost of one dispatch, nanoseconds.
+    pub dispatch_ns: u64,
+    /// Transfer cost, picoseconds per byte (1,000 = 1 GB/s).
+    pub byte_ps: u64,
+    /// Extra cost of an access that does not continue the previous one.
+    pub seek_ns: u64,
+    /// Dispatches the device serves at once with gain (1 = one at a time).
+    pub parallelism: u32,
+}
+
+impl DeviceCost {
+    /// A device with the given parts, parallelism forced into 1..=`DEPTH_MAX`.
+    pub fn new(dispatch_ns: u64, byte_ps: u64, seek_ns: u64, parallelism: u32) -> DeviceCost {
+        DeviceCost { dispatch_ns, byte_ps, seek_ns, parallelism: parallelism.clamp(1, DEPTH_MAX) }
+    }
+
+    /// Predicted service time of one dispatch of `len` bytes.
+    pub fn service_ns(&self, len: u64, seek: bool) -> u64 {
+        let transfer = (u128::from(len) * u128::from(self.byte_ps) / 1_000) as u64;
+        self.dispatch_ns + transfer + if seek { self.seek_ns } else { 0 }
+    }
+
+    /// What a request sent as a dispatch of its own costs beyond joining
+    /// another: the fixed part and the seek.
+    pub fn separate_ns(&self) -> u64 {
+        self.dispatch_ns.saturating_add(self.seek_ns)
+    }
+
+    /// The decision rule for holds: keeping `free_slots` device slots idle
+    /// for `wait_ns` pays when the `pieces` expected to join would each
+    /// otherwise cost a dispatch of their own. Both sides are device time.
+    pub fn hold_pays(&self, pieces: u64, wait_ns: Nanos, free_slots: u32) -> bool {
+        u128::from(pieces) * u128::from(self.separate_ns()) > u128::from(wait_ns) * u128::from(free_slots.max(1))
+    }
+
+    /// The decision rule for windows: idling the device for `len_ns` to
+    /// keep a synchronous reader pays when moving away and back (two
+    /// seeks) would cost more than the idle time of every slot.
+    pub fn window_pays(&self, len_ns: Nanos) -> bool {
+        2 * u128::from(self.seek_ns) > u128::from(len_ns) * u128::from(self.parallelism)
+    }
+
+    /// Largest aggregate worth building: past the point where its transfer
+    /// is eight times the fixed and seek cost, a larger aggregate saves
+    /// under 1/8 of a dispatch and only takes parallelism away. `None`
+    /// when the device has no byte cost (no such point).
+    pub fn useful_dispatch_bytes(&self) -> Option<u64> {
+        (self.byte_ps > 0).then(|| (u128::from(self.separate_ns()) * 8_000 / u128::from(self.byte_ps)).min(u128::from(u64::MAX)) as u64)
+    }
+}
+
+/// One completed dispatch, as the driver measured it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observation {
+    pub len: u64,
+    /// It did not start where the previous dispatch ended.
+    pub seek: bool,
+    /// Dispatches in flight when it left, itself included.
+    pub depth: u32,
+    /// From dispatch to completion, as the driver saw it.
+    pub latency_ns: Nanos,
+}
+
+/// The model a learner starts from when no calibration is given: a
+/// fast device (50 us per dispatch, 1 GB/s, no seek cost, one at a time).
+/// Real observations outweigh it within a few dozen dispatches.
+pub const GENERIC: DeviceCost = DeviceCost { dispatch_ns: 50_000, byte_ps: 1_000, seek_ns: 0, parallelism: 1 };
+/// Weight of the prior's pseudo-observations (never decayed), against at
+/// most `1 / (1 - DECAY)` = 1,024 for the observations.
+const PRIOR_WEIGHT: f64 = 2.0;
+/// Per observation, older ones keep this much of their weight.
+const DECAY: f64 = 1.0 - 1.0 / 1_024.0;
+
+/// Least squares of latency against (1, length, seek), with exponentially
+/// decayed sums: the normal equations X'X b = X'y.
+#[derive(Clone, Debug, Default)]
+struct Fit {
+    xx: [[f64; 3]; 3],
+    xy: [f64; 3],
+}
+
+impl Fit {
+    fn add(&mut self, len: f64, seek: f64, y: f64, w: f64) {
+        let x = [1.0, len, seek];
+        for i in 0..3 {
+            for j in 0..3 {
+                self.xx[i][j] += w * x[i] * x[j];
+            }
+            self.xy[i] += w * x[i] * y;
+        }
+    }
+
+    fn decay(&mut self) {
+        self.xx.iter_mut().flatten().for_each(|v| *v *= DECAY);
+        self.xy.iter_mut().for_each(|v| *v *= DECAY);
+    }
+
+    /// (intercept, slope per byte, seek) by Cramer's rule; `None` when the
+    /// system is singular.
+    fn solve(&self, prior: &Fit) -> Option<[f64; 3]> {
+        let mut a = self.xx;
+        let mut b = self.xy;
+        for i in 0..3 {
+            for j in 0..3 {
+                a[i][j] += prior.xx[i][j];
+            }
+            b[i] += prior.xy[i];
+        }
+        let det = |m: &[[f64; 3]; 3]| {
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        };
+        let d = det(&a);
+        if d.abs() < f64::EPSILON {
+            return None;
+        }
+        let mut out = [0.0; 3];
+        for (k, o) in out.iter_mut().enumerate() {
+            let mut m = a;
+            for i in 0..3 {
+                m[i][k] = b[i];
+            }
+            *o = det(&m) / d;
+        }
+        Some(out)
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Avg {
+    value: f64,
+    n: u32,
+}
+
+impl Avg {
+    fn add(&mut self, x: f64) {
+        self.value = if self.n == 0 { x } else { self.value + (x - self.value) / 8.0 };
+        self.n = self.n.saturating_add(1);
+    }
+}
+
+/// The online learner (see the module documentation).
+#[derive(Clone, Debug)]
+pub struct CostLearner {
+    /// Pseudo-observations of the prior model, at 4 KiB and 1 MiB,
+    /// continuing and seeking.
+    prior: Fit,
+    fit: Fit,
+    model: DeviceCost,
+    /// Per depth (index depth - 1): latency over the model's prediction.
+    slowdown: Vec<Avg>,
+    observed: u64,
+}
+
+impl Default for CostLearner {
+    fn default() -> CostLearner {
+        CostLearner::new(None)
+    }
+}
+
+impl CostLearner {
+    /// A learner that starts from `prior` (a calibration), else from
+    /// [`GENERIC`].
+    pub fn new(prior: Option<DeviceCost>) -> CostLearner {
+        let start = prior.unwrap_or(GENERIC);
+        let mut pf = Fit::default();
+        for len in [4_096u64, 1 << 20] {
+            for seek in [false, true] {
+                pf.add(len as f64, f64::from(u8::from(seek)), start.service_ns(len, seek) as f64, PRIOR_WEIGHT);
+            }
+        }
+        CostLearner { prior: pf, fit: Fit::default(), model: start, slowdown: vec![Avg::default(); DEPTH_MAX as usize], observed: 0 }
+    }
+
+    /// Dispatches observed so far.
+    pub fn observed(&self) -> u64 {
+        self.observed
+    }
+
+    /// Take one completed dispatch into account.
+    pub fn observe(&mut self, o: Observation) {
+        self.observed += 1;
+        let depth = o.depth.clamp(1, DEPTH_MAX);
+        let predicted = self.model.service_ns(o.len, o.seek).max(1) as f64;
+        self.slowdown[depth as usize - 1].add(o.latency_ns as f64 / predicted);
+        // Only dispatches that did not queue in the device tell its costs.
+        if depth <= self.model.parallelism {
+            self.fit.decay();
+            self.fit.add(o.len as f64, f64::from(u8::from(o.seek)), o.latency_ns as f64, 1.0);
+            if let Some([a, b, c]) = self.fit.solve(&self.prior) {
+                let clamp = |v: f64| if v.is_finite() { v.max(0.0).min(1e12) as u64 } else { 0 };
+                (self.model.dispatch_ns, self.model.byte_ps, self.model.seek_ns) = (clamp(a), clamp(b * 1_000.0), clamp(c));
+            }
+        }
+        self.model.parallelism = self.parallelism_estimate();
+    }
+
+    /// The smallest depth whose throughput (depth over slowdown) reaches
+    /// `PARALLEL_GAIN_PCT` of the best depth's, among depths with enough
+    /// samples.
+    fn parallelism_estimate(&self) -> u32 {
+        let tput = |d: usize| -> Option<f64> {
+            let a = self.slowdown[d];
+            (a.n >= DEPTH_SAMPLES_MIN).then(|| (d + 1) as f64 / a.value.max(1e-9))
+        };
+        let Some(best) = (0..DEPTH_MAX as usize).filter_map(tput).max_by(f64::total_cmp) else { return self.model.parallelism };
+        (0..DEPTH_MAX as usize)
+            .find(|&d| tput(d).is_some_and(|t| t * 100.0 >= best * PARALLEL_GAIN_PCT as f64))
+            .map_or(self.model.parallelism, |d| d as u32 + 1)
+    }
+
+    /// The parallelism learned so far.
+    pub fn parallelism(&self) -> u32 {
+        self.model.parallelism
+    }
+
+    /// How many dispatches the scheduler should keep in flight: the
+    /// learned parallelism, plus one while probing whether more would
+    /// gain: until the depth above has `DEPTH_SAMPLES_MIN` samples, then
+    /// for `PROBE_LEN` of every `PROBE_PERIOD` observations (a device
+    /// that gains nothing from it pays an extra dispatch in flight 1/16
+    /// of the time).
+    pub fn depth_cap(&self) -> u32 {
+        let above = self.model.parallelism as usize;
+        let unknown = above < DEPTH_MAX as usize && self.slowdown[above].n < DEPTH_SAMPLES_MIN;
+        let probing = unknown || self.observed % PROBE_PERIOD < PROBE_LEN;
+        (self.model.parallelism + u32::from(probing)).min(DEPTH_MAX)
+    }
+
+    /// The model as learned so far (the prior before any observation).
+    pub fn model(&self) -> DeviceCost {
+        self.model
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decision_rules_by_hand() {
+        let disk = DeviceCost::new(50_000, 10_000, 13_000_000, 1);
+        // 3 pieces x 13.05 ms saved against 5 ms of one idle slot.
+        assert!(disk.hold_pays(3, 5_000_000, 1));
+        assert!(disk.window_pays(2_000_000));
+        let flash = DeviceCost::new(20_000, 500, 0, 8);
+        // 3 pieces x 20 us against 100 us of 4 idle slots: no.
+        assert!(!flash.hold_pays(3, 100_000, 4));
+        assert!(flash.hold_pays(30, 100_000, 4));
+        assert!(!flash.window_pays(20_000));
+        // 8 x 20 us of transfer at 0.5 ns/byte: 320,000 bytes.
+        assert_eq!(flash.useful_dispatch_bytes(), Some(320_000));
+        assert_eq!(DeviceCost::new(1, 0, 0, 1).useful_dispatch_bytes(), None);
+        assert_eq!(flash.service_ns(1_000, true), 20_500);
+    }
+
+    #[test]
+    fn depth_cap_is_bounded() {
+        let l = CostLearner::new(Some(DeviceCost::new(1, 1, 1, 500)));
+        assert_eq!(l.depth_cap(), DEPTH_MAX);
+        assert_eq!(CostLearner::default().depth_cap(), 2);
+        assert_eq!(CostLearner::default().model(), GENERIC);
+    }
+}

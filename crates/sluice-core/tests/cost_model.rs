@@ -1,0 +1,136 @@
+//! The device cost model (issue 11): the learner converges on synthetic
+//! devices, and aioli's holds and windows obey it.
+
+use sluice_core::{AppId, ClientId, CostLearner, Decision, DeviceCost, FileId, Limits, Observation, Op, PolicyConfig, Request, RequestId, Scheduler};
+
+/// A deterministic generator (xorshift), so the tests need no crate.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Feed `n` dispatches of random size and seek to `l`, at depths the
+/// learner allows, timed by `device(len, seek, depth)` with +-5% noise.
+fn drive(l: &mut CostLearner, n: usize, device: impl Fn(u64, bool, u32) -> u64) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let sizes = [4_096u64, 16_384, 65_536, 262_144, 1 << 20];
+    for _ in 0..n {
+        let len = sizes[(rng.next() % sizes.len() as u64) as usize];
+        let seek = rng.next() % 2 == 0;
+        let depth = 1 + (rng.next() % u64::from(l.depth_cap())) as u32;
+        let ns = device(len, seek, depth);
+        let noise = ns / 20;
+        let latency_ns = ns - noise + rng.next() % (2 * noise + 1);
+        l.observe(Observation { len, seek, depth, latency_ns });
+    }
+}
+
+fn within(got: u64, want: u64, pct: u64) -> bool {
+    got.abs_diff(want) * 100 <= want * pct
+}
+
+#[test]
+fn converges_on_a_serial_disk() {
+    // 60 us per dispatch, 100 MB/s (10,000 ps per byte), 8 ms per seek,
+    // one at a time: at depth d a dispatch also waits for d - 1 others.
+    let disk = DeviceCost::new(60_000, 10_000, 8_000_000, 1);
+    let mut l = CostLearner::default();
+    drive(&mut l, 4_000, |len, seek, depth| disk.service_ns(len, seek) + u64::from(depth - 1) * disk.service_ns(len, true));
+    let m = l.model();
+    assert!(within(m.seek_ns, 8_000_000, 10), "{m:?}");
+    assert!(within(m.byte_ps, 10_000, 10), "{m:?}");
+    // The fixed part is small next to a seek: within 50 us.
+    assert!(m.dispatch_ns.abs_diff(60_000) <= 50_000, "{m:?}");
+    assert_eq!(m.parallelism, 1, "{m:?}");
+}
+
+#[test]
+fn converges_on_a_parallel_flash_device() {
+    // 80 us per dispatch, 2 GB/s, no seek cost, serving 8 at once: past
+    // depth 8 latency grows in proportion.
+    let flash = DeviceCost::new(80_000, 500, 0, 8);
+    let mut l = CostLearner::default();
+    drive(&mut l, 20_000, |len, seek, depth| flash.service_ns(len, seek) * u64::from(depth.max(8)) / 8);
+    let m = l.model();
+    assert!(within(m.dispatch_ns, 80_000, 10), "{m:?}");
+    assert!(within(m.byte_ps, 500, 10), "{m:?}");
+    assert!(m.seek_ns <= 8_000, "seek cost found where there is none: {m:?}");
+    assert!((7..=9).contains(&m.parallelism), "{m:?}");
+    assert!(l.depth_cap() >= m.parallelism && l.depth_cap() <= m.parallelism + 1);
+}
+
+#[test]
+fn a_calibrated_prior_holds_until_observations_say_otherwise() {
+    let prior = DeviceCost::new(100_000, 2_000, 5_000_000, 4);
+    let l = CostLearner::new(Some(prior));
+    assert_eq!(l.model(), prior);
+    assert_eq!(l.depth_cap(), 5, "probes one above the calibrated parallelism");
+}
+
+fn req(id: u64, client: u32, offset: u64) -> Request {
+    Request { id: RequestId(id), app: AppId(1), client: ClientId(client), file: FileId(1), op: Op::Read, offset, len: 4096 }
+}
+
+/// Eight synchronous processes read a file in interleaved 4 KiB pieces:
+/// a round where the scheduler has seen them interleave, then a new round
+/// with half the pieces arrived. Returns what the scheduler decides.
+fn half_round(cost: Option<DeviceCost>, depth: u32) -> Decision {
+    let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits::default());
+    s.set_device_cost(cost);
+    s.set_depth(depth);
+    let mut t = 0;
+    let mut id = 0;
+    // Two rounds in which the pieces trickle in, each dispatched when the
+    // scheduler wants: a piece arriving next to one that left in another
+    // stream's dispatch is the interleaving evidence that raises the
+    // file's target. Then drain.
+    for round in 0..2u64 {
+        for p in 0..8u32 {
+            t += 10_000;
+            s.enqueue(req(id, p, (round * 8 + u64::from(p)) * 4096), t).unwrap();
+            id += 1;
+            while let Decision::Dispatch(d) = s.next(t) {
+                s.complete(d.id, t + 1).unwrap();
+            }
+        }
+    }
+    loop {
+        match s.next(t) {
+            Decision::Dispatch(d) => s.complete(d.id, t + 1).unwrap(),
+            Decision::WaitUntil(w) => t = w,
+            Decision::Idle => break,
+        }
+    }
+    assert!(s.is_empty());
+    for p in 0..4u32 {
+        t += 1_000;
+        s.enqueue(req(id, p, (16 + u64::from(p)) * 4096), t).unwrap();
+        id += 1;
+    }
+    s.next(t + 1)
+}
+
+#[test]
+fn a_hold_happens_where_the_model_says_it_pays() {
+    // Without a model aioli holds for the four missing pieces; a rotating
+    // disk (seeks of 13 ms) makes holding pay too.
+    assert!(matches!(half_round(None, 1), Decision::WaitUntil(_)));
+    let disk = DeviceCost::new(50_000, 10_000, 13_000_000, 1);
+    assert!(matches!(half_round(Some(disk), 1), Decision::WaitUntil(_)));
+}
+
+#[test]
+fn a_hold_is_refused_when_the_model_says_it_loses() {
+    // A flash device serving 8 at once, 10 us per dispatch: four pieces
+    // save 40 us of device time, while holding idles 8 slots for longer.
+    let flash = DeviceCost::new(10_000, 500, 0, 8);
+    match half_round(Some(flash), 8) {
+        Decision::Dispatch(d) => assert_eq!(d.members.len(), 4, "the four pieces there go at once"),
+        other => panic!("expected a dispatch, got {other:?}"),
+    }
+}
