@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sluice_core::cost::PARALLEL_GAIN_PCT;
 use sluice_core::DeviceCost;
+use sluice_sim::Rng;
 
 /// Request sizes of the latency cells.
 pub const SIZES: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
@@ -131,17 +132,6 @@ impl Drop for AlignedBuf {
     }
 }
 
-/// A small deterministic generator for offsets.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn open(path: &Path, direct: bool) -> std::io::Result<File> {
     let mut o = std::fs::OpenOptions::new();
     o.read(true);
@@ -194,12 +184,12 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
             let f = open(path, cfg.direct).map_err(|e| io("opening", e))?;
             drop_cache(&f);
             let buf = AlignedBuf::new(bytes as usize);
-            let (mut rng, mut at, mut ops) = (Rng(0x2545_f491_4f6c_dd1d ^ bytes), 0u64, 0u64);
+            let (mut rng, mut at, mut ops) = (Rng::new(0x2545_f491_4f6c_dd1d ^ bytes), 0u64, 0u64);
             let blocks = file_bytes / bytes;
             let start = Instant::now();
             while start.elapsed() < cell {
                 let offset = if random {
-                    (rng.next() % blocks) * bytes
+                    (rng.next_u64() % blocks) * bytes
                 } else {
                     let next = (at + bytes) % (blocks * bytes);
                     std::mem::replace(&mut at, next)
@@ -222,9 +212,9 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
                     let f = &f;
                     s.spawn(move || {
                         let buf = AlignedBuf::new(4096);
-                        let (mut rng, mut ops) = (Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(t + 1)), 0u64);
+                        let (mut rng, mut ops) = (Rng::new(0x9e37_79b9_7f4a_7c15 ^ u64::from(t + 1)), 0u64);
                         while start.elapsed() < cell {
-                            if pread(f, &buf, 4096, (rng.next() % (file_bytes / 4096)) * 4096).is_err() {
+                            if pread(f, &buf, 4096, (rng.next_u64() % (file_bytes / 4096)) * 4096).is_err() {
                                 break;
                             }
                             ops += 1;
@@ -284,13 +274,7 @@ pub fn table(m: &ModelFile) -> String {
             out += &format!("{:<9} {:>15.0}\n", c.depth, c.ops_per_s);
         }
     }
-    out += &format!(
-        "model: {:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}\n",
-        m.dispatch_ns as f64 / 1e3,
-        m.byte_ps as f64 / 1e3,
-        m.seek_ns as f64 / 1e3,
-        m.parallelism
-    );
+    out += &format!("model: {}\n", crate::workload::report::DeviceModel::from(m.cost()));
     out
 }
 

@@ -95,13 +95,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         s.completed_requests, s.completed_dispatches, s.expired_dispatches
     );
     if let Some(m) = summary.device_model {
-        println!(
-            "sluice: device model learned: {:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}",
-            m.dispatch_ns as f64 / 1e3,
-            m.byte_ps as f64 / 1e3,
-            m.seek_ns as f64 / 1e3,
-            m.parallelism
-        );
+        println!("sluice: device model learned: {}", sluice_bench::workload::report::DeviceModel::from(m));
     }
     Ok(())
 }
