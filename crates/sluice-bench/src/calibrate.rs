@@ -248,11 +248,8 @@ pub fn fit(latency: &[LatencyCell], depth: &[DepthCell]) -> DeviceCost {
     let den = n * sxx - sx * sx;
     let slope = if den.abs() > f64::EPSILON { ((n * sxy - sx * sy) / den).max(0.0) } else { 0.0 };
     let intercept = if n > 0.0 { ((sy - slope * sx) / n).max(0.0) } else { 0.0 };
-    let excess: Vec<f64> = latency
-        .iter()
-        .filter(|c| c.random)
-        .filter_map(|r| latency.iter().find(|s| !s.random && s.bytes == r.bytes).map(|s| r.mean_ns as f64 - s.mean_ns as f64))
-        .collect();
+    let excess: Vec<f64> =
+        latency.iter().filter(|c| c.random).filter_map(|r| latency.iter().find(|s| !s.random && s.bytes == r.bytes).map(|s| r.mean_ns as f64 - s.mean_ns as f64)).collect();
     let seek = if excess.is_empty() { 0.0 } else { (excess.iter().sum::<f64>() / excess.len() as f64).max(0.0) };
     let best = depth.iter().map(|c| c.ops_per_s).fold(0.0, f64::max);
     let parallelism = depth.iter().find(|c| c.ops_per_s * 100.0 >= best * PARALLEL_GAIN_PCT as f64).map_or(1, |c| c.depth);

@@ -150,11 +150,9 @@ impl Fit {
     fn solve(&self, prior: &Fit) -> Option<[f64; 3]> {
         let mut a = self.xx;
         let mut b = self.xy;
-        for i in 0..3 {
-            for j in 0..3 {
-                a[i][j] += prior.xx[i][j];
-            }
-            b[i] += prior.xy[i];
+        for ((row, prow), (bi, pbi)) in a.iter_mut().zip(&prior.xx).zip(b.iter_mut().zip(&prior.xy)) {
+            row.iter_mut().zip(prow).for_each(|(v, p)| *v += p);
+            *bi += pbi;
         }
         let det = |m: &[[f64; 3]; 3]| {
             m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
@@ -237,7 +235,7 @@ impl CostLearner {
             self.fit.decay();
             self.fit.add(o.len as f64, f64::from(u8::from(o.seek)), o.latency_ns as f64, 1.0);
             if let Some([a, b, c]) = self.fit.solve(&self.prior) {
-                let clamp = |v: f64| if v.is_finite() { v.max(0.0).min(1e12) as u64 } else { 0 };
+                let clamp = |v: f64| if v.is_finite() { v.clamp(0.0, 1e12) as u64 } else { 0 };
                 (self.model.dispatch_ns, self.model.byte_ps, self.model.seek_ns) = (clamp(a), clamp(b * 1_000.0), clamp(c));
             }
         }
@@ -253,9 +251,7 @@ impl CostLearner {
             (a.n >= DEPTH_SAMPLES_MIN).then(|| (d + 1) as f64 / a.value.max(1e-9))
         };
         let Some(best) = (0..DEPTH_MAX as usize).filter_map(tput).max_by(f64::total_cmp) else { return self.model.parallelism };
-        (0..DEPTH_MAX as usize)
-            .find(|&d| tput(d).is_some_and(|t| t * 100.0 >= best * PARALLEL_GAIN_PCT as f64))
-            .map_or(self.model.parallelism, |d| d as u32 + 1)
+        (0..DEPTH_MAX as usize).find(|&d| tput(d).is_some_and(|t| t * 100.0 >= best * PARALLEL_GAIN_PCT as f64)).map_or(self.model.parallelism, |d| d as u32 + 1)
     }
 
     /// The parallelism learned so far.

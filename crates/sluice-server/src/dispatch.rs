@@ -158,7 +158,7 @@ impl Dispatcher {
     fn learn(&mut self, id: DispatchId, service_ns: u64) {
         let Some((len, seek, depth)) = self.sent.remove(&id) else { return };
         self.learner.observe(Observation { len, seek, depth, latency_ns: service_ns });
-        if self.learner.observed() % MODEL_EVERY == 0 {
+        if self.learner.observed().is_multiple_of(MODEL_EVERY) {
             self.sched.set_device_cost(Some(self.learner.model()));
         }
         if self.sched.depth() != self.learner.depth_cap() {

@@ -94,8 +94,7 @@ impl AioliOverrides {
     /// (`DeviceCost::window_pays`), so the parameters are the same for
     /// every device.
     pub fn params_for(&self, _device: &str) -> sluice_core::AioliParams {
-        let p = self.params();
-        p
+        self.params()
     }
 }
 

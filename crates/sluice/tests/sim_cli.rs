@@ -79,13 +79,7 @@ fn calibrate_writes_a_model_that_sim_loads() {
     let dir = Scratch(std::env::temp_dir().join(format!("sluice-calibrate-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let model = dir.0.join("model.toml");
-    let out = Command::new(SLUICE)
-        .args(["calibrate", "--root"])
-        .arg(&dir.0)
-        .args(["--cell-ms", "20", "--file-size", "64M", "--out"])
-        .arg(&model)
-        .output()
-        .unwrap();
+    let out = Command::new(SLUICE).args(["calibrate", "--root"]).arg(&dir.0).args(["--cell-ms", "20", "--file-size", "64M", "--out"]).arg(&model).output().unwrap();
     assert!(out.status.success(), "sluice calibrate failed: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("model:") && stdout.contains("parallelism"), "{stdout}");

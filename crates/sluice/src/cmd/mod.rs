@@ -1,10 +1,10 @@
 //! One module per subcommand.
 
 pub mod bench;
-pub mod calibrate;
 pub mod bench_matrix;
 pub mod bench_scaleout;
 pub mod bench_service;
+pub mod calibrate;
 pub mod cluster;
 pub mod cp;
 pub mod ls;
