@@ -15,11 +15,10 @@
 //! The result is a [`ModelFile`], written as TOML, that `sluice serve
 //! --device-model` and `sluice sim --device-model` load.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -28,13 +27,12 @@ use sluice_core::cost::PARALLEL_GAIN_PCT;
 use sluice_core::DeviceCost;
 use sluice_sim::Rng;
 
+use crate::workload::worker::AlignedBuf;
+
 /// Request sizes of the latency cells.
 pub const SIZES: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
 /// Queue depths of the throughput cells.
 pub const DEPTHS: [u32; 6] = [1, 2, 4, 8, 16, 32];
-/// Alignment for O_DIRECT buffers and offsets.
-const ALIGN: usize = 4096;
-
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct CalibrateConfig {
@@ -109,29 +107,6 @@ impl ModelFile {
     }
 }
 
-/// An aligned buffer for O_DIRECT.
-struct AlignedBuf {
-    ptr: *mut u8,
-    layout: Layout,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let layout = Layout::from_size_align(len.max(ALIGN), ALIGN).expect("valid layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null(), "out of memory");
-        AlignedBuf { ptr, layout }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated with this layout in `new`.
-        unsafe { dealloc(self.ptr, self.layout) }
-    }
-}
-
 fn open(path: &Path, direct: bool) -> std::io::Result<File> {
     let mut o = std::fs::OpenOptions::new();
     o.read(true);
@@ -139,16 +114,6 @@ fn open(path: &Path, direct: bool) -> std::io::Result<File> {
         o.custom_flags(libc::O_DIRECT);
     }
     o.open(path)
-}
-
-/// Read `len` bytes at `offset` into `buf`; errors are fatal to the cell.
-fn pread(f: &File, buf: &AlignedBuf, len: u64, offset: u64) -> std::io::Result<()> {
-    // SAFETY: buf holds at least `len` bytes (allocated for the largest size).
-    let n = unsafe { libc::pread(f.as_raw_fd(), buf.ptr.cast(), len as usize, offset as libc::off_t) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Tell the kernel to drop the file's cached pages (page-cache runs then
@@ -183,7 +148,7 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
         for random in [false, true] {
             let f = open(path, cfg.direct).map_err(|e| io("opening", e))?;
             drop_cache(&f);
-            let buf = AlignedBuf::new(bytes as usize);
+            let mut buf = AlignedBuf::new(bytes as usize);
             let (mut rng, mut at, mut ops) = (Rng::new(0x2545_f491_4f6c_dd1d ^ bytes), 0u64, 0u64);
             let blocks = file_bytes / bytes;
             let start = Instant::now();
@@ -194,7 +159,7 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
                     let next = (at + bytes) % (blocks * bytes);
                     std::mem::replace(&mut at, next)
                 };
-                pread(&f, &buf, bytes, offset).map_err(|e| io("reading", e))?;
+                f.read_at(buf.slice(bytes as usize), offset).map_err(|e| io("reading", e))?;
                 ops += 1;
             }
             let mean_ns = (start.elapsed().as_nanos() / u128::from(ops.max(1))) as u64;
@@ -211,10 +176,10 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
                 .map(|t| {
                     let f = &f;
                     s.spawn(move || {
-                        let buf = AlignedBuf::new(4096);
+                        let mut buf = AlignedBuf::new(4096);
                         let (mut rng, mut ops) = (Rng::new(0x9e37_79b9_7f4a_7c15 ^ u64::from(t + 1)), 0u64);
                         while start.elapsed() < cell {
-                            if pread(f, &buf, 4096, (rng.next_u64() % (file_bytes / 4096)) * 4096).is_err() {
+                            if f.read_at(buf.slice(4096), (rng.next_u64() % (file_bytes / 4096)) * 4096).is_err() {
                                 break;
                             }
                             ops += 1;

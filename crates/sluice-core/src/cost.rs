@@ -246,12 +246,13 @@ impl CostLearner {
     /// `PARALLEL_GAIN_PCT` of the best depth's, among depths with enough
     /// samples.
     fn parallelism_estimate(&self) -> u32 {
-        let tput = |d: usize| -> Option<f64> {
+        // Throughput at depth d + 1 (index d): depth over mean slowdown.
+        let tput: [Option<f64>; DEPTH_MAX as usize] = std::array::from_fn(|d| {
             let a = self.slowdown[d];
             (a.n >= DEPTH_SAMPLES_MIN).then(|| (d + 1) as f64 / a.value.max(1e-9))
-        };
-        let Some(best) = (0..DEPTH_MAX as usize).filter_map(tput).max_by(f64::total_cmp) else { return self.model.parallelism };
-        (0..DEPTH_MAX as usize).find(|&d| tput(d).is_some_and(|t| t * 100.0 >= best * PARALLEL_GAIN_PCT as f64)).map_or(self.model.parallelism, |d| d as u32 + 1)
+        });
+        let Some(best) = tput.iter().flatten().copied().max_by(f64::total_cmp) else { return self.model.parallelism };
+        tput.iter().position(|t| t.is_some_and(|t| t * 100.0 >= best * PARALLEL_GAIN_PCT as f64)).map_or(self.model.parallelism, |d| d as u32 + 1)
     }
 
     /// The parallelism learned so far.

@@ -37,12 +37,31 @@ pub enum SeekKind {
     Far,
 }
 
+/// A device's cost in the three parts a scheduler weighs (the core's
+/// `DeviceCost` without the parallelism).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CostParts {
+    /// Fixed cost of every access.
+    pub access_ns: u64,
+    /// Transfer, picoseconds per byte.
+    pub byte_ps: u64,
+    /// Extra cost of an access that does not continue the previous one
+    /// (the far seek, rotation included).
+    pub seek_ns: u64,
+}
+
 /// A device: given the head position it keeps, the time one access takes.
 pub trait DeviceModel {
     /// Nanoseconds to serve `a`, moving the head to its end.
     fn service_ns(&mut self, a: Access) -> u64;
     /// The kind of seek `a` would need from the current head position.
     fn seek_kind(&self, a: Access) -> SeekKind;
+    /// The model's figures as fixed, per-byte and seek cost.
+    fn cost_parts(&self) -> CostParts;
+}
+
+fn picoseconds_per_byte(bytes_per_s: u64) -> u64 {
+    1_000_000_000_000 / bytes_per_s.max(1)
 }
 
 /// A rotating disk.
@@ -83,6 +102,10 @@ impl DeviceModel for Hdd {
             Some((f, end)) if f == a.file && end.abs_diff(a.offset) < self.near_bytes => SeekKind::Near,
             _ => SeekKind::Far,
         }
+    }
+
+    fn cost_parts(&self) -> CostParts {
+        CostParts { access_ns: 0, byte_ps: picoseconds_per_byte(self.bytes_per_s), seek_ns: self.seek_far_ns + self.rotation_ns }
     }
 
     fn service_ns(&mut self, a: Access) -> u64 {
@@ -134,6 +157,10 @@ impl DeviceModel for Ssd {
         }
     }
 
+    fn cost_parts(&self) -> CostParts {
+        CostParts { access_ns: self.access_ns, byte_ps: picoseconds_per_byte(self.bytes_per_s), seek_ns: self.seek_ns }
+    }
+
     fn service_ns(&mut self, a: Access) -> u64 {
         let seek = if self.seek_kind(a) == SeekKind::None { 0 } else { self.seek_ns };
         self.head = Some((a.file, a.offset + a.len));
@@ -162,6 +189,12 @@ mod tests {
         check(&mut d, Access { file: 2, offset: 0, len: 4096 }, SeekKind::Far, 9_000_000 + 4_170_000 + 40_960);
         // Backwards on the same file, farther than 1 MiB: far.
         check(&mut d, Access { file: 2, offset: 10 << 20, len: 4096 }, SeekKind::Far, 9_000_000 + 4_170_000 + 40_960);
+    }
+
+    #[test]
+    fn cost_parts_by_hand() {
+        assert_eq!(Hdd::hdd7200().cost_parts(), CostParts { access_ns: 0, byte_ps: 10_000, seek_ns: 13_170_000 });
+        assert_eq!(Ssd::calibrated(5, 1_000_000_000, 7).cost_parts(), CostParts { access_ns: 5, byte_ps: 1_000, seek_ns: 7 });
     }
 
     #[test]

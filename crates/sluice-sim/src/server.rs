@@ -77,26 +77,6 @@ pub fn device(sc: &Scenario) -> Box<dyn DeviceModel> {
     }
 }
 
-/// The scenario's device as the cost model the core weighs: a far seek
-/// plus rotation for the disk, the access cost for flash; one dispatch at
-/// a time (the simulated device serves one).
-pub fn device_cost(sc: &Scenario) -> DeviceCost {
-    let s = &sc.server;
-    let ps = |bps: u64| 1_000_000_000_000 / bps.max(1);
-    match (s.device.as_str(), &s.hdd, &s.profile) {
-        ("hdd", Some(h), _) => DeviceCost::new(0, ps(h.bytes_per_s), h.seek_far_ns + h.rotation_ns, 1),
-        ("profile", _, Some(p)) => DeviceCost::new(p.access_ns, ps(p.bytes_per_s), p.seek_ns, 1),
-        ("ssd", _, _) => {
-            let d = Ssd::sata();
-            DeviceCost::new(d.access_ns, ps(d.bytes_per_s), 0, 1)
-        }
-        _ => {
-            let d = Hdd::hdd7200();
-            DeviceCost::new(0, ps(d.bytes_per_s), d.seek_far_ns + d.rotation_ns, 1)
-        }
-    }
-}
-
 impl ServerState {
     pub fn new(sc: &Scenario, mode: &Mode) -> Result<ServerState, Error> {
         let policy = match PolicyConfig::from_name(&mode.policy) {
@@ -106,13 +86,15 @@ impl ServerState {
         };
         let limits = Limits { dispatches_inflight_max: 1, ..Limits::default() };
         let block = if sc.server.cache_block_bytes == 0 { sc.server.stripe_bytes } else { sc.server.cache_block_bytes };
+        let dev = device(sc);
         let mut sched = Scheduler::new(policy, limits);
         // The simulator knows its device: the same numbers the daemon
-        // learns reach the policies here exactly.
-        sched.set_device_cost(Some(device_cost(sc)));
+        // learns reach the policies here exactly (one dispatch at a time).
+        let c = dev.cost_parts();
+        sched.set_device_cost(Some(DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)));
         Ok(ServerState {
             sched,
-            dev: device(sc),
+            dev,
             busy: None,
             wake_at: None,
             backlog: VecDeque::new(),

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use sluice_client::{Client, ClientErrorKind, ConnectOptions, Recovery, Whence};
 use tempfile::TempDir;
 
+mod common;
+
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
 /// A `sluice serve` process, killed when dropped.
@@ -322,35 +324,19 @@ fn sixty_stalled_64_mib_writes_add_at_most_the_partial_budget_to_rss() {
 /// reports the service's ratio to it (issue 12's measuring stick).
 #[test]
 fn bench_service_reports_the_floor_and_the_ratio_to_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("svc.json");
-    let o = Command::new(SLUICE)
-        .args(["bench", "service", "--size-mib", "4", "--rounds", "1", "--rtt-requests", "300", "--dir"])
-        .arg(dir.path())
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("IPC floor, same bytes"));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (out, v) = common::bench_json(&["service", "--size-mib", "4", "--rounds", "1", "--rtt-requests", "300"], "svc.json");
+    assert!(out.contains("IPC floor, same bytes"));
     let (rtt, floor, ratio) = (v["rtt_4k_us"].as_f64().unwrap(), v["floor_4k_us"].as_f64().unwrap(), v["rtt_ratio_to_floor"].as_f64().unwrap());
     assert!(floor > 0.0 && rtt > 0.0, "{v}");
     assert!((ratio - rtt / floor).abs() < 1e-9, "{v}");
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left, [std::ffi::OsString::from("svc.json")], "the scratch directory is removed");
 }
 
 /// `sluice bench matrix --quick`: every workload row, each judged, JSON
 /// as docs/bench.md says, scratch removed (issue 11's yardstick).
 #[test]
 fn bench_matrix_quick_judges_every_row_and_writes_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("m.json");
-    let o = Command::new(SLUICE).args(["bench", "matrix", "--quick", "--dir"]).arg(dir.path()).arg("--json").arg(&json).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("rows where aioli is over 1.05x"));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (out, v) = common::bench_json(&["matrix", "--quick"], "m.json");
+    assert!(out.contains("rows where aioli is over 1.05x"));
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 12, "{v}");
     for r in rows {
@@ -362,22 +348,14 @@ fn bench_matrix_quick_judges_every_row_and_writes_json() {
     assert!(rows.iter().any(|r| r["workload"] == "mix10" && r["apps_slower_than_fifo"].is_u64()));
     let over = rows.iter().filter(|r| r["default_over_best"].as_f64().unwrap() > 1.05).count();
     assert_eq!(v["rows_over_target"].as_u64().unwrap() as usize, over);
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left, [std::ffi::OsString::from("m.json")], "the scratch directory is removed");
 }
 
 /// `sluice bench connections`: the server's threads and memory for idle
 /// clients (today two threads per connection; issue 12 wants a bound).
 #[test]
 fn bench_connections_reports_threads_and_memory_per_idle_client() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("c.json");
-    let o = Command::new(SLUICE).args(["bench", "connections", "--count", "50", "--rtt-requests", "100", "--dir"]).arg(dir.path()).arg("--json").arg(&json).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (_, v) = common::bench_json(&["connections", "--count", "50", "--rtt-requests", "100"], "c.json");
     let (idle, connected) = (v["threads_idle"].as_u64().unwrap(), v["threads_connected"].as_u64().unwrap());
     assert!(connected >= idle, "{v}");
     assert!(v["rtt_4k_us"].as_f64().unwrap() > 0.0 && v["count"] == 50, "{v}");
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left, [std::ffi::OsString::from("c.json")], "the scratch directory is removed");
 }

@@ -47,13 +47,13 @@ pub struct WorkerResult {
 const DIRECT_ALIGN: usize = 4096;
 
 /// A heap buffer aligned for O_DIRECT.
-struct AlignedBuf {
+pub(crate) struct AlignedBuf {
     ptr: *mut u8,
     layout: std::alloc::Layout,
 }
 
 impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
+    pub(crate) fn new(len: usize) -> AlignedBuf {
         let layout = std::alloc::Layout::from_size_align(len.max(DIRECT_ALIGN), DIRECT_ALIGN).expect("valid layout");
         // SAFETY: the layout has a non-zero size; the memory is zeroed so
         // every byte is initialised before any slice is formed.
@@ -62,7 +62,7 @@ impl AlignedBuf {
         AlignedBuf { ptr, layout }
     }
 
-    fn slice(&mut self, len: usize) -> &mut [u8] {
+    pub(crate) fn slice(&mut self, len: usize) -> &mut [u8] {
         assert!(len <= self.layout.size());
         // SAFETY: ptr is valid for layout.size() initialised bytes, owned
         // by self and borrowed mutably for the slice's lifetime.

@@ -84,3 +84,18 @@ impl Drop for Mount {
         let _ = Command::new("umount").arg("-l").arg(&self.point).stderr(Stdio::null()).status();
     }
 }
+
+/// `sluice bench ARGS --dir SCRATCH --json SCRATCH/NAME`: asserts that it
+/// succeeded and that the scratch directory holds nothing but the JSON
+/// afterwards (the benchmark removed its files); returns stdout and the
+/// JSON.
+pub fn bench_json(args: &[&str], name: &str) -> (String, serde_json::Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join(name);
+    let o = Command::new(SLUICE).arg("bench").args(args).arg("--dir").arg(dir.path()).arg("--json").arg(&json).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from(name)], "the benchmark's scratch files are removed");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), v)
+}
