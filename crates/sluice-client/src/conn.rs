@@ -12,8 +12,7 @@
 //! is abandoned (poisoned), so no late reply is ever matched to a new call.
 
 use std::collections::HashMap;
-use std::io::{self, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -131,23 +130,6 @@ fn dial(addr: &str) -> Result<Stream> {
         .map_err(|e| ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}")))
 }
 
-/// Wait until `fd` is readable, at most `timeout`; false on timeout.
-fn readable_within(fd: i32, timeout: Duration) -> io::Result<bool> {
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-    loop {
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r >= 0 {
-            return Ok(r > 0);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
 impl Conn {
     pub(crate) fn open(addr: &str, patience: std::sync::Arc<Patience>) -> Result<Conn> {
         let s = dial(addr)?;
@@ -165,25 +147,30 @@ impl Conn {
         })
     }
 
-    /// Wait for the next frame to start arriving. `Err` for a soft
-    /// connection past its patience (which abandons the connection).
+    /// Wait for the next frame to start arriving: one blocking receive
+    /// into the read buffer, bounded by the socket's receive timeout (the
+    /// patience), so a reply costs no `poll` before its `recv`. `Err` for a
+    /// soft connection past its patience (which abandons the connection).
     fn await_frame(&self, g: &mut ReadSide) -> Result<()> {
         if !g.input.buffer().is_empty() {
             return Ok(());
         }
-        let fd = g.input.get_ref().as_raw_fd();
         loop {
-            match readable_within(fd, self.patience.timeout) {
-                Ok(true) | Err(_) => {
+            match g.input.fill_buf() {
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    if self.patience.soft {
+                        let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
+                        g.broken.get_or_insert_with(|| why.clone());
+                        return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
+                    }
+                    self.patience.warn(&self.addr);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // Bytes, end of stream or an error: `read_one` tells which.
+                _ => {
                     self.patience.answered(&self.addr);
                     return Ok(());
                 }
-                Ok(false) if self.patience.soft => {
-                    let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
-                    g.broken.get_or_insert_with(|| why.clone());
-                    return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
-                }
-                Ok(false) => self.patience.warn(&self.addr),
             }
         }
     }

@@ -21,7 +21,7 @@ fn drive(l: &mut CostLearner, n: usize, device: impl Fn(u64, bool, u32) -> u64) 
     let sizes = [4_096u64, 16_384, 65_536, 262_144, 1 << 20];
     for _ in 0..n {
         let len = sizes[(rng.next() % sizes.len() as u64) as usize];
-        let seek = rng.next() % 2 == 0;
+        let seek = rng.next().is_multiple_of(2);
         let depth = 1 + (rng.next() % u64::from(l.depth_cap())) as u32;
         let ns = device(len, seek, depth);
         let noise = ns / 20;

@@ -3,12 +3,13 @@
 //! of one more client while they stay connected (issue 12's 10,000
 //! connections goal).
 //!
-//! The server runs in this process with `clients_max = count + 1`; the
-//! idle clients are bare Unix sockets that completed the handshake, so
-//! they add almost nothing on the client side and the figures are the
-//! server's. The process's file-descriptor limit is raised to its hard
-//! limit first (each connection costs the server three descriptors and
-//! this process one).
+//! The server runs with `clients_max = count + 1`: as a `sluice serve`
+//! child process when `server_exe` names the binary (the figures are then
+//! that process's, and each process needs one descriptor per connection),
+//! otherwise in this process (which then needs two). The idle clients are
+//! bare Unix sockets that completed the handshake. The descriptor limit is
+//! raised to the hard limit first; a count that cannot fit is refused with
+//! the figures, not left to hang.
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
@@ -31,6 +32,9 @@ pub struct ConnectionsBenchConfig {
     pub count: u32,
     /// Blocking 4 KiB reads timed while they are open.
     pub rtt_requests: u32,
+    /// Run the server as `EXE serve ...` in a child process (the `sluice`
+    /// binary); `None`: in this process.
+    pub server_exe: Option<PathBuf>,
 }
 
 /// The figures.
@@ -53,23 +57,63 @@ fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::io(what, &e)
 }
 
-/// `Threads:` and `VmRSS:` (bytes) of this process.
-fn threads_and_rss() -> Result<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").map_err(io_err("read /proc/self/status"))?;
+/// `Threads:` and `VmRSS:` (bytes) of process `pid` (`self`: this one).
+fn threads_and_rss(pid: &str) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(io_err("read /proc/PID/status"))?;
     let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     Ok((field("Threads:"), field("VmRSS:") << 10))
 }
 
-/// Raise the soft descriptor limit to the hard one.
-fn raise_fd_limit() {
+/// Raise the soft descriptor limit to the hard one; the limit now.
+fn raise_fd_limit() -> u64 {
     // SAFETY: getrlimit/setrlimit with a valid struct.
     unsafe {
         let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 {
             l.rlim_cur = l.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+            return l.rlim_cur;
         }
+        0
     }
+}
+
+/// Descriptors beyond the connections' that a process needs here.
+const FD_MARGIN: u64 = 64;
+
+/// A `sluice serve` child, stopped (SIGTERM, then waited for) on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        // SAFETY: plain kill on our own child's pid.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let _ = self.0.wait();
+    }
+}
+
+/// Start `exe serve` on `sock` and wait until it answers.
+fn spawn_server(exe: &std::path::Path, scratch: &std::path::Path, sock: &std::path::Path, clients_max: u32) -> Result<Child> {
+    let child = std::process::Command::new(exe)
+        .arg("serve")
+        .arg("--root")
+        .arg(scratch.join("root"))
+        .arg("--listen")
+        .arg(format!("unix:{}", sock.display()))
+        .arg("--clients-max")
+        .arg(clients_max.to_string())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(io_err("spawn sluice serve"))?;
+    let child = Child(child);
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while UnixStream::connect(sock).is_err() {
+        if Instant::now() > deadline {
+            return Err(Error::new(ErrorKind::Io, libc::ETIMEDOUT, "sluice serve did not come up in 10 s"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(child)
 }
 
 /// A bare socket that completed the handshake.
@@ -89,7 +133,15 @@ fn idle_client(path: &std::path::Path, i: u32) -> Result<UnixStream> {
 
 /// Run the benchmark. See the module documentation.
 pub fn run(cfg: &ConnectionsBenchConfig) -> Result<ConnectionsBenchReport> {
-    raise_fd_limit();
+    let limit = raise_fd_limit();
+    let per_conn = if cfg.server_exe.is_some() { 1 } else { 2 };
+    let need = u64::from(cfg.count) * per_conn + FD_MARGIN;
+    if need > limit {
+        return Err(Error::config(format!(
+            "{} connections need about {need} descriptors in this process, and its limit is {limit} (raise it, or run the server as a child: the sluice command does)",
+            cfg.count
+        )));
+    }
     let scratch = cfg.dir.join(format!("sluice-bench-conns-{}", std::process::id()));
     std::fs::create_dir_all(scratch.join("root")).map_err(io_err("create scratch dir"))?;
     std::fs::write(scratch.join("root/f"), vec![7u8; 1 << 20]).map_err(io_err("write test file"))?;
@@ -100,15 +152,23 @@ pub fn run(cfg: &ConnectionsBenchConfig) -> Result<ConnectionsBenchReport> {
 
 fn measure(cfg: &ConnectionsBenchConfig, scratch: &std::path::Path) -> Result<ConnectionsBenchReport> {
     let sock = scratch.join("s.sock");
-    let mut sc = ServerConfig::new(scratch.join("root"), Listen::Unix(sock.clone()));
-    sc.limits.clients_max = cfg.count.saturating_add(1);
-    let mut server = Server::start(sc)?;
-    let (threads_idle, rss_idle) = threads_and_rss()?;
+    let clients_max = cfg.count.saturating_add(1);
+    // The server: a child process, or in this one.
+    let (child, mut server) = match &cfg.server_exe {
+        Some(exe) => (Some(spawn_server(exe, scratch, &sock, clients_max)?), None),
+        None => {
+            let mut sc = ServerConfig::new(scratch.join("root"), Listen::Unix(sock.clone()));
+            sc.limits.clients_max = clients_max;
+            (None, Some(Server::start(sc)?))
+        }
+    };
+    let pid = child.as_ref().map_or_else(|| "self".to_string(), |c| c.0.id().to_string());
+    let (threads_idle, rss_idle) = threads_and_rss(&pid)?;
     let t = Instant::now();
     let idle = (0..cfg.count).map(|i| idle_client(&sock, i)).collect::<Result<Vec<_>>>()?;
     let connect_s = t.elapsed().as_secs_f64();
-    let (threads_connected, rss_connected) = threads_and_rss()?;
-    let c = Client::connect_with(server.addr(), ConnectOptions { app: Some("probe".into()), ..ConnectOptions::default() })
+    let (threads_connected, rss_connected) = threads_and_rss(&pid)?;
+    let c = Client::connect_with(&format!("unix:{}", sock.display()), ConnectOptions { app: Some("probe".into()), ..ConnectOptions::default() })
         .map_err(|e| Error::new(ErrorKind::Io, e.errno, e.message))?;
     let fd = c.open("f", libc::O_RDONLY, 0).map_err(|e| Error::new(ErrorKind::Io, e.errno, e.message))?;
     let mut buf = [0u8; 4096];
@@ -119,7 +179,10 @@ fn measure(cfg: &ConnectionsBenchConfig, scratch: &std::path::Path) -> Result<Co
     let rtt_4k_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(cfg.rtt_requests.max(1));
     drop(c);
     drop(idle);
-    server.shutdown()?;
+    if let Some(s) = server.as_mut() {
+        s.shutdown()?;
+    }
+    drop(child);
     Ok(ConnectionsBenchReport {
         count: cfg.count,
         threads_idle,

@@ -66,7 +66,9 @@ impl DeviceKind {
 /// Bounds of the server itself (the scheduler's are in `Limits`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerLimits {
-    /// Connections at once. 1024: two threads each. A silent connection
+    /// Connections at once (`sluice serve --clients-max`). 1024 by
+    /// default; a connection costs a descriptor and about 2 KiB, no
+    /// thread (`sluice bench connections`). A silent connection
     /// holds a slot at most `handshake_timeout_ms` before its handshake and
     /// `idle_timeout_s` after it.
     pub clients_max: u32,

@@ -14,6 +14,7 @@
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,9 +32,11 @@ const IOV_MAX: usize = 1024;
 pub struct Job {
     pub dispatch: Dispatch,
     pub items: Vec<Pending>,
-    /// When a worker took it up (the server's clock; 0 before): the
-    /// service time the cost learner sees runs from here.
+    /// When a worker took it up (the server's clock; 0 before).
     pub started: u64,
+    /// From `started` to the system call's return: what the cost learner
+    /// sees.
+    pub service_ns: u64,
 }
 
 /// How the workers reach the backing store.
@@ -278,13 +281,51 @@ fn direct_write(fd: RawFd, d: &Dispatch, items: &[Pending]) -> io::Result<u64> {
     Ok(d.len)
 }
 
-/// Run jobs from `jobs` until the channel closes, handing each back.
-pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<std::sync::mpsc::Receiver<Job>>>, clock: crate::state::Clock, done: impl Fn(Job)) {
+/// Run jobs from `jobs` until the channel closes, handing each back to the
+/// event loop (`done`, then a wake-up through `waker`).
+pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<Receiver<Job>>>, clock: crate::state::Clock, done: Sender<Job>, waker: Arc<crate::evloop::Waker>) {
     loop {
         let next = lock(&jobs).recv();
         let Ok(mut job) = next else { return };
         job.started = clock.now();
         exec.run(&mut job);
-        done(job);
+        job.service_ns = clock.now().saturating_sub(job.started);
+        if done.send(job).is_err() {
+            return;
+        }
+        waker.wake();
     }
+}
+
+/// Carry out a page-cache job on the calling thread if it can be done
+/// without blocking: one `preadv2`/`pwritev2` with `RWF_NOWAIT`, which the
+/// kernel refuses (`EAGAIN`) when the data is not in the page cache or the
+/// write would wait. `true`: done, results stored; `false`: nothing
+/// observable happened (a partial transfer is repeated whole by the
+/// executor: the same bytes, to the same place), hand it to a worker.
+pub fn try_nowait(job: &mut Job) -> bool {
+    let d = &job.dispatch;
+    if d.members.len() > IOV_MAX || !tiles(d) {
+        return false;
+    }
+    let fd = job.items[0].file.fd.as_raw_fd();
+    let r = match d.op {
+        Op::Read => {
+            let iov: Vec<libc::iovec> = job.items.iter_mut().map(|it| iov_mut(it.buf.read_buf())).collect();
+            // SAFETY: every iovec points into a live buffer of this job.
+            unsafe { libc::preadv2(fd, iov.as_ptr(), iov.len() as libc::c_int, d.offset as libc::off64_t, libc::RWF_NOWAIT) }
+        }
+        Op::Write => {
+            let iov: Vec<libc::iovec> = job.items.iter().map(|it| iov_const(it.buf.data())).collect();
+            // SAFETY: as above; the kernel only reads a write's iovecs.
+            unsafe { libc::pwritev2(fd, iov.as_ptr(), iov.len() as libc::c_int, d.offset as libc::off64_t, libc::RWF_NOWAIT) }
+        }
+    };
+    // A short read may be the end of the file or a page not cached: only
+    // a whole transfer is taken as done.
+    if r < 0 || r as u64 != d.len {
+        return false;
+    }
+    settle(d, &mut job.items, Ok(d.len));
+    true
 }

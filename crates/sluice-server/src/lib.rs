@@ -2,9 +2,10 @@
 //!
 //! An I/O forwarding daemon in front of one directory. Every connection's
 //! reads and writes go into one [`sluice_core::Scheduler`], driven by a
-//! single dispatcher thread with a monotonic clock; the scheduler's
-//! dispatches run on a small executor (`queue_depth` workers), each one
-//! `preadv`/`pwritev` straight into or out of the requests' buffers.
+//! single event-loop thread with a monotonic clock; each of the scheduler's
+//! dispatches is one `preadv`/`pwritev` straight into or out of the
+//! requests' buffers, on the loop itself when the page cache serves it
+//! without blocking, otherwise on a small executor (`queue_depth` workers).
 //!
 //! ```no_run
 //! use sluice_server::{Listen, Server, ServerConfig};
@@ -16,9 +17,10 @@
 //! print!("{}", sluice_server::summary_table(&summary.apps));
 //! ```
 //!
-//! Threads: one acceptor; per connection a reader (decodes, admits,
-//! runs metadata calls) and a writer (batches replies); one dispatcher
-//! (owns the scheduler); `queue_depth` executor workers.
+//! Threads: one event loop (every connection, and the scheduler; it also
+//! carries out dispatches the page cache can serve without blocking);
+//! `queue_depth` executor workers; `META_THREADS` metadata workers. The
+//! count does not grow with connections.
 //!
 //! Invariants: no path leaves the root (see [`root`]); the server never
 //! panics on input, and a malformed frame closes only its connection;
@@ -31,19 +33,19 @@ mod config;
 mod conn;
 mod dispatch;
 mod error;
+mod evloop;
 mod exec;
 pub mod ident;
-mod intake;
+mod meta;
 mod net;
 mod ops;
 mod pending;
 pub mod root;
 mod state;
 
-use std::collections::HashMap;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -55,9 +57,12 @@ pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, DIRECT_ALIGN_BY
 pub use error::{Error, ErrorKind, Result};
 pub use ident::{Squash, ANON_ID};
 
-use dispatch::{Dispatcher, Event};
+pub use meta::META_THREADS;
+
+use dispatch::Dispatcher;
+use evloop::{EventLoop, Waker, Workers};
 use exec::Executor;
-use net::{Listener, Stream};
+use net::Listener;
 use state::{lock, AppTable, Clock, FileTable};
 
 /// State every server thread shares.
@@ -67,22 +72,20 @@ pub(crate) struct Shared {
     pub clock: Clock,
     pub files: Arc<Mutex<FileTable>>,
     pub apps: Arc<Mutex<AppTable>>,
-    pub events: Sender<Event>,
-    pub request_next: AtomicU64,
-    /// Open connections (a clone of each stream, for the drain).
-    pub conns: Mutex<HashMap<u64, Stream>>,
-    pub threads: Mutex<Vec<JoinHandle<()>>>,
     pub stopping: AtomicBool,
     /// The shared key connections prove (see `ident`); `None`: no
     /// connection can prove one, so TCP is refused.
     pub key: Option<[u8; sluice_net::key::KEY_BYTES]>,
     /// The server's effective uid: 0 takes callers' identities.
     pub server_uid: u32,
-    /// Bytes held in partial frames, all connections together.
-    pub partial: intake::PartialBudget,
+    /// Bytes held in partial frames, all connections together (the event
+    /// loop keeps the count; this is its copy for `ServerHandle`).
+    pub partial_held: AtomicU64,
     /// Bytes connections hold in admitted requests and unsent replies,
     /// all together (each is bounded by `reply_bytes_max`).
-    pub reply_bytes: Arc<AtomicU64>,
+    pub reply_bytes: AtomicU64,
+    /// Connections open now.
+    pub conns_open: AtomicUsize,
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].
@@ -101,8 +104,8 @@ pub struct Server;
 pub struct ServerHandle {
     shared: Arc<Shared>,
     addr: String,
-    acceptor: Option<JoinHandle<()>>,
-    dispatcher: Option<JoinHandle<(sluice_core::Stats, Option<sluice_core::DeviceCost>)>>,
+    waker: Arc<Waker>,
+    event_loop: Option<JoinHandle<(sluice_core::Stats, Option<sluice_core::DeviceCost>)>>,
     workers: Vec<JoinHandle<()>>,
     socket_path: Option<std::path::PathBuf>,
 }
@@ -118,32 +121,49 @@ impl Server {
         limits.dispatches_inflight_max = config.queue_depth;
         let limits = limits.clamped();
         let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model);
-        let (events, events_rx) = mpsc::channel();
-        let (jobs, jobs_rx) = mpsc::channel();
-        let clock = Clock::new();
+        let waker = Arc::new(Waker::new().map_err(|e| Error::io("eventfd", &e))?);
         let shared = Arc::new(Shared {
             root,
-            clock,
+            clock: Clock::new(),
             files: Arc::new(Mutex::new(FileTable::new(config.limits.files_open_max))),
             apps: Arc::new(Mutex::new(AppTable::new(apps_max))),
-            events,
-            request_next: AtomicU64::new(0),
-            conns: Mutex::new(HashMap::new()),
-            threads: Mutex::new(Vec::new()),
             stopping: AtomicBool::new(false),
             key,
             server_uid: ident::server_uid(),
-            partial: intake::PartialBudget::new(config.limits.partial_bytes_max),
-            reply_bytes: Arc::new(AtomicU64::new(0)),
+            partial_held: AtomicU64::new(0),
+            reply_bytes: AtomicU64::new(0),
+            conns_open: AtomicUsize::new(0),
             config,
         });
-        let workers = spawn_workers(&shared, jobs_rx)?;
-        let apps = Arc::clone(&shared.apps);
-        // The scheduler is built on its own thread: it is not `Send`.
-        let dispatcher = spawn("sluice-dispatch", move || Dispatcher::new(Scheduler::new(policy, limits), prior, events_rx, jobs, apps, clock).run())?;
-        let s = Arc::clone(&shared);
-        let acceptor = spawn("sluice-accept", move || accept_loop(s, listener))?;
-        Ok(ServerHandle { shared, addr, acceptor: Some(acceptor), dispatcher: Some(dispatcher), workers, socket_path })
+        let (jobs, jobs_rx) = mpsc::channel();
+        let (done, done_rx) = mpsc::channel();
+        let (meta, meta_rx) = mpsc::channel();
+        let (meta_done, meta_done_rx) = mpsc::channel();
+        let mut workers = spawn_workers(&shared, jobs_rx, done, &waker)?;
+        workers.extend(spawn_meta(&shared, meta_rx, meta_done, &waker)?);
+        let loop_workers = Workers { jobs, done: done_rx, meta, meta_done: meta_done_rx };
+        // The scheduler is built on the loop's thread: it is not `Send`.
+        let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<()>>();
+        let (s, w, apps) = (Arc::clone(&shared), Arc::clone(&waker), Arc::clone(&shared.apps));
+        let event_loop = spawn("sluice-loop", move || {
+            let disp = Dispatcher::new(Scheduler::new(policy, limits), prior, apps);
+            match EventLoop::new(s, listener, w, disp, loop_workers) {
+                Ok(l) => {
+                    let _ = ready_tx.send(Ok(()));
+                    l.run()
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    (sluice_core::Stats::default(), None)
+                }
+            }
+        })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Error::io("start the event loop", &e)),
+            Err(_) => return Err(Error::new(ErrorKind::Io, libc::EIO, "the event loop failed to start")),
+        }
+        Ok(ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path })
     }
 }
 
@@ -151,21 +171,25 @@ fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) 
     std::thread::Builder::new().name(name.into()).spawn(f).map_err(|e| Error::io("spawn thread", &e))
 }
 
-fn spawn_workers(shared: &Arc<Shared>, jobs: mpsc::Receiver<exec::Job>) -> Result<Vec<JoinHandle<()>>> {
+fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<exec::Job>, waker: &Arc<Waker>) -> Result<Vec<JoinHandle<()>>> {
     let c = &shared.config;
     let device = (c.device == DeviceKind::Hdd7200).then(|| Mutex::new(Hdd::hdd7200()));
     let exec = Arc::new(Executor { direct: c.direct, device, direct_writes: Mutex::new(()) });
     let jobs = Arc::new(Mutex::new(jobs));
     (0..c.queue_depth)
         .map(|_| {
-            let (exec, jobs, events, apps, clock) = (Arc::clone(&exec), Arc::clone(&jobs), shared.events.clone(), Arc::clone(&shared.apps), shared.clock);
-            spawn("sluice-exec", move || {
-                exec::worker(exec, jobs, clock, move |job| {
-                    let (id, service) = (job.dispatch.id, clock.now().saturating_sub(job.started));
-                    let answered = dispatch::answer_job(&apps, job, clock.now());
-                    let _ = events.send(Event::Done(id, answered, service));
-                })
-            })
+            let (exec, jobs, done, waker, clock) = (Arc::clone(&exec), Arc::clone(&jobs), done.clone(), Arc::clone(waker), shared.clock);
+            spawn("sluice-exec", move || exec::worker(exec, jobs, clock, done, waker))
+        })
+        .collect()
+}
+
+fn spawn_meta(shared: &Arc<Shared>, jobs: Receiver<meta::MetaJob>, done: Sender<meta::MetaDone>, waker: &Arc<Waker>) -> Result<Vec<JoinHandle<()>>> {
+    let jobs = Arc::new(Mutex::new(jobs));
+    (0..META_THREADS)
+        .map(|_| {
+            let (shared, jobs, done, waker) = (Arc::clone(shared), Arc::clone(&jobs), done.clone(), Arc::clone(waker));
+            spawn("sluice-meta", move || meta::worker(shared, jobs, done, waker))
         })
         .collect()
 }
@@ -228,32 +252,6 @@ fn bind(listen: &Listen) -> Result<(Listener, String, Option<std::path::PathBuf>
     }
 }
 
-/// Milliseconds the acceptor waits between checks of the stop flag.
-const ACCEPT_POLL_MS: i32 = 50;
-
-fn accept_loop(shared: Arc<Shared>, listener: Listener) {
-    if listener.set_nonblocking().is_err() {
-        return;
-    }
-    let mut conn_next = 0u64;
-    while !shared.stopping.load(Ordering::SeqCst) {
-        let mut pfd = libc::pollfd { fd: listener.fd(), events: libc::POLLIN, revents: 0 };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) } <= 0 {
-            continue;
-        }
-        let Ok(stream) = listener.accept() else { continue };
-        conn_next += 1;
-        let (s, id) = (Arc::clone(&shared), conn_next);
-        let t = std::thread::Builder::new().name("sluice-conn".into()).stack_size(256 << 10).spawn(move || conn::serve(s, stream, id));
-        let mut threads = lock(&shared.threads);
-        threads.retain(|h| !h.is_finished());
-        if let Ok(t) = t {
-            threads.push(t);
-        }
-    }
-}
-
 impl ServerHandle {
     /// `unix:PATH` or `tcp:IP:PORT` (the bound port when 0 was asked for).
     pub fn addr(&self) -> &str {
@@ -272,7 +270,7 @@ impl ServerHandle {
 
     /// Bytes held in partial frames now (bounded by `partial_bytes_max`).
     pub fn partial_bytes(&self) -> u64 {
-        self.shared.partial.held()
+        self.shared.partial_held.load(Ordering::Relaxed)
     }
 
     /// Bytes connections hold now in admitted requests and unsent replies
@@ -283,7 +281,7 @@ impl ServerHandle {
 
     /// Connections open now.
     pub fn connections(&self) -> usize {
-        lock(&self.shared.conns).len()
+        self.shared.conns_open.load(Ordering::Relaxed)
     }
 
     /// Drain and stop: accept nothing new, stop reading at a frame
@@ -291,20 +289,14 @@ impl ServerHandle {
     /// connection, check the scheduler's invariants. Idempotent.
     pub fn shutdown(&mut self) -> Result<Summary> {
         self.shared.stopping.store(true, Ordering::SeqCst);
-        if let Some(a) = self.acceptor.take() {
-            let _ = a.join();
-        }
+        self.waker.wake();
+        let (scheduler, device_model) = match self.event_loop.take() {
+            Some(l) => l.join().map_err(|_| Error::new(ErrorKind::Io, libc::EIO, "the event loop failed its shutdown checks"))?,
+            None => (sluice_core::Stats::default(), None),
+        };
         if let Some(p) = self.socket_path.take() {
             let _ = std::fs::remove_file(p);
         }
-        lock(&self.shared.conns).values().for_each(|s| s.shutdown(std::net::Shutdown::Read));
-        let conns: Vec<_> = lock(&self.shared.threads).drain(..).collect();
-        conns.into_iter().for_each(|t| drop(t.join()));
-        let _ = self.shared.events.send(Event::Stop);
-        let (scheduler, device_model) = match self.dispatcher.take() {
-            Some(d) => d.join().map_err(|_| Error::new(ErrorKind::Io, libc::EIO, "dispatcher failed its shutdown checks"))?,
-            None => (sluice_core::Stats::default(), None),
-        };
         self.workers.drain(..).for_each(|w| drop(w.join()));
         Ok(Summary { apps: self.stats(), scheduler, device_model })
     }

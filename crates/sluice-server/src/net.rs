@@ -1,7 +1,7 @@
-//! The listener (Unix or TCP) and a vectored write-everything helper for
-//! replies; the connected stream type is `sluice_net::Stream`.
+//! The listener (Unix or TCP); the connected stream type is
+//! `sluice_net::Stream`.
 
-use std::io::{self, IoSlice, Write};
+use std::io;
 use std::net::TcpListener;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixListener;
@@ -36,29 +36,4 @@ impl Listener {
             Listener::Tcp(l) => l.as_raw_fd(),
         }
     }
-}
-
-/// Write every byte of `parts`, in order, with as few `writev` calls as
-/// the kernel allows.
-pub fn write_all_parts(w: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
-    const IOV_BATCH: usize = 64;
-    let (mut i, mut off) = (0usize, 0usize);
-    while i < parts.len() {
-        let mut iov = Vec::with_capacity(IOV_BATCH);
-        iov.push(IoSlice::new(&parts[i][off..]));
-        iov.extend(parts[i + 1..].iter().take(IOV_BATCH - 1).map(|p| IoSlice::new(p)));
-        let mut n = match w.write_vectored(&iov) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        while i < parts.len() && n >= parts[i].len() - off {
-            n -= parts[i].len() - off;
-            i += 1;
-            off = 0;
-        }
-        off += n;
-    }
-    Ok(())
 }

@@ -1,17 +1,26 @@
-//! Metadata operations, run on the connection's reader thread in arrival
-//! order: open/close, fsync, truncate, stat, and the namespace calls. All
-//! paths go through [`crate::root::Root`], so none leaves the root.
+//! A connection's session (its open files and who it acts for) and its
+//! metadata operations: open/close, fsync, truncate, stat, and the
+//! namespace calls. The calls that may block (everything that takes a
+//! path, and the syncs) run on the metadata pool (`meta.rs`) as the
+//! caller; `close`, `fstat` and `stats` run on the event loop. A
+//! connection is not read while one of its metadata calls runs, so its
+//! calls happen in arrival order. All paths go through
+//! [`crate::root::Root`], so none leaves the root.
 
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+use sluice_core::{AppId, ClientId};
+
 use sluice_proto::{Request, DIR_ENTRIES_MAX};
 
-use crate::conn::Conn;
 use crate::error::{Error, ErrorKind, Result};
+use crate::ident::Identity;
 use crate::pending::Out;
 use crate::root::fstat;
 use crate::state::{lock, OpenFile};
+use crate::Shared;
 
 /// Open flags a client may pass; the rest (`O_APPEND`, `O_DIRECT`,
 /// `O_ASYNC`, ...) are dropped: the server positions every write itself
@@ -25,12 +34,38 @@ fn check(r: libc::c_int, what: &str) -> Result<()> {
     Ok(())
 }
 
-impl Conn {
-    /// Run one metadata request.
-    pub(crate) fn metadata(&mut self, req: Request<'_>) -> Result<Out> {
-        let root = &self.shared.root;
+/// What a connection's requests act on and as whom.
+pub(crate) struct Session {
+    /// Open file handles, bounded by `fds_per_connection_max`.
+    pub files: HashMap<u64, Arc<OpenFile>>,
+    pub fd_next: u64,
+    pub app: AppId,
+    pub client: ClientId,
+    /// Who this connection acts for.
+    pub ident: Identity,
+}
+
+/// Whether `req` runs on the event loop: it takes no path, cannot block,
+/// and needs no identity.
+pub(crate) fn runs_inline(req: &Request<'_>) -> bool {
+    matches!(req, Request::Close { .. } | Request::Fstat { .. } | Request::Stats)
+}
+
+impl Session {
+    pub(crate) fn new(app: AppId, client: ClientId, ident: Identity) -> Session {
+        Session { files: HashMap::new(), fd_next: 3, app, client, ident }
+    }
+
+    pub(crate) fn file(&self, fd: u64) -> Result<&Arc<OpenFile>> {
+        self.files.get(&fd).ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EBADF, format!("bad file handle {fd}")))
+    }
+
+    /// Run one metadata request (on the pool, as the caller, unless
+    /// `runs_inline`).
+    pub(crate) fn metadata(&mut self, shared: &Shared, req: Request<'_>) -> Result<Out> {
+        let root = &shared.root;
         Ok(match req {
-            Request::Open { path, flags, mode } => Out::Fd(self.open(path, flags, mode)?),
+            Request::Open { path, flags, mode } => Out::Fd(self.open(shared, path, flags, mode)?),
             Request::Close { fd } => {
                 self.files.remove(&fd).ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EBADF, format!("bad file handle {fd}")))?;
                 Out::Ok
@@ -58,37 +93,37 @@ impl Conn {
             Request::Mkdir { path, mode } => root.mkdir(path, crate::ident::create_mode(&self.ident, mode)).map(|()| Out::Ok)?,
             Request::Rmdir { path } => root.rmdir(path).map(|()| Out::Ok)?,
             Request::Readdir { path, start } => {
-                let (entries, done) = root.readdir(path, start, DIR_ENTRIES_MAX, self.shared.config.limits.dir_entries_max)?;
+                let (entries, done) = root.readdir(path, start, DIR_ENTRIES_MAX, shared.config.limits.dir_entries_max)?;
                 Out::Dir(entries, done)
             }
-            Request::Stats => Out::Stats(lock(&self.shared.apps).snapshot()),
+            Request::Stats => Out::Stats(lock(&shared.apps).snapshot()),
             _ => return Err(Error::invalid("not a metadata request")),
         })
     }
 
-    fn open(&mut self, path: &str, flags: i32, mode: u32) -> Result<u64> {
-        let max = self.shared.config.limits.fds_per_connection_max;
+    fn open(&mut self, shared: &Shared, path: &str, flags: i32, mode: u32) -> Result<u64> {
+        let max = shared.config.limits.fds_per_connection_max;
         if self.files.len() >= max as usize {
             return Err(Error::limit(libc::EMFILE, format!("too many open files on this connection (fds_per_connection_max = {max})")));
         }
         let mode = crate::ident::create_mode(&self.ident, mode);
         let mut f = flags & OPEN_FLAGS_ALLOWED;
-        if self.shared.config.direct && f & libc::O_DIRECTORY == 0 {
+        if shared.config.direct && f & libc::O_DIRECTORY == 0 {
             f |= libc::O_DIRECT;
         }
         // Unaligned O_DIRECT writes read their edge blocks back, so a
         // write-only handle is opened read-write where permissions allow;
         // the handle's `access` still forbids client reads through it.
         let rw = (f & libc::O_DIRECT != 0 && f & libc::O_ACCMODE == libc::O_WRONLY).then_some((f & !libc::O_ACCMODE) | libc::O_RDWR);
-        let opened = match rw.map(|rw| self.shared.root.open_beneath(path, rw, mode)) {
+        let opened = match rw.map(|rw| shared.root.open_beneath(path, rw, mode)) {
             Some(Err(e)) if e.errno == libc::EACCES && e.kind == ErrorKind::Io => None,
             other => other,
         };
-        let fd = opened.unwrap_or_else(|| self.shared.root.open_beneath(path, f, mode)).map_err(|e| match e.errno {
+        let fd = opened.unwrap_or_else(|| shared.root.open_beneath(path, f, mode)).map_err(|e| match e.errno {
             libc::EINVAL if f & libc::O_DIRECT != 0 => Error::new(e.kind, e.errno, format!("{}: the backing file system refuses O_DIRECT (--direct)", e.message)),
             _ => e,
         })?;
-        let file = OpenFile::register(fd, flags & libc::O_ACCMODE, &self.shared.files)?;
+        let file = OpenFile::register(fd, flags & libc::O_ACCMODE, &shared.files)?;
         let handle = self.fd_next;
         self.fd_next += 1;
         self.files.insert(handle, Arc::new(file));

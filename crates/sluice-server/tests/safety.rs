@@ -526,3 +526,65 @@ fn a_client_that_does_not_read_its_replies_holds_at_most_reply_bytes_max() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The event loop reads many frames per system call; a metadata call
+/// pauses its connection until it is answered, so frames pipelined behind
+/// it (here a read of the file it opens, and a close) see its effect.
+#[test]
+fn pipelined_frames_behind_a_metadata_call_see_its_effect() {
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), b"pipelined").unwrap();
+    let mut sock = raw(&s);
+    let mut frames = Vec::new();
+    encode_request(1, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }, &mut frames).unwrap();
+    encode_request(2, &Request::Read { fd: 3, offset: 0, len: 9 }, &mut frames).unwrap();
+    encode_request(3, &Request::Stat { path: "f" }, &mut frames).unwrap();
+    encode_request(4, &Request::Close { fd: 3 }, &mut frames).unwrap();
+    encode_request(5, &Request::Read { fd: 3, offset: 0, len: 9 }, &mut frames).unwrap();
+    sock.write_all(&frames).unwrap();
+    let mut got = std::collections::HashMap::new();
+    for _ in 0..5 {
+        let (h, body) = read_reply(&mut sock).expect("a reply to every frame");
+        got.insert(h.request_id, format!("{:?}", parse_response(&h, &body).unwrap()));
+    }
+    assert_eq!(got[&1], "Fd(3)");
+    assert!(got[&2].contains("Data([112, 105, 112"), "the read behind the open found its handle: {}", got[&2]);
+    assert!(got[&3].starts_with("Stat("), "{}", got[&3]);
+    assert_eq!(got[&4], "Ok");
+    assert!(got[&5].contains(&format!("errno: {}", libc::EBADF)), "the read behind the close did not: {}", got[&5]);
+}
+
+/// A client that stops reading its replies for longer than
+/// `write_timeout_s` loses its connection and its queued replies; the
+/// server gives their bytes back and serves everybody else meanwhile.
+#[test]
+fn write_timeout_drops_a_client_that_does_not_read() {
+    let s = TestServer::start(|c| c.limits.write_timeout_s = 1);
+    std::fs::write(s.path("f"), pattern(1 << 20, 5)).unwrap();
+    let mut sock = raw(&s);
+    let mut open = Vec::new();
+    encode_request(1, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }, &mut open).unwrap();
+    sock.write_all(&open).unwrap();
+    let (h, body) = read_reply(&mut sock).unwrap();
+    let Response::Fd(fd) = parse_response(&h, &body).unwrap() else { panic!("no fd") };
+    let mut reads = Vec::new();
+    for i in 0..32u64 {
+        encode_request(10 + i, &Request::Read { fd, offset: 0, len: 1 << 20 }, &mut reads).unwrap();
+    }
+    sock.write_all(&reads).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.handle.reply_bytes() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the replies never queued");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let other = s.client("reader");
+    let ofd = other.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(other.pread(ofd, &mut buf, 0).unwrap(), 4096, "others are served while it does not read");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.handle.reply_bytes() > 0 || s.handle.connections() > 1 {
+        assert!(std::time::Instant::now() < deadline, "still holding {} bytes, {} connections", s.handle.reply_bytes(), s.handle.connections());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(sock);
+}

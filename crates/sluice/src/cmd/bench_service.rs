@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Args;
 use sluice_server::bench::{self, ServiceBenchConfig};
 
@@ -71,7 +72,8 @@ pub struct ConnectionsArgs {
 /// `sluice bench connections`.
 pub fn connections(a: ConnectionsArgs) -> anyhow::Result<()> {
     use sluice_server::bench_conns::{run, table, ConnectionsBenchConfig};
-    let r = run(&ConnectionsBenchConfig { dir: a.dir, count: a.count, rtt_requests: a.rtt_requests })?;
+    let exe = std::env::current_exe().context("the path of this sluice binary")?;
+    let r = run(&ConnectionsBenchConfig { dir: a.dir, count: a.count, rtt_requests: a.rtt_requests, server_exe: Some(exe) })?;
     print!("{}", table(&r));
     if let Some(path) = &a.json {
         write_json(path, &r)?;

@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// ~/.config/sluice/key.
     #[arg(long)]
     key_file: Option<PathBuf>,
+    /// Connections at once; past it a new client's handshake is refused
+    /// (EBUSY). The server's threads do not grow with it.
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().clients_max)]
+    clients_max: u32,
 }
 
 /// Set by the signal handler; polled by the main thread.
@@ -61,6 +65,19 @@ fn install_signal_handlers() {
     }
 }
 
+/// A server holds one descriptor per connection: raise the soft limit to
+/// the hard one (best effort).
+fn raise_fd_limit() {
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+}
+
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mut cfg = ServerConfig::new(&a.root, Listen::parse(&a.listen)?);
     cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy).with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
@@ -72,6 +89,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     }
     cfg.squash = sluice_server::Squash::parse(&a.squash)?;
     cfg.key_file = a.key_file.clone();
+    cfg.limits.clients_max = a.clients_max;
+    raise_fd_limit();
     install_signal_handlers();
     let mut server = Server::start(cfg)?;
     println!(

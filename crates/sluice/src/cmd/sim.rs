@@ -62,7 +62,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     let mut scenario = scenario;
     if let Some(p) = &a.device_model {
         let m = sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?;
-        let bytes_per_s = if m.byte_ps == 0 { u64::MAX / 2 } else { 1_000_000_000_000 / m.byte_ps };
+        let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
         scenario.server.device = "profile".into();
         scenario.server.profile = Some(sluice_sim::ProfileFigures { access_ns: m.dispatch_ns, bytes_per_s, seek_ns: m.seek_ns });
     }

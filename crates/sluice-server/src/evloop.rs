@@ -1,0 +1,1111 @@
+//! The event loop: one thread that owns every connection and the
+//! scheduler (issue 12's event-driven core).
+//!
+//! Per wake-up (`epoll_wait`, level-triggered) it accepts new connections,
+//! reads every ready one until it would block (many frames per system
+//! call, from one scratch buffer), admits their reads and writes into the
+//! scheduler, takes back the executors' and the metadata pool's finished
+//! work, makes one scheduler pass, and writes every connection's replies in
+//! batches. A dispatch whose data is in the page cache is carried out right
+//! here (`exec::try_nowait`: `RWF_NOWAIT`, which never blocks), so a cached
+//! 4 KiB read costs the client one round trip to this thread and nothing
+//! more; the rest go to the executor's workers. Metadata calls that may
+//! block go to the metadata pool.
+//!
+//! Bounds in time (`ServerLimits`): `handshake_timeout_ms` before the
+//! handshake, `idle_timeout_s` between frames with nothing in flight,
+//! `frame_stall_ms` plus one millisecond per `FRAME_RATE_MIN_BYTES_PER_MS`
+//! once a frame started (time spent waiting for the budget not counted),
+//! `write_timeout_s` for a reply queue that does not move. Deadlines are
+//! checked by a sweep over the connections at the earliest one due.
+//!
+//! Bounds in memory: a body is allocated as it arrives, in chunks of at
+//! most `BODY_CHUNK_BYTES`, each first taken from the partial-frame budget
+//! (`partial_bytes_max`, all connections together); past it, connections
+//! are not read until bytes drain. Reply bytes per connection: `conn.rs`.
+//!
+//! Invariant: bytes held in partial frames never exceed `partial_bytes_max`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_core::{ClientId, Op, Request as CoreRequest, RequestId};
+use sluice_proto::{auth_verify, check_header, parse_request, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
+
+use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
+use crate::conn::{Conn, Pause, Phase, Rx, SCRATCH_BYTES, SEND_BUFFER_BYTES};
+use crate::dispatch::Dispatcher;
+use crate::exec::{try_nowait, Job};
+use crate::ident;
+use crate::meta::{MetaDone, MetaJob};
+use crate::net::Listener;
+use crate::ops::{runs_inline, Session};
+use crate::pending::{Buf, Delivery, ListInner, ListState, Out, Pending, Reply};
+use crate::state::lock;
+use crate::Shared;
+
+/// Bytes a body takes from the budget, and is read, at a time (1 MiB): a
+/// 64 MiB write holds no more than it has received plus one chunk.
+pub const BODY_CHUNK_BYTES: usize = 1 << 20;
+/// Events taken per `epoll_wait`.
+const EVENTS_MAX: usize = 256;
+/// Reads of one connection per wake-up, so one busy client cannot keep
+/// the loop from the others (level-triggered: the rest comes next turn).
+const READS_PER_WAKE: usize = 16;
+/// After a failed `accept` (out of descriptors), the listener rests this
+/// long instead of waking the loop at once again.
+const ACCEPT_REST: Duration = Duration::from_millis(100);
+
+const TOKEN_LISTENER: u64 = 0;
+const TOKEN_WAKER: u64 = 1;
+const FIRST_CONN: u64 = 2;
+
+/// Wakes the loop from another thread (an eventfd in the loop's epoll set).
+pub struct Waker {
+    fd: OwnedFd,
+}
+
+impl Waker {
+    pub fn new() -> io::Result<Waker> {
+        // SAFETY: plain system call; the descriptor is owned from here on.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        Ok(Waker { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+    }
+
+    pub fn wake(&self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a live u64.
+        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+    }
+
+    fn drain(&self) {
+        let mut n = 0u64;
+        // SAFETY: reads 8 bytes into a live u64.
+        unsafe { libc::read(self.fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+    }
+}
+
+/// The partial-frame budget: bytes of bodies being received.
+struct Budget {
+    held: u64,
+    max: u64,
+}
+
+impl Budget {
+    fn free(&self) -> u64 {
+        self.max - self.held
+    }
+}
+
+/// What processing a frame left the connection in.
+enum Flow {
+    /// Read on.
+    Next,
+    /// Paused (`conn.pause` says why); the frame was taken in.
+    Paused,
+    /// An error was answered: read no more.
+    Close,
+}
+
+/// The loop's ends of the executor and the metadata pool.
+pub(crate) struct Workers {
+    pub jobs: Sender<Job>,
+    pub done: Receiver<Job>,
+    pub meta: Sender<MetaJob>,
+    pub meta_done: Receiver<MetaDone>,
+}
+
+pub(crate) struct EventLoop {
+    shared: Arc<Shared>,
+    epoll: OwnedFd,
+    listener: Option<Listener>,
+    accept_rest_until: Option<Instant>,
+    waker: Arc<Waker>,
+    conns: HashMap<u64, Conn>,
+    conn_next: u64,
+    disp: Dispatcher,
+    workers: Option<Workers>,
+    /// Jobs at the executor, and calls at the metadata pool.
+    exec_out: usize,
+    meta_out: usize,
+    budget: Budget,
+    waiting_budget: Vec<u64>,
+    scratch: Vec<u8>,
+    /// Connections with replies to write, or to look at after a change.
+    dirty: Vec<u64>,
+    /// Replies produced while their connection was out of the table.
+    deferred: Vec<Delivery>,
+    request_next: u64,
+    /// Page-cache dispatches may run on this thread (`RWF_NOWAIT`).
+    inline: bool,
+    /// The earliest deadline of any connection.
+    next_sweep: Option<Instant>,
+    stopping: bool,
+}
+
+fn epoll_ctl(ep: &OwnedFd, op: libc::c_int, fd: libc::c_int, events: u32, token: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events, u64: token };
+    // SAFETY: ev is a valid epoll_event for the call.
+    if unsafe { libc::epoll_ctl(ep.as_raw_fd(), op, fd, &mut ev) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn ms_until(t: Instant, now: Instant) -> i64 {
+    let d = t.saturating_duration_since(now);
+    (d.as_micros().div_ceil(1000)) as i64
+}
+
+impl EventLoop {
+    pub fn new(shared: Arc<Shared>, listener: Listener, waker: Arc<Waker>, disp: Dispatcher, workers: Workers) -> io::Result<EventLoop> {
+        // SAFETY: plain system call; the descriptor is owned from here on.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        listener.set_nonblocking()?;
+        epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, listener.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)?;
+        epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
+        let c = &shared.config;
+        let inline = !c.direct && c.device == crate::DeviceKind::Real;
+        let budget = Budget { held: 0, max: c.limits.partial_bytes_max };
+        Ok(EventLoop {
+            shared,
+            epoll,
+            listener: Some(listener),
+            accept_rest_until: None,
+            waker,
+            conns: HashMap::new(),
+            conn_next: FIRST_CONN,
+            disp,
+            workers: Some(workers),
+            exec_out: 0,
+            meta_out: 0,
+            budget,
+            waiting_budget: Vec::new(),
+            scratch: vec![0u8; SCRATCH_BYTES],
+            dirty: Vec::new(),
+            deferred: Vec::new(),
+            request_next: 0,
+            inline,
+            next_sweep: None,
+            stopping: false,
+        })
+    }
+
+    /// Serve until the server stops and everything admitted is answered.
+    pub fn run(mut self) -> (sluice_core::Stats, Option<sluice_core::DeviceCost>) {
+        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX];
+        let mut wake_at: Option<u64> = None;
+        loop {
+            let timeout = self.timeout_ms(wake_at);
+            // SAFETY: events has room for EVENTS_MAX entries.
+            let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), EVENTS_MAX as libc::c_int, timeout) };
+            for ev in &events[..n.max(0) as usize] {
+                let (token, flags) = (ev.u64, ev.events);
+                match token {
+                    TOKEN_LISTENER => self.accept_all(),
+                    TOKEN_WAKER => self.waker.drain(),
+                    id => self.on_conn(id, flags),
+                }
+            }
+            self.take_back();
+            if self.shared.stopping.load(Ordering::SeqCst) && !self.stopping {
+                self.begin_stop();
+            }
+            wake_at = self.pump();
+            self.flush_dirty();
+            if self.accept_rest_until.is_some_and(|t| Instant::now() >= t) {
+                self.accept_rest_until = None;
+                if let Some(l) = &self.listener {
+                    let _ = epoll_ctl(&self.epoll, libc::EPOLL_CTL_ADD, l.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER);
+                }
+            }
+            if self.next_sweep.is_some_and(|t| Instant::now() >= t) {
+                self.sweep();
+                self.flush_dirty();
+            }
+            if self.stopping && self.drained() {
+                break;
+            }
+        }
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        ids.into_iter().for_each(|id| self.remove(id));
+        self.workers = None;
+        self.disp.finish()
+    }
+
+    /// How long `epoll_wait` may sleep: until the scheduler's wake-up, the
+    /// next deadline, the listener's rest, or for ever.
+    fn timeout_ms(&self, wake_at: Option<u64>) -> libc::c_int {
+        let now = Instant::now();
+        let mut t: Option<i64> = wake_at.map(|w| (w.saturating_sub(self.shared.clock.now())).div_ceil(1_000_000) as i64);
+        for d in [self.next_sweep, self.accept_rest_until].into_iter().flatten() {
+            let ms = ms_until(d, now);
+            t = Some(t.map_or(ms, |x| x.min(ms)));
+        }
+        if !self.dirty.is_empty() {
+            // Connections changed after the turn's flush: look again now.
+            return 0;
+        }
+        if self.stopping {
+            // Draining: look again often (executors and pool wake us too).
+            t = Some(t.map_or(10, |x| x.min(10)));
+        }
+        t.map_or(-1, |x| x.clamp(0, i32::MAX as i64) as libc::c_int)
+    }
+
+    fn arm(&mut self, deadline: Instant) {
+        self.next_sweep = Some(self.next_sweep.map_or(deadline, |t| t.min(deadline)));
+    }
+
+    fn drained(&self) -> bool {
+        self.disp.is_empty() && self.exec_out == 0 && self.meta_out == 0 && self.conns.values().all(|c| c.finished() || !c.has_output())
+    }
+
+    // ---- connections come and go -------------------------------------
+
+    fn accept_all(&mut self) {
+        let Some(listener) = self.listener.take() else { return };
+        self.accept_from(&listener);
+        self.listener = Some(listener);
+    }
+
+    fn accept_from(&mut self, listener: &Listener) {
+        loop {
+            let stream = match listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => {
+                    // Out of descriptors or memory: rest instead of spinning.
+                    let _ = epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, listener.fd(), 0, TOKEN_LISTENER);
+                    self.accept_rest_until = Some(Instant::now() + ACCEPT_REST);
+                    return;
+                }
+            };
+            let fd = stream.as_raw_fd();
+            // SAFETY: plain fcntl on a descriptor we own.
+            unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
+            stream.set_nodelay();
+            stream.set_send_buffer(SEND_BUFFER_BYTES);
+            let id = self.conn_next;
+            self.conn_next += 1;
+            let now = Instant::now();
+            let admitted = self.conns.len() < self.shared.config.limits.clients_max as usize;
+            let mut c = Conn::new(id, stream, admitted, now);
+            if epoll_ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32, id).is_err() {
+                continue;
+            }
+            c.registered = true;
+            c.interest = libc::EPOLLIN as u32;
+            if let Err(e) = &c.peer {
+                let msg = format!("cannot tell who the peer is (SO_PEERCRED): {e}");
+                self.fail(&mut c, 0, libc::EACCES, msg);
+                self.dirty_mark(&mut c);
+            }
+            self.arm(now + Duration::from_millis(self.shared.config.limits.handshake_timeout_ms));
+            self.conns.insert(id, c);
+            self.shared.conns_open.store(self.conns.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Drop connection `id`: its partial frame's budget, its reply bytes,
+    /// its application's connection.
+    fn remove(&mut self, id: u64) {
+        let Some(mut c) = self.conns.remove(&id) else { return };
+        if c.registered {
+            let _ = epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, c.fd(), 0, id);
+        }
+        self.abandon_frame(&mut c);
+        let held = c.held;
+        c.give(held, &self.shared.reply_bytes);
+        if let Some(app) = c.app {
+            if lock(&self.shared.apps).disconnect(app, self.shared.clock.now()) {
+                self.disp.forget(app);
+            }
+        }
+        self.waiting_budget.retain(|&w| w != id);
+        self.shared.conns_open.store(self.conns.len(), Ordering::Relaxed);
+    }
+
+    /// Give back the budget of a partial frame (closed, timed out, drained).
+    fn abandon_frame(&mut self, c: &mut Conn) {
+        if let Rx::Body { held, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+            self.give_budget(held);
+        }
+        c.stash = Vec::new();
+    }
+
+    fn give_budget(&mut self, n: u64) {
+        if n == 0 {
+            return;
+        }
+        self.budget.held -= n;
+        self.shared.partial_held.store(self.budget.held, Ordering::Relaxed);
+        // Connections waiting for the budget try again at the end of the
+        // turn (`flush_dirty`), when no connection is out of the table.
+        for id in std::mem::take(&mut self.waiting_budget) {
+            if let Some(mut c) = self.conns.remove(&id) {
+                if let Some(Pause::Budget(since)) = c.pause {
+                    c.pause = None;
+                    c.resume_pending = true;
+                    if let Rx::Body { allowed, .. } = &mut c.rx {
+                        *allowed += since.elapsed();
+                    }
+                }
+                self.dirty_mark(&mut c);
+                self.conns.insert(id, c);
+            }
+        }
+    }
+
+    fn take_budget(&mut self, n: u64) -> bool {
+        if self.budget.held + n > self.budget.max {
+            return false;
+        }
+        self.budget.held += n;
+        self.shared.partial_held.store(self.budget.held, Ordering::Relaxed);
+        true
+    }
+
+    fn pause_budget(&mut self, c: &mut Conn) {
+        c.pause = Some(Pause::Budget(Instant::now()));
+        if !self.waiting_budget.contains(&c.id) {
+            self.waiting_budget.push(c.id);
+        }
+    }
+
+    /// Reinsert a connection taken out of the table, then deliver what was
+    /// deferred meanwhile and look at it at the end of the turn.
+    fn put_back(&mut self, mut c: Conn) {
+        let id = c.id;
+        self.dirty_mark(&mut c);
+        self.conns.insert(id, c);
+        for d in std::mem::take(&mut self.deferred) {
+            self.deliver(d);
+        }
+    }
+
+    fn dirty_mark(&mut self, c: &mut Conn) {
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(c.id);
+        }
+    }
+
+    /// Write replies, fix epoll interest, drop finished connections.
+    fn flush_dirty(&mut self) {
+        let now = Instant::now();
+        for id in std::mem::take(&mut self.dirty) {
+            let Some(c) = self.conns.get_mut(&id) else { continue };
+            c.dirty = false;
+            c.flush(now, &self.shared.reply_bytes);
+            let stalled = c.out_stalled.is_some();
+            if c.finished() {
+                self.remove(id);
+                continue;
+            }
+            self.update_interest(id);
+            if stalled {
+                self.arm(now + Duration::from_secs(self.shared.config.limits.write_timeout_s));
+            }
+            // Replies drained below the bound, or the budget came back:
+            // take in what waited, then read again.
+            let max = self.shared.config.limits.reply_bytes_max;
+            let resumable = self.conns.get(&id).is_some_and(|c| c.resume_pending || (c.pause == Some(Pause::Bytes) && c.held < max));
+            if resumable {
+                let mut c = self.conns.remove(&id).expect("present");
+                c.resume_pending = false;
+                if c.pause == Some(Pause::Bytes) {
+                    c.pause = None;
+                }
+                if c.pause.is_none() && !self.stopping {
+                    self.resume(&mut c);
+                }
+                self.put_back(c);
+            }
+        }
+    }
+
+    fn update_interest(&mut self, id: u64) {
+        let Some(c) = self.conns.get_mut(&id) else { return };
+        let want = c.desired_interest();
+        if c.broken && c.registered {
+            let _ = epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, c.fd(), 0, id);
+            c.registered = false;
+            return;
+        }
+        if c.registered && want != c.interest && epoll_ctl(&self.epoll, libc::EPOLL_CTL_MOD, c.fd(), want, id).is_ok() {
+            c.interest = want;
+        }
+    }
+
+    // ---- input ---------------------------------------------------------
+
+    fn on_conn(&mut self, id: u64, flags: u32) {
+        let Some(mut c) = self.conns.remove(&id) else { return };
+        if flags & (libc::EPOLLOUT as u32) != 0 {
+            c.out_stalled = None;
+        }
+        if c.wants_input() {
+            self.read_conn(&mut c);
+        } else if flags & ((libc::EPOLLHUP | libc::EPOLLERR) as u32) != 0 {
+            // Gone while not being read: nothing can reach it any more.
+            c.break_output(&self.shared.reply_bytes);
+        }
+        self.put_back(c);
+    }
+
+    /// Read until the socket would block, the connection pauses, or its
+    /// share of this wake-up is used.
+    fn read_conn(&mut self, c: &mut Conn) {
+        for _ in 0..READS_PER_WAKE {
+            if !c.wants_input() {
+                return;
+            }
+            let more = if matches!(c.rx, Rx::Body { .. }) { self.read_body(c) } else { self.read_frames(c) };
+            if !more {
+                return;
+            }
+        }
+    }
+
+    /// A receive without blocking: bytes, 0 at end of stream, `None` when
+    /// it would block.
+    fn recv(c: &mut Conn, buf: &mut [u8]) -> Option<io::Result<usize>> {
+        loop {
+            // SAFETY: buf is valid for its length during the call.
+            let r = unsafe { libc::recv(c.fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if r >= 0 {
+                return Some(Ok(r as usize));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return None,
+                _ => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// Between frames or inside a header: read into the scratch buffer (no
+    /// more than the budget could hold of a partial frame) and take in
+    /// every frame there. `false` when there is nothing more to read now.
+    fn read_frames(&mut self, c: &mut Conn) -> bool {
+        let room = (self.budget.free() as usize).min(SCRATCH_BYTES);
+        if room < HEADER_BYTES {
+            self.pause_budget(c);
+            return false;
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let got = Self::recv(c, &mut scratch[..room]);
+        let more = match got {
+            None => false,
+            Some(Ok(0)) => {
+                self.end_of_stream(c);
+                false
+            }
+            Some(Ok(n)) => {
+                let used = self.feed(c, &scratch[..n]);
+                if used < n {
+                    c.stash.extend_from_slice(&scratch[used..n]);
+                }
+                n == room
+            }
+            Some(Err(_)) => {
+                c.break_output(&self.shared.reply_bytes);
+                false
+            }
+        };
+        self.scratch = scratch;
+        more
+    }
+
+    /// The client closed its side: inside a frame that is an error;
+    /// between frames, replies still go out.
+    fn end_of_stream(&mut self, c: &mut Conn) {
+        match &c.rx {
+            Rx::Idle => {}
+            Rx::Head { .. } => self.fail(c, 0, libc::EPROTO, "truncated frame header".into()),
+            Rx::Body { header, .. } => {
+                let (id, n) = (header.request_id, header.body_len);
+                self.fail(c, id, libc::EPROTO, format!("truncated frame body: the connection closed before its {n} bytes arrived"));
+            }
+        }
+        self.abandon_frame(c);
+        c.read_closed = true;
+    }
+
+    /// Answer `msg` and read no more from `c`.
+    fn fail(&mut self, c: &mut Conn, wire_id: u64, errno: i32, msg: String) {
+        c.push(wire_id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
+        self.abandon_frame(c);
+        c.read_closed = true;
+    }
+
+    /// Take in the frames in `bytes`; how many bytes were taken (the rest
+    /// waits in the stash while the connection is paused).
+    fn feed(&mut self, c: &mut Conn, bytes: &[u8]) -> usize {
+        let mut i = 0;
+        while i < bytes.len() && c.wants_input() {
+            // The header: from an earlier read, or here.
+            let (raw, started, from_head) = match &mut c.rx {
+                Rx::Head { raw, got, started } => {
+                    let n = (HEADER_BYTES - *got).min(bytes.len() - i);
+                    raw[*got..*got + n].copy_from_slice(&bytes[i..i + n]);
+                    *got += n;
+                    i += n;
+                    if *got < HEADER_BYTES {
+                        return i;
+                    }
+                    (*raw, *started, true)
+                }
+                Rx::Idle if bytes.len() - i < HEADER_BYTES => {
+                    let mut raw = [0u8; HEADER_BYTES];
+                    let n = bytes.len() - i;
+                    raw[..n].copy_from_slice(&bytes[i..]);
+                    let now = Instant::now();
+                    c.rx = Rx::Head { raw, got: n, started: now };
+                    self.arm(now + Duration::from_millis(self.shared.config.limits.frame_stall_ms));
+                    return bytes.len();
+                }
+                Rx::Idle => {
+                    let raw: [u8; HEADER_BYTES] = bytes[i..i + HEADER_BYTES].try_into().expect("a whole header");
+                    i += HEADER_BYTES;
+                    (raw, Instant::now(), false)
+                }
+                Rx::Body { .. } => unreachable!("bodies are read by read_body"),
+            };
+            c.rx = Rx::Idle;
+            let frame_start = i - HEADER_BYTES.min(i);
+            let id = u64::from_le_bytes(raw[8..16].try_into().expect("8 bytes"));
+            let header = match check_header(&raw, self.shared.config.limits.frame_bytes_max) {
+                Ok(Some(h)) => h,
+                Ok(None) => unreachable!("a whole header"),
+                Err(e) => {
+                    self.fail(c, id, e.errno(), e.to_string());
+                    return bytes.len();
+                }
+            };
+            let n = header.body_len as usize;
+            if bytes.len() - i >= n {
+                let body = &bytes[i..i + n];
+                i += n;
+                match self.frame(c, header, Cow::Borrowed(body)) {
+                    Flow::Next => continue,
+                    Flow::Paused => return i,
+                    Flow::Close => return bytes.len(),
+                }
+            }
+            // The body goes on past this read: hold it as it arrives.
+            let tail = &bytes[i..];
+            let wait_for_bytes =
+                matches!(header.opcode, Opcode::Write | Opcode::WriteList) && c.held > 0 && c.held + u64::from(header.body_len) > self.shared.config.limits.reply_bytes_max;
+            // The budget is taken a chunk at a time, the first one now.
+            let first = n.min(BODY_CHUNK_BYTES) as u64;
+            let room = wait_for_bytes || !self.take_budget(first);
+            if room {
+                // Not now: keep the frame's bytes (the header too) for later.
+                if wait_for_bytes {
+                    c.pause = Some(Pause::Bytes);
+                } else {
+                    self.pause_budget(c);
+                }
+                if from_head {
+                    c.stash.extend_from_slice(&raw);
+                    return i;
+                }
+                return frame_start;
+            }
+            let mut body = Vec::with_capacity(first as usize);
+            body.extend_from_slice(tail);
+            let allowed = Duration::from_millis(self.shared.config.limits.frame_stall_ms + n as u64 / FRAME_RATE_MIN_BYTES_PER_MS);
+            c.rx = Rx::Body { header, body, held: first, started, allowed };
+            self.arm(started + allowed);
+            return bytes.len();
+        }
+        i
+    }
+
+    /// Inside a body: receive straight into it, chunk by chunk, each taken
+    /// from the budget first. `false` when there is nothing more to read now.
+    fn read_body(&mut self, c: &mut Conn) -> bool {
+        let Rx::Body { header, body, held, .. } = &c.rx else { return false };
+        let (n, len, held_now) = (header.body_len as usize, body.len(), *held);
+        if len as u64 == held_now && len < n {
+            let want = (n - len).min(BODY_CHUNK_BYTES) as u64;
+            if !self.take_budget(want) {
+                self.pause_budget(c);
+                return false;
+            }
+            if let Rx::Body { body, held, .. } = &mut c.rx {
+                *held += want;
+                body.reserve_exact(want as usize);
+            }
+        }
+        let fd = c.fd();
+        let Rx::Body { body, held, .. } = &mut c.rx else { return false };
+        let cap = (*held as usize).min(n);
+        if len < cap {
+            // SAFETY: the spare capacity [len, cap) is allocated; recv
+            // initialises the bytes it reports, and only those are kept.
+            let r = unsafe { libc::recv(fd, body.as_mut_ptr().add(len).cast(), cap - len, libc::MSG_DONTWAIT) };
+            if r > 0 {
+                // SAFETY: recv wrote r bytes after len.
+                unsafe { body.set_len(len + r as usize) };
+            } else if r == 0 {
+                self.end_of_stream(c);
+                return false;
+            } else {
+                let e = io::Error::last_os_error();
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => false,
+                    io::ErrorKind::Interrupted => true,
+                    _ => {
+                        c.break_output(&self.shared.reply_bytes);
+                        false
+                    }
+                };
+            }
+        }
+        let Rx::Body { body, .. } = &c.rx else { return false };
+        if body.len() < n {
+            return true;
+        }
+        let Rx::Body { header, body, held, .. } = std::mem::replace(&mut c.rx, Rx::Idle) else { unreachable!() };
+        self.give_budget(held);
+        match self.frame(c, header, Cow::Owned(body)) {
+            Flow::Next => true,
+            Flow::Paused | Flow::Close => false,
+        }
+    }
+
+    /// After a pause: the frame that waited, then the stash.
+    fn resume(&mut self, c: &mut Conn) {
+        if let Some((h, body)) = c.blocked.take() {
+            if let Flow::Paused | Flow::Close = self.frame(c, h, Cow::Owned(body)) {
+                return;
+            }
+        }
+        let stash = std::mem::take(&mut c.stash);
+        if !stash.is_empty() && c.wants_input() {
+            let used = self.feed(c, &stash);
+            c.stash.extend_from_slice(&stash[used..]);
+        } else {
+            c.stash = stash;
+        }
+    }
+
+    // ---- frames ----------------------------------------------------------
+
+    fn frame(&mut self, c: &mut Conn, h: Header, body: Cow<'_, [u8]>) -> Flow {
+        c.last_frame = Instant::now();
+        match c.phase {
+            Phase::Hello => self.hello(c, h, body),
+            Phase::Auth { .. } => self.auth(c, h, &body),
+            Phase::Ready => self.request(c, h, body),
+        }
+    }
+
+    fn refuse(&mut self, c: &mut Conn, wire_id: u64, errno: i32, msg: String) -> Flow {
+        self.fail(c, wire_id, errno, msg);
+        Flow::Close
+    }
+
+    /// The first frame must be a `Hello`; where the identity needs the key
+    /// (`ident::needs_key`), a `Challenge` and its `Auth` come between.
+    fn hello(&mut self, c: &mut Conn, h: Header, body: Cow<'_, [u8]>) -> Flow {
+        let id = h.request_id;
+        let hello = match parse_request(&h, &body) {
+            Ok(Request::Hello(hello)) => hello,
+            Ok(_) => return self.refuse(c, id, libc::EPROTO, "the first frame must be a Hello".into()),
+            Err(e) => return self.refuse(c, id, e.errno(), e.to_string()),
+        };
+        let limits = &self.shared.config.limits;
+        if !c.admitted {
+            let msg = format!("server full (clients_max = {})", limits.clients_max);
+            return self.refuse(c, id, libc::EBUSY, msg);
+        }
+        let weight_max = self.shared.config.sched_limits.weight_max;
+        if hello.weight == 0 || hello.weight > weight_max {
+            let msg = format!("weight {} outside 1..={weight_max}", hello.weight);
+            return self.refuse(c, id, libc::EINVAL, msg);
+        }
+        let peer = c.peer.as_ref().ok().and_then(|p| p.as_ref());
+        if ident::needs_key(peer, hello.cred.as_ref()) {
+            if self.shared.key.is_none() {
+                return self.refuse(c, id, libc::EACCES, "this server has no key: it accepts no TCP clients and no forwarded identities (see --key-file)".into());
+            }
+            let nonce = match sluice_net::key::random::<{ sluice_proto::AUTH_BYTES }>() {
+                Ok(n) => n,
+                Err(e) => return self.refuse(c, id, libc::EIO, format!("getrandom: {e}")),
+            };
+            c.push(id, Out::Challenge(nonce), 0, &self.shared.reply_bytes);
+            c.phase = Phase::Auth { nonce, hello: (h, body.into_owned()) };
+            return Flow::Next;
+        }
+        self.welcome(c, id, h, &body)
+    }
+
+    /// The `Auth` after a challenge: proven, the handshake completes and is
+    /// answered on the `Auth` frame's request id.
+    fn auth(&mut self, c: &mut Conn, h: Header, body: &[u8]) -> Flow {
+        let Phase::Auth { nonce, hello } = std::mem::replace(&mut c.phase, Phase::Hello) else { unreachable!() };
+        let id = h.request_id;
+        let key = self.shared.key.expect("challenged only with a key");
+        match parse_request(&h, body) {
+            Ok(Request::Auth { mac }) if auth_verify(&key, &nonce, &hello.1, &mac) => self.welcome(c, id, hello.0, &hello.1),
+            Ok(Request::Auth { .. }) => self.refuse(c, id, libc::EACCES, "authentication failed: the client's key is not this server's".into()),
+            Ok(_) => self.refuse(c, id, libc::EACCES, "this server needs the key proven (an Auth frame) before any request".into()),
+            Err(e) => self.refuse(c, id, e.errno(), e.to_string()),
+        }
+    }
+
+    /// Complete the handshake of `hello` (already checked), answering on
+    /// `answer_id`.
+    fn welcome(&mut self, c: &mut Conn, answer_id: u64, h: Header, body: &[u8]) -> Flow {
+        let Ok(Request::Hello(hello)) = parse_request(&h, body) else { unreachable!("parsed before") };
+        let peer = c.peer.as_ref().ok().and_then(|p| p.as_ref());
+        let identity = match ident::identify(peer, hello.cred.as_ref(), self.shared.config.squash, self.shared.server_uid) {
+            Ok(i) => i,
+            Err(e) => return self.refuse(c, answer_id, e.errno, e.message),
+        };
+        let name = if hello.app.is_empty() { "anonymous" } else { hello.app };
+        let connected = lock(&self.shared.apps).connect(name, hello.weight, self.shared.clock.now());
+        let app = match connected {
+            Ok(app) => app,
+            Err(e) => return self.refuse(c, answer_id, e.errno, e.message),
+        };
+        self.disp.set_weight(app, hello.weight);
+        c.app = Some(app);
+        c.session = Some(Box::new(Session::new(app, ClientId(hello.client_id), identity)));
+        c.phase = Phase::Ready;
+        let l = &self.shared.config.limits;
+        let ok = HelloOk { version: VERSION, frame_bytes_max: l.frame_bytes_max, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: l.inflight_per_connection_max };
+        c.push(answer_id, Out::HelloOk(ok), 0, &self.shared.reply_bytes);
+        self.arm(Instant::now() + Duration::from_secs(l.idle_timeout_s));
+        Flow::Next
+    }
+
+    /// A frame after the handshake.
+    fn request(&mut self, c: &mut Conn, h: Header, body: Cow<'_, [u8]>) -> Flow {
+        /// What the frame asks for, once parsed.
+        enum Kind {
+            Io(u64, Vec<(u64, u64)>, Option<usize>),
+            Answered(Out),
+            Pool,
+        }
+        let id = h.request_id;
+        let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList) { Op::Write } else { Op::Read };
+        let list = matches!(h.opcode, Opcode::ReadList | Opcode::WriteList);
+        let kind = {
+            let req = match parse_request(&h, &body) {
+                Ok(r) => r,
+                Err(e) => return self.refuse(c, id, e.errno(), e.to_string()),
+            };
+            match req {
+                Request::Hello(_) => return self.refuse(c, id, libc::EPROTO, "handshake already done".into()),
+                Request::Read { fd, offset, len } => Kind::Io(fd, vec![(offset, u64::from(len))], None),
+                Request::ReadList { fd, pieces } => Kind::Io(fd, pieces, None),
+                Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len())),
+                Request::WriteList { fd, pieces, data } => Kind::Io(fd, pieces, Some(body.len() - data.len())),
+                other if runs_inline(&other) => {
+                    let session = c.session.as_mut().expect("a ready connection holds its session");
+                    Kind::Answered(session.metadata(&self.shared, other).unwrap_or_else(|e| Out::Error(e.errno, e.message)))
+                }
+                other => {
+                    drop(other);
+                    Kind::Pool
+                }
+            }
+        };
+        let (fd, pieces, data_at) = match kind {
+            Kind::Io(fd, pieces, data_at) => (fd, pieces, data_at),
+            Kind::Answered(out) => {
+                c.push(id, out, 0, &self.shared.reply_bytes);
+                return Flow::Next;
+            }
+            Kind::Pool => {
+                let session = c.session.take().expect("a ready connection holds its session");
+                let job = MetaJob { conn: c.id, session, header: h, body: body.into_owned() };
+                let workers = self.workers.as_ref().expect("workers live while the loop runs");
+                if let Err(e) = workers.meta.send(job) {
+                    c.session = Some(e.0.session);
+                    return self.refuse(c, id, libc::EIO, "the metadata pool is gone".into());
+                }
+                self.meta_out += 1;
+                c.pause = Some(Pause::Meta);
+                return Flow::Paused;
+            }
+        };
+        let total: u64 = pieces.iter().map(|p| p.1).sum();
+        let max = self.shared.config.limits.reply_bytes_max;
+        if c.held > 0 && c.held + total > max {
+            c.blocked = Some((h, body.into_owned()));
+            c.pause = Some(Pause::Bytes);
+            return Flow::Paused;
+        }
+        let data = data_at.map(|at| (Arc::new(body.into_owned()), at));
+        if let Err((errno, msg)) = self.admit(c, id, fd, op, list, pieces, total, data) {
+            c.push(id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
+        }
+        Flow::Next
+    }
+
+    /// Admit a read or write message: one core request per non-empty piece.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &mut self,
+        c: &mut Conn,
+        wire_id: u64,
+        fd: u64,
+        op: Op,
+        list: bool,
+        pieces: Vec<(u64, u64)>,
+        total: u64,
+        data: Option<(Arc<Vec<u8>>, usize)>,
+    ) -> Result<(), (i32, String)> {
+        let max = self.shared.config.limits.inflight_per_connection_max;
+        if c.inflight >= max {
+            return Err((libc::EAGAIN, format!("too many requests in flight on this connection (inflight_per_connection_max = {max})")));
+        }
+        let session = c.session.as_ref().expect("a ready connection holds its session");
+        let file = Arc::clone(session.file(fd).map_err(|e| (e.errno, e.message))?);
+        let need = if op == Op::Write { libc::O_WRONLY } else { libc::O_RDONLY };
+        if file.access != libc::O_RDWR && file.access != need {
+            return Err((libc::EBADF, format!("file handle {fd} is not open for {}", if op == Op::Write { "writing" } else { "reading" })));
+        }
+        let (app, client) = (session.app, session.client);
+        c.take(total, &self.shared.reply_bytes);
+        c.inflight += 1;
+        let mut at = 0usize;
+        let live: Vec<(usize, u64, u64)> = pieces
+            .iter()
+            .map(|&(o, l)| {
+                let p = (at, o, l);
+                at += l as usize;
+                p
+            })
+            .filter(|p| p.2 > 0)
+            .collect();
+        let list = (list || live.is_empty()).then(|| {
+            let bytes = if op == Op::Read { vec![0u8; total as usize] } else { Vec::new() };
+            let inner = ListInner { remaining: live.len(), data: bytes, bytes: 0, error: None };
+            Arc::new(ListState { conn: c.id, wire_id, write: op == Op::Write, reserved: total, inner: std::sync::Mutex::new(inner) })
+        });
+        if live.is_empty() {
+            let list = list.expect("built for an empty message");
+            let d = list.reply_now(&mut lock(&list.inner));
+            self.deferred.push(d);
+            return Ok(());
+        }
+        let now = self.shared.clock.now();
+        for (pos, offset, len) in live {
+            let id = RequestId(self.request_next);
+            self.request_next += 1;
+            let req = CoreRequest { id, app, client, file: file.id, op, offset, len };
+            let buf = match &data {
+                Some((body, at)) => Buf::Write(Arc::clone(body), at + pos, len as usize),
+                None => Buf::Read(vec![0u8; len as usize]),
+            };
+            let reply = match &list {
+                Some(l) => Reply::Piece(Arc::clone(l), pos),
+                None => Reply::Single(c.id, wire_id, len),
+            };
+            let p = Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) };
+            if let Some(d) = self.disp.submit(p, now) {
+                self.deferred.push(d);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- output ----------------------------------------------------------
+
+    /// Queue an answered message on its connection (dropped when the
+    /// connection is gone).
+    fn deliver(&mut self, d: Delivery) {
+        let Some(mut c) = self.conns.remove(&d.conn) else { return };
+        let total = &self.shared.reply_bytes;
+        c.inflight -= 1;
+        let data = if let Out::Data(b) = &d.out { b.len() as u64 } else { 0 };
+        let counted = data.min(d.reserved);
+        c.give(d.reserved - counted, total);
+        c.push(d.wire_id, d.out, counted, total);
+        if c.inflight == 0 && c.ready() {
+            let idle = Instant::now() + Duration::from_secs(self.shared.config.limits.idle_timeout_s);
+            self.arm(idle);
+        }
+        self.dirty_mark(&mut c);
+        self.conns.insert(d.conn, c);
+    }
+
+    // ---- the scheduler ---------------------------------------------------
+
+    /// Take back finished jobs and metadata calls.
+    fn take_back(&mut self) {
+        let Some(w) = self.workers.as_ref() else { return };
+        let done: Vec<Job> = w.done.try_iter().collect();
+        let meta: Vec<MetaDone> = w.meta_done.try_iter().collect();
+        let now = self.shared.clock.now();
+        for job in done {
+            self.exec_out -= 1;
+            for d in self.disp.done(job, now) {
+                self.deliver(d);
+            }
+        }
+        for m in meta {
+            self.meta_out -= 1;
+            let Some(mut c) = self.conns.remove(&m.conn) else { continue };
+            c.session = Some(m.session);
+            c.pause = None;
+            c.push(m.wire_id, m.out, 0, &self.shared.reply_bytes);
+            c.last_frame = Instant::now();
+            if !self.stopping {
+                self.resume(&mut c);
+            }
+            self.put_back(c);
+        }
+    }
+
+    /// One scheduler pass: every dispatch the policy allows now, carried out
+    /// here when the page cache has it, otherwise by a worker. The
+    /// scheduler's wake-up time, if it asked to wait.
+    fn pump(&mut self) -> Option<u64> {
+        let mut now = self.shared.clock.now();
+        loop {
+            match self.disp.next(now) {
+                Ok(mut job) => {
+                    if self.inline && try_nowait(&mut job) {
+                        let done = self.shared.clock.now();
+                        job.started = now;
+                        job.service_ns = done.saturating_sub(now);
+                        now = done;
+                        for d in self.disp.done(job, now) {
+                            self.deliver(d);
+                        }
+                        continue;
+                    }
+                    let workers = self.workers.as_ref().expect("workers live while the loop runs");
+                    match workers.jobs.send(job) {
+                        Ok(()) => self.exec_out += 1,
+                        Err(e) => {
+                            let mut job = e.0;
+                            job.items.iter_mut().for_each(|it| it.result = Err(libc::EIO));
+                            for d in self.disp.done(job, now) {
+                                self.deliver(d);
+                            }
+                        }
+                    }
+                }
+                Err(wake) => return wake,
+            }
+        }
+    }
+
+    // ---- time ------------------------------------------------------------
+
+    /// Enforce every connection's deadline; find the next one.
+    fn sweep(&mut self) {
+        let now = Instant::now();
+        let l = self.shared.config.limits.clone();
+        let (handshake, idle, stall, write) =
+            (Duration::from_millis(l.handshake_timeout_ms), Duration::from_secs(l.idle_timeout_s), Duration::from_millis(l.frame_stall_ms), Duration::from_secs(l.write_timeout_s));
+        let mut next: Option<Instant> = None;
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            let mut c = self.conns.remove(&id).expect("listed");
+            let mut due: Vec<Instant> = Vec::new();
+            if let Some(since) = c.out_stalled {
+                if now >= since + write {
+                    c.break_output(&self.shared.reply_bytes);
+                } else {
+                    due.push(since + write);
+                }
+            }
+            if !c.read_closed && !c.broken {
+                let budget_wait = matches!(c.pause, Some(Pause::Budget(_)));
+                match &c.rx {
+                    Rx::Head { started, .. } if now >= *started + stall => {
+                        self.fail(&mut c, 0, libc::ETIMEDOUT, format!("frame header stalled (frame_stall_ms = {})", l.frame_stall_ms))
+                    }
+                    Rx::Head { started, .. } => due.push(*started + stall),
+                    Rx::Body { .. } if budget_wait => {}
+                    Rx::Body { header, body, started, allowed, .. } if now >= *started + *allowed => {
+                        let (wid, n, got) = (header.request_id, header.body_len, body.len());
+                        self.fail(&mut c, wid, libc::ETIMEDOUT, format!("frame body stalled: {got} of {n} bytes in time (frame_stall_ms = {}, then 1 MiB/s)", l.frame_stall_ms));
+                    }
+                    Rx::Body { started, allowed, .. } => due.push(*started + *allowed),
+                    Rx::Idle if !c.ready() => {
+                        if now >= c.accepted + handshake {
+                            self.fail(&mut c, 0, libc::ETIMEDOUT, format!("handshake not completed in time (handshake_timeout_ms = {})", l.handshake_timeout_ms));
+                        } else {
+                            due.push(c.accepted + handshake);
+                        }
+                    }
+                    Rx::Idle if c.inflight == 0 && c.pause.is_none() && c.stash.is_empty() && c.blocked.is_none() => {
+                        if now >= c.last_frame + idle {
+                            // Idle: closed without a word (clients reconnect).
+                            c.read_closed = true;
+                        } else {
+                            due.push(c.last_frame + idle);
+                        }
+                    }
+                    Rx::Idle => {}
+                }
+                if !c.ready() && !c.read_closed && matches!(c.rx, Rx::Head { .. } | Rx::Body { .. }) {
+                    if now >= c.accepted + handshake {
+                        self.fail(&mut c, 0, libc::ETIMEDOUT, format!("handshake not completed in time (handshake_timeout_ms = {})", l.handshake_timeout_ms));
+                    } else {
+                        due.push(c.accepted + handshake);
+                    }
+                }
+            }
+            if let Some(d) = due.into_iter().min() {
+                next = Some(next.map_or(d, |n: Instant| n.min(d)));
+            }
+            self.put_back(c);
+        }
+        self.next_sweep = next;
+    }
+
+    /// The drain: accept nothing more, read nothing more (a partial frame
+    /// is dropped unacknowledged), close connections still in their
+    /// handshake; everything admitted is still carried out and answered.
+    fn begin_stop(&mut self) {
+        self.stopping = true;
+        if let Some(l) = self.listener.take() {
+            let _ = epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, l.fd(), 0, TOKEN_LISTENER);
+        }
+        self.accept_rest_until = None;
+        let ids: Vec<u64> = self.conns.keys().copied().collect();
+        for id in ids {
+            let mut c = self.conns.remove(&id).expect("listed");
+            self.abandon_frame(&mut c);
+            c.blocked = None;
+            c.read_closed = true;
+            if !c.ready() {
+                c.break_output(&self.shared.reply_bytes);
+            }
+            if c.pause != Some(Pause::Meta) {
+                c.pause = None;
+            }
+            self.put_back(c);
+        }
+        self.waiting_budget.clear();
+    }
+}
