@@ -41,6 +41,7 @@
 
 mod conn;
 mod error;
+mod shm;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,6 +84,8 @@ pub struct Ticket {
     session: Arc<Session>,
     /// A read is submitted again on a new connection if this one breaks.
     read: Option<(Fd, usize, u64)>,
+    /// The shared-memory slot its data travels through, if any.
+    slot: Option<shm::Slot>,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -127,6 +130,9 @@ pub struct ConnectOptions {
     /// Patience with a silent server: default `SLUICE_TIMEOUT` seconds, else
     /// [`TIMEOUT_S_DEFAULT`].
     pub timeout: Duration,
+    /// Use a shared-memory data region on a Unix socket (`shm.rs`):
+    /// default on, off when `SLUICE_SHM=0`.
+    pub shm: bool,
 }
 
 impl Default for ConnectOptions {
@@ -141,6 +147,7 @@ impl Default for ConnectOptions {
             key_file: None,
             recovery: if soft { Recovery::Soft } else { Recovery::Hard },
             timeout: Duration::from_secs(timeout_s),
+            shm: std::env::var(shm::SHM_ENV).map_or(true, |v| v != "0"),
         }
     }
 }
@@ -225,7 +232,8 @@ fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen
         }
         r => return Err(unexpected("hello", &r)),
     };
-    Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize })
+    let shm = if opts.shm && addr.starts_with("unix:") { conn.attach_shm(shm::REGION_BYTES)?.map(Arc::new) } else { None };
+    Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize, shm })
 }
 
 /// The `Auth` MAC for a server's challenge: the key file's key over the
@@ -253,6 +261,8 @@ struct Session {
     conn: Conn,
     gen: u64,
     io_bytes_max: usize,
+    /// The shared-memory data region, when the server granted one.
+    shm: Option<Arc<shm::Region>>,
 }
 
 /// An open file as the caller knows it: a stable handle whose server
@@ -522,17 +532,44 @@ impl Client {
             if len > s.io_bytes_max {
                 return Err(ClientError::invalid(format!("read of {len} bytes exceeds io_bytes_max ({})", s.io_bytes_max)));
             }
-            let id = s.conn.send(&Request::Read { fd: server, offset, len: len as u32 })?;
+            let slot = s.shm.as_ref().and_then(|r| r.take(len));
+            let req = match &slot {
+                Some(sl) => Request::ReadShm { fd: server, offset, len: len as u32, at: sl.at() },
+                None => Request::Read { fd: server, offset, len: len as u32 },
+            };
+            let id = match s.conn.send(&req) {
+                Ok(id) => id,
+                Err(e) => {
+                    slot.map(shm::Slot::release);
+                    return Err(e);
+                }
+            };
             // The session the request went out on, exactly: ids restart
             // with each connection.
-            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)) })
+            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot })
         })
     }
 
     /// Bytes read into `buf` (fewer than asked at end of file). A read
     /// whose connection broke is sent again on the next one.
-    pub fn wait_read(&self, t: Ticket, buf: &mut [u8]) -> Result<usize> {
-        match t.session.conn.wait(t.id, Some(buf)) {
+    pub fn wait_read(&self, mut t: Ticket, buf: &mut [u8]) -> Result<usize> {
+        let slot = t.slot.take();
+        let r = t.session.conn.wait(t.id, if slot.is_some() { None } else { Some(&mut *buf) });
+        // Answered (data or error): the slot is done with; the server
+        // wrote the data into it before answering.
+        let r = match (slot, r) {
+            (Some(sl), Ok(Reply::Count(n))) => {
+                sl.drain_into(buf, n as usize);
+                sl.release();
+                Ok(Reply::DataInto((n as usize).min(buf.len())))
+            }
+            (Some(sl), r @ Err(ClientError { kind: ClientErrorKind::Server, .. })) => {
+                sl.release();
+                r
+            }
+            (_, r) => r,
+        };
+        match r {
             Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
                 self.recover(&t.session)?;
                 let Some((fd, len, offset)) = t.read else { return Err(e) };
@@ -552,16 +589,34 @@ impl Client {
             return Err(ClientError::invalid(format!("write of {} bytes exceeds io_bytes_max ({})", data.len(), s.io_bytes_max)));
         }
         self.on_fd(fd, false, |s, server| {
-            let id = s.conn.send(&Request::Write { fd: server, offset, data })?;
-            Ok(Ticket { id, session: Arc::clone(s), read: None })
+            let slot = if data.len() >= shm::WRITE_MIN_BYTES { s.shm.as_ref().and_then(|r| r.take(data.len())) } else { None };
+            let req = match &slot {
+                Some(sl) => {
+                    sl.fill(data);
+                    Request::WriteShm { fd: server, offset, len: data.len() as u32, at: sl.at() }
+                }
+                None => Request::Write { fd: server, offset, data },
+            };
+            let id = match s.conn.send(&req) {
+                Ok(id) => id,
+                Err(e) => {
+                    slot.map(shm::Slot::release);
+                    return Err(e);
+                }
+            };
+            Ok(Ticket { id, session: Arc::clone(s), read: None, slot })
         })
     }
 
     /// Bytes written; acknowledged only after the server's system call
     /// returned. A write whose connection broke fails with EIO (it may or
     /// may not have reached the disk) and is never sent twice.
-    pub fn wait_write(&self, t: Ticket) -> Result<usize> {
-        match t.session.conn.wait(t.id, None) {
+    pub fn wait_write(&self, mut t: Ticket) -> Result<usize> {
+        let r = t.session.conn.wait(t.id, None);
+        if let (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) = (t.slot.take(), &r) {
+            sl.release();
+        }
+        match r {
             Ok(Reply::Count(n)) => Ok(n as usize),
             Ok(r) => Err(unexpected("write", &r)),
             Err(e) => {

@@ -27,6 +27,13 @@ pub enum Opcode {
     Readdir = 0x11,
     Stats = 0x12,
     Auth = 0x13,
+    /// Ask for a shared-memory data region (answered `Count` with the
+    /// region's memfd attached, Unix sockets only).
+    ShmAttach = 0x14,
+    /// A read whose data lands in the shared region (answered `Count`).
+    ReadShm = 0x15,
+    /// A write whose data is taken from the shared region.
+    WriteShm = 0x16,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -39,7 +46,7 @@ pub enum Opcode {
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 29] = [
+const OPCODES: [Opcode; 32] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -59,6 +66,9 @@ const OPCODES: [Opcode; 29] = [
     Opcode::Readdir,
     Opcode::Stats,
     Opcode::Auth,
+    Opcode::ShmAttach,
+    Opcode::ReadShm,
+    Opcode::WriteShm,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,

@@ -122,6 +122,27 @@ pub enum Request<'a> {
     Auth {
         mac: [u8; AUTH_BYTES],
     },
+    /// Ask for a shared-memory region of about `bytes` for this
+    /// connection's data (same host only). The answer is `Count` with the
+    /// bytes granted and the region's memfd attached (`SCM_RIGHTS`).
+    ShmAttach {
+        bytes: u64,
+    },
+    /// Read `len` bytes at `offset` into the region at `at`; answered
+    /// `Count` (bytes read), the data only in the region.
+    ReadShm {
+        fd: u64,
+        offset: u64,
+        len: u32,
+        at: u64,
+    },
+    /// Write the region's `len` bytes at `at` to `offset`; answered `Count`.
+    WriteShm {
+        fd: u64,
+        offset: u64,
+        len: u32,
+        at: u64,
+    },
 }
 
 /// File metadata, as `stat(2)` reports it.
@@ -314,6 +335,20 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.path("path")? },
         Opcode::Stats => Request::Stats,
         Opcode::Auth => Request::Auth { mac: r.array("mac")? },
+        Opcode::ShmAttach => Request::ShmAttach { bytes: r.u64("bytes")? },
+        Opcode::ReadShm | Opcode::WriteShm => {
+            let (fd, offset, len, at) = (r.u64("fd")?, r.u64("offset")?, r.u32("len")?, r.u64("at")?);
+            if len > IO_BYTES_MAX {
+                return Err(too_large("shared-memory transfer length", u64::from(len), u64::from(IO_BYTES_MAX)));
+            }
+            offset.checked_add(u64::from(len)).ok_or_else(|| invalid("offset + length overflows"))?;
+            at.checked_add(u64::from(len)).ok_or_else(|| invalid("region offset + length overflows"))?;
+            if h.opcode == Opcode::ReadShm {
+                Request::ReadShm { fd, offset, len, at }
+            } else {
+                Request::WriteShm { fd, offset, len, at }
+            }
+        }
         other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a request"))),
     };
     r.finish("request")?;
@@ -388,6 +423,14 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize
         Request::Auth { mac } => {
             out.extend_from_slice(&mac);
             (Opcode::Auth, 0)
+        }
+        Request::ShmAttach { bytes } => fd_only(Opcode::ShmAttach, bytes, out),
+        Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => {
+            put_u64(out, fd);
+            put_u64(out, offset);
+            put_u32(out, len);
+            put_u64(out, at);
+            (if matches!(req, Request::ReadShm { .. }) { Opcode::ReadShm } else { Opcode::WriteShm }, 0)
         }
         _ => return metadata_fields(req, out),
     })

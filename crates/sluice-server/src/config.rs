@@ -110,6 +110,13 @@ pub struct ServerLimits {
     /// slowly holds no more. 128 MiB: two full 64 MiB reads, enough to
     /// keep a fast reader's pipe full.
     pub reply_bytes_max: u64,
+    /// Bytes of one connection's shared-memory data region (`ShmAttach`;
+    /// a larger request is granted this much). 16 MiB: sixteen 1 MiB
+    /// requests in flight. Memory is charged as the region is touched.
+    pub shm_bytes_max: u64,
+    /// Bytes of all shared-memory regions together; past it `ShmAttach` is
+    /// refused (ENOMEM) and the client keeps the socket path. 1 GiB.
+    pub shm_total_bytes_max: u64,
 }
 
 /// The floor on how fast a frame's body must arrive once started, in
@@ -131,6 +138,8 @@ impl Default for ServerLimits {
             frame_stall_ms: 10_000,
             partial_bytes_max: 512 << 20,
             reply_bytes_max: 128 << 20,
+            shm_bytes_max: 16 << 20,
+            shm_total_bytes_max: 1 << 30,
         }
     }
 }

@@ -14,8 +14,9 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::AppId;
@@ -25,6 +26,7 @@ use sluice_proto::{encode_response_head, Header, HEADER_BYTES};
 use crate::net::Stream;
 use crate::ops::Session;
 use crate::pending::{response, Out};
+use crate::shm::Shm;
 
 /// Bytes one read of a connection between frames takes in (the event
 /// loop's scratch buffer): many small frames per system call.
@@ -78,6 +80,8 @@ struct OutFrame {
     sent: usize,
     /// Payload bytes to give back to the connection's reply bytes once sent.
     counted: u64,
+    /// A descriptor sent with the frame's first byte (`SCM_RIGHTS`).
+    fd: Option<OwnedFd>,
 }
 
 pub struct Conn {
@@ -114,6 +118,8 @@ pub struct Conn {
     /// The epoll events registered now (0: none, or not registered).
     pub interest: u32,
     pub registered: bool,
+    /// Its shared-memory data region, once attached.
+    pub shm: Option<Arc<Shm>>,
     /// Queued on the loop's list of connections to flush.
     pub dirty: bool,
     /// The budget came back: take in what waited at the end of the turn.
@@ -145,6 +151,7 @@ impl Conn {
             last_frame: now,
             interest: 0,
             registered: false,
+            shm: None,
             dirty: false,
             resume_pending: false,
         }
@@ -198,6 +205,11 @@ impl Conn {
 
     /// Queue a reply; `counted`: payload bytes to give back once written.
     pub fn push(&mut self, wire_id: u64, out: Out, counted: u64, total: &AtomicU64) {
+        self.push_with(wire_id, out, counted, total, None);
+    }
+
+    /// Queue a reply that carries descriptor `fd`.
+    pub fn push_with(&mut self, wire_id: u64, out: Out, counted: u64, total: &AtomicU64, fd: Option<OwnedFd>) {
         if self.broken {
             self.give(counted, total);
             return;
@@ -208,7 +220,7 @@ impl Conn {
             Out::Data(d) => d,
             _ => Vec::new(),
         };
-        self.out.push_back(OutFrame { head, data, sent: 0, counted });
+        self.out.push_back(OutFrame { head, data, sent: 0, counted, fd });
     }
 
     /// Write what the socket takes without blocking. Sets `out_stalled`
@@ -216,7 +228,11 @@ impl Conn {
     pub fn flush(&mut self, now: Instant, total: &AtomicU64) {
         while !self.out.is_empty() && !self.broken {
             let mut iov: Vec<libc::iovec> = Vec::with_capacity(REPLY_BATCH_MAX * 2);
-            for f in self.out.iter().take(REPLY_BATCH_MAX) {
+            // A frame with a descriptor leaves alone, the descriptor on its
+            // first byte; the frames before it go first.
+            let first_fd = self.out.front().and_then(|f| f.fd.as_ref().filter(|_| f.sent == 0)).map(|fd| fd.as_raw_fd());
+            let batch = if first_fd.is_some() { 1 } else { self.out.iter().take(REPLY_BATCH_MAX).take_while(|f| f.fd.is_none()).count().max(1) };
+            for f in self.out.iter().take(batch) {
                 let (h, d) = if f.sent < f.head.len() { (&f.head[f.sent..], &f.data[..]) } else { (&f.head[..0], &f.data[f.sent - f.head.len()..]) };
                 for part in [h, d] {
                     if !part.is_empty() {
@@ -224,12 +240,25 @@ impl Conn {
                     }
                 }
             }
+            let mut cmsg = [0u64; 4];
             // SAFETY: an all-zero msghdr is valid; iov points at live
-            // buffers owned by `self.out` for the call's duration.
+            // buffers owned by `self.out` for the call's duration; the
+            // control buffer (aligned, 32 bytes) holds one descriptor's
+            // CMSG_SPACE.
             let r = unsafe {
                 let mut msg: libc::msghdr = std::mem::zeroed();
                 msg.msg_iov = iov.as_mut_ptr();
                 msg.msg_iovlen = iov.len() as _;
+                if let Some(fd) = first_fd {
+                    let space = libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) as usize;
+                    msg.msg_control = cmsg.as_mut_ptr().cast();
+                    msg.msg_controllen = space as _;
+                    let c = libc::CMSG_FIRSTHDR(&msg);
+                    (*c).cmsg_level = libc::SOL_SOCKET;
+                    (*c).cmsg_type = libc::SCM_RIGHTS;
+                    (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+                }
                 libc::sendmsg(self.fd(), &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
             };
             if r < 0 {
@@ -251,6 +280,8 @@ impl Conn {
             while n > 0 {
                 let f = self.out.front_mut().expect("bytes were sent from a queued frame");
                 let left = f.head.len() + f.data.len() - f.sent;
+                // Sent, the descriptor went with it: the server's copy closes.
+                f.fd = None;
                 if n < left {
                     f.sent += n;
                     break;

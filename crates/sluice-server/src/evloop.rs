@@ -117,6 +117,16 @@ enum Flow {
     Close,
 }
 
+/// Where an admitted message's data is.
+enum Place {
+    /// A read: its reply carries the data.
+    Reply,
+    /// A write: its frame body, from this offset.
+    Body(Arc<Vec<u8>>, usize),
+    /// The connection's shared region, from this offset.
+    Shm(Arc<crate::shm::Shm>, u64),
+}
+
 /// The loop's ends of the executor and the metadata pool.
 pub(crate) struct Workers {
     pub jobs: Sender<Job>,
@@ -805,12 +815,15 @@ impl EventLoop {
     fn request(&mut self, c: &mut Conn, h: Header, body: Cow<'_, [u8]>) -> Flow {
         /// What the frame asks for, once parsed.
         enum Kind {
-            Io(u64, Vec<(u64, u64)>, Option<usize>),
+            /// File handle, pieces, where a write's data starts in the
+            /// body, where the data is in the shared region.
+            Io(u64, Vec<(u64, u64)>, Option<usize>, Option<u64>),
             Answered(Out),
+            Attach(u64),
             Pool,
         }
         let id = h.request_id;
-        let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList) { Op::Write } else { Op::Read };
+        let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteShm) { Op::Write } else { Op::Read };
         let list = matches!(h.opcode, Opcode::ReadList | Opcode::WriteList);
         let kind = {
             let req = match parse_request(&h, &body) {
@@ -819,10 +832,12 @@ impl EventLoop {
             };
             match req {
                 Request::Hello(_) => return self.refuse(c, id, libc::EPROTO, "handshake already done".into()),
-                Request::Read { fd, offset, len } => Kind::Io(fd, vec![(offset, u64::from(len))], None),
-                Request::ReadList { fd, pieces } => Kind::Io(fd, pieces, None),
-                Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len())),
-                Request::WriteList { fd, pieces, data } => Kind::Io(fd, pieces, Some(body.len() - data.len())),
+                Request::Read { fd, offset, len } => Kind::Io(fd, vec![(offset, u64::from(len))], None, None),
+                Request::ReadList { fd, pieces } => Kind::Io(fd, pieces, None, None),
+                Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len()), None),
+                Request::WriteList { fd, pieces, data } => Kind::Io(fd, pieces, Some(body.len() - data.len()), None),
+                Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at)),
+                Request::ShmAttach { bytes } => Kind::Attach(bytes),
                 other if runs_inline(&other) => {
                     let session = c.session.as_mut().expect("a ready connection holds its session");
                     Kind::Answered(session.metadata(&self.shared, other).unwrap_or_else(|e| Out::Error(e.errno, e.message)))
@@ -833,10 +848,16 @@ impl EventLoop {
                 }
             }
         };
-        let (fd, pieces, data_at) = match kind {
-            Kind::Io(fd, pieces, data_at) => (fd, pieces, data_at),
+        let (fd, pieces, data_at, shm_at) = match kind {
+            Kind::Io(fd, pieces, data_at, shm_at) => (fd, pieces, data_at, shm_at),
             Kind::Answered(out) => {
                 c.push(id, out, 0, &self.shared.reply_bytes);
+                return Flow::Next;
+            }
+            Kind::Attach(bytes) => {
+                if let Err((errno, msg)) = self.attach(c, id, bytes) {
+                    c.push(id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
+                }
                 return Flow::Next;
             }
             Kind::Pool => {
@@ -853,14 +874,34 @@ impl EventLoop {
             }
         };
         let total: u64 = pieces.iter().map(|p| p.1).sum();
+        // Data in the shared region never passes the socket: it holds no
+        // reply bytes.
+        let reserve = if shm_at.is_some() { 0 } else { total };
         let max = self.shared.config.limits.reply_bytes_max;
-        if c.held > 0 && c.held + total > max {
+        if reserve > 0 && c.held > 0 && c.held + reserve > max {
             c.blocked = Some((h, body.into_owned()));
             c.pause = Some(Pause::Bytes);
             return Flow::Paused;
         }
-        let data = data_at.map(|at| (Arc::new(body.into_owned()), at));
-        if let Err((errno, msg)) = self.admit(c, id, fd, op, list, pieces, total, data) {
+        let place = match shm_at {
+            Some(at) => match &c.shm {
+                Some(shm) if shm.holds(at, total) => Place::Shm(Arc::clone(shm), at),
+                Some(shm) => {
+                    let msg = format!("region range {at}+{total} outside the shared region of {} bytes", shm.len());
+                    c.push(id, Out::Error(libc::EINVAL, msg), 0, &self.shared.reply_bytes);
+                    return Flow::Next;
+                }
+                None => {
+                    c.push(id, Out::Error(libc::EINVAL, "no shared-memory region on this connection (ShmAttach first)".into()), 0, &self.shared.reply_bytes);
+                    return Flow::Next;
+                }
+            },
+            None => match data_at {
+                Some(at) => Place::Body(Arc::new(body.into_owned()), at),
+                None => Place::Reply,
+            },
+        };
+        if let Err((errno, msg)) = self.admit(c, id, fd, op, list, pieces, total, place) {
             c.push(id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
         }
         Flow::Next
@@ -868,17 +909,7 @@ impl EventLoop {
 
     /// Admit a read or write message: one core request per non-empty piece.
     #[allow(clippy::too_many_arguments)]
-    fn admit(
-        &mut self,
-        c: &mut Conn,
-        wire_id: u64,
-        fd: u64,
-        op: Op,
-        list: bool,
-        pieces: Vec<(u64, u64)>,
-        total: u64,
-        data: Option<(Arc<Vec<u8>>, usize)>,
-    ) -> Result<(), (i32, String)> {
+    fn admit(&mut self, c: &mut Conn, wire_id: u64, fd: u64, op: Op, list: bool, pieces: Vec<(u64, u64)>, total: u64, place: Place) -> Result<(), (i32, String)> {
         let max = self.shared.config.limits.inflight_per_connection_max;
         if c.inflight >= max {
             return Err((libc::EAGAIN, format!("too many requests in flight on this connection (inflight_per_connection_max = {max})")));
@@ -890,7 +921,8 @@ impl EventLoop {
             return Err((libc::EBADF, format!("file handle {fd} is not open for {}", if op == Op::Write { "writing" } else { "reading" })));
         }
         let (app, client) = (session.app, session.client);
-        c.take(total, &self.shared.reply_bytes);
+        let reserved = if matches!(place, Place::Shm(..)) { 0 } else { total };
+        c.take(reserved, &self.shared.reply_bytes);
         c.inflight += 1;
         let mut at = 0usize;
         let live: Vec<(usize, u64, u64)> = pieces
@@ -905,7 +937,7 @@ impl EventLoop {
         let list = (list || live.is_empty()).then(|| {
             let bytes = if op == Op::Read { vec![0u8; total as usize] } else { Vec::new() };
             let inner = ListInner { remaining: live.len(), data: bytes, bytes: 0, error: None };
-            Arc::new(ListState { conn: c.id, wire_id, write: op == Op::Write, reserved: total, inner: std::sync::Mutex::new(inner) })
+            Arc::new(ListState { conn: c.id, wire_id, write: op == Op::Write, reserved, inner: std::sync::Mutex::new(inner) })
         });
         if live.is_empty() {
             let list = list.expect("built for an empty message");
@@ -918,19 +950,44 @@ impl EventLoop {
             let id = RequestId(self.request_next);
             self.request_next += 1;
             let req = CoreRequest { id, app, client, file: file.id, op, offset, len };
-            let buf = match &data {
-                Some((body, at)) => Buf::Write(Arc::clone(body), at + pos, len as usize),
-                None => Buf::Read(vec![0u8; len as usize]),
+            let buf = match &place {
+                Place::Body(body, at) => Buf::Write(Arc::clone(body), at + pos, len as usize),
+                Place::Shm(shm, at) => Buf::Shm(Arc::clone(shm), *at as usize + pos, len as usize, op == Op::Write),
+                Place::Reply => Buf::Read(vec![0u8; len as usize]),
             };
             let reply = match &list {
                 Some(l) => Reply::Piece(Arc::clone(l), pos),
-                None => Reply::Single(c.id, wire_id, len),
+                None => Reply::Single(c.id, wire_id, if reserved == 0 { 0 } else { len }),
             };
             let p = Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) };
             if let Some(d) = self.disp.submit(p, now) {
                 self.deferred.push(d);
             }
         }
+        Ok(())
+    }
+
+    /// `ShmAttach`: map a region for this connection's data and send its
+    /// descriptor with the answer (`shm.rs`).
+    fn attach(&mut self, c: &mut Conn, wire_id: u64, bytes: u64) -> Result<(), (i32, String)> {
+        let l = &self.shared.config.limits;
+        if !matches!(c.stream, crate::net::Stream::Unix(_)) {
+            return Err((libc::EOPNOTSUPP, "shared memory needs a Unix socket: the client must be on the server's host".into()));
+        }
+        if c.shm.is_some() {
+            return Err((libc::EEXIST, "this connection already has a shared-memory region".into()));
+        }
+        let grant = bytes.min(l.shm_bytes_max);
+        if grant == 0 {
+            return Err((libc::EINVAL, "a shared-memory region needs at least one byte".into()));
+        }
+        if self.shared.shm_bytes.load(Ordering::Relaxed) + grant > l.shm_total_bytes_max {
+            return Err((libc::ENOMEM, format!("shared-memory regions are at their bound (shm_total_bytes_max = {})", l.shm_total_bytes_max)));
+        }
+        let (shm, fd) =
+            crate::shm::Shm::create(grant as usize, &self.shared.shm_bytes).map_err(|e| (e.raw_os_error().unwrap_or(libc::EIO), format!("shared-memory region: {e}")))?;
+        c.shm = Some(Arc::new(shm));
+        c.push_with(wire_id, Out::Count(grant), 0, &self.shared.reply_bytes, Some(fd));
         Ok(())
     }
 

@@ -231,11 +231,10 @@ fn direct_read(fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64
     let got = transfer(fd, Op::Read, &mut [iov_mut(&mut bounce.bytes()[..(hi - lo) as usize])], lo)?;
     let b = bounce.bytes();
     for it in items.iter_mut() {
-        if let Buf::Read(dst) = &mut it.buf {
-            let from = (it.req.offset - lo) as usize;
-            let n = dst.len().min(b.len() - from);
-            dst[..n].copy_from_slice(&b[from..from + n]);
-        }
+        let dst = it.buf.read_buf();
+        let from = (it.req.offset - lo) as usize;
+        let n = dst.len().min(b.len() - from);
+        dst[..n].copy_from_slice(&b[from..from + n]);
     }
     Ok((lo + got).saturating_sub(d.offset).min(d.len))
 }

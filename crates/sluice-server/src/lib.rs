@@ -41,6 +41,7 @@ mod net;
 mod ops;
 mod pending;
 pub mod root;
+mod shm;
 mod state;
 
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -86,6 +87,8 @@ pub(crate) struct Shared {
     pub reply_bytes: AtomicU64,
     /// Connections open now.
     pub conns_open: AtomicUsize,
+    /// Bytes of all shared-memory regions (`shm_total_bytes_max`).
+    pub shm_bytes: Arc<AtomicU64>,
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].
@@ -133,6 +136,7 @@ impl Server {
             partial_held: AtomicU64::new(0),
             reply_bytes: AtomicU64::new(0),
             conns_open: AtomicUsize::new(0),
+            shm_bytes: Arc::new(AtomicU64::new(0)),
             config,
         });
         let (jobs, jobs_rx) = mpsc::channel();
@@ -277,6 +281,12 @@ impl ServerHandle {
     /// (each connection at most `reply_bytes_max`).
     pub fn reply_bytes(&self) -> u64 {
         self.shared.reply_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the shared-memory regions mapped now (at most
+    /// `shm_total_bytes_max`).
+    pub fn shm_bytes(&self) -> u64 {
+        self.shared.shm_bytes.load(Ordering::Relaxed)
     }
 
     /// Connections open now.

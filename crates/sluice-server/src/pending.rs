@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use sluice_core::Request;
 use sluice_proto::{AppStats, DirEntry, HelloOk, Response, WireStat};
 
+use crate::shm::Shm;
 use crate::state::{lock, OpenFile};
 
 /// A reply as the event loop sends it; owns its data.
@@ -61,6 +62,9 @@ pub enum Buf {
     Read(Vec<u8>),
     /// Write source: `body[at..at + len]`, shared by a list's pieces.
     Write(Arc<Vec<u8>>, usize, usize),
+    /// The connection's shared region at `[at, at + len)`: a read's
+    /// destination (`.3` false) or a write's source (`.3` true).
+    Shm(Arc<Shm>, usize, usize, bool),
 }
 
 impl Buf {
@@ -68,7 +72,8 @@ impl Buf {
     pub fn data(&self) -> &[u8] {
         match self {
             Buf::Write(body, at, len) => &body[*at..*at + *len],
-            Buf::Read(_) => &[],
+            Buf::Shm(shm, at, len, true) => shm.bytes(*at, *len),
+            Buf::Read(_) | Buf::Shm(..) => &[],
         }
     }
 
@@ -76,7 +81,8 @@ impl Buf {
     pub fn read_buf(&mut self) -> &mut [u8] {
         match self {
             Buf::Read(b) => b,
-            Buf::Write(..) => &mut [],
+            Buf::Shm(shm, at, len, false) => shm.bytes_mut(*at, *len),
+            Buf::Write(..) | Buf::Shm(..) => &mut [],
         }
     }
 }
@@ -164,7 +170,7 @@ impl Pending {
                 let out = match (result, self.buf) {
                     (Err((errno, msg)), _) => Out::Error(errno, msg),
                     (Ok(_), Buf::Read(b)) => Out::Data(b),
-                    (Ok(n), Buf::Write(..)) => Out::Count(n),
+                    (Ok(n), Buf::Write(..) | Buf::Shm(..)) => Out::Count(n),
                 };
                 Some(Delivery { conn, wire_id, out, reserved })
             }

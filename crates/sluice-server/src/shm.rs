@@ -1,0 +1,94 @@
+//! Shared-memory data regions (issue 12's same-host data path).
+//!
+//! A client on the same host asks for a region (`ShmAttach`); the server
+//! creates a memfd of the size granted, maps it, and sends the descriptor
+//! back with the answer (`SCM_RIGHTS`). From then on `ReadShm` lands a
+//! read's data in the region straight from `preadv`, and `WriteShm` takes
+//! a write's data from it, so the socket carries only small descriptors.
+//! The region belongs to one connection; nobody else sees it. A client
+//! that scribbles over a region while a request uses it only spoils its
+//! own data.
+//!
+//! Bounds: `shm_bytes_max` per region (a larger request is granted that
+//! much) and `shm_total_bytes_max` over all regions (past it `ShmAttach`
+//! is refused with ENOMEM and the client keeps the socket path).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// One mapped region.
+pub struct Shm {
+    ptr: *mut u8,
+    len: usize,
+    /// Bytes of all regions together, this one's given back on drop.
+    total: Arc<AtomicU64>,
+}
+
+// SAFETY: the mapping is plain shared memory, valid until `Drop`; every
+// access goes through `bytes`/`bytes_mut` over ranges checked at
+// admission, and requests using a region hold an `Arc` to it.
+unsafe impl Send for Shm {}
+// SAFETY: as above; concurrent requests use disjoint ranges by the
+// client's allocation, and overlapping ones only race on the client's own
+// data, as two concurrent `pread`s into one buffer would.
+unsafe impl Sync for Shm {}
+
+impl Shm {
+    /// A region of `len` bytes, counted in `total` (which must have room:
+    /// the caller checked); the region and the descriptor to send.
+    pub fn create(len: usize, total: &Arc<AtomicU64>) -> io::Result<(Shm, OwnedFd)> {
+        // SAFETY: a NUL-terminated name; the descriptor is owned from here on.
+        let fd = unsafe { libc::memfd_create(c"sluice-shm".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain system calls on the descriptor we own.
+        if unsafe { libc::ftruncate64(fd.as_raw_fd(), len as libc::off64_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared mapping of the whole memfd.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        total.fetch_add(len as u64, Ordering::Relaxed);
+        Ok((Shm { ptr: ptr.cast(), len, total: Arc::clone(total) }, fd))
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether `[at, at + len)` lies inside the region.
+    pub fn holds(&self, at: u64, len: u64) -> bool {
+        at.checked_add(len).is_some_and(|end| end <= self.len as u64)
+    }
+
+    /// The bytes at `[at, at + len)`, which `holds` accepted.
+    pub fn bytes(&self, at: usize, len: usize) -> &[u8] {
+        assert!(at + len <= self.len, "a checked range");
+        // SAFETY: inside the live mapping (asserted).
+        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
+    }
+
+    /// The bytes at `[at, at + len)` to fill, which `holds` accepted.
+    #[allow(clippy::mut_from_ref)]
+    pub fn bytes_mut(&self, at: usize, len: usize) -> &mut [u8] {
+        assert!(at + len <= self.len, "a checked range");
+        // SAFETY: inside the live mapping (asserted); the range is this
+        // request's (see the `Sync` note).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
+    }
+}
+
+impl Drop for Shm {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `create`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        self.total.fetch_sub(self.len as u64, Ordering::Relaxed);
+    }
+}
