@@ -540,7 +540,9 @@ impl Client {
             let id = match s.conn.send(&req) {
                 Ok(id) => id,
                 Err(e) => {
-                    slot.map(shm::Slot::release);
+                    if let Some(sl) = slot {
+                        sl.release();
+                    }
                     return Err(e);
                 }
             };
@@ -600,7 +602,9 @@ impl Client {
             let id = match s.conn.send(&req) {
                 Ok(id) => id,
                 Err(e) => {
-                    slot.map(shm::Slot::release);
+                    if let Some(sl) = slot {
+                        sl.release();
+                    }
                     return Err(e);
                 }
             };
