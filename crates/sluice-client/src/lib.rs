@@ -336,6 +336,16 @@ fn data_into(what: &str, r: Reply, buf: &mut [u8]) -> Result<usize> {
     }
 }
 
+/// Send `req` on `s`; a slot it would have used is free again when the
+/// send failed (the server never saw the request).
+fn send_in(s: &Session, req: &Request<'_>, slot: Option<&shm::Slot>) -> Result<u64> {
+    s.conn.send(req).inspect_err(|_| {
+        if let Some(sl) = slot {
+            sl.release_unsent();
+        }
+    })
+}
+
 impl Client {
     /// Connect with the default options.
     pub fn connect(addr: &str) -> Result<Client> {
@@ -537,15 +547,7 @@ impl Client {
                 Some(sl) => Request::ReadShm { fd: server, offset, len: len as u32, at: sl.at() },
                 None => Request::Read { fd: server, offset, len: len as u32 },
             };
-            let id = match s.conn.send(&req) {
-                Ok(id) => id,
-                Err(e) => {
-                    if let Some(sl) = slot {
-                        sl.release();
-                    }
-                    return Err(e);
-                }
-            };
+            let id = send_in(s, &req, slot.as_ref())?;
             // The session the request went out on, exactly: ids restart
             // with each connection.
             Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot })
@@ -599,15 +601,7 @@ impl Client {
                 }
                 None => Request::Write { fd: server, offset, data },
             };
-            let id = match s.conn.send(&req) {
-                Ok(id) => id,
-                Err(e) => {
-                    if let Some(sl) = slot {
-                        sl.release();
-                    }
-                    return Err(e);
-                }
-            };
+            let id = send_in(s, &req, slot.as_ref())?;
             Ok(Ticket { id, session: Arc::clone(s), read: None, slot })
         })
     }

@@ -119,6 +119,12 @@ impl Slot {
     pub fn release(self) {
         self.region.release(self.index);
     }
+
+    /// The request was never sent: the slot is free. (The `Slot` value
+    /// itself is dropped with its ticket's failed construction.)
+    pub fn release_unsent(&self) {
+        self.region.release(self.index);
+    }
 }
 
 impl Drop for Region {

@@ -233,7 +233,7 @@ fn align_up(x: u64) -> u64 {
 fn direct_in_place(d: &Dispatch, items: &mut [Pending], op: Op) -> bool {
     let a = DIRECT_ALIGN_BYTES;
     tiles(d)
-        && d.offset % a as u64 == 0
+        && d.offset.is_multiple_of(a as u64)
         && items.len() <= IOV_MAX
         && items.iter_mut().all(|it| {
             let (ptr, len) = match op {
@@ -246,7 +246,7 @@ fn direct_in_place(d: &Dispatch, items: &mut [Pending], op: Op) -> bool {
                     (b.as_ptr() as usize, b.len())
                 }
             };
-            len > 0 && ptr % a == 0 && len % a == 0
+            len > 0 && ptr.is_multiple_of(a) && len.is_multiple_of(a)
         })
 }
 

@@ -67,6 +67,18 @@ fn read_reply(sock: &mut UnixStream) -> Option<(Header, Vec<u8>)> {
     Some((h, body))
 }
 
+/// A raw connection (handshake done) with `path` open read-only: the
+/// socket and the server's handle.
+fn raw_with_file(s: &TestServer, path: &str) -> (UnixStream, u64) {
+    let mut sock = raw(s);
+    let mut open = Vec::new();
+    encode_request(1, &Request::Open { path, flags: libc::O_RDONLY, mode: 0 }, &mut open).unwrap();
+    sock.write_all(&open).unwrap();
+    let (h, body) = read_reply(&mut sock).unwrap();
+    let Response::Fd(fd) = parse_response(&h, &body).unwrap() else { panic!("no fd") };
+    (sock, fd)
+}
+
 /// Send `bytes`; expect an error reply with `errno`, then end of stream.
 fn check_refused(s: &TestServer, bytes: &[u8], half_close: bool, errno: i32) {
     let mut sock = raw(s);
@@ -486,12 +498,7 @@ fn a_client_that_does_not_read_its_replies_holds_at_most_reply_bytes_max() {
         c.limits.frame_bytes_max = 2 << 20;
     });
     std::fs::write(s.path("f"), pattern(1 << 20, 3)).unwrap();
-    let mut sock = raw(&s);
-    let mut open = Vec::new();
-    encode_request(1, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }, &mut open).unwrap();
-    sock.write_all(&open).unwrap();
-    let (h, body) = read_reply(&mut sock).unwrap();
-    let Response::Fd(fd) = parse_response(&h, &body).unwrap() else { panic!("no fd") };
+    let (mut sock, fd) = raw_with_file(&s, "f");
     // 64 reads of 1 MiB, sent by a thread (the server stops reading them
     // past the bound), replies left unread for a while.
     let requests = 64u64;
@@ -561,12 +568,7 @@ fn pipelined_frames_behind_a_metadata_call_see_its_effect() {
 fn write_timeout_drops_a_client_that_does_not_read() {
     let s = TestServer::start(|c| c.limits.write_timeout_s = 1);
     std::fs::write(s.path("f"), pattern(1 << 20, 5)).unwrap();
-    let mut sock = raw(&s);
-    let mut open = Vec::new();
-    encode_request(1, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }, &mut open).unwrap();
-    sock.write_all(&open).unwrap();
-    let (h, body) = read_reply(&mut sock).unwrap();
-    let Response::Fd(fd) = parse_response(&h, &body).unwrap() else { panic!("no fd") };
+    let (mut sock, fd) = raw_with_file(&s, "f");
     let mut reads = Vec::new();
     for i in 0..32u64 {
         encode_request(10 + i, &Request::Read { fd, offset: 0, len: 1 << 20 }, &mut reads).unwrap();
