@@ -240,11 +240,11 @@ impl Conn {
     /// takes the region's descriptor off it. `None` when the server
     /// refused (the socket path stays).
     pub(crate) fn attach_shm(&self, bytes: u64) -> Result<Option<crate::shm::Region>> {
-        let id = self.send(&Request::ShmAttach { bytes })?;
         let mut g = lock(&self.read);
         if !g.input.buffer().is_empty() {
             return Ok(None);
         }
+        let id = self.send(&Request::ShmAttach { bytes })?;
         let fd = g.input.get_ref().as_raw_fd();
         let mut frame = Vec::new();
         let mut got_fd: Option<std::os::fd::OwnedFd> = None;
@@ -256,7 +256,7 @@ impl Conn {
             // SAFETY: an all-zero msghdr is valid; the iovec and control
             // buffer are live for the call.
             let r = unsafe {
-                let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: want - frame.len() };
+                let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: (want - frame.len()).min(buf.len()) };
                 let mut msg: libc::msghdr = std::mem::zeroed();
                 msg.msg_iov = &mut iov;
                 msg.msg_iovlen = 1;
@@ -275,6 +275,26 @@ impl Conn {
                 }
                 r
             };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    // The patience ran out (the socket's receive timeout):
+                    // as for any other reply (`await_frame`).
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if self.patience.soft => {
+                        let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
+                        g.broken.get_or_insert_with(|| why.clone());
+                        return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
+                    }
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                        self.patience.warn(&self.addr);
+                        continue;
+                    }
+                    _ => {}
+                }
+            } else if r > 0 {
+                self.patience.answered(&self.addr);
+            }
             if r <= 0 {
                 let why = if r == 0 { "server closed the connection".to_string() } else { io::Error::last_os_error().to_string() };
                 g.broken.get_or_insert(why.clone());

@@ -567,7 +567,8 @@ impl Client {
                 sl.release();
                 Ok(Reply::DataInto((n as usize).min(buf.len())))
             }
-            (Some(sl), r @ Err(ClientError { kind: ClientErrorKind::Server, .. })) => {
+            // Any other answer: the server is done with the slot too.
+            (Some(sl), r @ (Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. }))) => {
                 sl.release();
                 r
             }
@@ -638,22 +639,30 @@ impl Client {
             (0..buf.len()).step_by(chunk).map(|at| Ok((at, self.submit_read(fd, chunk.min(buf.len() - at), offset + at as u64)?))).collect::<Result<_>>()?;
         let mut total = 0;
         let mut short = false;
+        let mut failed = None;
+        // Every ticket is waited on, even after a failure: each holds its
+        // slot of the shared region until answered.
         for (at, t) in tickets {
             let end = (at + chunk).min(buf.len());
-            let n = self.wait_read(t, &mut buf[at..end])?;
-            if !short {
-                total += n;
-                short = n < end - at;
+            match self.wait_read(t, &mut buf[at..end]) {
+                Ok(n) if !short => {
+                    total += n;
+                    short = n < end - at;
+                }
+                Ok(_) => {}
+                Err(e) => failed = failed.or(Some(e)),
             }
         }
-        Ok(total)
+        failed.map_or(Ok(total), Err)
     }
 
     /// Write all of `data` at `offset`; large writes are split and pipelined.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
         let chunk = self.io_bytes_max();
         let tickets: Vec<Ticket> = data.chunks(chunk).enumerate().map(|(i, c)| self.submit_write(fd, c, offset + (i * chunk) as u64)).collect::<Result<_>>()?;
-        tickets.into_iter().map(|t| self.wait_write(t)).sum()
+        // Every ticket is waited on, even after a failure (see `pread`).
+        let results: Vec<Result<usize>> = tickets.into_iter().map(|t| self.wait_write(t)).collect();
+        results.into_iter().sum()
     }
 
     /// SFIO's mread: read every `(offset, len)` piece, back to back, into

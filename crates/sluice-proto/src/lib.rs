@@ -43,7 +43,7 @@ pub use msg::{
 
 /// Protocol version spoken by this crate; the handshake refuses others.
 /// 2: `Hello` carries an optional identity; `Challenge`/`Auth`.
-pub const VERSION: u16 = 2;
+pub const VERSION: u16 = 3;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.

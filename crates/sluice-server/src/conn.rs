@@ -69,8 +69,9 @@ pub enum Pause {
     Meta,
     /// The partial-frame budget is spent; since when.
     Budget(Instant),
-    /// Its reply bytes are at `reply_bytes_max`.
-    Bytes,
+    /// Its reply bytes are at `reply_bytes_max`: it resumes once this
+    /// many more fit (or none are held).
+    Bytes(u64),
 }
 
 /// A reply frame being written: its encoded head, then its payload.
@@ -78,7 +79,7 @@ struct OutFrame {
     head: Vec<u8>,
     data: Vec<u8>,
     sent: usize,
-    /// Payload bytes to give back to the connection's reply bytes once sent.
+    /// Bytes to give back to the connection's reply bytes once sent.
     counted: u64,
     /// A descriptor sent with the frame's first byte (`SCM_RIGHTS`).
     fd: Option<OwnedFd>,
@@ -208,7 +209,9 @@ impl Conn {
         self.push_with(wire_id, out, counted, total, None);
     }
 
-    /// Queue a reply that carries descriptor `fd`.
+    /// Queue a reply that carries descriptor `fd`. Every byte of it counts
+    /// against `reply_bytes_max` until written: `counted` bytes were
+    /// reserved for it at admission; the difference is taken or given back.
     pub fn push_with(&mut self, wire_id: u64, out: Out, counted: u64, total: &AtomicU64, fd: Option<OwnedFd>) {
         if self.broken {
             self.give(counted, total);
@@ -220,7 +223,13 @@ impl Conn {
             Out::Data(d) => d,
             _ => Vec::new(),
         };
-        self.out.push_back(OutFrame { head, data, sent: 0, counted, fd });
+        let bytes = (head.len() + data.len()) as u64;
+        if bytes > counted {
+            self.take(bytes - counted, total);
+        } else {
+            self.give(counted - bytes, total);
+        }
+        self.out.push_back(OutFrame { head, data, sent: 0, counted: bytes, fd });
     }
 
     /// Write what the socket takes without blocking. Sets `out_stalled`

@@ -19,10 +19,11 @@
 //! `write_timeout_s` for a reply queue that does not move. Deadlines are
 //! checked by a sweep over the connections at the earliest one due.
 //!
-//! Bounds in memory: a body is allocated as it arrives, in chunks of at
-//! most `BODY_CHUNK_BYTES`, each first taken from the partial-frame budget
-//! (`partial_bytes_max`, all connections together); past it, connections
-//! are not read until bytes drain. Reply bytes per connection: `conn.rs`.
+//! Bounds in memory: a body reserves its length from the partial-frame
+//! budget (`partial_bytes_max`, all connections together) when its header
+//! arrives and is allocated as it arrives, in chunks of at most
+//! `BODY_CHUNK_BYTES`; a body that finds the budget spent waits, unread,
+//! until bytes drain. Reply bytes per connection: `conn.rs`.
 //!
 //! Invariant: bytes held in partial frames never exceed `partial_bytes_max`.
 
@@ -53,6 +54,10 @@ use crate::Shared;
 /// Bytes a body takes from the budget, and is read, at a time (1 MiB): a
 /// 64 MiB write holds no more than it has received plus one chunk.
 pub const BODY_CHUNK_BYTES: usize = 1 << 20;
+/// Bytes reserved against `reply_bytes_max` for the frame of each admitted
+/// message's reply, besides its data: the largest reply without data (an
+/// error with the longest message).
+const REPLY_FRAME_BYTES: u64 = (HEADER_BYTES + 8 + sluice_proto::MESSAGE_BYTES_MAX) as u64;
 /// Events taken per `epoll_wait`.
 const EVENTS_MAX: usize = 256;
 /// Reads of one connection per wake-up, so one busy client cannot keep
@@ -95,16 +100,17 @@ impl Waker {
     }
 }
 
-/// The partial-frame budget: bytes of bodies being received.
+/// The partial-frame budget: every body being received reserves its whole
+/// length here when its header arrives (so bodies never wait for each
+/// other half-way, which could leave the budget spent by frames none of
+/// which can finish), and allocates it chunk by chunk as bytes arrive.
 struct Budget {
+    /// Reserved by bodies in progress.
     held: u64,
     max: u64,
-}
-
-impl Budget {
-    fn free(&self) -> u64 {
-        self.max - self.held
-    }
+    /// Allocated by them (≤ `held`): what `ServerHandle::partial_bytes`
+    /// reports.
+    allocated: u64,
 }
 
 /// What processing a frame left the connection in.
@@ -191,7 +197,7 @@ impl EventLoop {
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
         let c = &shared.config;
         let inline = !c.direct && c.device == crate::DeviceKind::Real;
-        let budget = Budget { held: 0, max: c.limits.partial_bytes_max };
+        let budget = Budget { held: 0, max: c.limits.partial_bytes_max, allocated: 0 };
         Ok(EventLoop {
             shared,
             epoll,
@@ -354,10 +360,17 @@ impl EventLoop {
 
     /// Give back the budget of a partial frame (closed, timed out, drained).
     fn abandon_frame(&mut self, c: &mut Conn) {
-        if let Rx::Body { held, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+        if let Rx::Body { held, body, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
+            self.allocated(-(body.capacity() as i64));
             self.give_budget(held);
         }
         c.stash = Vec::new();
+    }
+
+    /// Bytes allocated by bodies in progress changed by `delta`.
+    fn allocated(&mut self, delta: i64) {
+        self.budget.allocated = self.budget.allocated.checked_add_signed(delta).expect("allocations balance");
+        self.shared.partial_held.store(self.budget.allocated, Ordering::Relaxed);
     }
 
     fn give_budget(&mut self, n: u64) {
@@ -365,20 +378,19 @@ impl EventLoop {
             return;
         }
         self.budget.held -= n;
-        self.shared.partial_held.store(self.budget.held, Ordering::Relaxed);
         // Connections waiting for the budget try again at the end of the
-        // turn (`flush_dirty`), when no connection is out of the table.
+        // turn (`flush_dirty`), when no connection is out of the table;
+        // until then they stay paused, so nothing overtakes their stash.
         for id in std::mem::take(&mut self.waiting_budget) {
-            if let Some(mut c) = self.conns.remove(&id) {
-                if let Some(Pause::Budget(since)) = c.pause {
-                    c.pause = None;
+            match self.conns.remove(&id) {
+                Some(mut c) => {
                     c.resume_pending = true;
-                    if let Rx::Body { allowed, .. } = &mut c.rx {
-                        *allowed += since.elapsed();
-                    }
+                    self.dirty_mark(&mut c);
+                    self.conns.insert(id, c);
                 }
-                self.dirty_mark(&mut c);
-                self.conns.insert(id, c);
+                // Out of the table while the loop works on it (a removed
+                // connection leaves this list in `remove`): it waits on.
+                None => self.waiting_budget.push(id),
             }
         }
     }
@@ -388,7 +400,6 @@ impl EventLoop {
             return false;
         }
         self.budget.held += n;
-        self.shared.partial_held.store(self.budget.held, Ordering::Relaxed);
         true
     }
 
@@ -436,12 +447,14 @@ impl EventLoop {
             // Replies drained below the bound, or the budget came back:
             // take in what waited, then read again.
             let max = self.shared.config.limits.reply_bytes_max;
-            let resumable = self.conns.get(&id).is_some_and(|c| c.resume_pending || (c.pause == Some(Pause::Bytes) && c.held < max));
+            let resumable = self.conns.get(&id).is_some_and(|c| c.resume_pending || matches!(c.pause, Some(Pause::Bytes(need)) if c.held == 0 || c.held + need <= max));
             if resumable {
                 let mut c = self.conns.remove(&id).expect("present");
                 c.resume_pending = false;
-                if c.pause == Some(Pause::Bytes) {
-                    c.pause = None;
+                match c.pause {
+                    Some(Pause::Bytes(_)) => c.pause = None,
+                    Some(Pause::Budget(_)) => c.pause = None,
+                    _ => {}
                 }
                 if c.pause.is_none() && !self.stopping {
                     self.resume(&mut c);
@@ -516,11 +529,9 @@ impl EventLoop {
     /// more than the budget could hold of a partial frame) and take in
     /// every frame there. `false` when there is nothing more to read now.
     fn read_frames(&mut self, c: &mut Conn) -> bool {
-        let room = (self.budget.free() as usize).min(SCRATCH_BYTES);
-        if room < HEADER_BYTES {
-            self.pause_budget(c);
-            return false;
-        }
+        // Whole frames in the read need no budget; a partial one at its
+        // end reserves its body, or waits in the stash (at most this read).
+        let room = SCRATCH_BYTES;
         let mut scratch = std::mem::take(&mut self.scratch);
         let got = Self::recv(c, &mut scratch[..room]);
         let more = match got {
@@ -625,13 +636,13 @@ impl EventLoop {
             let tail = &bytes[i..];
             let wait_for_bytes =
                 matches!(header.opcode, Opcode::Write | Opcode::WriteList) && c.held > 0 && c.held + u64::from(header.body_len) > self.shared.config.limits.reply_bytes_max;
-            // The budget is taken a chunk at a time, the first one now.
-            let first = n.min(BODY_CHUNK_BYTES) as u64;
-            let room = wait_for_bytes || !self.take_budget(first);
+            // The whole body is reserved now, allocated a chunk at a time.
+            let first = n.min(BODY_CHUNK_BYTES).max(tail.len());
+            let room = wait_for_bytes || !self.take_budget(n as u64);
             if room {
                 // Not now: keep the frame's bytes (the header too) for later.
                 if wait_for_bytes {
-                    c.pause = Some(Pause::Bytes);
+                    c.pause = Some(Pause::Bytes(u64::from(header.body_len)));
                 } else {
                     self.pause_budget(c);
                 }
@@ -641,10 +652,11 @@ impl EventLoop {
                 }
                 return frame_start;
             }
-            let mut body = Vec::with_capacity(first as usize);
+            let mut body = Vec::with_capacity(first);
             body.extend_from_slice(tail);
+            self.allocated(body.capacity() as i64);
             let allowed = Duration::from_millis(self.shared.config.limits.frame_stall_ms + n as u64 / FRAME_RATE_MIN_BYTES_PER_MS);
-            c.rx = Rx::Body { header, body, held: first, started, allowed };
+            c.rx = Rx::Body { header, body, held: n as u64, started, allowed };
             self.arm(started + allowed);
             return bytes.len();
         }
@@ -654,22 +666,18 @@ impl EventLoop {
     /// Inside a body: receive straight into it, chunk by chunk, each taken
     /// from the budget first. `false` when there is nothing more to read now.
     fn read_body(&mut self, c: &mut Conn) -> bool {
-        let Rx::Body { header, body, held, .. } = &c.rx else { return false };
-        let (n, len, held_now) = (header.body_len as usize, body.len(), *held);
-        if len as u64 == held_now && len < n {
-            let want = (n - len).min(BODY_CHUNK_BYTES) as u64;
-            if !self.take_budget(want) {
-                self.pause_budget(c);
-                return false;
-            }
-            if let Rx::Body { body, held, .. } = &mut c.rx {
-                *held += want;
-                body.reserve_exact(want as usize);
-            }
+        let Rx::Body { header, body, .. } = &mut c.rx else { return false };
+        let (n, len) = (header.body_len as usize, body.len());
+        if len == body.capacity() && len < n {
+            // The next chunk (its bytes were reserved with the header).
+            let before = body.capacity();
+            body.reserve_exact((n - len).min(BODY_CHUNK_BYTES));
+            let grown = body.capacity() - before;
+            self.allocated(grown as i64);
         }
         let fd = c.fd();
-        let Rx::Body { body, held, .. } = &mut c.rx else { return false };
-        let cap = (*held as usize).min(n);
+        let Rx::Body { body, .. } = &mut c.rx else { return false };
+        let cap = body.capacity().min(n);
         if len < cap {
             // SAFETY: the spare capacity [len, cap) is allocated; recv
             // initialises the bytes it reports, and only those are kept.
@@ -697,6 +705,7 @@ impl EventLoop {
             return true;
         }
         let Rx::Body { header, body, held, .. } = std::mem::replace(&mut c.rx, Rx::Idle) else { unreachable!() };
+        self.allocated(-(body.capacity() as i64));
         self.give_budget(held);
         match self.frame(c, header, Cow::Owned(body)) {
             Flow::Next => true,
@@ -724,6 +733,14 @@ impl EventLoop {
 
     fn frame(&mut self, c: &mut Conn, h: Header, body: Cow<'_, [u8]>) -> Flow {
         c.last_frame = Instant::now();
+        // Replies of every kind count against `reply_bytes_max`: past it
+        // no frame is taken in until they drain (a client pipelining
+        // requests whose answers it does not read holds no more).
+        if c.held > self.shared.config.limits.reply_bytes_max {
+            c.blocked = Some((h, body.into_owned()));
+            c.pause = Some(Pause::Bytes(0));
+            return Flow::Paused;
+        }
         match c.phase {
             Phase::Hello => self.hello(c, h, body),
             Phase::Auth { .. } => self.auth(c, h, &body),
@@ -874,13 +891,13 @@ impl EventLoop {
             }
         };
         let total: u64 = pieces.iter().map(|p| p.1).sum();
-        // Data in the shared region never passes the socket: it holds no
-        // reply bytes.
-        let reserve = if shm_at.is_some() { 0 } else { total };
+        // Data in the shared region never passes the socket: only the
+        // reply frame is reserved.
+        let reserve = REPLY_FRAME_BYTES + if shm_at.is_some() { 0 } else { total };
         let max = self.shared.config.limits.reply_bytes_max;
-        if reserve > 0 && c.held > 0 && c.held + reserve > max {
+        if c.held > 0 && c.held + reserve > max {
             c.blocked = Some((h, body.into_owned()));
-            c.pause = Some(Pause::Bytes);
+            c.pause = Some(Pause::Bytes(reserve));
             return Flow::Paused;
         }
         let place = match shm_at {
@@ -921,7 +938,7 @@ impl EventLoop {
             return Err((libc::EBADF, format!("file handle {fd} is not open for {}", if op == Op::Write { "writing" } else { "reading" })));
         }
         let (app, client) = (session.app, session.client);
-        let reserved = if matches!(place, Place::Shm(..)) { 0 } else { total };
+        let reserved = REPLY_FRAME_BYTES + if matches!(place, Place::Shm(..)) { 0 } else { total };
         c.take(reserved, &self.shared.reply_bytes);
         c.inflight += 1;
         let mut at = 0usize;
@@ -937,7 +954,9 @@ impl EventLoop {
         let list = (list || live.is_empty()).then(|| {
             let bytes = if op == Op::Read { vec![0u8; total as usize] } else { Vec::new() };
             let inner = ListInner { remaining: live.len(), data: bytes, bytes: 0, error: None };
-            Arc::new(ListState { conn: c.id, wire_id, write: op == Op::Write, reserved, inner: std::sync::Mutex::new(inner) })
+            // Shared-memory messages, like writes, answer with a count.
+            let count = op == Op::Write || matches!(place, Place::Shm(..));
+            Arc::new(ListState { conn: c.id, wire_id, write: count, reserved, inner: std::sync::Mutex::new(inner) })
         });
         if live.is_empty() {
             let list = list.expect("built for an empty message");
@@ -957,7 +976,7 @@ impl EventLoop {
             };
             let reply = match &list {
                 Some(l) => Reply::Piece(Arc::clone(l), pos),
-                None => Reply::Single(c.id, wire_id, if reserved == 0 { 0 } else { len }),
+                None => Reply::Single(c.id, wire_id, reserved),
             };
             let p = Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) };
             if let Some(d) = self.disp.submit(p, now) {
@@ -999,10 +1018,7 @@ impl EventLoop {
         let Some(mut c) = self.conns.remove(&d.conn) else { return };
         let total = &self.shared.reply_bytes;
         c.inflight -= 1;
-        let data = if let Out::Data(b) = &d.out { b.len() as u64 } else { 0 };
-        let counted = data.min(d.reserved);
-        c.give(d.reserved - counted, total);
-        c.push(d.wire_id, d.out, counted, total);
+        c.push(d.wire_id, d.out, d.reserved, total);
         if c.inflight == 0 && c.ready() {
             let idle = Instant::now() + Duration::from_secs(self.shared.config.limits.idle_timeout_s);
             self.arm(idle);
@@ -1095,13 +1111,11 @@ impl EventLoop {
                 }
             }
             if !c.read_closed && !c.broken {
-                let budget_wait = matches!(c.pause, Some(Pause::Budget(_)));
                 match &c.rx {
                     Rx::Head { started, .. } if now >= *started + stall => {
                         self.fail(&mut c, 0, libc::ETIMEDOUT, format!("frame header stalled (frame_stall_ms = {})", l.frame_stall_ms))
                     }
                     Rx::Head { started, .. } => due.push(*started + stall),
-                    Rx::Body { .. } if budget_wait => {}
                     Rx::Body { header, body, started, allowed, .. } if now >= *started + *allowed => {
                         let (wid, n, got) = (header.request_id, header.body_len, body.len());
                         self.fail(&mut c, wid, libc::ETIMEDOUT, format!("frame body stalled: {got} of {n} bytes in time (frame_stall_ms = {}, then 1 MiB/s)", l.frame_stall_ms));
@@ -1123,6 +1137,11 @@ impl EventLoop {
                         }
                     }
                     Rx::Idle => {}
+                }
+                if c.pause.is_some() || c.resume_pending {
+                    // Looked at again while paused: when the pause ends the
+                    // idle or stall deadline applies again.
+                    due.push(now + stall.min(idle));
                 }
                 if !c.ready() && !c.read_closed && matches!(c.rx, Rx::Head { .. } | Rx::Body { .. }) {
                     if now >= c.accepted + handshake {

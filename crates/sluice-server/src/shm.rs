@@ -40,7 +40,7 @@ impl Shm {
     /// the caller checked); the region and the descriptor to send.
     pub fn create(len: usize, total: &Arc<AtomicU64>) -> io::Result<(Shm, OwnedFd)> {
         // SAFETY: a NUL-terminated name; the descriptor is owned from here on.
-        let fd = unsafe { libc::memfd_create(c"sluice-shm".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe { libc::memfd_create(c"sluice-shm".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -48,6 +48,12 @@ impl Shm {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: plain system calls on the descriptor we own.
         if unsafe { libc::ftruncate64(fd.as_raw_fd(), len as libc::off64_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Sealed at this size before the client sees it: a client that
+        // shrank it would make the server's own copies fault (SIGBUS).
+        // SAFETY: plain fcntl on the descriptor we own.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL) } < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: a fresh shared mapping of the whole memfd.

@@ -461,9 +461,10 @@ fn a_body_is_held_as_it_arrives_and_a_stalled_one_times_out() {
     wait_partial(&s, |b| b == 0, "given back");
 }
 
-/// Issue 12: 60 stalled 16 MiB bodies pinned 1 GB. The server-wide budget
-/// holds at N; past it a reader waits (its connection is not read) until
-/// bytes drain.
+/// Issue 12: 60 stalled 16 MiB bodies pinned 1 GB. Each body reserves its
+/// length from the server-wide budget when its header arrives (allocating
+/// as bytes come): N bodies fit; the N+1st is not read until one drains;
+/// whole small frames need no budget and are served meanwhile.
 #[test]
 fn partial_bytes_max_at_n_and_n_plus_1() {
     let s = TestServer::start(|c| {
@@ -472,17 +473,24 @@ fn partial_bytes_max_at_n_and_n_plus_1() {
     });
     let body_len = (2 << 20) - 64;
     let a = stalled_write(&s, body_len, (3 << 20) / 2);
-    wait_partial(&s, |b| b == body_len as u64, "a's whole body taken");
+    wait_partial(&s, |b| b == body_len as u64, "a's body allocated as it arrived");
+    let b = stalled_write(&s, body_len, (3 << 20) / 2);
+    wait_partial(&s, |h| h == 2 * body_len as u64, "b's too: the budget is spent (N)");
+    // (Less than a socket buffer, so this write does not block while the
+    // server leaves it unread.)
+    let mut third = stalled_write(&s, body_len, 32 << 10);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(s.handle.partial_bytes(), 2 * body_len as u64, "the N+1st body is not taken in");
     let c = s.client("bystander");
     let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
-    assert_eq!(c.pwrite(fd, &[1u8; 4096], 0).unwrap(), 4096, "room for it: served");
-    let b = stalled_write(&s, body_len, (3 << 20) / 2);
-    wait_partial(&s, |h| h == 2 * body_len as u64, "b's whole body taken: the budget is spent");
-    let t = c.submit_write(fd, &[2u8; 4096], 0).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(s.handle.partial_bytes(), 2 * body_len as u64, "the N+1st byte waits");
+    assert_eq!(c.pwrite(fd, &[2u8; 4096], 0).unwrap(), 4096, "a whole small frame is served meanwhile");
     drop(a);
-    assert_eq!(c.wait_write(t).unwrap(), 4096, "served once a's bytes drained");
+    wait_partial(&s, |h| h == body_len as u64 + (1 << 20), "a's bytes drained: the third body is taken in (its first chunk)");
+    // The rest of the third body arrives: its write is answered (bad
+    // handle here, but answered, and its budget given back).
+    third.write_all(&vec![0x5A; body_len - (32 << 10)]).unwrap();
+    let (h, body) = read_reply(&mut third).expect("the third write is answered");
+    assert!(matches!(parse_response(&h, &body).unwrap(), Response::Error { errno: libc::EBADF, .. }));
     drop(b);
     wait_partial(&s, |h| h == 0, "all given back");
 }
@@ -512,7 +520,8 @@ fn a_client_that_does_not_read_its_replies_holds_at_most_reply_bytes_max() {
     });
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut peak = 0;
-    while std::time::Instant::now() < deadline && peak < max {
+    // Each 1 MiB read reserves its data and its reply frame: three fit.
+    while std::time::Instant::now() < deadline && peak < max - (1 << 20) {
         peak = peak.max(s.handle.reply_bytes());
         assert!(s.handle.reply_bytes() <= max, "{} > reply_bytes_max", s.handle.reply_bytes());
         std::thread::sleep(Duration::from_millis(5));
@@ -589,4 +598,32 @@ fn write_timeout_drops_a_client_that_does_not_read() {
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(sock);
+}
+
+/// Replies of every kind count against `reply_bytes_max`: a client that
+/// pipelines `Stats` requests (each answer far larger than its request)
+/// and reads none of them stops being read once the bound is passed, and
+/// every answer still arrives when it reads.
+#[test]
+fn unread_metadata_replies_are_bounded_too() {
+    let max = 64u64 << 10;
+    let s = TestServer::start(|c| c.limits.reply_bytes_max = max);
+    let _apps: Vec<_> = (0..40).map(|i| s.client(&format!("application-with-a-long-name-{i}"))).collect();
+    let mut sock = raw(&s);
+    let requests = 2000u64;
+    let mut frames = Vec::new();
+    for i in 0..requests {
+        encode_request(100 + i, &Request::Stats, &mut frames).unwrap();
+    }
+    let mut sender = sock.try_clone().unwrap();
+    let send = std::thread::spawn(move || sender.write_all(&frames).unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    let held = s.handle.reply_bytes();
+    // One answer is about 40 x 300 bytes: 2,000 of them would be 24 MB.
+    assert!(held > 0 && held <= max + (64 << 10), "held {held} with the client not reading");
+    for _ in 0..requests {
+        let (h, body) = read_reply(&mut sock).expect("every answer arrives");
+        assert!(matches!(parse_response(&h, &body).unwrap(), Response::Stats(_)));
+    }
+    send.join().unwrap();
 }
