@@ -158,14 +158,7 @@ impl Conn {
         }
         loop {
             match g.input.fill_buf() {
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
-                    if self.patience.soft {
-                        let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
-                        g.broken.get_or_insert_with(|| why.clone());
-                        return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
-                    }
-                    self.patience.warn(&self.addr);
-                }
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => self.out_of_patience(g)?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Bytes, end of stream or an error: `read_one` tells which.
                 _ => {
@@ -174,6 +167,19 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// The patience ran out waiting for a reply (the socket's receive
+    /// timeout): a soft connection fails with ETIMEDOUT and is abandoned;
+    /// a hard one says so (once per outage) and waits on.
+    fn out_of_patience(&self, g: &mut ReadSide) -> Result<()> {
+        if self.patience.soft {
+            let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
+            g.broken.get_or_insert_with(|| why.clone());
+            return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
+        }
+        self.patience.warn(&self.addr);
+        Ok(())
     }
 
     /// Whether the connection is TCP (the server then wants the key).
@@ -281,13 +287,8 @@ impl Conn {
                     io::ErrorKind::Interrupted => continue,
                     // The patience ran out (the socket's receive timeout):
                     // as for any other reply (`await_frame`).
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut if self.patience.soft => {
-                        let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
-                        g.broken.get_or_insert_with(|| why.clone());
-                        return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
-                    }
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                        self.patience.warn(&self.addr);
+                        self.out_of_patience(&mut g)?;
                         continue;
                     }
                     _ => {}

@@ -64,20 +64,6 @@ fn threads_and_rss(pid: &str) -> Result<(u64, u64)> {
     Ok((field("Threads:"), field("VmRSS:") << 10))
 }
 
-/// Raise the soft descriptor limit to the hard one; the limit now.
-fn raise_fd_limit() -> u64 {
-    // SAFETY: getrlimit/setrlimit with a valid struct.
-    unsafe {
-        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-            return l.rlim_cur;
-        }
-        0
-    }
-}
-
 /// Descriptors beyond the connections' that a process needs here.
 const FD_MARGIN: u64 = 64;
 
@@ -133,7 +119,7 @@ fn idle_client(path: &std::path::Path, i: u32) -> Result<UnixStream> {
 
 /// Run the benchmark. See the module documentation.
 pub fn run(cfg: &ConnectionsBenchConfig) -> Result<ConnectionsBenchReport> {
-    let limit = raise_fd_limit();
+    let limit = crate::raise_fd_limit();
     let per_conn = if cfg.server_exe.is_some() { 1 } else { 2 };
     let need = u64::from(cfg.count) * per_conn + FD_MARGIN;
     if need > limit {

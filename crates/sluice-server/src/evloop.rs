@@ -956,7 +956,7 @@ impl EventLoop {
             let inner = ListInner { remaining: live.len(), data: bytes, bytes: 0, error: None };
             // Shared-memory messages, like writes, answer with a count.
             let count = op == Op::Write || matches!(place, Place::Shm(..));
-            Arc::new(ListState { conn: c.id, wire_id, write: count, reserved, inner: std::sync::Mutex::new(inner) })
+            Arc::new(ListState { conn: c.id, wire_id, counts: count, reserved, inner: std::sync::Mutex::new(inner) })
         });
         if live.is_empty() {
             let list = list.expect("built for an empty message");
@@ -1015,16 +1015,17 @@ impl EventLoop {
     /// Queue an answered message on its connection (dropped when the
     /// connection is gone).
     fn deliver(&mut self, d: Delivery) {
-        let Some(mut c) = self.conns.remove(&d.conn) else { return };
-        let total = &self.shared.reply_bytes;
+        let Some(c) = self.conns.get_mut(&d.conn) else { return };
         c.inflight -= 1;
-        c.push(d.wire_id, d.out, d.reserved, total);
+        c.push(d.wire_id, d.out, d.reserved, &self.shared.reply_bytes);
+        if !c.dirty {
+            c.dirty = true;
+            self.dirty.push(d.conn);
+        }
         if c.inflight == 0 && c.ready() {
             let idle = Instant::now() + Duration::from_secs(self.shared.config.limits.idle_timeout_s);
             self.arm(idle);
         }
-        self.dirty_mark(&mut c);
-        self.conns.insert(d.conn, c);
     }
 
     // ---- the scheduler ---------------------------------------------------

@@ -318,6 +318,23 @@ impl Drop for ServerHandle {
     }
 }
 
+/// A server holds one descriptor per connection: raise the soft limit to
+/// the hard one (best effort); the soft limit now.
+pub fn raise_fd_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit with a valid struct.
+    unsafe {
+        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) != 0 {
+            return 0;
+        }
+        if l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+        l.rlim_cur
+    }
+}
+
 /// The per-application summary printed at shutdown.
 pub fn summary_table(apps: &[AppStats]) -> String {
     let mut s = format!("{:<24} {:>10} {:>10} {:>7} {:>12} {:>12} {:>7} {:>10}\n", "app", "requests", "dispatches", "aggr", "read_bytes", "written", "errors", "p50_us<");

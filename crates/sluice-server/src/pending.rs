@@ -91,8 +91,9 @@ impl Buf {
 pub struct ListState {
     pub conn: u64,
     pub wire_id: u64,
-    pub write: bool,
-    /// Bytes taken at admission: the pieces' total.
+    /// Answered with a byte count (writes, shared-memory reads), not data.
+    pub counts: bool,
+    /// Bytes taken at admission: the pieces' total and the reply frame.
     pub reserved: u64,
     pub inner: Mutex<ListInner>,
 }
@@ -126,7 +127,7 @@ impl ListState {
     pub fn reply_now(&self, g: &mut ListInner) -> Delivery {
         let out = match g.error.take() {
             Some((errno, msg)) => Out::Error(errno, msg),
-            None if self.write => Out::Count(g.bytes),
+            None if self.counts => Out::Count(g.bytes),
             None => Out::Data(std::mem::take(&mut g.data)),
         };
         Delivery { conn: self.conn, wire_id: self.wire_id, out, reserved: self.reserved }

@@ -65,19 +65,6 @@ fn install_signal_handlers() {
     }
 }
 
-/// A server holds one descriptor per connection: raise the soft limit to
-/// the hard one (best effort).
-fn raise_fd_limit() {
-    // SAFETY: getrlimit/setrlimit with a valid struct.
-    unsafe {
-        let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
-            l.rlim_cur = l.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
-        }
-    }
-}
-
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mut cfg = ServerConfig::new(&a.root, Listen::parse(&a.listen)?);
     cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy).with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
@@ -90,7 +77,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.squash = sluice_server::Squash::parse(&a.squash)?;
     cfg.key_file = a.key_file.clone();
     cfg.limits.clients_max = a.clients_max;
-    raise_fd_limit();
+    sluice_server::raise_fd_limit();
     install_signal_handlers();
     let mut server = Server::start(cfg)?;
     println!(
