@@ -11,9 +11,9 @@
 //! stderr and keeps waiting, a soft one fails the call with ETIMEDOUT and
 //! is abandoned (poisoned), so no late reply is ever matched to a new call.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -43,6 +43,9 @@ pub(crate) enum Reply {
     Dir(Vec<DirEntry>, bool),
     Stats(Vec<AppStats>),
     Challenge([u8; sluice_proto::AUTH_BYTES]),
+    /// A cache lease: offset, bytes, how long it is good for, and the
+    /// descriptor lent with it (the first lease of a handle).
+    Lease(u64, u64, Duration, Option<OwnedFd>),
 }
 
 impl Reply {
@@ -59,12 +62,15 @@ impl Reply {
             Reply::Dir(e, _) => format!("Dir({} entries)", e.len()),
             Reply::Stats(a) => format!("Stats({} applications)", a.len()),
             Reply::Challenge(_) => "Challenge".into(),
+            Reply::Lease(o, n, _, fd) => format!("Lease({o}+{n}{})", if fd.is_some() { ", lent" } else { "" }),
         }
     }
 }
 
-fn owned(r: Response<'_>) -> std::result::Result<Reply, (i32, String)> {
-    Ok(match r {
+/// `r`, owned; a lease that says it lends a descriptor takes the next one
+/// received (`lent`), or fails when none came.
+fn owned(r: Response<'_>, lent: &mut VecDeque<OwnedFd>) -> io::Result<std::result::Result<Reply, (i32, String)>> {
+    Ok(Ok(match r {
         Response::HelloOk(h) => Reply::HelloOk(h),
         Response::Ok => Reply::Ok,
         Response::Fd(fd) => Reply::Fd(fd),
@@ -74,12 +80,82 @@ fn owned(r: Response<'_>) -> std::result::Result<Reply, (i32, String)> {
         Response::Dir { entries, done } => Reply::Dir(entries, done),
         Response::Stats(a) => Reply::Stats(a),
         Response::Challenge { nonce } => Reply::Challenge(nonce),
-        Response::Error { errno, message } => return Err((errno, message.to_string())),
-    })
+        Response::Lease { offset, len, valid_us, lent: false } => Reply::Lease(offset, len, Duration::from_micros(u64::from(valid_us)), None),
+        Response::Lease { offset, len, valid_us, lent: true } => {
+            let fd = lent.pop_front().ok_or_else(|| io::Error::other("bad reply: a lease that lends a descriptor came without one"))?;
+            Reply::Lease(offset, len, Duration::from_micros(u64::from(valid_us)), Some(fd))
+        }
+        Response::Error { errno, message } => return Ok(Err((errno, message.to_string()))),
+    }))
+}
+
+/// Descriptors one receive takes at most; the kernel hands over those of
+/// one message per `recvmsg`, and the server attaches one per frame.
+const FDS_PER_RECEIVE_MAX: usize = 4;
+/// Descriptors received and not yet claimed by their lease reply. A
+/// server that sends more is broken: the connection is dropped.
+const LENT_PENDING_MAX: usize = 64;
+
+/// The receiving half of the socket: `read` is a `recvmsg` that keeps the
+/// descriptors a frame carries (`SCM_RIGHTS`, Unix sockets), in order, for
+/// the reply that says it lends one. The kernel delivers a message's
+/// descriptors with its first byte, so they are queued before their frame
+/// is parsed.
+pub(crate) struct Rx {
+    stream: Stream,
+    lent: VecDeque<OwnedFd>,
+}
+
+impl Rx {
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let fd: RawFd = match &self.stream {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(_) => return self.stream.read(buf),
+        };
+        let mut cmsg = [0u64; 2 + FDS_PER_RECEIVE_MAX];
+        let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+        // SAFETY: an all-zero msghdr is valid; the iovec and control
+        // buffer are live for the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cmsg.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
+        // SAFETY: msg points at live buffers.
+        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel filled msg's control buffer; the macros walk
+        // it within msg_controllen.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
+                    for i in 0..n {
+                        let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>().add(i));
+                        self.lent.push_back(OwnedFd::from_raw_fd(raw));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 || self.lent.len() > LENT_PENDING_MAX {
+            return Err(io::Error::other("the server sent more descriptors than its replies claim"));
+        }
+        Ok(r as usize)
+    }
+}
+
+impl Read for Rx {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.recv(buf)
+    }
 }
 
 struct ReadSide {
-    input: BufReader<Stream>,
+    input: BufReader<Rx>,
     stash: HashMap<u64, std::result::Result<Reply, (i32, String)>>,
     broken: Option<String>,
 }
@@ -142,7 +218,7 @@ impl Conn {
         Ok(Conn {
             addr: addr.to_string(),
             output: Mutex::new(s),
-            read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, r), stash: HashMap::new(), broken: None }),
+            read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new() }), stash: HashMap::new(), broken: None }),
             id_next: AtomicU64::new(1),
             patience,
         })
@@ -251,7 +327,7 @@ impl Conn {
             return Ok(None);
         }
         let id = self.send(&Request::ShmAttach { bytes })?;
-        let fd = g.input.get_ref().as_raw_fd();
+        let fd = g.input.get_ref().stream.as_raw_fd();
         let mut frame = Vec::new();
         let mut got_fd: Option<std::os::fd::OwnedFd> = None;
         // Header, then the body it announces.
@@ -331,7 +407,7 @@ impl Conn {
 type Frame = (u64, std::result::Result<Reply, (i32, String)>);
 
 /// Read one reply frame; a `Data` reply for `want` goes into `into`.
-fn read_one(input: &mut BufReader<Stream>, want: u64, into: Option<&mut [u8]>) -> io::Result<Frame> {
+fn read_one(input: &mut BufReader<Rx>, want: u64, into: Option<&mut [u8]>) -> io::Result<Frame> {
     let mut h = [0u8; HEADER_BYTES];
     input.read_exact(&mut h).map_err(|e| if e.kind() == io::ErrorKind::UnexpectedEof { io::Error::other("server closed the connection") } else { e })?;
     let bad = |e: String| io::Error::other(format!("bad reply: {e}"));
@@ -346,5 +422,57 @@ fn read_one(input: &mut BufReader<Stream>, want: u64, into: Option<&mut [u8]>) -
     let mut body = vec![0u8; n];
     input.read_exact(&mut body)?;
     let resp = parse_response(&header, &body).map_err(|e| bad(e.to_string()))?;
-    Ok((header.request_id, owned(resp)))
+    Ok((header.request_id, owned(resp, &mut input.get_mut().lent)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// Send one byte with `fd` attached, as the server sends a lease.
+    fn send_fd(s: &UnixStream, fd: RawFd) {
+        let mut cmsg = [0u64; 4];
+        let byte = [0u8; 1];
+        let mut iov = libc::iovec { iov_base: byte.as_ptr() as *mut _, iov_len: 1 };
+        // SAFETY: an all-zero msghdr is valid; buffers live for the call;
+        // the control message is built within `cmsg`.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cmsg.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
+            assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), 1);
+        }
+    }
+
+    #[test]
+    fn lent_pending_max_at_n_and_n_plus_1() {
+        let (server, client) = UnixStream::pair().unwrap();
+        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new() };
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let mut b = [0u8; 16];
+        for _ in 0..LENT_PENDING_MAX {
+            send_fd(&server, null.as_raw_fd());
+        }
+        // One message's descriptors per receive.
+        for _ in 0..LENT_PENDING_MAX {
+            assert_eq!(rx.recv(&mut b).unwrap(), 1);
+        }
+        assert_eq!(rx.lent.len(), LENT_PENDING_MAX, "N descriptors held for their replies");
+        send_fd(&server, null.as_raw_fd());
+        let e = rx.recv(&mut b).unwrap_err();
+        assert!(e.to_string().contains("more descriptors"), "N+1 breaks the connection: {e}");
+        // A claimed one makes room again.
+        rx.lent.pop_front();
+        rx.lent.pop_front();
+        send_fd(&server, null.as_raw_fd());
+        assert_eq!(rx.recv(&mut b).unwrap(), 1);
+    }
 }

@@ -36,6 +36,15 @@
 //! "server X not responding, still trying", and waited for; a soft client
 //! (`SLUICE_SOFT=1`) fails the call with ETIMEDOUT instead.
 //!
+//! Cache leases (`ConnectOptions::leases`, server side in
+//! `sluice-server/src/lease.rs`): a read of a read-only handle asks
+//! `ReadLease`; when its range is in the server's page cache the answer is
+//! "read it yourself" with the file's descriptor (lent once per handle and
+//! connection) and a range that may reach ahead of the request. Later reads
+//! inside a live lease are `pread`s on that descriptor with no message at
+//! all; the rest go to the server as before. The page cache is coherent
+//! across descriptors, so a leased read sees every completed write.
+//!
 //! Invariant: no call waits on a silent server longer than `timeout`
 //! without saying so (hard) or failing (soft); a write is never sent twice.
 
@@ -44,6 +53,7 @@ mod error;
 mod shm;
 
 use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -63,6 +73,9 @@ pub const APP_ENV: &str = "SLUICE_APP";
 pub const TIMEOUT_ENV: &str = "SLUICE_TIMEOUT";
 /// Environment variable: `1` makes clients soft (ETIMEDOUT at the timeout).
 pub const SOFT_ENV: &str = "SLUICE_SOFT";
+/// Environment variable: `0` turns cache leases off (every read goes
+/// through the server).
+pub const LEASES_ENV: &str = "SLUICE_LEASES";
 /// Seconds a silent server is waited for before it is reported (hard) or
 /// the call fails (soft), as NFS's default `timeo` order of magnitude.
 pub const TIMEOUT_S_DEFAULT: u64 = 30;
@@ -86,6 +99,9 @@ pub struct Ticket {
     read: Option<(Fd, usize, u64)>,
     /// The shared-memory slot its data travels through, if any.
     slot: Option<shm::Slot>,
+    /// A read inside a live cache lease: done with `pread` on this lent
+    /// descriptor at wait time, no message sent (`id` is 0).
+    local: Option<Arc<Lent>>,
 }
 
 impl std::fmt::Debug for Ticket {
@@ -133,6 +149,9 @@ pub struct ConnectOptions {
     /// Use a shared-memory data region on a Unix socket (`shm.rs`):
     /// default on, off when `SLUICE_SHM=0`.
     pub shm: bool,
+    /// Ask for cache leases on reads of read-only handles (needs `shm`):
+    /// default on, off when `SLUICE_LEASES=0`.
+    pub leases: bool,
 }
 
 impl Default for ConnectOptions {
@@ -148,6 +167,7 @@ impl Default for ConnectOptions {
             recovery: if soft { Recovery::Soft } else { Recovery::Hard },
             timeout: Duration::from_secs(timeout_s),
             shm: std::env::var(shm::SHM_ENV).map_or(true, |v| v != "0"),
+            leases: std::env::var(LEASES_ENV).map_or(true, |v| v != "0"),
         }
     }
 }
@@ -276,6 +296,64 @@ struct Handle {
     pos: Position,
     /// Why the handle is dead since a reconnection (ESTALE: its path is gone).
     dead: Option<ClientError>,
+    /// The descriptor the server lent for cache leases on session `gen`.
+    lent: Option<Arc<Lent>>,
+    /// The live lease: `[start, end)` until `until`.
+    lease: Option<(u64, u64, Instant)>,
+    /// No more leases for this handle: its lent descriptor was found
+    /// closed or replaced under the client (see `Lent::intact`).
+    leases_off: bool,
+}
+
+/// A descriptor the server lent, and the file it was lent for.
+struct Lent {
+    fd: OwnedFd,
+    /// `(st_dev, st_ino)` when it arrived.
+    key: (u64, u64),
+}
+
+/// `(st_dev, st_ino)` of an open descriptor.
+fn file_key(fd: &OwnedFd) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero stat is valid, and fstat fills it.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer.
+    (unsafe { libc::fstat64(fd.as_raw_fd(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+impl Lent {
+    fn new(fd: OwnedFd) -> Option<Lent> {
+        Some(Lent { key: file_key(&fd)?, fd })
+    }
+
+    /// Whether the descriptor still refers to the file it was lent for. A
+    /// program that closes descriptors it does not own (and, under the
+    /// interposer, then opens another file on the same number) must not
+    /// make a leased read return another file's bytes: one `fstat` per
+    /// leased read rules it out.
+    fn intact(&self) -> bool {
+        file_key(&self.fd) == Some(self.key)
+    }
+}
+
+/// `pread` on a lent descriptor until `buf` is full or end of file.
+fn local_pread(file: &Lent, buf: &mut [u8], offset: u64) -> Result<usize> {
+    let mut at = 0;
+    while at < buf.len() {
+        // SAFETY: buf[at..] is valid for buf.len() - at bytes.
+        let n = unsafe { libc::pread64(file.fd.as_raw_fd(), buf[at..].as_mut_ptr().cast(), buf.len() - at, (offset + at as u64) as i64) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("leased read: {e}")));
+        }
+        if n == 0 {
+            break;
+        }
+        at += n as usize;
+    }
+    Ok(at)
 }
 
 /// A connection to a sluice server. See the crate documentation.
@@ -477,6 +555,7 @@ impl Client {
         let mut handles = lock(&self.handles);
         for (fd, r) in reopened {
             if let Some(h) = handles.get_mut(&fd) {
+                (h.lent, h.lease, h.leases_off) = (None, None, false);
                 match r {
                     Ok(server) => (h.server, h.gen) = (server, gen),
                     Err(e) => h.dead = Some(e),
@@ -514,7 +593,7 @@ impl Client {
         })?;
         let fd = self.fd_next.fetch_add(1, Ordering::Relaxed);
         let pos = Position { at: 0, append: flags & libc::O_APPEND != 0 };
-        lock(&self.handles).insert(fd, Handle { server, gen, path: path.to_string(), flags, pos, dead: None });
+        lock(&self.handles).insert(fd, Handle { server, gen, path: path.to_string(), flags, pos, dead: None, lent: None, lease: None, leases_off: false });
         Ok(Fd(fd))
     }
 
@@ -542,21 +621,75 @@ impl Client {
             if len > s.io_bytes_max {
                 return Err(ClientError::invalid(format!("read of {len} bytes exceeds io_bytes_max ({})", s.io_bytes_max)));
             }
+            let (local, lease_ok) = self.leased(fd, s.gen, offset, len);
+            if local.is_some() {
+                return Ok(Ticket { id: 0, session: Arc::clone(s), read: Some((fd, len, offset)), slot: None, local });
+            }
             let slot = s.shm.as_ref().and_then(|r| r.take(len));
             let req = match &slot {
+                Some(sl) if lease_ok => Request::ReadLease { fd: server, offset, len: len as u32, at: sl.at() },
                 Some(sl) => Request::ReadShm { fd: server, offset, len: len as u32, at: sl.at() },
                 None => Request::Read { fd: server, offset, len: len as u32 },
             };
             let id = send_in(s, &req, slot.as_ref())?;
             // The session the request went out on, exactly: ids restart
             // with each connection.
-            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot })
+            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot, local: None })
         })
+    }
+
+    /// For a read of `fd` on session `gen`: the lent descriptor when a live
+    /// lease covers it, and whether to ask for a lease otherwise (leases
+    /// on, a read-only handle).
+    fn leased(&self, fd: Fd, gen: u64, offset: u64, len: usize) -> (Option<Arc<Lent>>, bool) {
+        if !self.opts.leases {
+            return (None, false);
+        }
+        let mut h = lock(&self.handles);
+        let Some(h) = h.get_mut(&fd.0) else { return (None, false) };
+        let ok = h.flags & libc::O_ACCMODE == libc::O_RDONLY && !h.leases_off;
+        let live = match (&h.lent, h.lease) {
+            (Some(file), Some((start, end, until))) if h.gen == gen && offset >= start && offset.saturating_add(len as u64) <= end && Instant::now() < until => {
+                Some(Arc::clone(file))
+            }
+            _ => None,
+        };
+        match live {
+            Some(f) if !f.intact() => {
+                (h.lent, h.lease, h.leases_off) = (None, None, true);
+                (None, false)
+            }
+            live => (live, ok),
+        }
+    }
+
+    /// Keep the lease the server answered for `fd` on session `gen` (with
+    /// the descriptor it lent, the first time); the descriptor to read
+    /// from, or `None` when the lent one is not known here (another
+    /// thread's reply that carried it is not taken in yet).
+    fn keep_lease(&self, fd: Fd, gen: u64, start: u64, len: u64, valid: Duration, lent: Option<OwnedFd>) -> Option<Arc<Lent>> {
+        let lent = lent.and_then(Lent::new).map(Arc::new);
+        let mut h = lock(&self.handles);
+        let Some(h) = h.get_mut(&fd.0).filter(|h| h.gen == gen) else { return lent };
+        if let Some(f) = &lent {
+            h.lent = Some(Arc::clone(f));
+        }
+        let file = h.lent.clone()?;
+        if !file.intact() {
+            (h.lent, h.lease, h.leases_off) = (None, None, true);
+            return None;
+        }
+        h.lease = Some((start, start.saturating_add(len), Instant::now() + valid));
+        Some(file)
     }
 
     /// Bytes read into `buf` (fewer than asked at end of file). A read
     /// whose connection broke is sent again on the next one.
     pub fn wait_read(&self, mut t: Ticket, buf: &mut [u8]) -> Result<usize> {
+        let want = t.read.map_or(buf.len(), |r| r.1.min(buf.len()));
+        if let (Some(file), Some((_, _, offset))) = (t.local.take(), t.read) {
+            return local_pread(&file, &mut buf[..want], offset);
+        }
         let slot = t.slot.take();
         let r = t.session.conn.wait(t.id, if slot.is_some() { None } else { Some(&mut *buf) });
         // Answered (data or error): the slot is done with; the server
@@ -566,6 +699,19 @@ impl Client {
                 sl.drain_into(buf, n as usize);
                 sl.release();
                 Ok(Reply::DataInto((n as usize).min(buf.len())))
+            }
+            (Some(sl), Ok(Reply::Lease(start, len, valid, lent))) => {
+                sl.release();
+                let (fd, _, offset) = t.read.expect("a read ticket");
+                match self.keep_lease(fd, t.session.gen, start, len, valid, lent) {
+                    Some(file) => return local_pread(&file, &mut buf[..want], offset),
+                    // Rare (threads racing on a handle's first lease): ask
+                    // again without a lease.
+                    None => self.on_fd(fd, true, |s, server| {
+                        let id = s.conn.send(&Request::Read { fd: server, offset, len: want as u32 })?;
+                        s.conn.wait(id, Some(&mut buf[..want]))
+                    }),
+                }
             }
             // Any other answer: the server is done with the slot too.
             (Some(sl), r @ (Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. }))) => {
@@ -603,7 +749,7 @@ impl Client {
                 None => Request::Write { fd: server, offset, data },
             };
             let id = send_in(s, &req, slot.as_ref())?;
-            Ok(Ticket { id, session: Arc::clone(s), read: None, slot })
+            Ok(Ticket { id, session: Arc::clone(s), read: None, slot, local: None })
         })
     }
 
@@ -631,10 +777,16 @@ impl Client {
         self.current().io_bytes_max.max(1)
     }
 
-    /// Read up to `buf.len()` bytes at `offset`; large reads are split at
-    /// `io_bytes_max` and pipelined.
+    /// Read up to `buf.len()` bytes at `offset`; large reads are split (at
+    /// the shared region's slot size, else at `io_bytes_max`) and
+    /// pipelined. Inside a live cache lease, one local `pread`.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize> {
-        let chunk = self.io_bytes_max();
+        if let Some(r) = self.pread_leased(fd, buf, offset) {
+            return r;
+        }
+        // With a shared region, pieces of a slot each: every piece can
+        // travel through the region or be answered with a lease.
+        let chunk = if self.current().shm.is_some() { shm::SLOT_BYTES } else { self.io_bytes_max() };
         let tickets: Vec<(usize, Ticket)> =
             (0..buf.len()).step_by(chunk).map(|at| Ok((at, self.submit_read(fd, chunk.min(buf.len() - at), offset + at as u64)?))).collect::<Result<_>>()?;
         let mut total = 0;
@@ -654,6 +806,17 @@ impl Client {
             }
         }
         failed.map_or(Ok(total), Err)
+    }
+
+    /// Read from the page cache under a live cache lease that covers
+    /// `[offset, offset + buf.len())`, without any message and without
+    /// waiting for the server; `None` when no live lease covers it (then
+    /// [`Client::pread`], which may be answered with a new one). For
+    /// callers that must not block, such as the FUSE mount's async threads.
+    pub fn pread_leased(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Option<Result<usize>> {
+        let gen = self.current().gen;
+        let (file, _) = self.leased(fd, gen, offset, buf.len());
+        file.map(|f| local_pread(&f, buf, offset))
     }
 
     /// Write all of `data` at `offset`; large writes are split and pipelined.

@@ -209,6 +209,15 @@ impl Remote {
         }
     }
 
+    /// As `pread`, from a live cache lease only (`Client::pread_leased`);
+    /// `None` when there is none (always, for a cluster).
+    pub fn pread_leased(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Option<RemoteResult<usize>> {
+        match self {
+            Remote::Server(c) => c.pread_leased(fd, buf, offset),
+            Remote::Cluster(_) => None,
+        }
+    }
+
     /// Write all of `data` at `offset`.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> RemoteResult<usize> {
         match self {

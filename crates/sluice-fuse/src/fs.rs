@@ -229,8 +229,18 @@ impl PathFilesystem for SluiceFs {
 
     async fn read(&self, _req: Request, _path: Option<&OsStr>, fh: u64, offset: u64, size: u32) -> Result<ReplyData> {
         let (c, fd) = self.handle(fh)?;
+        // Inside a cache lease the read is a `pread` from the page cache:
+        // done here, without a hop to a blocking thread.
+        let mut buf = vec![0u8; size as usize];
+        match c.pread_leased(fd, &mut buf, offset) {
+            Some(Ok(n)) => {
+                buf.truncate(n);
+                return Ok(ReplyData { data: Bytes::from(buf) });
+            }
+            Some(Err(e)) => return Err(errno(e)),
+            None => {}
+        }
         let data = blocking(move || {
-            let mut buf = vec![0u8; size as usize];
             let n = c.pread(fd, &mut buf, offset)?;
             buf.truncate(n);
             Ok(buf)

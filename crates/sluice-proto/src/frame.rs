@@ -34,6 +34,9 @@ pub enum Opcode {
     ReadShm = 0x15,
     /// A write whose data is taken from the shared region.
     WriteShm = 0x16,
+    /// A read that may be answered with a cache lease instead of data
+    /// (`Lease`); otherwise as `ReadShm`.
+    ReadLease = 0x17,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -43,10 +46,13 @@ pub enum Opcode {
     Dir = 0x87,
     StatsOk = 0x88,
     Challenge = 0x89,
+    /// "Read this range yourself": it is in the page cache (see
+    /// [`crate::Response::Lease`]).
+    Lease = 0x8a,
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 32] = [
+const OPCODES: [Opcode; 34] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -69,6 +75,7 @@ const OPCODES: [Opcode; 32] = [
     Opcode::ShmAttach,
     Opcode::ReadShm,
     Opcode::WriteShm,
+    Opcode::ReadLease,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,
@@ -78,6 +85,7 @@ const OPCODES: [Opcode; 32] = [
     Opcode::Dir,
     Opcode::StatsOk,
     Opcode::Challenge,
+    Opcode::Lease,
     Opcode::Error,
 ];
 

@@ -43,7 +43,9 @@ pub use msg::{
 
 /// Protocol version spoken by this crate; the handshake refuses others.
 /// 2: `Hello` carries an optional identity; `Challenge`/`Auth`.
-pub const VERSION: u16 = 3;
+/// 3: shared-memory data (`ShmAttach`, `ReadShm`, `WriteShm`).
+/// 4: cache leases (`ReadLease`, `Lease`); `AppStats::bytes_leased`.
+pub const VERSION: u16 = 4;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.

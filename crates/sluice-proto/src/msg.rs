@@ -143,6 +143,14 @@ pub enum Request<'a> {
         len: u32,
         at: u64,
     },
+    /// As `ReadShm`, but the server may answer `Lease` instead of reading:
+    /// the range is in the page cache and the client reads it itself.
+    ReadLease {
+        fd: u64,
+        offset: u64,
+        len: u32,
+        at: u64,
+    },
 }
 
 /// File metadata, as `stat(2)` reports it.
@@ -188,6 +196,9 @@ pub struct AppStats {
     pub dispatches: u64,
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// Bytes the server let the application read from the page cache
+    /// itself (cache leases): not in `bytes_read` nor in `requests`.
+    pub bytes_leased: u64,
     /// Requests that completed with an error.
     pub errors: u64,
     /// Request latency, arrival to completion: see [`LATENCY_BUCKETS`].
@@ -223,6 +234,18 @@ pub enum Response<'a> {
     /// The server wants the key proven before `HelloOk`: answer `Auth`.
     Challenge {
         nonce: [u8; AUTH_BYTES],
+    },
+    /// The answer to `ReadLease` when the range is in the page cache: the
+    /// client may read `[offset, offset + len)` of the file itself, from
+    /// the descriptor the server lent it, for `valid_us` microseconds.
+    /// `len` covers at least the request (clipped at end of file) and may
+    /// reach further ahead. `lent`: this frame carries the descriptor
+    /// (`SCM_RIGHTS`), the first lease of a handle on a connection.
+    Lease {
+        offset: u64,
+        len: u64,
+        valid_us: u32,
+        lent: bool,
     },
     Error {
         errno: i32,
@@ -336,17 +359,17 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Stats => Request::Stats,
         Opcode::Auth => Request::Auth { mac: r.array("mac")? },
         Opcode::ShmAttach => Request::ShmAttach { bytes: r.u64("bytes")? },
-        Opcode::ReadShm | Opcode::WriteShm => {
+        Opcode::ReadShm | Opcode::WriteShm | Opcode::ReadLease => {
             let (fd, offset, len, at) = (r.u64("fd")?, r.u64("offset")?, r.u32("len")?, r.u64("at")?);
             if len > IO_BYTES_MAX {
                 return Err(too_large("shared-memory transfer length", u64::from(len), u64::from(IO_BYTES_MAX)));
             }
             offset.checked_add(u64::from(len)).ok_or_else(|| invalid("offset + length overflows"))?;
             at.checked_add(u64::from(len)).ok_or_else(|| invalid("region offset + length overflows"))?;
-            if h.opcode == Opcode::ReadShm {
-                Request::ReadShm { fd, offset, len, at }
-            } else {
-                Request::WriteShm { fd, offset, len, at }
+            match h.opcode {
+                Opcode::ReadShm => Request::ReadShm { fd, offset, len, at },
+                Opcode::WriteShm => Request::WriteShm { fd, offset, len, at },
+                _ => Request::ReadLease { fd, offset, len, at },
             }
         }
         other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a request"))),
@@ -425,12 +448,17 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize
             (Opcode::Auth, 0)
         }
         Request::ShmAttach { bytes } => fd_only(Opcode::ShmAttach, bytes, out),
-        Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => {
+        Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } | Request::ReadLease { fd, offset, len, at } => {
             put_u64(out, fd);
             put_u64(out, offset);
             put_u32(out, len);
             put_u64(out, at);
-            (if matches!(req, Request::ReadShm { .. }) { Opcode::ReadShm } else { Opcode::WriteShm }, 0)
+            let op = match req {
+                Request::ReadShm { .. } => Opcode::ReadShm,
+                Request::WriteShm { .. } => Opcode::WriteShm,
+                _ => Opcode::ReadLease,
+            };
+            (op, 0)
         }
         _ => return metadata_fields(req, out),
     })
@@ -529,7 +557,7 @@ fn put_stat(out: &mut Vec<u8>, s: &WireStat) {
 fn put_app(out: &mut Vec<u8>, a: &AppStats) {
     put_str(out, &a.name, APP_NAME_BYTES_MAX);
     put_u32(out, a.weight);
-    for v in [a.requests, a.dispatches, a.bytes_read, a.bytes_written, a.errors] {
+    for v in [a.requests, a.dispatches, a.bytes_read, a.bytes_written, a.bytes_leased, a.errors] {
         put_u64(out, v);
     }
     for &v in &a.latency_us_log2 {
@@ -567,6 +595,13 @@ fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
             put_u32(out, apps.len().min(STATS_APPS_MAX) as u32);
             apps.iter().take(STATS_APPS_MAX).for_each(|a| put_app(out, a));
             (Opcode::StatsOk, 0)
+        }
+        Response::Lease { offset, len, valid_us, lent } => {
+            put_u64(out, *offset);
+            put_u64(out, *len);
+            put_u32(out, *valid_us);
+            out.push(u8::from(*lent));
+            (Opcode::Lease, 0)
         }
         Response::Challenge { nonce } => {
             out.extend_from_slice(nonce);
@@ -634,11 +669,11 @@ fn parse_dir(r: &mut Rd<'_>) -> Result<Response<'static>, ProtoError> {
 }
 
 fn parse_apps(r: &mut Rd<'_>) -> Result<Vec<AppStats>, ProtoError> {
-    let n = r.count(STATS_APPS_MAX, 2 + 4 + 8 * (5 + LATENCY_BUCKETS), "apps")?;
+    let n = r.count(STATS_APPS_MAX, 2 + 4 + 8 * (6 + LATENCY_BUCKETS), "apps")?;
     let mut apps = Vec::with_capacity(n);
     for _ in 0..n {
         let (name, weight) = (r.str(APP_NAME_BYTES_MAX, "app")?.to_string(), r.u32("weight")?);
-        let mut v = [0u64; 5];
+        let mut v = [0u64; 6];
         for x in &mut v {
             *x = r.u64("counter")?;
         }
@@ -646,8 +681,8 @@ fn parse_apps(r: &mut Rd<'_>) -> Result<Vec<AppStats>, ProtoError> {
         for x in &mut latency_us_log2 {
             *x = r.u64("latency bucket")?;
         }
-        let [requests, dispatches, bytes_read, bytes_written, errors] = v;
-        apps.push(AppStats { name, weight, requests, dispatches, bytes_read, bytes_written, errors, latency_us_log2 });
+        let [requests, dispatches, bytes_read, bytes_written, bytes_leased, errors] = v;
+        apps.push(AppStats { name, weight, requests, dispatches, bytes_read, bytes_written, bytes_leased, errors, latency_us_log2 });
     }
     Ok(apps)
 }
@@ -674,6 +709,16 @@ pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, Pr
         Opcode::Dir => parse_dir(&mut r)?,
         Opcode::StatsOk => Response::Stats(parse_apps(&mut r)?),
         Opcode::Challenge => Response::Challenge { nonce: r.array("nonce")? },
+        Opcode::Lease => {
+            let (offset, len, valid_us) = (r.u64("offset")?, r.u64("len")?, r.u32("valid_us")?);
+            offset.checked_add(len).ok_or_else(|| invalid("lease offset + length overflows"))?;
+            let lent = match r.u8("lent flag")? {
+                0 => false,
+                1 => true,
+                _ => return Err(invalid("lent flag not 0 or 1")),
+            };
+            Response::Lease { offset, len, valid_us, lent }
+        }
         Opcode::Error => Response::Error { errno: r.i32("errno")?, message: r.str(MESSAGE_BYTES_MAX, "message")? },
         other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a response"))),
     };

@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..23, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..24, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], data: &'a [u8]) -> Request<'a> {
@@ -46,6 +46,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         20 => Request::ShmAttach { bytes: a },
         21 => Request::ReadShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
         22 => Request::WriteShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
+        23 => Request::ReadLease { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
         1 => Request::Open { path: p, flags: b as i32, mode: a as u32 },
         2 => Request::Close { fd },
         3 => Request::Read { fd, offset: b, len: (a % u64::from(IO_BYTES_MAX)) as u32 },
@@ -101,13 +102,14 @@ proptest! {
 
     #[test]
     fn responses_round_trip(id in any::<u64>(), errno in any::<i32>(), msg in "[ -~]{0,80}", data in prop::collection::vec(any::<u8>(), 0..64), n in any::<u64>()) {
-        let app = AppStats { name: msg.clone(), weight: 3, requests: n, dispatches: 1, bytes_read: 2, bytes_written: 3, errors: 0, latency_us_log2: [n; LATENCY_BUCKETS] };
+        let app = AppStats { name: msg.clone(), weight: 3, requests: n, dispatches: 1, bytes_read: 2, bytes_written: 3, bytes_leased: n >> 3, errors: 0, latency_us_log2: [n; LATENCY_BUCKETS] };
         let entries = vec![DirEntry { name: msg.clone(), kind: FileKind::Dir }];
         let stat = WireStat { size: n, mode: 0o100644, ino: n, mtime_ns: -1, ..WireStat::default() };
         let hello = HelloOk { version: VERSION, frame_bytes_max: 1, io_bytes_max: 2, inflight_per_connection_max: 3 };
         for resp in [Response::Ok, Response::Fd(n), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello),
                      Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg },
-                     Response::Challenge { nonce: [n as u8; AUTH_BYTES] }] {
+                     Response::Challenge { nonce: [n as u8; AUTH_BYTES] },
+                     Response::Lease { offset: n >> 1, len: n >> 2, valid_us: n as u32, lent: n % 2 == 0 }] {
             let mut wire = Vec::new();
             encode_response(id, &resp, &mut wire);
             let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();

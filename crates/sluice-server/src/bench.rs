@@ -14,6 +14,13 @@
 //!
 //! With `direct`, the server runs `--direct` and the baseline opens the
 //! file with O_DIRECT too, so both read the device rather than the cache.
+//!
+//! Two clients measure the service: the default one, which asks for cache
+//! leases (a cached range is read by the client itself from a lent
+//! descriptor, `lease.rs`), and one with leases off, whose every read is
+//! scheduled and travels through the shared region. The round trip is
+//! the second's (a leased 4 KiB read sends no message at all; it is
+//! reported apart).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -60,6 +67,17 @@ pub struct ServiceBenchReport {
     pub service_blocking_mib_s: f64,
     /// `service_mib_s / pread_mib_s`.
     pub service_ratio: f64,
+    /// Bytes the server leased to the default client over the run (0 with
+    /// `direct`, or with `SLUICE_LEASES=0`).
+    pub bytes_leased: u64,
+    /// As `service_mib_s` etc., for the client with leases off.
+    pub unleased_mib_s: f64,
+    pub unleased_blocking_mib_s: f64,
+    pub unleased_ratio: f64,
+    /// One blocking 4 KiB read by the default client, inside a lease when
+    /// the server granted one (no message then).
+    pub leased_4k_us: f64,
+    /// One blocking 4 KiB read with leases off: the service's round trip.
     pub rtt_4k_us: f64,
     pub pread_4k_us: f64,
     /// The IPC floor for the same exchange (see the module documentation).
@@ -241,21 +259,31 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
     sc.direct = cfg.direct;
     let mut server = Server::start(sc)?;
     let opts = ConnectOptions { app: Some("bench-service".into()), ..ConnectOptions::default() };
-    let c = Client::connect_with(server.addr(), opts).map_err(client_err)?;
+    let c = Client::connect_with(server.addr(), opts.clone()).map_err(client_err)?;
     let fd = c.open("seq.dat", libc::O_RDONLY, 0).map_err(client_err)?;
+    let u = Client::connect_with(server.addr(), ConnectOptions { leases: false, ..opts }).map_err(client_err)?;
+    let ufd = u.open("seq.dat", libc::O_RDONLY, 0).map_err(client_err)?;
     let flags = if cfg.direct { libc::O_DIRECT } else { 0 };
     let f = OpenOptions::new().read(true).custom_flags(flags).open(scratch.0.join("root/seq.dat")).map_err(io_err("open bench file"))?;
     let (mut v, skip) = aligned(cfg.request_bytes);
     let buf = &mut v[skip..skip + cfg.request_bytes];
     pread_pass(&f, cfg, buf)?;
-    let (mut best_pread, mut best_service, mut best_blocking) = (f64::MAX, f64::MAX, f64::MAX);
+    let mut best = [f64::MAX; 5];
     for _ in 0..cfg.rounds.max(1) {
-        best_pread = best_pread.min(pread_pass(&f, cfg, buf)?);
-        best_service = best_service.min(service_pass(&c, fd, cfg, cfg.window.max(1), buf)?);
-        best_blocking = best_blocking.min(service_pass(&c, fd, cfg, 1, buf)?);
+        let pass = [
+            pread_pass(&f, cfg, buf)?,
+            service_pass(&c, fd, cfg, cfg.window.max(1), buf)?,
+            service_pass(&c, fd, cfg, 1, buf)?,
+            service_pass(&u, ufd, cfg, cfg.window.max(1), buf)?,
+            service_pass(&u, ufd, cfg, 1, buf)?,
+        ];
+        best.iter_mut().zip(pass).for_each(|(b, p)| *b = b.min(p));
     }
-    let (rtt_4k_us, pread_4k_us) = rtt(&c, fd, &f, cfg)?;
-    drop(c);
+    let [best_pread, best_service, best_blocking, best_unleased, best_unleased_blocking] = best;
+    let (rtt_4k_us, pread_4k_us) = rtt(&u, ufd, &f, cfg)?;
+    let (leased_4k_us, _) = rtt(&c, fd, &f, cfg)?;
+    let bytes_leased = c.server_stats().map_err(client_err)?.app("bench-service").map_or(0, |a| a.bytes_leased);
+    drop((c, u));
     server.shutdown()?;
     let mib = cfg.file_bytes as f64 / f64::from(1u32 << 20);
     Ok(ServiceBenchReport {
@@ -267,6 +295,11 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
         service_mib_s: mib / best_service,
         service_blocking_mib_s: mib / best_blocking,
         service_ratio: best_pread / best_service,
+        bytes_leased,
+        unleased_mib_s: mib / best_unleased,
+        unleased_blocking_mib_s: mib / best_unleased_blocking,
+        unleased_ratio: best_pread / best_unleased,
+        leased_4k_us,
         rtt_4k_us,
         pread_4k_us,
         floor_4k_us,
@@ -282,6 +315,10 @@ pub fn table(r: &ServiceBenchReport) -> String {
          direct pread:                 {:>8.0} MiB/s\n\
          service, {} in flight:         {:>8.0} MiB/s  ({:.1}% of direct)\n\
          service, blocking pread:      {:>8.0} MiB/s\n\
+         leases off, {} in flight:      {:>8.0} MiB/s  ({:.1}% of direct)\n\
+         leases off, blocking pread:   {:>8.0} MiB/s\n\
+         bytes leased:                 {:>8} MiB\n\
+         4 KiB read, leased:           {:>8.1} us\n\
          4 KiB read round trip:        {:>8.1} us (direct pread {:.1} us)\n\
          IPC floor, same bytes:        {:>8.1} us (service {:.2}x the floor)\n",
         r.file_bytes >> 20,
@@ -291,6 +328,12 @@ pub fn table(r: &ServiceBenchReport) -> String {
         r.service_mib_s,
         r.service_ratio * 100.0,
         r.service_blocking_mib_s,
+        r.window,
+        r.unleased_mib_s,
+        r.unleased_ratio * 100.0,
+        r.unleased_blocking_mib_s,
+        r.bytes_leased >> 20,
+        r.leased_4k_us,
         r.rtt_4k_us,
         r.pread_4k_us,
         r.floor_4k_us,

@@ -854,6 +854,12 @@ impl EventLoop {
                 Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len()), None),
                 Request::WriteList { fd, pieces, data } => Kind::Io(fd, pieces, Some(body.len() - data.len()), None),
                 Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at)),
+                Request::ReadLease { fd, offset, len, at } => {
+                    if self.lease(c, id, fd, offset, len) {
+                        return Flow::Next;
+                    }
+                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at))
+                }
                 Request::ShmAttach { bytes } => Kind::Attach(bytes),
                 other if runs_inline(&other) => {
                     let session = c.session.as_mut().expect("a ready connection holds its session");
@@ -984,6 +990,40 @@ impl EventLoop {
             }
         }
         Ok(())
+    }
+
+    /// Answer a `ReadLease` with a cache lease when its range is in the
+    /// page cache (`lease.rs`), lending the handle's descriptor with the
+    /// first one; false: the read goes through the scheduler as a
+    /// `ReadShm` (leases off, O_DIRECT, an emulated device, which must see
+    /// every read, not a read-only regular file, not cached, or a bad
+    /// handle, which that path answers).
+    fn lease(&mut self, c: &mut Conn, wire_id: u64, fd: u64, offset: u64, len: u32) -> bool {
+        let (l, cfg) = (&self.shared.config.limits, &self.shared.config);
+        if l.lease_bytes_max == 0 || cfg.direct || cfg.device != crate::DeviceKind::Real || !matches!(c.stream, crate::net::Stream::Unix(_)) {
+            return false;
+        }
+        let session = c.session.as_mut().expect("a ready connection holds its session");
+        let Ok(file) = session.file(fd) else { return false };
+        if !file.regular || file.access != libc::O_RDONLY {
+            return false;
+        }
+        let Some((granted, in_file)) = crate::lease::grant(file.fd.as_raw_fd(), offset, u64::from(len), l.lease_bytes_max) else { return false };
+        let lend = if session.lent.contains(&fd) {
+            None
+        } else {
+            match file.fd.try_clone() {
+                Ok(d) => Some(d),
+                Err(_) => return false,
+            }
+        };
+        if lend.is_some() {
+            session.lent.insert(fd);
+        }
+        lock(&self.shared.apps).record_lease(session.app, in_file);
+        let out = Out::Lease(offset, granted, l.lease_valid_us, lend.is_some());
+        c.push_with(wire_id, out, 0, &self.shared.reply_bytes, lend);
+        true
     }
 
     /// `ShmAttach`: map a region for this connection's data and send its

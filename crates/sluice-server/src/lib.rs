@@ -36,6 +36,7 @@ mod error;
 mod evloop;
 mod exec;
 pub mod ident;
+mod lease;
 mod meta;
 mod net;
 mod ops;

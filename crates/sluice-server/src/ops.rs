@@ -39,6 +39,8 @@ pub(crate) struct Session {
     /// Open file handles, bounded by `fds_per_connection_max`.
     pub files: HashMap<u64, Arc<OpenFile>>,
     pub fd_next: u64,
+    /// Handles whose descriptor this connection was lent (`lease.rs`).
+    pub lent: std::collections::HashSet<u64>,
     pub app: AppId,
     pub client: ClientId,
     /// Who this connection acts for.
@@ -53,7 +55,7 @@ pub(crate) fn runs_inline(req: &Request<'_>) -> bool {
 
 impl Session {
     pub(crate) fn new(app: AppId, client: ClientId, ident: Identity) -> Session {
-        Session { files: HashMap::new(), fd_next: 3, app, client, ident }
+        Session { files: HashMap::new(), fd_next: 3, lent: std::collections::HashSet::new(), app, client, ident }
     }
 
     pub(crate) fn file(&self, fd: u64) -> Result<&Arc<OpenFile>> {
@@ -68,6 +70,7 @@ impl Session {
             Request::Open { path, flags, mode } => Out::Fd(self.open(shared, path, flags, mode)?),
             Request::Close { fd } => {
                 self.files.remove(&fd).ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EBADF, format!("bad file handle {fd}")))?;
+                self.lent.remove(&fd);
                 Out::Ok
             }
             Request::Fsync { fd } => {

@@ -27,6 +27,8 @@ pub enum Out {
     Stats(Vec<AppStats>),
     /// The handshake's key challenge: a fresh nonce.
     Challenge([u8; sluice_proto::AUTH_BYTES]),
+    /// A cache lease: offset, bytes, microseconds, descriptor attached.
+    Lease(u64, u64, u32, bool),
     Error(i32, String),
 }
 
@@ -42,6 +44,7 @@ pub fn response(out: &Out) -> Response<'_> {
         Out::Dir(e, done) => Response::Dir { entries: e.clone(), done: *done },
         Out::Stats(a) => Response::Stats(a.clone()),
         Out::Challenge(nonce) => Response::Challenge { nonce: *nonce },
+        Out::Lease(offset, len, valid_us, lent) => Response::Lease { offset: *offset, len: *len, valid_us: *valid_us, lent: *lent },
         Out::Error(errno, m) => Response::Error { errno: *errno, message: m },
     }
 }

@@ -85,6 +85,8 @@ pub struct OpenFile {
     pub id: FileId,
     /// `O_RDONLY`, `O_WRONLY` or `O_RDWR`: what the client may do with it.
     pub access: i32,
+    /// A regular file (only those are ever lent, `lease.rs`).
+    pub regular: bool,
     key: (u64, u64),
     table: Arc<Mutex<FileTable>>,
 }
@@ -100,7 +102,8 @@ impl OpenFile {
         }
         let key = (st.st_dev, st.st_ino);
         let id = lock(table).acquire(key)?;
-        Ok(OpenFile { fd, id, access, key, table: Arc::clone(table) })
+        let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+        Ok(OpenFile { fd, id, access, regular, key, table: Arc::clone(table) })
     }
 }
 
@@ -145,7 +148,7 @@ pub struct AppTable {
 }
 
 fn empty_stats(name: &str, weight: u32) -> AppStats {
-    AppStats { name: name.to_string(), weight, requests: 0, dispatches: 0, bytes_read: 0, bytes_written: 0, errors: 0, latency_us_log2: [0; LATENCY_BUCKETS] }
+    AppStats { name: name.to_string(), weight, requests: 0, dispatches: 0, bytes_read: 0, bytes_written: 0, bytes_leased: 0, errors: 0, latency_us_log2: [0; LATENCY_BUCKETS] }
 }
 
 impl AppTable {
@@ -231,6 +234,11 @@ impl AppTable {
         s.latency_us_log2[bucket] += 1;
     }
 
+    /// Count a cache lease of `bytes` granted to `app`.
+    pub fn record_lease(&mut self, app: AppId, bytes: u64) {
+        self.stats_mut(app).bytes_leased += bytes;
+    }
+
     /// Count one dispatch that carried requests of `app`.
     pub fn record_dispatch(&mut self, app: AppId) {
         self.stats_mut(app).dispatches += 1;
@@ -242,7 +250,7 @@ impl AppTable {
         let mut ids: Vec<&AppId> = self.apps.keys().collect();
         ids.sort();
         let mut out: Vec<AppStats> = ids.into_iter().map(|id| self.apps[id].stats.clone()).collect();
-        if self.forgotten.requests > 0 {
+        if self.forgotten.requests > 0 || self.forgotten.bytes_leased > 0 {
             out.push(self.forgotten.clone());
         }
         out
@@ -255,6 +263,7 @@ fn merge(a: &mut AppStats, b: &AppStats) {
     a.dispatches += b.dispatches;
     a.bytes_read += b.bytes_read;
     a.bytes_written += b.bytes_written;
+    a.bytes_leased += b.bytes_leased;
     a.errors += b.errors;
     a.latency_us_log2.iter_mut().zip(&b.latency_us_log2).for_each(|(x, y)| *x += y);
 }

@@ -46,6 +46,12 @@ pub struct ServeArgs {
     /// (EBUSY). The server's threads do not grow with it.
     #[arg(long, default_value_t = sluice_server::ServerLimits::default().clients_max)]
     clients_max: u32,
+    /// Bytes a cache lease may cover: a local client's read whose range is
+    /// in the page cache is answered "read it yourself" (the client reads
+    /// from a descriptor the server lends it). 0 turns leases off. Never
+    /// with --direct or an emulated --device.
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().lease_bytes_max)]
+    lease_bytes_max: u64,
 }
 
 /// Set by the signal handler; polled by the main thread.
@@ -77,6 +83,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.squash = sluice_server::Squash::parse(&a.squash)?;
     cfg.key_file = a.key_file.clone();
     cfg.limits.clients_max = a.clients_max;
+    cfg.limits.lease_bytes_max = a.lease_bytes_max;
     sluice_server::raise_fd_limit();
     install_signal_handlers();
     let mut server = Server::start(cfg)?;

@@ -1,0 +1,181 @@
+//! Cache leases: a read whose range is already in the page cache needs no
+//! device, so there is nothing to schedule, and going through the server
+//! would only add a copy (file → shared region → caller's buffer) and a
+//! round trip. For such a read (`ReadLease`, sent by a client on this
+//! host) the server answers `Lease`: "read `[offset, offset + len)`
+//! yourself, from this descriptor, within `valid_us`". The range may
+//! reach `lease_bytes_max` past the request when that much is cached, so
+//! a sequential reader asks once per lease, not once per read.
+//!
+//! What a lease may and may not do:
+//! - The descriptor lent is a duplicate of the one the server opened for
+//!   the caller's own `open`, as the caller, beneath the root: only a
+//!   read-only handle of a regular file is ever lent, so the caller can do
+//!   with it nothing it could not do with its own `open(2)` of that file.
+//! - The page cache is coherent across descriptors, so a lease never
+//!   returns stale data: a write completed through the server is seen by a
+//!   later leased read, like any two `pread`s of one file.
+//! - A page evicted between the check and the client's read is read from
+//!   the device without the scheduler: `valid_us` keeps that window short.
+//! - O_DIRECT servers (`--direct`) never lease: their reads do not go
+//!   through the page cache. Nor does a server on an emulated device
+//!   (`--device hdd7200`), whose cost must be paid by every read.
+//!
+//! The check is `cachestat(2)` (Linux 6.5): one system call, no copy.
+//! Where the kernel lacks it, no lease is granted and reads take the
+//! scheduled path.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// `cachestat(2)`: the same number on every architecture (the generic
+/// table and x86_64 agree from 451 on).
+const SYS_CACHESTAT: libc::c_long = 451;
+
+#[repr(C)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// Set once the kernel said it has no `cachestat`.
+static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+
+fn page_bytes() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+/// Whether every page of `[off, off + len)` (`len > 0`) is in the page
+/// cache; `None` when the kernel cannot say.
+fn all_cached(fd: RawFd, off: u64, len: u64) -> Option<bool> {
+    if UNSUPPORTED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let page = page_bytes();
+    let pages = (off + len).div_ceil(page) - off / page;
+    let range = CachestatRange { off, len };
+    let mut cs = Cachestat::default();
+    // SAFETY: range and cs are valid for the call; the kernel writes only cs.
+    let r = unsafe { libc::syscall(SYS_CACHESTAT, fd, &range as *const CachestatRange, &mut cs as *mut Cachestat, 0u32) };
+    if r < 0 {
+        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+            UNSUPPORTED.store(true, Ordering::Relaxed);
+        }
+        return None;
+    }
+    Some(cs.nr_cache >= pages)
+}
+
+/// The file's size, or `None` when `fstat` fails.
+fn size(fd: RawFd) -> Option<u64> {
+    // SAFETY: an all-zero stat is valid, and fstat fills it.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer.
+    (unsafe { libc::fstat64(fd, &mut st) } == 0).then_some(st.st_size as u64)
+}
+
+/// The lease for a read of `len` bytes at `offset` of `fd`: `(bytes from
+/// `offset` the client may read itself, bytes of them inside the file)`.
+/// The first is at least the request and up to `ahead_max` when that much
+/// is cached too; when everything cached reaches the end of the file it
+/// covers the whole span, so a read that crosses the end is read (short)
+/// by the client as well: the file's size is the kernel's to apply.
+/// `None`: read it through the scheduler (not all cached, at or past end
+/// of file, or the kernel cannot tell).
+pub(crate) fn grant(fd: RawFd, offset: u64, len: u64, ahead_max: u64) -> Option<(u64, u64)> {
+    if len == 0 || ahead_max == 0 {
+        return None;
+    }
+    let size = size(fd)?;
+    if offset >= size {
+        return None;
+    }
+    let end = offset.saturating_add(len).min(size);
+    if !all_cached(fd, offset, end - offset)? {
+        return None;
+    }
+    let span = offset.saturating_add(len.max(ahead_max)) - offset;
+    let further = offset.saturating_add(span).min(size);
+    if further == end || all_cached(fd, end, further - end) == Some(true) {
+        return Some((if further == size { span } else { further - offset }, further - offset));
+    }
+    Some((end - offset, end - offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_file_just_written_is_cached_and_leased_up_to_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(&vec![7u8; 3 << 20]).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let fd = f.as_raw_fd();
+        if all_cached(fd, 0, 4096).is_none() {
+            eprintln!("no cachestat on this kernel: nothing to test");
+            return;
+        }
+        // Within the file: the request, extended ahead to the bound.
+        assert_eq!(grant(fd, 0, 4096, 1 << 20), Some((1 << 20, 1 << 20)));
+        // Cached to the end of the file: the whole span, of which 8 KiB
+        // are in the file.
+        assert_eq!(grant(fd, (3 << 20) - 8192, 4096, 1 << 20), Some((1 << 20, 8192)));
+        // A request larger than the bound gets the request.
+        assert_eq!(grant(fd, 0, 2 << 20, 1 << 20), Some((2 << 20, 2 << 20)));
+        // At or past the end: nothing to lease.
+        assert_eq!(grant(fd, 3 << 20, 4096, 1 << 20), None);
+        // Leases off.
+        assert_eq!(grant(fd, 0, 4096, 0), None);
+    }
+
+    #[test]
+    fn pages_dropped_from_the_cache_are_not_leased() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        f.write_all(&vec![7u8; 1 << 20]).unwrap();
+        f.sync_all().unwrap();
+        let fd = f.as_raw_fd();
+        if all_cached(fd, 0, 4096).is_none() {
+            eprintln!("no cachestat on this kernel: nothing to test");
+            return;
+        }
+        // SAFETY: plain advice on a descriptor we hold; clean pages go.
+        assert_eq!(unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+        if all_cached(fd, 0, 1 << 20) == Some(true) {
+            eprintln!("the file system keeps its pages (tmpfs?): nothing to test");
+            return;
+        }
+        assert_eq!(grant(fd, 0, 4096, 1 << 20), None);
+        // Read one page back, without read-ahead: that page is leased,
+        // and nothing past it.
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM) }, 0);
+        let mut b = [0u8; 4096];
+        // SAFETY: b is valid for 4096 bytes.
+        assert_eq!(unsafe { libc::pread(fd, b.as_mut_ptr().cast(), 4096, 0) }, 4096);
+        assert_eq!(grant(fd, 0, 4096, 1 << 20), Some((4096, 4096)));
+        assert_eq!(grant(fd, 0, 8192, 1 << 20), None);
+    }
+}

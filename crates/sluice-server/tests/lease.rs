@@ -1,0 +1,257 @@
+//! Cache leases (issue 12): a local client's read of a range already in
+//! the page cache is answered "read it yourself" with a descriptor lent
+//! once per handle and connection; reads inside the lease send nothing.
+//! Never for a writable handle, an O_DIRECT server, an emulated device, or
+//! with leases off; an uncached range is scheduled as before.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use common::{pattern, TestServer};
+use sluice_client::{Client, ConnectOptions};
+use sluice_proto::*;
+use sluice_server::DeviceKind;
+
+fn client(s: &TestServer, app: &str, leases: bool) -> Client {
+    Client::connect_with(&s.addr(), ConnectOptions { app: Some(app.into()), leases, ..ConnectOptions::default() }).expect("client connects")
+}
+
+/// `(scheduled read requests, bytes leased)` of `app`.
+fn counts(c: &Client, app: &str) -> (u64, u64) {
+    let st = c.server_stats().unwrap();
+    let a = st.app(app).expect("the app is known");
+    (a.requests, a.bytes_leased)
+}
+
+/// Whether this kernel tells what is cached (`cachestat`, Linux 6.5).
+fn kernel_has_cachestat() -> bool {
+    let f = std::fs::File::open("/proc/self/exe").unwrap();
+    let range = [0u64, 4096];
+    let mut out = [0u64; 5];
+    // SAFETY: range and out are valid for the call.
+    let r = unsafe { libc::syscall(451, f.as_raw_fd(), range.as_ptr(), out.as_mut_ptr(), 0u32) };
+    r == 0
+}
+
+#[test]
+fn a_cached_range_is_leased_and_reads_inside_it_send_nothing() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: leases are never granted, nothing to test");
+        return;
+    }
+    let s = TestServer::start(|_| {});
+    let data = pattern(4 << 20, 21);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let c = client(&s, "lessee", true);
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 1 << 20);
+    assert_eq!(buf, data[..1 << 20]);
+    let (requests, leased) = counts(&c, "lessee");
+    assert_eq!(requests, 0, "a cached read is not scheduled");
+    assert_eq!(leased, 4 << 20, "the lease reaches ahead to the end of the file (within lease_bytes_max)");
+    // Inside the lease: no message at all, data still right, short at the end.
+    for at in [4096usize, (1 << 20) + 17, (4 << 20) - 100] {
+        let n = c.pread(fd, &mut buf, at as u64).unwrap();
+        assert_eq!(n, (1 << 20).min((4 << 20) - at));
+        assert_eq!(&buf[..n], &data[at..at + n], "leased read at {at}");
+    }
+    let tickets: Vec<_> = (0..4u64).map(|i| c.submit_read(fd, 1 << 20, i << 20).unwrap()).collect();
+    for (i, t) in tickets.into_iter().enumerate() {
+        assert_eq!(c.wait_read(t, &mut buf).unwrap(), 1 << 20);
+        assert_eq!(buf, data[i << 20..(i + 1) << 20], "pipelined leased read {i}");
+    }
+    assert_eq!(counts(&c, "lessee"), (0, 4 << 20), "nothing more was asked of the server");
+    // Past the end of the file: the server answers (no lease there).
+    assert_eq!(c.pread(fd, &mut buf, 4 << 20).unwrap(), 0);
+}
+
+#[test]
+fn lease_bytes_max_at_n_and_n_plus_1() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    let n: u64 = 2 << 20;
+    let s = TestServer::start(|c| c.limits.lease_bytes_max = n);
+    std::fs::write(s.path("f"), pattern(8 << 20, 2)).unwrap();
+    let c = client(&s, "bound", true);
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 64 << 10];
+    c.pread(fd, &mut buf, 0).unwrap();
+    assert_eq!(counts(&c, "bound"), (0, n), "a lease covers lease_bytes_max");
+    // The last byte of the lease is inside it, the next one is not.
+    c.pread(fd, &mut buf[..1], n - 1).unwrap();
+    assert_eq!(counts(&c, "bound"), (0, n), "byte N-1 is read under the lease");
+    c.pread(fd, &mut buf[..2], n - 1).unwrap();
+    assert_eq!(counts(&c, "bound").1, 2 * n, "a read reaching byte N asks again (and gets a new lease)");
+}
+
+#[test]
+fn a_leased_read_sees_a_write_completed_through_the_server() {
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), pattern(2 << 20, 1)).unwrap();
+    let reader = client(&s, "reader", true);
+    let writer = client(&s, "writer", true);
+    let rfd = reader.open("f", libc::O_RDONLY, 0).unwrap();
+    let wfd = writer.open("f", libc::O_RDWR, 0).unwrap();
+    let mut buf = vec![0u8; 256 << 10];
+    reader.pread(rfd, &mut buf, 0).unwrap();
+    assert_eq!(buf, pattern(2 << 20, 1)[..256 << 10]);
+    let fresh = pattern(256 << 10, 99);
+    assert_eq!(writer.pwrite(wfd, &fresh, 4096).unwrap(), fresh.len());
+    // Within the lease taken before the write (valid 10 ms): still the
+    // page cache, which the write updated.
+    reader.pread(rfd, &mut buf, 4096).unwrap();
+    assert_eq!(buf, fresh, "the leased read sees the completed write");
+}
+
+#[test]
+fn no_lease_for_writable_handles_direct_servers_emulated_devices_or_leases_off() {
+    type Tweak = Box<dyn Fn(&mut sluice_server::ServerConfig)>;
+    let cases: [(&str, Tweak, i32, bool); 5] = [
+        ("rdwr", Box::new(|_| {}), libc::O_RDWR, true),
+        ("direct", Box::new(|c| c.direct = true), libc::O_RDONLY, true),
+        ("hdd", Box::new(|c| c.device = DeviceKind::Hdd7200), libc::O_RDONLY, true),
+        ("off", Box::new(|c| c.limits.lease_bytes_max = 0), libc::O_RDONLY, true),
+        ("client-off", Box::new(|_| {}), libc::O_RDONLY, false),
+    ];
+    for (name, tweak, flags, leases) in cases {
+        let s = TestServer::start(tweak);
+        let data = pattern(1 << 20, 7);
+        std::fs::write(s.path("f"), &data).unwrap();
+        let c = client(&s, name, leases);
+        let fd = c.open("f", flags, 0).unwrap();
+        let mut buf = vec![0u8; 256 << 10];
+        for i in 0..2u64 {
+            assert_eq!(c.pread(fd, &mut buf, i * (256 << 10)).unwrap(), 256 << 10);
+            assert_eq!(buf, data[(i as usize) * (256 << 10)..(i as usize + 1) * (256 << 10)], "{name}: read {i}");
+        }
+        assert_eq!(counts(&c, name), (2, 0), "{name}: both reads scheduled, nothing leased");
+    }
+}
+
+#[test]
+fn an_uncached_range_is_scheduled_then_leased_once_cached() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    let s = TestServer::start(|_| {});
+    let data = pattern(1 << 20, 5);
+    {
+        let mut f = std::fs::File::create(s.path("f")).unwrap();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: plain advice on a descriptor we hold; clean pages go.
+        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    }
+    let c = client(&s, "cold", true);
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 1 << 20);
+    assert_eq!(buf, data);
+    let (requests, leased) = counts(&c, "cold");
+    assert_eq!((requests, leased), (1, 0), "the uncached read went through the scheduler");
+    // The server's read brought the pages in: the same read is now leased.
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 1 << 20);
+    assert_eq!(buf, data);
+    assert_eq!(counts(&c, "cold"), (1, 1 << 20), "now cached: leased");
+}
+
+fn reply(sock: &mut UnixStream) -> (Header, Vec<u8>) {
+    let mut h = [0u8; HEADER_BYTES];
+    sock.read_exact(&mut h).unwrap();
+    let h = check_header(&h, FRAME_BYTES_MAX).unwrap().unwrap();
+    let mut body = vec![0u8; h.body_len as usize];
+    sock.read_exact(&mut body).unwrap();
+    (h, body)
+}
+
+fn call(sock: &mut UnixStream, id: u64, req: &Request<'_>) -> String {
+    let mut f = Vec::new();
+    encode_request(id, req, &mut f).unwrap();
+    sock.write_all(&f).unwrap();
+    let (h, body) = reply(sock);
+    assert_eq!(h.request_id, id);
+    format!("{:?}", parse_response(&h, &body).unwrap())
+}
+
+/// On the wire: the first lease of a handle says it lends the descriptor,
+/// later ones do not; a new handle is lent again; a `ReadLease` without a
+/// region is refused like a `ReadShm`.
+#[test]
+fn the_descriptor_is_lent_once_per_handle_on_the_wire() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), pattern(64 << 10, 6)).unwrap();
+    let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    call(&mut sock, 1, &Request::Hello(Hello { version: VERSION, app: "raw", weight: 1, client_id: 0, cred: None }));
+    assert_eq!(call(&mut sock, 2, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }), "Fd(3)");
+    let none = call(&mut sock, 3, &Request::ReadLease { fd: 3, offset: 0, len: 100, at: 0 });
+    // Cached to the end of the file: the lease spans lease_bytes_max.
+    assert!(none.contains("Lease { offset: 0, len: 33554432, valid_us: 10000, lent: true }"), "{none}");
+    let again = call(&mut sock, 4, &Request::ReadLease { fd: 3, offset: 4096, len: 100, at: 0 });
+    assert!(again.contains("Lease { offset: 4096, len: 33554432, valid_us: 10000, lent: false }"), "{again}");
+    assert_eq!(call(&mut sock, 5, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }), "Fd(4)");
+    let other = call(&mut sock, 6, &Request::ReadLease { fd: 4, offset: 0, len: 100, at: 0 });
+    assert!(other.contains("lent: true"), "a new handle is lent its own descriptor: {other}");
+    assert_eq!(call(&mut sock, 7, &Request::Close { fd: 3 }), "Ok");
+    let closed = call(&mut sock, 8, &Request::ReadLease { fd: 3, offset: 0, len: 100, at: 0 });
+    assert!(closed.starts_with("Error"), "a closed handle is not leased: {closed}");
+    // Past the end of the file there is nothing to lease: scheduled, and
+    // without a region that is refused.
+    let past = call(&mut sock, 9, &Request::ReadLease { fd: 4, offset: 1 << 20, len: 100, at: 0 });
+    assert!(past.contains("ShmAttach first"), "{past}");
+}
+
+/// A program that closes a descriptor it does not own and opens another
+/// file on its number (an interposed program can) must not make a leased
+/// read return that file's bytes: the client checks the descriptor still
+/// is the file it was lent for, and otherwise reads through the server.
+#[test]
+fn a_lent_descriptor_replaced_under_the_client_is_not_read() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    let s = TestServer::start(|_| {});
+    let data = pattern(2 << 20, 31);
+    std::fs::write(s.path("f"), &data).unwrap();
+    std::fs::write(s.path("g"), pattern(2 << 20, 32)).unwrap();
+    let c = client(&s, "clobbered", true);
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    // The server is in this process: its own descriptor on f is open now;
+    // the lent one is the one that appears with the lease.
+    let target = std::fs::canonicalize(s.path("f")).unwrap();
+    let on_f = || -> Vec<i32> {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                (std::fs::read_link(e.path()).ok()? == target).then(|| e.file_name().to_str()?.parse().ok())?
+            })
+            .collect()
+    };
+    let before = on_f();
+    let mut buf = vec![0u8; 64 << 10];
+    c.pread(fd, &mut buf, 0).unwrap();
+    assert_eq!(counts(&c, "clobbered"), (0, 2 << 20), "leased");
+    let lent: Vec<i32> = on_f().into_iter().filter(|f| !before.contains(f)).collect();
+    assert_eq!(lent.len(), 1, "one descriptor was lent: {lent:?}");
+    let other = std::fs::File::open(s.path("g")).unwrap();
+    // SAFETY: replaces the lent descriptor's number with another file, as
+    // a careless program would.
+    assert_eq!(unsafe { libc::dup2(other.as_raw_fd(), lent[0]) }, lent[0]);
+    assert_eq!(c.pread(fd, &mut buf, 4096).unwrap(), 64 << 10);
+    assert_eq!(buf, data[4096..4096 + (64 << 10)], "f's bytes, not g's");
+    assert_eq!(counts(&c, "clobbered"), (1, 2 << 20), "read through the server, no more leases");
+}
