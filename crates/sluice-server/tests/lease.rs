@@ -6,12 +6,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use common::{pattern, TestServer};
+use common::{pattern, raw_call as call, TestServer};
 use sluice_client::{Client, ConnectOptions};
 use sluice_proto::*;
 use sluice_server::DeviceKind;
@@ -161,24 +161,6 @@ fn an_uncached_range_is_scheduled_then_leased_once_cached() {
     assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 1 << 20);
     assert_eq!(buf, data);
     assert_eq!(counts(&c, "cold"), (1, 1 << 20), "now cached: leased");
-}
-
-fn reply(sock: &mut UnixStream) -> (Header, Vec<u8>) {
-    let mut h = [0u8; HEADER_BYTES];
-    sock.read_exact(&mut h).unwrap();
-    let h = check_header(&h, FRAME_BYTES_MAX).unwrap().unwrap();
-    let mut body = vec![0u8; h.body_len as usize];
-    sock.read_exact(&mut body).unwrap();
-    (h, body)
-}
-
-fn call(sock: &mut UnixStream, id: u64, req: &Request<'_>) -> String {
-    let mut f = Vec::new();
-    encode_request(id, req, &mut f).unwrap();
-    sock.write_all(&f).unwrap();
-    let (h, body) = reply(sock);
-    assert_eq!(h.request_id, id);
-    format!("{:?}", parse_response(&h, &body).unwrap())
 }
 
 /// On the wire: the first lease of a handle says it lends the descriptor,

@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use common::{pattern, TestServer};
+use common::{pattern, raw_call as call, TestServer};
 use sluice_client::{Client, ConnectOptions};
 use sluice_proto::*;
 
@@ -100,24 +99,6 @@ fn shm_total_bytes_max_at_n_and_n_plus_1() {
     assert_eq!(third.pread(fd, &mut buf, 0).unwrap(), 1 << 20, "and that client keeps the socket path");
     assert_eq!(buf, pattern(1 << 20, 5));
     drop((a, b));
-}
-
-fn reply(sock: &mut UnixStream) -> (Header, Vec<u8>) {
-    let mut h = [0u8; HEADER_BYTES];
-    sock.read_exact(&mut h).unwrap();
-    let h = check_header(&h, FRAME_BYTES_MAX).unwrap().unwrap();
-    let mut body = vec![0u8; h.body_len as usize];
-    sock.read_exact(&mut body).unwrap();
-    (h, body)
-}
-
-fn call(sock: &mut UnixStream, id: u64, req: &Request<'_>) -> String {
-    let mut f = Vec::new();
-    encode_request(id, req, &mut f).unwrap();
-    sock.write_all(&f).unwrap();
-    let (h, body) = reply(sock);
-    assert_eq!(h.request_id, id);
-    format!("{:?}", parse_response(&h, &body).unwrap())
 }
 
 #[test]

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use sluice_client::{Client, ConnectOptions};
@@ -63,4 +65,25 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Read one reply frame from a raw connection (descriptors it carries are
+/// dropped by the plain `read`).
+pub fn raw_reply(sock: &mut UnixStream) -> (sluice_proto::Header, Vec<u8>) {
+    let mut h = [0u8; sluice_proto::HEADER_BYTES];
+    sock.read_exact(&mut h).unwrap();
+    let h = sluice_proto::check_header(&h, sluice_proto::FRAME_BYTES_MAX).unwrap().unwrap();
+    let mut body = vec![0u8; h.body_len as usize];
+    sock.read_exact(&mut body).unwrap();
+    (h, body)
+}
+
+/// Send `req` as request `id` on a raw connection; its reply, as `Debug`.
+pub fn raw_call(sock: &mut UnixStream, id: u64, req: &sluice_proto::Request<'_>) -> String {
+    let mut f = Vec::new();
+    sluice_proto::encode_request(id, req, &mut f).unwrap();
+    sock.write_all(&f).unwrap();
+    let (h, body) = raw_reply(sock);
+    assert_eq!(h.request_id, id);
+    format!("{:?}", sluice_proto::parse_response(&h, &body).unwrap())
 }
