@@ -318,82 +318,17 @@ impl Conn {
     }
 
     /// Ask for a shared-memory region (right after the handshake, with
-    /// nothing else in flight): the reply is read with `recvmsg`, which
-    /// takes the region's descriptor off it. `None` when the server
+    /// nothing else in flight): the answer's descriptor is the one `Rx`
+    /// queued with it, the only one queued then. `None` when the server
     /// refused (the socket path stays).
     pub(crate) fn attach_shm(&self, bytes: u64) -> Result<Option<crate::shm::Region>> {
-        let mut g = lock(&self.read);
-        if !g.input.buffer().is_empty() {
-            return Ok(None);
-        }
-        let id = self.send(&Request::ShmAttach { bytes })?;
-        let fd = g.input.get_ref().stream.as_raw_fd();
-        let mut frame = Vec::new();
-        let mut got_fd: Option<std::os::fd::OwnedFd> = None;
-        // Header, then the body it announces.
-        let mut want = HEADER_BYTES;
-        while frame.len() < want {
-            let mut buf = [0u8; 256];
-            let mut cmsg = [0u64; 4];
-            // SAFETY: an all-zero msghdr is valid; the iovec and control
-            // buffer are live for the call.
-            let r = unsafe {
-                let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: (want - frame.len()).min(buf.len()) };
-                let mut msg: libc::msghdr = std::mem::zeroed();
-                msg.msg_iov = &mut iov;
-                msg.msg_iovlen = 1;
-                msg.msg_control = cmsg.as_mut_ptr().cast();
-                msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
-                let r = libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC);
-                if r > 0 {
-                    let mut c = libc::CMSG_FIRSTHDR(&msg);
-                    while !c.is_null() {
-                        if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                            let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                            got_fd = Some(std::os::fd::FromRawFd::from_raw_fd(raw));
-                        }
-                        c = libc::CMSG_NXTHDR(&msg, c);
-                    }
-                }
-                r
-            };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::Interrupted => continue,
-                    // The patience ran out (the socket's receive timeout):
-                    // as for any other reply (`await_frame`).
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                        self.out_of_patience(&mut g)?;
-                        continue;
-                    }
-                    _ => {}
-                }
-            } else if r > 0 {
-                self.patience.answered(&self.addr);
-            }
-            if r <= 0 {
-                let why = if r == 0 { "server closed the connection".to_string() } else { io::Error::last_os_error().to_string() };
-                g.broken.get_or_insert(why.clone());
-                return Err(self.lost(&why));
-            }
-            frame.extend_from_slice(&buf[..r as usize]);
-            if frame.len() >= HEADER_BYTES && want == HEADER_BYTES {
-                let h = check_header(&frame, FRAME_BYTES_MAX).ok().flatten().ok_or_else(|| self.lost("bad reply header"))?;
-                want = HEADER_BYTES + h.body_len as usize;
-            }
-        }
-        let h = check_header(&frame, FRAME_BYTES_MAX).ok().flatten().ok_or_else(|| self.lost("bad reply header"))?;
-        if h.request_id != id {
-            return Err(self.lost("a reply to another request arrived during the shared-memory handshake"));
-        }
-        match parse_response(&h, &frame[HEADER_BYTES..]) {
-            Ok(Response::Count(granted)) => {
-                let fd = got_fd.ok_or_else(|| self.lost("shared-memory answer without its descriptor"))?;
+        match self.call(&Request::ShmAttach { bytes }) {
+            Ok(Reply::Count(granted)) => {
+                let fd = lock(&self.read).input.get_mut().lent.pop_front().ok_or_else(|| self.lost("shared-memory answer without its descriptor"))?;
                 Ok(crate::shm::Region::map(&fd, granted).ok())
             }
-            Ok(_) => Ok(None),
-            Err(e) => Err(self.lost(&e.to_string())),
+            Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. }) => Ok(None),
+            Err(e) => Err(e),
         }
     }
 

@@ -53,7 +53,7 @@ mod error;
 mod shm;
 
 use std::collections::HashMap;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -307,22 +307,21 @@ struct Handle {
 
 /// A descriptor the server lent, and the file it was lent for.
 struct Lent {
-    fd: OwnedFd,
+    file: std::fs::File,
     /// `(st_dev, st_ino)` when it arrived.
     key: (u64, u64),
 }
 
-/// `(st_dev, st_ino)` of an open descriptor.
-fn file_key(fd: &OwnedFd) -> Option<(u64, u64)> {
-    // SAFETY: an all-zero stat is valid, and fstat fills it.
-    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    // SAFETY: st is a valid out-pointer.
-    (unsafe { libc::fstat64(fd.as_raw_fd(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+/// `(st_dev, st_ino)` of an open file.
+fn file_key(f: &std::fs::File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl Lent {
     fn new(fd: OwnedFd) -> Option<Lent> {
-        Some(Lent { key: file_key(&fd)?, fd })
+        let file = std::fs::File::from(fd);
+        Some(Lent { key: file_key(&file)?, file })
     }
 
     /// Whether the descriptor still refers to the file it was lent for. A
@@ -331,27 +330,21 @@ impl Lent {
     /// make a leased read return another file's bytes: one `fstat` per
     /// leased read rules it out.
     fn intact(&self) -> bool {
-        file_key(&self.fd) == Some(self.key)
+        file_key(&self.file) == Some(self.key)
     }
 }
 
 /// `pread` on a lent descriptor until `buf` is full or end of file.
-fn local_pread(file: &Lent, buf: &mut [u8], offset: u64) -> Result<usize> {
+fn local_pread(lent: &Lent, buf: &mut [u8], offset: u64) -> Result<usize> {
+    use std::os::unix::fs::FileExt;
     let mut at = 0;
     while at < buf.len() {
-        // SAFETY: buf[at..] is valid for buf.len() - at bytes.
-        let n = unsafe { libc::pread64(file.fd.as_raw_fd(), buf[at..].as_mut_ptr().cast(), buf.len() - at, (offset + at as u64) as i64) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("leased read: {e}")));
+        match lent.file.read_at(&mut buf[at..], offset + at as u64) {
+            Ok(0) => break,
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("leased read: {e}"))),
         }
-        if n == 0 {
-            break;
-        }
-        at += n as usize;
     }
     Ok(at)
 }
@@ -707,10 +700,7 @@ impl Client {
                     Some(file) => return local_pread(&file, &mut buf[..want], offset),
                     // Rare (threads racing on a handle's first lease): ask
                     // again without a lease.
-                    None => self.on_fd(fd, true, |s, server| {
-                        let id = s.conn.send(&Request::Read { fd: server, offset, len: want as u32 })?;
-                        s.conn.wait(id, Some(&mut buf[..want]))
-                    }),
+                    None => return self.read_socket(fd, &mut buf[..want], offset),
                 }
             }
             // Any other answer: the server is done with the slot too.
@@ -723,14 +713,20 @@ impl Client {
         match r {
             Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
                 self.recover(&t.session)?;
-                let Some((fd, len, offset)) = t.read else { return Err(e) };
-                self.on_fd(fd, true, |s, server| {
-                    let id = s.conn.send(&Request::Read { fd: server, offset, len: len as u32 })?;
-                    data_into("read", s.conn.wait(id, Some(buf))?, buf)
-                })
+                let Some((fd, _, offset)) = t.read else { return Err(e) };
+                self.read_socket(fd, &mut buf[..want], offset)
             }
             r => data_into("read", r?, buf),
         }
+    }
+
+    /// A plain `Read` of `buf.len()` bytes at `offset`, its data through
+    /// the socket (retried after a break).
+    fn read_socket(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Result<usize> {
+        self.on_fd(fd, true, |s, server| {
+            let id = s.conn.send(&Request::Read { fd: server, offset, len: buf.len() as u32 })?;
+            data_into("read", s.conn.wait(id, Some(buf))?, buf)
+        })
     }
 
     /// Start a write; finish it with [`Client::wait_write`].

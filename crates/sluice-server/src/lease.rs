@@ -82,14 +82,6 @@ fn all_cached(fd: RawFd, off: u64, len: u64) -> Option<bool> {
     Some(cs.nr_cache >= pages)
 }
 
-/// The file's size, or `None` when `fstat` fails.
-fn size(fd: RawFd) -> Option<u64> {
-    // SAFETY: an all-zero stat is valid, and fstat fills it.
-    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    // SAFETY: st is a valid out-pointer.
-    (unsafe { libc::fstat64(fd, &mut st) } == 0).then_some(st.st_size as u64)
-}
-
 /// The lease for a read of `len` bytes at `offset` of `fd`: `(bytes from
 /// `offset` the client may read itself, bytes of them inside the file)`.
 /// The first is at least the request and up to `ahead_max` when that much
@@ -102,7 +94,7 @@ pub(crate) fn grant(fd: RawFd, offset: u64, len: u64, ahead_max: u64) -> Option<
     if len == 0 || ahead_max == 0 {
         return None;
     }
-    let size = size(fd)?;
+    let size = crate::root::fstat(fd).ok()?.size;
     if offset >= size {
         return None;
     }
