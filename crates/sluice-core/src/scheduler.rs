@@ -47,6 +47,11 @@ pub struct Stats {
     /// Now: dispatches in flight, and the requests inside them.
     pub inflight_dispatches: u64,
     pub inflight_requests: u64,
+    /// Times the policy kept the device idle to let an aggregate grow or
+    /// a synchronous reader come back (each distinct wake-up time once).
+    pub holds: u64,
+    /// Windows the policy opened for a synchronous reader (aioli).
+    pub windows: u64,
 }
 
 /// The scheduling state machine. See the crate documentation.
@@ -58,6 +63,8 @@ pub struct Scheduler {
     inflight: FxHashMap<DispatchId, Dispatch>,
     apps: FxHashMap<AppId, u32>,
     blocked_bytes: u64,
+    /// The last `WaitUntil` time handed out (counts `Stats::holds`).
+    wait_last: Nanos,
     /// The device's cost model, when the driver knows one.
     cost: Option<DeviceCost>,
     /// Dispatches kept in flight: at most `dispatches_inflight_max`.
@@ -86,6 +93,7 @@ impl Scheduler {
             inflight: FxHashMap::default(),
             apps: FxHashMap::default(),
             blocked_bytes: 0,
+            wait_last: 0,
             cost: None,
             scratch_run: Vec::new(),
             scratch_entries: Vec::new(),
@@ -132,7 +140,13 @@ impl Scheduler {
     }
 
     pub fn stats(&self) -> Stats {
-        self.stats
+        Stats { windows: self.policy.windows_opened(), ..self.stats }
+    }
+
+    /// The byte quantum the policy holds for `app` now, where it keeps one
+    /// (aioli's multi-level feedback, drr's deficit).
+    pub fn quantum(&self, app: AppId) -> Option<u64> {
+        self.policy.quantum(app)
     }
 
     /// Nothing queued, blocked or in flight.
@@ -230,6 +244,10 @@ impl Scheduler {
                 Pick::Start { slot, limit, backward } => (slot, limit.min(dispatch_max), merge, backward, false),
                 Pick::Wait(t) => {
                     assert!(t > now, "{}: WaitUntil({t}) not after now ({now})", self.policy_name());
+                    if self.wait_last != t {
+                        self.wait_last = t;
+                        self.stats.holds += 1;
+                    }
                     return Decision::WaitUntil(t);
                 }
                 Pick::Idle => return Decision::Idle,

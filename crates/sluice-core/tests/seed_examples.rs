@@ -78,6 +78,8 @@ fn quanta_grow_while_waiting_and_weights_matter() {
     let min_quantum = AioliParams::default().quantum_bytes_min;
     let later: Vec<_> = turns.iter().skip(3).take(6).collect();
     assert!(later.iter().all(|(_, b)| *b > min_quantum), "turns after waiting must exceed the minimum quantum: {later:?}");
+    assert_eq!(s.quantum(AppId(1)), Some(min_quantum), "drained, every quantum is back at the minimum");
+    assert_eq!(s.quantum(AppId(9)), None, "an unknown application has none");
     // The weight-4 application finishes its backlog first.
     let last_turn = |app: u32| turns.iter().rposition(|(a, _)| *a == app).unwrap();
     assert!(last_turn(3) < last_turn(1) && last_turn(3) < last_turn(2), "turns: {turns:?}");
@@ -164,6 +166,11 @@ fn zero_window_maximum_turns_windows_off() {
     let mut s = Scheduler::new(PolicyConfig::Aioli(p), Limits { dispatches_inflight_max: 1, ..Limits::default() });
     let streams = vec![cat(1, 1, 32 * KIB, 32, 0, 30_000), cat(2, 2, 32 * KIB, 32, 1_000, 30_000)];
     let log = sluice_core::replay::replay(&mut s, &streams, hdd(), 1_000_000, true).unwrap();
+    assert_eq!(s.stats().windows, 0, "no window is counted");
+    let mut with = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits { dispatches_inflight_max: 1, ..Limits::default() });
+    sluice_core::replay::replay(&mut with, &streams, hdd(), 1_000_000, true).unwrap();
+    let st = with.stats();
+    assert!(st.windows > 0 && st.holds > 0, "windows are opened and counted, and the device waited for their readers: {st:?}");
     let windows = run("aioli", &streams, hdd());
     assert!(seeks(&log) > 2 * seeks(&windows), "without windows the readers alternate: {} vs {} seeks", seeks(&log), seeks(&windows));
 }

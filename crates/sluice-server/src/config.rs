@@ -129,6 +129,15 @@ pub struct ServerLimits {
     /// 32 MiB from the page cache takes (about 1.3 ms), short enough that a page evicted
     /// after the check is rarely read unscheduled.
     pub lease_valid_us: u32,
+    /// Applications that get their own label in `/metrics` (`metrics.rs`);
+    /// the rest are summed under `app="(other)"`, so a scrape's size and a
+    /// Prometheus server's series stay bounded whatever the clients call
+    /// themselves. 64: more than a node runs at once, few enough for a
+    /// dashboard. `sluice serve --metrics-apps-max`.
+    pub metrics_apps_max: u32,
+    /// Bytes a live trace may grow to (`trace.rs`); at the bound tracing
+    /// stops with a message on stderr and the file stays valid. 256 MiB.
+    pub trace_bytes_max: u64,
 }
 
 /// The floor on how fast a frame's body must arrive once started, in
@@ -154,6 +163,8 @@ impl Default for ServerLimits {
             shm_total_bytes_max: 1 << 30,
             lease_bytes_max: 32 << 20,
             lease_valid_us: 10_000,
+            metrics_apps_max: 64,
+            trace_bytes_max: 256 << 20,
         }
     }
 }
@@ -184,6 +195,12 @@ pub struct ServerConfig {
     /// default path; created there when the server listens on TCP, read
     /// when it exists otherwise.
     pub key_file: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP at this `HOST:PORT` (port 0:
+    /// any free one; `ServerHandle::metrics_addr`). `None`: no endpoint,
+    /// and no per-request cost.
+    pub metrics: Option<String>,
+    /// Write a live Chrome/Perfetto trace here (`trace.rs`).
+    pub trace: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -201,6 +218,8 @@ impl ServerConfig {
             sched_limits: Limits::default(),
             squash: Squash::Root,
             key_file: None,
+            metrics: None,
+            trace: None,
         }
     }
 

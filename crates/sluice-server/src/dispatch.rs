@@ -7,14 +7,16 @@
 //! Invariant: at shutdown the scheduler is empty, its invariants hold, and
 //! every admitted request got exactly one answer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use sluice_core::{AppId, CostLearner, Decision, DeviceCost, DispatchId, ErrorKind as CoreKind, FileId, Observation, Op, RequestId, Scheduler};
 
 use crate::exec::Job;
+use crate::metrics::{DeviceCounters, View};
 use crate::pending::{Delivery, Pending};
 use crate::state::{lock, AppTable};
+use crate::trace::{Member, Record, Tracer};
 
 /// The learned model reaches the scheduler every this many dispatches
 /// (the depth at every one).
@@ -34,7 +36,15 @@ pub struct Dispatcher {
     head: Option<(FileId, u64)>,
     answered: u64,
     admitted: u64,
+    device: DeviceCounters,
+    /// The live trace (`--trace`), and the applications whose track it
+    /// has named (cleared past `TRACE_NAMED_MAX`, which names them again).
+    tracer: Option<Tracer>,
+    named: HashSet<AppId>,
 }
+
+/// Applications the trace remembers having named.
+const TRACE_NAMED_MAX: usize = 4_096;
 
 /// Errno and message for a request the scheduler refused.
 fn refusal(e: sluice_core::Error) -> (i32, String) {
@@ -50,11 +60,11 @@ fn refusal(e: sluice_core::Error) -> (i32, String) {
 impl Dispatcher {
     /// `prior`: a calibrated device model to start from (`sluice
     /// calibrate`); the learner refines it from the dispatches it sees.
-    pub fn new(mut sched: Scheduler, prior: Option<DeviceCost>, apps: Arc<Mutex<AppTable>>) -> Dispatcher {
+    pub fn new(mut sched: Scheduler, prior: Option<DeviceCost>, apps: Arc<Mutex<AppTable>>, tracer: Option<Tracer>) -> Dispatcher {
         let learner = CostLearner::new(prior);
         sched.set_device_cost(Some(learner.model()));
         sched.set_depth(learner.depth_cap());
-        Dispatcher { sched, apps, pending: HashMap::new(), learner, sent: HashMap::new(), head: None, answered: 0, admitted: 0 }
+        Dispatcher { sched, apps, pending: HashMap::new(), learner, sent: HashMap::new(), head: None, answered: 0, admitted: 0, device: DeviceCounters::default(), tracer, named: HashSet::new() }
     }
 
     /// Enqueue an admitted request; its refusal, to answer, when the
@@ -68,7 +78,7 @@ impl Dispatcher {
             }
             Err(e) => {
                 self.answered += 1;
-                lock(&self.apps).record(p.req.app, p.req.op == Op::Write, None, 0);
+                lock(&self.apps).record(p.req.app, p.req.op == Op::Write, None, 0, None);
                 p.answer_with(Err(refusal(e)))
             }
         }
@@ -95,7 +105,15 @@ impl Dispatcher {
     /// its replies.
     pub fn done(&mut self, job: Job, now: u64) -> Vec<Delivery> {
         let id = job.dispatch.id;
-        self.learn(id, job.service_ns);
+        let seek = self.learn(id, job.service_ns);
+        let d = &mut self.device;
+        d.dispatches += 1;
+        d.busy_ns += job.service_ns;
+        d.seeks += u64::from(seek);
+        match job.dispatch.op {
+            Op::Write => d.bytes_written += job.dispatch.len,
+            Op::Read => d.bytes_read += job.dispatch.len,
+        }
         if let Err(e) = self.sched.complete(id, now) {
             panic!("completion of {id:?} refused: {e}");
         }
@@ -107,7 +125,21 @@ impl Dispatcher {
                 seen.push(it.req.app);
                 table.record_dispatch(it.req.app);
             }
-            table.record(it.req.app, it.req.op == Op::Write, it.result.ok(), now.saturating_sub(it.arrival_ns));
+            let timing = (job.started.saturating_sub(it.arrival_ns), job.service_ns);
+            table.record(it.req.app, it.req.op == Op::Write, it.result.ok(), now.saturating_sub(it.arrival_ns), Some(timing));
+        }
+        if let Some(t) = self.tracer.as_ref().filter(|t| t.on()) {
+            if self.named.len() + seen.len() > TRACE_NAMED_MAX {
+                self.named.clear();
+            }
+            for &app in &seen {
+                if self.named.insert(app) {
+                    t.send(Record::App(app, table.name(app).unwrap_or(crate::state::FORGOTTEN_APPS).to_string()));
+                }
+            }
+            let members = job.items.iter().map(|it| Member { app: it.req.app, id: it.req.id.0, offset: it.req.offset, len: it.req.len, arrival_ns: it.arrival_ns }).collect();
+            let d = &job.dispatch;
+            t.send(Record::Dispatch { id: d.id.0, op: d.op, file: d.file.0, offset: d.offset, len: d.len, started: job.started, service: job.service_ns, answered: now, members });
         }
         drop(table);
         job.items.into_iter().filter_map(Pending::answer).collect()
@@ -115,14 +147,33 @@ impl Dispatcher {
 
     /// Feed dispatch `id`'s service time to the learner; pass the model on
     /// to the scheduler every `MODEL_EVERY` dispatches.
-    fn learn(&mut self, id: DispatchId, service_ns: u64) {
-        let Some((len, seek, depth)) = self.sent.remove(&id) else { return };
+    /// Whether it was a seek.
+    fn learn(&mut self, id: DispatchId, service_ns: u64) -> bool {
+        let Some((len, seek, depth)) = self.sent.remove(&id) else { return false };
         self.learner.observe(Observation { len, seek, depth, latency_ns: service_ns });
         if self.learner.observed().is_multiple_of(MODEL_EVERY) {
             self.sched.set_device_cost(Some(self.learner.model()));
         }
         if self.sched.depth() != self.learner.depth_cap() {
             self.sched.set_depth(self.learner.depth_cap());
+        }
+        seek
+    }
+
+    /// What a metrics scrape sees of the scheduler and the device now.
+    pub fn view(&self) -> View {
+        let ids = lock(&self.apps).ids();
+        let quanta = ids.iter().filter_map(|&a| self.sched.quantum(a).map(|q| (a, q))).collect();
+        let mut waiting: HashMap<AppId, u64> = HashMap::new();
+        self.pending.values().for_each(|p| *waiting.entry(p.req.app).or_default() += 1);
+        View {
+            policy: self.sched.policy_name(),
+            stats: self.sched.stats(),
+            depth: self.sched.depth(),
+            model: (self.learner.observed() > 0).then(|| self.learner.model()),
+            device: self.device,
+            quanta,
+            waiting: waiting.into_iter().collect(),
         }
     }
 

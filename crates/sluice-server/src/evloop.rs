@@ -244,6 +244,9 @@ impl EventLoop {
             }
             wake_at = self.pump();
             self.flush_dirty();
+            if self.shared.view.wanted() {
+                self.shared.view.publish(self.disp.view());
+            }
             if self.accept_rest_until.is_some_and(|t| Instant::now() >= t) {
                 self.accept_rest_until = None;
                 if let Some(l) = &self.listener {

@@ -38,12 +38,14 @@ mod exec;
 pub mod ident;
 mod lease;
 mod meta;
+pub mod metrics;
 mod net;
 mod ops;
 mod pending;
 pub mod root;
 mod shm;
 mod state;
+pub mod trace;
 
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -90,6 +92,8 @@ pub(crate) struct Shared {
     pub conns_open: AtomicUsize,
     /// Bytes of all shared-memory regions (`shm_total_bytes_max`).
     pub shm_bytes: Arc<AtomicU64>,
+    /// Where a metrics scrape asks the event loop for its view.
+    pub view: metrics::ViewSlot,
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].
@@ -112,6 +116,9 @@ pub struct ServerHandle {
     event_loop: Option<JoinHandle<(sluice_core::Stats, Option<sluice_core::DeviceCost>)>>,
     workers: Vec<JoinHandle<()>>,
     socket_path: Option<std::path::PathBuf>,
+    metrics: Option<metrics::Endpoint>,
+    /// The live trace's switch (`ServerConfig::trace`).
+    tracing: Option<Arc<AtomicBool>>,
 }
 
 impl Server {
@@ -138,6 +145,7 @@ impl Server {
             reply_bytes: AtomicU64::new(0),
             conns_open: AtomicUsize::new(0),
             shm_bytes: Arc::new(AtomicU64::new(0)),
+            view: metrics::ViewSlot::default(),
             config,
         });
         let (jobs, jobs_rx) = mpsc::channel();
@@ -149,9 +157,14 @@ impl Server {
         let loop_workers = Workers { jobs, done: done_rx, meta, meta_done: meta_done_rx };
         // The scheduler is built on the loop's thread: it is not `Send`.
         let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<()>>();
+        let tracer = match &shared.config.trace {
+            Some(p) => Some(trace::Tracer::start(p, shared.config.limits.trace_bytes_max)?),
+            None => None,
+        };
+        let tracing = tracer.as_ref().map(trace::Tracer::switch);
         let (s, w, apps) = (Arc::clone(&shared), Arc::clone(&waker), Arc::clone(&shared.apps));
         let event_loop = spawn("sluice-loop", move || {
-            let disp = Dispatcher::new(Scheduler::new(policy, limits), prior, apps);
+            let disp = Dispatcher::new(Scheduler::new(policy, limits), prior, apps, tracer);
             match EventLoop::new(s, listener, w, disp, loop_workers) {
                 Ok(l) => {
                     let _ = ready_tx.send(Ok(()));
@@ -168,7 +181,12 @@ impl Server {
             Ok(Err(e)) => return Err(Error::io("start the event loop", &e)),
             Err(_) => return Err(Error::new(ErrorKind::Io, libc::EIO, "the event loop failed to start")),
         }
-        Ok(ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path })
+        let mut handle = ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path, metrics: None, tracing };
+        if let Some(m) = handle.shared.config.metrics.clone() {
+            lock(&handle.shared.apps).set_detailed(true);
+            handle.metrics = Some(metrics::Endpoint::start(&handle.shared, &handle.waker, &m)?);
+        }
+        Ok(handle)
     }
 }
 
@@ -263,6 +281,23 @@ impl ServerHandle {
         &self.addr
     }
 
+    /// The metrics endpoint's address (`ServerConfig::metrics`), when one
+    /// was asked for.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(|m| m.addr())
+    }
+
+    /// Pause (`false`) or resume (`true`) the live trace; false when the
+    /// server has no trace. A trace stopped at its size bound stays stopped.
+    pub fn set_tracing(&self, on: bool) -> bool {
+        self.tracing.as_ref().map(|t| t.store(on, Ordering::Relaxed)).is_some()
+    }
+
+    /// Whether the live trace is recording.
+    pub fn tracing(&self) -> bool {
+        self.tracing.as_ref().is_some_and(|t| t.load(Ordering::Relaxed))
+    }
+
     /// Per-application counters so far.
     pub fn stats(&self) -> Vec<AppStats> {
         lock(&self.shared.apps).snapshot()
@@ -299,6 +334,7 @@ impl ServerHandle {
     /// boundary, finish and answer every admitted request, close every
     /// connection, check the scheduler's invariants. Idempotent.
     pub fn shutdown(&mut self) -> Result<Summary> {
+        self.metrics = None;
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.waker.wake();
         let (scheduler, device_model) = match self.event_loop.take() {

@@ -10,6 +10,8 @@ use std::time::Instant;
 use sluice_core::{AppId, FileId};
 use sluice_proto::{AppStats, LATENCY_BUCKETS};
 
+use crate::metrics::{AppRow, Detail};
+
 use crate::error::{Error, Result};
 
 /// The monotonic clock the scheduler is driven by: nanoseconds since the
@@ -115,6 +117,8 @@ impl Drop for OpenFile {
 
 struct App {
     stats: AppStats,
+    /// Per-operation counts and detailed latency, when metrics are on.
+    detail: Option<Box<Detail>>,
     connections: u32,
     /// When the last connection closed (server clock, ns); `None` while
     /// connected.
@@ -145,15 +149,26 @@ pub struct AppTable {
     id_next: u32,
     apps_max: u32,
     forgotten: AppStats,
+    forgotten_detail: Option<Box<Detail>>,
+    /// Keep a `Detail` per application (metrics are on).
+    detailed: bool,
 }
 
-fn empty_stats(name: &str, weight: u32) -> AppStats {
+pub(crate) fn empty_stats(name: &str, weight: u32) -> AppStats {
     AppStats { name: name.to_string(), weight, requests: 0, dispatches: 0, bytes_read: 0, bytes_written: 0, bytes_leased: 0, errors: 0, latency_us_log2: [0; LATENCY_BUCKETS] }
 }
 
 impl AppTable {
     pub fn new(apps_max: u32) -> AppTable {
-        AppTable { by_name: HashMap::new(), apps: HashMap::new(), id_next: 0, apps_max, forgotten: empty_stats(FORGOTTEN_APPS, 0) }
+        AppTable { by_name: HashMap::new(), apps: HashMap::new(), id_next: 0, apps_max, forgotten: empty_stats(FORGOTTEN_APPS, 0), forgotten_detail: None, detailed: false }
+    }
+
+    /// Keep per-application detail from now on (`--metrics`).
+    pub fn set_detailed(&mut self, on: bool) {
+        self.detailed = on;
+        if on {
+            self.forgotten_detail.get_or_insert_with(Box::default);
+        }
     }
 
     /// A connection of application `name` arrived at `now_ns`.
@@ -167,7 +182,8 @@ impl AppTable {
                 }
                 let id = AppId(self.id_next);
                 self.id_next = self.id_next.checked_add(1).ok_or_else(|| Error::limit(libc::EUSERS, "application ids exhausted (2^32 since start)"))?;
-                self.apps.insert(id, App { stats: empty_stats(name, weight), connections: 0, idle_since_ns: None });
+                let detail = self.detailed.then(Box::default);
+                self.apps.insert(id, App { stats: empty_stats(name, weight), detail, connections: 0, idle_since_ns: None });
                 self.by_name.insert(name.to_string(), id);
                 id
             }
@@ -205,6 +221,9 @@ impl AppTable {
         let Some(a) = self.apps.remove(&id) else { return };
         self.by_name.remove(&a.stats.name);
         merge(&mut self.forgotten, &a.stats);
+        if let (Some(f), Some(d)) = (self.forgotten_detail.as_mut(), a.detail.as_ref()) {
+            f.merge(d);
+        }
     }
 
     /// Applications in the table (connected or within their grace).
@@ -213,16 +232,18 @@ impl AppTable {
         self.apps.len()
     }
 
-    fn stats_mut(&mut self, app: AppId) -> &mut AppStats {
+    fn stats_mut(&mut self, app: AppId) -> (&mut AppStats, Option<&mut Detail>) {
         match self.apps.get_mut(&app) {
-            Some(a) => &mut a.stats,
-            None => &mut self.forgotten,
+            Some(a) => (&mut a.stats, a.detail.as_deref_mut()),
+            None => (&mut self.forgotten, self.forgotten_detail.as_deref_mut()),
         }
     }
 
-    /// Count one completed request of `app`.
-    pub fn record(&mut self, app: AppId, write: bool, bytes: Option<u64>, latency_ns: u64) {
-        let s = self.stats_mut(app);
+    /// Count one answered request of `app`: `bytes` moved (`None`: an
+    /// error), arrival to answer, and, when it reached the device, its
+    /// wait for and time on the device.
+    pub fn record(&mut self, app: AppId, write: bool, bytes: Option<u64>, latency_ns: u64, timing: Option<(u64, u64)>) {
+        let (s, detail) = self.stats_mut(app);
         s.requests += 1;
         match bytes {
             Some(b) if write => s.bytes_written += b,
@@ -232,16 +253,19 @@ impl AppTable {
         let us = latency_ns / 1_000;
         let bucket = (64 - us.max(1).leading_zeros() as usize - 1).min(LATENCY_BUCKETS - 1);
         s.latency_us_log2[bucket] += 1;
+        if let Some(d) = detail {
+            d.record(write, latency_ns, timing);
+        }
     }
 
     /// Count a cache lease of `bytes` granted to `app`.
     pub fn record_lease(&mut self, app: AppId, bytes: u64) {
-        self.stats_mut(app).bytes_leased += bytes;
+        self.stats_mut(app).0.bytes_leased += bytes;
     }
 
     /// Count one dispatch that carried requests of `app`.
     pub fn record_dispatch(&mut self, app: AppId) {
-        self.stats_mut(app).dispatches += 1;
+        self.stats_mut(app).0.dispatches += 1;
     }
 
     /// Every application's counters, by id (arrival order), then the
@@ -255,10 +279,31 @@ impl AppTable {
         }
         out
     }
+
+    /// Every application with its detail and connections (metrics), then
+    /// the forgotten ones' row (`id` `None`) when it counted anything.
+    pub fn rows(&self) -> Vec<AppRow> {
+        let detail = |d: &Option<Box<Detail>>| d.as_deref().cloned().unwrap_or_default();
+        let mut out: Vec<AppRow> = self.apps.iter().map(|(&id, a)| AppRow { id: Some(id), stats: a.stats.clone(), detail: detail(&a.detail), connections: a.connections }).collect();
+        if self.forgotten.requests > 0 || self.forgotten.bytes_leased > 0 {
+            out.push(AppRow { id: None, stats: self.forgotten.clone(), detail: detail(&self.forgotten_detail), connections: 0 });
+        }
+        out
+    }
+
+    /// `app`'s name, while it is in the table.
+    pub fn name(&self, app: AppId) -> Option<&str> {
+        self.apps.get(&app).map(|a| a.stats.name.as_str())
+    }
+
+    /// Ids of the applications in the table.
+    pub fn ids(&self) -> Vec<AppId> {
+        self.apps.keys().copied().collect()
+    }
 }
 
 /// Add `b`'s counters to `a`.
-fn merge(a: &mut AppStats, b: &AppStats) {
+pub(crate) fn merge(a: &mut AppStats, b: &AppStats) {
     a.requests += b.requests;
     a.dispatches += b.dispatches;
     a.bytes_read += b.bytes_read;
@@ -278,12 +323,12 @@ mod tests {
         let a = t.connect("a", 1, 0).unwrap();
         t.connect("b", 1, 0).unwrap();
         assert_eq!(t.connect("c", 1, 0).unwrap_err().errno, libc::EUSERS, "N live, the N+1st is refused");
-        t.record(a, false, Some(10), 1_000);
+        t.record(a, false, Some(10), 1_000, None);
         assert!(t.disconnect(a, 5));
         let c = t.connect("c", 1, 6).unwrap();
         assert_ne!(c, a, "ids are never reused");
         assert_eq!(t.len(), 2);
-        t.record(a, false, Some(7), 1_000);
+        t.record(a, false, Some(7), 1_000, None);
         let snap = t.snapshot();
         let forgotten = snap.iter().find(|s| s.name == FORGOTTEN_APPS).expect("a forgotten row");
         assert_eq!((forgotten.requests, forgotten.bytes_read), (2, 17), "a late completion of a forgotten app is counted there");

@@ -158,6 +158,8 @@ pub(crate) struct Aioli {
     /// Logical clock for the least-recently-used eviction of tables.
     tick: u64,
     scratch: Vec<Slot>,
+    /// Windows opened so far (`Stats::windows`).
+    windows: u64,
 }
 
 fn stream_key(app: AppId, client: ClientId) -> u64 {
@@ -182,6 +184,7 @@ impl Aioli {
             inflight: 0,
             tick: 0,
             scratch: Vec::new(),
+            windows: 0,
         }
     }
 
@@ -483,6 +486,7 @@ impl Policy for Aioli {
                     // Moving to another file costs less than the idle time.
                     return;
                 }
+                self.windows += 1;
                 self.window = Some(SyncWindow { app: m.app, client: m.client, file: d.file, offset: m.end(), until: now + len.max(1) });
                 return;
             }
@@ -497,6 +501,14 @@ impl Policy for Aioli {
         let a = self.app(app);
         a.weight = weight;
         a.forgotten = false;
+    }
+
+    fn windows_opened(&self) -> u64 {
+        self.windows
+    }
+
+    fn quantum(&self, app: AppId) -> Option<u64> {
+        self.apps.get(&app).map(|a| a.quantum)
     }
 
     fn forget_app(&mut self, app: AppId) {

@@ -45,6 +45,10 @@ impl Drr {
 }
 
 impl Policy for Drr {
+    fn quantum(&self, app: AppId) -> Option<u64> {
+        self.apps.get(&app).map(|a| a.deficit.max(0) as u64)
+    }
+
     fn enqueued(&mut self, store: &Store, slot: Slot, _now: Nanos) {
         let e = *store.entry(slot);
         let a = self.app(e.req.app);

@@ -52,6 +52,14 @@ pub(crate) trait Policy {
     /// scheduler keeps in flight.
     fn set_device(&mut self, _cost: Option<DeviceCost>, _depth: u32) {}
     fn forget_app(&mut self, _app: AppId) {}
+    /// Windows opened for synchronous readers so far.
+    fn windows_opened(&self) -> u64 {
+        0
+    }
+    /// `app`'s byte quantum now, for policies that keep one.
+    fn quantum(&self, _app: AppId) -> Option<u64> {
+        None
+    }
     /// Panic if the policy's own indices disagree with the store.
     fn check(&self, _store: &Store) {}
 }

@@ -52,19 +52,41 @@ pub struct ServeArgs {
     /// with --direct or an emulated --device.
     #[arg(long, default_value_t = sluice_server::ServerLimits::default().lease_bytes_max)]
     lease_bytes_max: u64,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics and a live
+    /// dashboard at http://HOST:PORT/ (HOST:PORT or tcp:HOST:PORT; port 0
+    /// picks a free one). Application names are visible there: bind a
+    /// loopback or management address.
+    #[arg(long)]
+    metrics: Option<String>,
+    /// Applications labelled in /metrics; the rest are summed as "(other)".
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().metrics_apps_max)]
+    metrics_apps_max: u32,
+    /// Write a live Chrome/Perfetto trace (the shape of `sluice sim
+    /// --trace`) to this file. SIGUSR1 pauses and resumes it.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Bytes the trace may grow to; past it tracing stops with a message.
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().trace_bytes_max)]
+    trace_bytes_max: u64,
 }
 
 /// Set by the signal handler; polled by the main thread.
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set by SIGUSR1: toggle the live trace.
+static TOGGLE_TRACE: AtomicBool = AtomicBool::new(false);
 /// How often the main thread looks at `STOP`.
 const STOP_POLL_MS: u64 = 50;
 
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+extern "C" fn on_signal(sig: libc::c_int) {
+    if sig == libc::SIGUSR1 {
+        TOGGLE_TRACE.store(true, Ordering::SeqCst);
+    } else {
+        STOP.store(true, Ordering::SeqCst);
+    }
 }
 
 fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1] {
         // SAFETY: the handler only stores to an atomic, which is
         // async-signal-safe.
         unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
@@ -84,6 +106,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.key_file = a.key_file.clone();
     cfg.limits.clients_max = a.clients_max;
     cfg.limits.lease_bytes_max = a.lease_bytes_max;
+    cfg.metrics = a.metrics.clone();
+    cfg.limits.metrics_apps_max = a.metrics_apps_max;
+    cfg.trace = a.trace.clone();
+    cfg.limits.trace_bytes_max = a.trace_bytes_max;
     sluice_server::raise_fd_limit();
     install_signal_handlers();
     let mut server = Server::start(cfg)?;
@@ -96,8 +122,20 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         a.device,
         if a.direct { "on" } else { "off" }
     );
+    if let Some(m) = server.metrics_addr() {
+        println!("sluice: metrics at http://{m}/metrics, dashboard at http://{m}/");
+    }
+    if let Some(t) = &a.trace {
+        println!("sluice: tracing to {} (SIGUSR1 pauses and resumes)", t.display());
+    }
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(STOP_POLL_MS));
+        if TOGGLE_TRACE.swap(false, Ordering::SeqCst) {
+            let on = !server.tracing();
+            if server.set_tracing(on) {
+                println!("sluice: tracing {}", if on { "resumed" } else { "paused" });
+            }
+        }
     }
     println!("sluice: draining");
     let summary = server.shutdown()?;

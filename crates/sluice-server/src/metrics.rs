@@ -1,0 +1,609 @@
+//! Live metrics (issue 16): `sluice serve --metrics HOST:PORT` serves the
+//! Prometheus text exposition format (version 0.0.4) at `/metrics`, and the
+//! dashboard page at `/`.
+//!
+//! Where the numbers come from. Per-application counters and latency live
+//! in the `AppTable` (`state.rs`), updated where every request is answered
+//! (`Dispatcher::done`, `Dispatcher::submit`), so a scrape counts exactly
+//! what the server answered. The scheduler is not `Send` and belongs to the
+//! event loop: a scrape asks the loop for a [`View`] (one flag, one wake,
+//! at most `VIEW_WAIT`), which the loop builds between two turns. The loop
+//! pays one atomic load per turn for this, and nothing when no endpoint is
+//! configured; per request, the detailed latency (an `hdrhistogram`, two
+//! significant digits) is recorded only when metrics are on.
+//!
+//! Bounds: one scrape at a time on one thread (`sluice-metrics`); a request
+//! head of at most `REQUEST_BYTES_MAX` bytes (past it: 431); a client that
+//! stalls is dropped after `IO_TIMEOUT`; applications beyond
+//! `ServerLimits::metrics_apps_max` are folded into `app="(other)"`.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use sluice_core::{AppId, DeviceCost};
+use sluice_proto::{AppStats, LATENCY_BUCKETS};
+
+
+use crate::error::{Error, Result};
+use crate::evloop::Waker;
+use crate::state::lock;
+use crate::Shared;
+
+/// Bytes of an HTTP request head the endpoint reads; a longer one is
+/// answered 431 and closed.
+pub const REQUEST_BYTES_MAX: usize = 8 << 10;
+/// A scrape client that sends or takes nothing for this long is dropped.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a scrape waits for the event loop's view of the scheduler;
+/// past it the scrape is served without the scheduler's families (and
+/// `sluice_scheduler_view_ok 0`).
+pub const VIEW_WAIT: Duration = Duration::from_secs(1);
+/// Label value of the applications past `metrics_apps_max`.
+pub const OTHER_APPS: &str = "(other)";
+/// Highest latency the detailed histogram tells apart (1 hour, in µs);
+/// longer ones count as this.
+const LATENCY_US_MAX: u64 = 3_600_000_000;
+
+/// One application's detailed latency, kept only when metrics are on.
+#[derive(Clone, Debug)]
+pub struct Detail {
+    pub reads: u64,
+    pub writes: u64,
+    /// Arrival to the start of its dispatch's system call (scheduler queue
+    /// and executor queue), log2 µs buckets as `AppStats::latency_us_log2`.
+    pub wait_us_log2: [u64; LATENCY_BUCKETS],
+    pub wait_ns_sum: u64,
+    /// The dispatch's system call.
+    pub service_us_log2: [u64; LATENCY_BUCKETS],
+    pub service_ns_sum: u64,
+    /// Arrival to answer, µs.
+    pub latency: Histogram<u64>,
+    pub latency_ns_sum: u64,
+}
+
+fn bucket(ns: u64) -> usize {
+    let us = ns / 1_000;
+    (63 - us.max(1).leading_zeros() as usize).min(LATENCY_BUCKETS - 1)
+}
+
+impl Detail {
+    pub fn new() -> Detail {
+        Detail {
+            reads: 0,
+            writes: 0,
+            wait_us_log2: [0; LATENCY_BUCKETS],
+            wait_ns_sum: 0,
+            service_us_log2: [0; LATENCY_BUCKETS],
+            service_ns_sum: 0,
+            latency: Histogram::new_with_bounds(1, LATENCY_US_MAX, 2).expect("valid histogram bounds"),
+            latency_ns_sum: 0,
+        }
+    }
+
+    /// One answered request. `timing`: its queue wait and service time,
+    /// when it reached the device (a refused request has none).
+    pub fn record(&mut self, write: bool, latency_ns: u64, timing: Option<(u64, u64)>) {
+        if write {
+            self.writes += 1;
+        } else {
+            self.reads += 1;
+        }
+        self.latency.saturating_record((latency_ns / 1_000).clamp(1, LATENCY_US_MAX));
+        self.latency_ns_sum += latency_ns;
+        if let Some((wait, service)) = timing {
+            self.wait_us_log2[bucket(wait)] += 1;
+            self.wait_ns_sum += wait;
+            self.service_us_log2[bucket(service)] += 1;
+            self.service_ns_sum += service;
+        }
+    }
+
+    pub fn merge(&mut self, o: &Detail) {
+        self.reads += o.reads;
+        self.writes += o.writes;
+        self.wait_us_log2.iter_mut().zip(&o.wait_us_log2).for_each(|(a, b)| *a += b);
+        self.service_us_log2.iter_mut().zip(&o.service_us_log2).for_each(|(a, b)| *a += b);
+        self.wait_ns_sum += o.wait_ns_sum;
+        self.service_ns_sum += o.service_ns_sum;
+        let _ = self.latency.add(&o.latency);
+        self.latency_ns_sum += o.latency_ns_sum;
+    }
+}
+
+impl Default for Detail {
+    fn default() -> Detail {
+        Detail::new()
+    }
+}
+
+/// One application as a scrape sees it.
+#[derive(Clone, Debug)]
+pub struct AppRow {
+    pub id: Option<AppId>,
+    pub stats: AppStats,
+    pub detail: Detail,
+    pub connections: u32,
+}
+
+/// The device as the dispatcher saw it, cumulative.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    pub dispatches: u64,
+    /// Sum of the dispatches' service times (they may overlap).
+    pub busy_ns: u64,
+    /// Dispatches that did not continue the previous one.
+    pub seeks: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// The event loop's answer to a scrape.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    pub policy: &'static str,
+    pub stats: sluice_core::Stats,
+    /// Dispatches the scheduler keeps in flight now.
+    pub depth: u32,
+    pub model: Option<DeviceCost>,
+    pub device: DeviceCounters,
+    /// Per application: its quantum now (policies that keep one) and its
+    /// requests waiting in the scheduler.
+    pub quanta: Vec<(AppId, u64)>,
+    pub waiting: Vec<(AppId, u64)>,
+}
+
+/// Where a scrape and the event loop meet.
+#[derive(Default)]
+pub struct ViewSlot {
+    wanted: AtomicBool,
+    view: Mutex<Option<View>>,
+    ready: Condvar,
+}
+
+impl ViewSlot {
+    /// Whether a scrape waits for a view (the loop checks once per turn).
+    pub fn wanted(&self) -> bool {
+        self.wanted.load(Ordering::Relaxed)
+    }
+
+    pub fn publish(&self, v: View) {
+        self.wanted.store(false, Ordering::Relaxed);
+        *lock(&self.view) = Some(v);
+        self.ready.notify_all();
+    }
+
+    fn ask(&self, waker: &Waker) -> Option<View> {
+        let mut g = lock(&self.view);
+        *g = None;
+        self.wanted.store(true, Ordering::Relaxed);
+        waker.wake();
+        let (mut g, _) = self.ready.wait_timeout_while(g, VIEW_WAIT, |v| v.is_none()).unwrap_or_else(|p| p.into_inner());
+        self.wanted.store(false, Ordering::Relaxed);
+        g.take()
+    }
+}
+
+/// The endpoint's thread; stopped (and joined) on drop.
+pub struct Endpoint {
+    addr: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Endpoint {
+    pub(crate) fn start(shared: &Arc<Shared>, waker: &Arc<Waker>, addr: &str) -> Result<Endpoint> {
+        let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
+        let l = TcpListener::bind(addr).map_err(|e| Error::io(&format!("bind the metrics endpoint {addr}"), &e))?;
+        let local = l.local_addr().map_err(|e| Error::io("local_addr", &e))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s, w, st) = (Arc::clone(shared), Arc::clone(waker), Arc::clone(&stop));
+        let thread = std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || serve(l, s, w, st)).map_err(|e| Error::io("spawn thread", &e))?;
+        Ok(Endpoint { addr: local, stop, thread: Some(thread) })
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(l: TcpListener, shared: Arc<Shared>, waker: Arc<Waker>, stop: Arc<AtomicBool>) {
+    for s in l.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut s) = s else { continue };
+        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+        let (status, ctype, body) = match read_head(&mut s) {
+            Ok(head) => route(&head, &shared, &waker),
+            Err(HeadError::TooLarge) => (431, "text/plain", format!("request head over {REQUEST_BYTES_MAX} bytes\n")),
+            Err(HeadError::Gone) => continue,
+        };
+        let reason = match status {
+            200 => "OK",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            431 => "Request Header Fields Too Large",
+            _ => "Bad Request",
+        };
+        let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n", body.len());
+        let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes()));
+    }
+}
+
+enum HeadError {
+    TooLarge,
+    /// Closed, timed out, or not HTTP.
+    Gone,
+}
+
+/// Read up to the blank line that ends a request head.
+fn read_head(s: &mut TcpStream) -> std::result::Result<String, HeadError> {
+    let mut buf = vec![0u8; REQUEST_BYTES_MAX + 1];
+    let mut got = 0;
+    loop {
+        if let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
+            if end + 4 > REQUEST_BYTES_MAX {
+                return Err(HeadError::TooLarge);
+            }
+            return String::from_utf8(buf[..end].to_vec()).map_err(|_| HeadError::Gone);
+        }
+        if got > REQUEST_BYTES_MAX {
+            return Err(HeadError::TooLarge);
+        }
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return Err(HeadError::Gone),
+            Ok(n) => got += n,
+        }
+    }
+}
+
+fn route(head: &str, shared: &Shared, waker: &Waker) -> (u16, &'static str, String) {
+    let mut parts = head.lines().next().unwrap_or("").split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        return (405, "text/plain", "only GET\n".into());
+    }
+    match target.split('?').next().unwrap_or("") {
+        "/metrics" => (200, "text/plain; version=0.0.4; charset=utf-8", render(shared, waker)),
+        "/" | "/index.html" => (200, "text/html; charset=utf-8", DASHBOARD.to_string()),
+        _ => (404, "text/plain", "not found: try /metrics or /\n".into()),
+    }
+}
+
+/// The dashboard: one static page, no build step, no network.
+const DASHBOARD: &str = include_str!("dashboard.html");
+
+/// The whole exposition.
+pub(crate) fn render(shared: &Shared, waker: &Waker) -> String {
+    let view = shared.view.ask(waker);
+    let rows = lock(&shared.apps).rows();
+    let mut e = Expo::default();
+    apps(&mut e, &fold(rows, shared.config.limits.metrics_apps_max as usize), view.as_ref());
+    server(&mut e, shared);
+    e.family("sluice_scheduler_view_ok", "gauge", "1 when the event loop answered this scrape in time (the scheduler and device families below are present)");
+    e.sample("sluice_scheduler_view_ok", &[], u64::from(view.is_some()) as f64);
+    if let Some(v) = &view {
+        scheduler(&mut e, v);
+    }
+    e.out
+}
+
+/// Rows by id, the first `max` labelled, the rest summed as `(other)`.
+fn fold(mut rows: Vec<AppRow>, max: usize) -> Vec<AppRow> {
+    rows.sort_by_key(|r| r.id.map_or(u64::MAX, |i| u64::from(i.0)));
+    let (forgotten, mut live): (Vec<AppRow>, Vec<AppRow>) = rows.into_iter().partition(|r| r.id.is_none());
+    if live.len() > max {
+        let rest = live.split_off(max);
+        let mut other = AppRow { id: None, stats: crate::state::empty_stats(OTHER_APPS, 0), detail: Detail::new(), connections: 0 };
+        for r in &rest {
+            crate::state::merge(&mut other.stats, &r.stats);
+            other.detail.merge(&r.detail);
+            other.connections += r.connections;
+        }
+        live.push(other);
+    }
+    live.extend(forgotten);
+    live
+}
+
+fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {
+    let label = |r: &AppRow| r.stats.name.clone();
+    let ops = |r: &AppRow| [("read", r.detail.reads, r.stats.bytes_read), ("write", r.detail.writes, r.stats.bytes_written)];
+    e.family("sluice_app_requests_total", "counter", "Requests answered, per application and operation (errors included)");
+    for r in rows {
+        for (op, n, _) in ops(r) {
+            e.sample("sluice_app_requests_total", &[("app", &label(r)), ("op", op)], n as f64);
+        }
+    }
+    e.family("sluice_app_bytes_total", "counter", "Bytes read or written through the scheduler, per application");
+    for r in rows {
+        for (op, _, b) in ops(r) {
+            e.sample("sluice_app_bytes_total", &[("app", &label(r)), ("op", op)], b as f64);
+        }
+    }
+    let simple: [(&str, &str, &str, fn(&AppRow) -> u64); 4] = [
+        ("sluice_app_leased_bytes_total", "counter", "Bytes a client read itself under a cache lease", |r| r.stats.bytes_leased),
+        ("sluice_app_errors_total", "counter", "Requests answered with an error", |r| r.stats.errors),
+        ("sluice_app_dispatches_total", "counter", "Dispatches that carried at least one request of the application", |r| r.stats.dispatches),
+        ("sluice_app_connections", "gauge", "Connections open now", |r| u64::from(r.connections)),
+    ];
+    for (name, kind, help, f) in simple {
+        e.family(name, kind, help);
+        for r in rows {
+            e.sample(name, &[("app", &label(r))], f(r) as f64);
+        }
+    }
+    e.family("sluice_app_requests_per_dispatch", "gauge", "Requests answered per dispatch that carried the application's requests (aggregation)");
+    for r in rows {
+        e.sample("sluice_app_requests_per_dispatch", &[("app", &label(r))], r.stats.aggregation_factor());
+    }
+    if let Some(v) = view {
+        let find = |list: &[(AppId, u64)], r: &AppRow| r.id.and_then(|id| list.iter().find(|(a, _)| *a == id)).map(|(_, n)| *n);
+        e.family("sluice_app_quantum_bytes", "gauge", "The application's byte quantum now (aioli, drr)");
+        for r in rows {
+            if let Some(q) = find(&v.quanta, r) {
+                e.sample("sluice_app_quantum_bytes", &[("app", &label(r))], q as f64);
+            }
+        }
+        e.family("sluice_app_waiting_requests", "gauge", "Requests of the application waiting in the scheduler now (queued or blocked)");
+        for r in rows {
+            e.sample("sluice_app_waiting_requests", &[("app", &label(r))], find(&v.waiting, r).unwrap_or(0) as f64);
+        }
+    }
+    e.family("sluice_app_queue_wait_seconds", "histogram", "Arrival to the start of the dispatch's system call");
+    for r in rows {
+        e.log2_histogram("sluice_app_queue_wait_seconds", &label(r), &r.detail.wait_us_log2, r.detail.wait_ns_sum);
+    }
+    e.family("sluice_app_service_seconds", "histogram", "The dispatch's system call, for each request it carried");
+    for r in rows {
+        e.log2_histogram("sluice_app_service_seconds", &label(r), &r.detail.service_us_log2, r.detail.service_ns_sum);
+    }
+    e.family("sluice_app_latency_seconds", "summary", "Arrival to answer, quantiles since the server started (hdrhistogram, 2 significant digits)");
+    for r in rows {
+        let app = label(r);
+        for q in ["0.5", "0.9", "0.99", "0.999"] {
+            let us = if r.detail.latency.is_empty() { 0 } else { r.detail.latency.value_at_quantile(q.parse().expect("a quantile")) };
+            e.sample("sluice_app_latency_seconds", &[("app", &app), ("quantile", q)], us as f64 / 1e6);
+        }
+        e.sample("sluice_app_latency_seconds_sum", &[("app", &app)], r.detail.latency_ns_sum as f64 / 1e9);
+        e.sample("sluice_app_latency_seconds_count", &[("app", &app)], r.detail.latency.len() as f64);
+    }
+}
+
+fn server(e: &mut Expo, shared: &Shared) {
+    let gauges: [(&str, &str, f64); 6] = [
+        ("sluice_connections", "Connections open now", shared.conns_open.load(Ordering::Relaxed) as f64),
+        ("sluice_files_open", "Distinct backing files open now", lock(&shared.files).len() as f64),
+        ("sluice_partial_frame_bytes", "Bytes held in partial frames now (bounded by partial_bytes_max)", shared.partial_held.load(Ordering::Relaxed) as f64),
+        ("sluice_reply_bytes", "Bytes held in admitted requests and unsent replies now", shared.reply_bytes.load(Ordering::Relaxed) as f64),
+        ("sluice_shm_bytes", "Bytes of shared-memory regions mapped now", shared.shm_bytes.load(Ordering::Relaxed) as f64),
+        ("sluice_uptime_seconds", "Seconds since the server started", shared.clock.now() as f64 / 1e9),
+    ];
+    for (name, help, v) in gauges {
+        e.family(name, "gauge", help);
+        e.sample(name, &[], v);
+    }
+}
+
+fn scheduler(e: &mut Expo, v: &View) {
+    e.family("sluice_scheduler_policy", "gauge", "The policy deciding (label), always 1");
+    e.sample("sluice_scheduler_policy", &[("policy", v.policy)], 1.0);
+    let s = &v.stats;
+    let gauges: [(&str, &str, u64); 5] = [
+        ("sluice_scheduler_queued_requests", "Requests the policy may choose from now", s.queued),
+        ("sluice_scheduler_blocked_requests", "Requests waiting behind an overlapping request now", s.blocked),
+        ("sluice_scheduler_inflight_dispatches", "Dispatches on the device now", s.inflight_dispatches),
+        ("sluice_scheduler_inflight_requests", "Requests inside the dispatches on the device now", s.inflight_requests),
+        ("sluice_scheduler_depth", "Dispatches the scheduler keeps in flight (learned from the device)", u64::from(v.depth)),
+    ];
+    for (name, help, n) in gauges {
+        e.family(name, "gauge", help);
+        e.sample(name, &[], n as f64);
+    }
+    let counters: [(&str, &str, u64); 6] = [
+        ("sluice_scheduler_requests_total", "Requests admitted into the scheduler", s.inserted),
+        ("sluice_scheduler_blocked_total", "Requests that had to wait behind an overlapping write", s.blocked_total),
+        ("sluice_scheduler_dispatches_total", "Dispatches handed to the device", s.dispatches),
+        ("sluice_scheduler_expired_dispatches_total", "Dispatches forced by request_expire_ns", s.expired_dispatches),
+        ("sluice_scheduler_holds_total", "Times the policy kept the device idle for an aggregate to grow or a reader to return", s.holds),
+        ("sluice_scheduler_windows_total", "Windows opened for synchronous readers (aioli)", s.windows),
+    ];
+    for (name, help, n) in counters {
+        e.family(name, "counter", help);
+        e.sample(name, &[], n as f64);
+    }
+    let d = &v.device;
+    let dev: [(&str, &str, f64); 3] = [
+        ("sluice_device_dispatches_total", "Dispatches the device completed", d.dispatches as f64),
+        ("sluice_device_busy_seconds_total", "Sum of the dispatches' service times (overlapping ones each count)", d.busy_ns as f64 / 1e9),
+        ("sluice_device_seeks_total", "Dispatches that did not continue where the previous one ended", d.seeks as f64),
+    ];
+    for (name, help, x) in dev {
+        e.family(name, "counter", help);
+        e.sample(name, &[], x);
+    }
+    e.family("sluice_device_bytes_total", "counter", "Bytes the device's dispatches covered");
+    e.sample("sluice_device_bytes_total", &[("op", "read")], d.bytes_read as f64);
+    e.sample("sluice_device_bytes_total", &[("op", "write")], d.bytes_written as f64);
+    if let Some(m) = v.model {
+        let model: [(&str, &str, f64); 4] = [
+            ("sluice_device_model_dispatch_seconds", "Learned fixed cost of one dispatch", m.dispatch_ns as f64 / 1e9),
+            ("sluice_device_model_byte_seconds", "Learned transfer cost per byte", m.byte_ps as f64 / 1e12),
+            ("sluice_device_model_seek_seconds", "Learned extra cost of a dispatch that does not continue the previous one", m.seek_ns as f64 / 1e9),
+            ("sluice_device_model_parallelism", "Dispatches the device serves at once with gain (learned)", f64::from(m.parallelism)),
+        ];
+        for (name, help, x) in model {
+            e.family(name, "gauge", help);
+            e.sample(name, &[], x);
+        }
+    }
+}
+
+/// A text exposition being written.
+#[derive(Default)]
+struct Expo {
+    out: String,
+}
+
+impl Expo {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {}", help.replace('\\', "\\\\").replace('\n', "\\n"));
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, val)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let val = val.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                let _ = write!(self.out, "{k}=\"{val}\"");
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {v}");
+    }
+
+    /// A histogram from log2 µs buckets (bucket i: below 2^(i+1) µs).
+    fn log2_histogram(&mut self, name: &str, app: &str, buckets: &[u64; LATENCY_BUCKETS], sum_ns: u64) {
+        let mut seen = 0;
+        for (i, n) in buckets.iter().enumerate().take(LATENCY_BUCKETS - 1) {
+            seen += n;
+            let le = format!("{}", (2u64 << i) as f64 / 1e6);
+            self.sample(&format!("{name}_bucket"), &[("app", app), ("le", &le)], seen as f64);
+        }
+        let total = seen + buckets[LATENCY_BUCKETS - 1];
+        self.sample(&format!("{name}_bucket"), &[("app", app), ("le", "+Inf")], total as f64);
+        self.sample(&format!("{name}_sum"), &[("app", app)], sum_ns as f64 / 1e9);
+        self.sample(&format!("{name}_count"), &[("app", app)], total as f64);
+    }
+}
+
+/// Parse an exposition into `(name, labels, value)` samples, refusing any
+/// line that is not a comment or a well-formed sample (for tests and
+/// `sluice top`).
+pub fn parse(text: &str) -> std::result::Result<Vec<(String, Vec<(String, String)>, f64)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = || format!("line {}: {line:?}", n + 1);
+        let (name_end, labels, rest) = match line.find('{') {
+            Some(b) => {
+                let close = line.rfind('}').ok_or_else(bad)?;
+                (b, parse_labels(&line[b + 1..close]).ok_or_else(bad)?, &line[close + 1..])
+            }
+            None => {
+                let sp = line.find(' ').ok_or_else(bad)?;
+                (sp, Vec::new(), &line[sp..])
+            }
+        };
+        let name = &line[..name_end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            return Err(bad());
+        }
+        let value = match rest.trim() {
+            "+Inf" => f64::INFINITY,
+            v => v.parse::<f64>().map_err(|_| bad())?,
+        };
+        out.push((name.to_string(), labels, value));
+    }
+    Ok(out)
+}
+
+fn parse_labels(s: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut it = s.chars().peekable();
+    while it.peek().is_some() {
+        let key: String = it.by_ref().take_while(|&c| c != '=').collect();
+        if it.next()? != '"' {
+            return None;
+        }
+        let mut val = String::new();
+        loop {
+            match it.next()? {
+                '\\' => match it.next()? {
+                    'n' => val.push('\n'),
+                    c => val.push(c),
+                },
+                '"' => break,
+                c => val.push(c),
+            }
+        }
+        out.push((key.trim().to_string(), val));
+        match it.next() {
+            None => break,
+            Some(',') => continue,
+            Some(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: u32, name: &str, requests: u64) -> AppRow {
+        let mut stats = crate::state::empty_stats(name, 1);
+        stats.requests = requests;
+        stats.bytes_read = requests * 10;
+        let mut detail = Detail::new();
+        (0..requests).for_each(|_| detail.record(false, 5_000, Some((1_000, 2_000))));
+        AppRow { id: Some(AppId(id)), stats, detail, connections: 1 }
+    }
+
+    #[test]
+    fn apps_past_the_bound_are_folded_into_other() {
+        let rows: Vec<AppRow> = (0..4).map(|i| row(i, &format!("a{i}"), u64::from(i) + 1)).collect();
+        let at = fold(rows.clone(), 4);
+        assert_eq!(at.iter().map(|r| r.stats.name.as_str()).collect::<Vec<_>>(), ["a0", "a1", "a2", "a3"], "N apps: all labelled");
+        let past = fold(rows, 3);
+        assert_eq!(past.iter().map(|r| r.stats.name.as_str()).collect::<Vec<_>>(), ["a0", "a1", "a2", OTHER_APPS], "N+1: the last folded");
+        let other = &past[3];
+        assert_eq!((other.stats.requests, other.stats.bytes_read, other.detail.reads, other.connections), (4, 40, 4, 1));
+    }
+
+    #[test]
+    fn the_exposition_parses_and_histograms_are_cumulative() {
+        let mut e = Expo::default();
+        let r = row(0, "we\"ird\\app\nname", 3);
+        apps(&mut e, &[r], None);
+        let samples = parse(&e.out).expect("every line parses");
+        let get = |name: &str, le: Option<&str>| {
+            samples.iter().find(|(n, l, _)| n == name && le.is_none_or(|le| l.iter().any(|(k, v)| k == "le" && v == le))).map(|s| s.2)
+        };
+        assert_eq!(samples.iter().find(|(n, _, _)| n == "sluice_app_requests_total").unwrap().1[0].1, "we\"ird\\app\nname", "label escaping round-trips");
+        assert_eq!(get("sluice_app_queue_wait_seconds_bucket", Some("0.000002")), Some(3.0), "1 µs waits are below 2 µs");
+        assert_eq!(get("sluice_app_service_seconds_bucket", Some("0.000002")), Some(0.0), "2 µs services are not below 2 µs");
+        assert_eq!(get("sluice_app_service_seconds_bucket", Some("0.000004")), Some(3.0), "but below 4 µs");
+        assert_eq!(get("sluice_app_queue_wait_seconds_bucket", Some("+Inf")), Some(3.0));
+        assert_eq!(get("sluice_app_service_seconds_count", None), Some(3.0));
+        assert_eq!(get("sluice_app_latency_seconds_count", None), Some(3.0));
+        let p50 = samples.iter().find(|(n, l, _)| n == "sluice_app_latency_seconds" && l.iter().any(|(_, v)| v == "0.5")).unwrap().2;
+        assert!((p50 - 5e-6).abs() < 1e-7, "p50 is the recorded 5 µs: {p50}");
+        assert!(parse("bad line here x").is_err() && parse("ok{a=\"1\"} 2\n# c").is_ok(), "the parser refuses what is not a sample");
+    }
+}

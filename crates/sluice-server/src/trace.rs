@@ -1,0 +1,260 @@
+//! The live trace (issue 16): `sluice serve --trace PATH` writes every
+//! dispatch and every request it carried as Chrome/Perfetto trace-event
+//! JSON, the document shape `sluice sim --trace` writes, so a real run and
+//! its simulated twin open side by side in `ui.perfetto.dev`.
+//!
+//! Tracks: process 1, "live: applications", one thread per application,
+//! each request an async slice from arrival to answer; process 2, "live:
+//! device", each dispatch an async slice over its system call, with its
+//! file, offset, length and members in `args` (async, because the device
+//! serves several dispatches at once).
+//!
+//! The dispatcher hands each finished dispatch to a writer thread through a
+//! bounded queue (`QUEUE_MAX`; a full queue drops the record and counts it:
+//! tracing never slows the loop down). The writer stops at
+//! `trace_bytes_max` bytes, closes the document and says so on stderr; the
+//! document is closed at shutdown too. `ServerHandle::set_tracing` pauses
+//! and resumes recording (`sluice serve`: SIGUSR1).
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use sluice_core::{AppId, Op};
+
+use crate::error::{Error, Result};
+
+/// Dispatch records waiting for the writer; past it they are dropped (and
+/// counted in the document's `otherData.records_dropped`).
+pub const QUEUE_MAX: usize = 16_384;
+/// Members of a dispatch listed in its `args` (all are counted).
+pub const ARGS_MEMBERS_MAX: usize = 16;
+
+/// One request inside a traced dispatch.
+#[derive(Clone, Copy, Debug)]
+pub struct Member {
+    pub app: AppId,
+    pub id: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub arrival_ns: u64,
+}
+
+/// What the writer receives.
+pub enum Record {
+    /// An application's name, for its track.
+    App(AppId, String),
+    /// A finished dispatch: its system call ran over `[started, started +
+    /// service)`, its members were answered at `answered` (server clock,
+    /// ns).
+    Dispatch { id: u64, op: Op, file: u64, offset: u64, len: u64, started: u64, service: u64, answered: u64, members: Vec<Member> },
+}
+
+/// The dispatcher's side.
+pub struct Tracer {
+    tx: Option<SyncSender<Record>>,
+    on: Arc<AtomicBool>,
+    dropped: Arc<AtomicU64>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl Tracer {
+    /// Create `path` and start the writer.
+    pub fn start(path: &Path, bytes_max: u64) -> Result<Tracer> {
+        let f = File::create(path).map_err(|e| Error::io(&format!("create the trace {}", path.display()), &e))?;
+        let (tx, rx) = sync_channel(QUEUE_MAX);
+        let on = Arc::new(AtomicBool::new(true));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (o, d, p) = (Arc::clone(&on), Arc::clone(&dropped), path.to_path_buf());
+        let writer = std::thread::Builder::new().name("sluice-trace".into()).spawn(move || write(rx, BufWriter::new(f), p, bytes_max, o, d)).map_err(|e| Error::io("spawn thread", &e))?;
+        Ok(Tracer { tx: Some(tx), on, dropped, writer: Some(writer) })
+    }
+
+    /// The switch `ServerHandle::set_tracing` turns.
+    pub fn switch(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.on)
+    }
+
+    pub fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Queue a record; dropped (and counted) when the writer is behind.
+    pub fn send(&self, r: Record) {
+        let Some(tx) = &self.tx else { return };
+        match tx.try_send(r) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for Tracer {
+    /// Close the document (the writer ends when its queue does).
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(w) = self.writer.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    if op == Op::Read {
+        "read"
+    } else {
+        "write"
+    }
+}
+
+/// `4 KiB`, `1 MiB`, `100 B`: the sizes `sluice sim --trace` names slices with.
+fn size(b: u64) -> String {
+    match b {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
+/// A JSON string literal (quotes included).
+fn json_str(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+const PID_APPS: u32 = 1;
+const PID_DEVICE: u32 = 2;
+
+/// The events of one record, each a JSON object.
+fn events(r: &Record, out: &mut Vec<String>) {
+    match r {
+        Record::App(app, name) => {
+            out.push(format!(r#"{{"name":"thread_name","ph":"M","pid":{PID_APPS},"tid":{},"ts":0,"args":{{"name":{}}}}}"#, app.0, json_str(name)));
+        }
+        Record::Dispatch { id, op, file, offset, len, started, service, answered, members } => {
+            let listed: Vec<String> = members.iter().take(ARGS_MEMBERS_MAX).map(|m| format!(r#"[{},{},{}]"#, m.app.0, m.offset, m.len)).collect();
+            let name = json_str(&format!("{} {} x{}", op_name(*op), size(*len), members.len()));
+            let args = format!(r#"{{"file":{file},"offset":{offset},"len":{len},"requests":{},"members":[{}]}}"#, members.len(), listed.join(","));
+            let (b, e) = (*started as f64 / 1e3, (started + service) as f64 / 1e3);
+            out.push(format!(r#"{{"name":{name},"ph":"b","cat":"dispatch","id":"d{id}","pid":{PID_DEVICE},"tid":0,"ts":{b},"args":{args}}}"#));
+            out.push(format!(r#"{{"name":{name},"ph":"e","cat":"dispatch","id":"d{id}","pid":{PID_DEVICE},"tid":0,"ts":{e}}}"#));
+            for m in members {
+                let name = json_str(&format!("{} {}", op_name(*op), size(m.len)));
+                let (b, e) = (m.arrival_ns as f64 / 1e3, *answered as f64 / 1e3);
+                let args = format!(r#"{{"offset":{},"len":{},"dispatch":{id},"wait_us":{}}}"#, m.offset, m.len, started.saturating_sub(m.arrival_ns) as f64 / 1e3);
+                out.push(format!(r#"{{"name":{name},"ph":"b","cat":"request","id":"r{}","pid":{PID_APPS},"tid":{},"ts":{b},"args":{args}}}"#, m.id, m.app.0));
+                out.push(format!(r#"{{"name":{name},"ph":"e","cat":"request","id":"r{}","pid":{PID_APPS},"tid":{},"ts":{e}}}"#, m.id, m.app.0));
+            }
+        }
+    }
+}
+
+fn write(rx: Receiver<Record>, mut f: BufWriter<File>, path: PathBuf, bytes_max: u64, on: Arc<AtomicBool>, dropped: Arc<AtomicU64>) {
+    let head = format!(
+        r#"{{"traceEvents":[
+{{"name":"process_name","ph":"M","pid":{PID_APPS},"tid":0,"ts":0,"args":{{"name":"live: applications"}}}},
+{{"name":"process_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"live: device"}}}},
+{{"name":"thread_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"dispatches"}}}}"#
+    );
+    let mut written = head.len() as u64;
+    let mut ok = f.write_all(head.as_bytes()).is_ok();
+    let (mut full, mut kept, mut past) = (false, 0u64, 0u64);
+    let mut evs = Vec::new();
+    for r in rx {
+        if full || !ok {
+            past += 1;
+            continue;
+        }
+        evs.clear();
+        events(&r, &mut evs);
+        let bytes: u64 = evs.iter().map(|e| e.len() as u64 + 2).sum();
+        // Keep room for the closing part (under 200 bytes).
+        if written + bytes + 200 > bytes_max {
+            full = true;
+            on.store(false, Ordering::Relaxed);
+            eprintln!("sluice: the trace {} reached {} bytes (trace_bytes_max {bytes_max}): tracing stopped, the file is complete up to here", path.display(), written);
+            past += 1;
+            continue;
+        }
+        for e in &evs {
+            ok &= f.write_all(b",\n").and_then(|()| f.write_all(e.as_bytes())).is_ok();
+        }
+        written += bytes;
+        kept += 1;
+    }
+    let tail = format!(
+        "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{{\"source\":\"sluice serve\",\"records\":{kept},\"records_dropped\":{},\"records_past_bound\":{past},\"trace_bytes_max\":{bytes_max}}}}}\n",
+        dropped.load(Ordering::Relaxed)
+    );
+    let _ = f.write_all(tail.as_bytes()).and_then(|()| f.flush());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dispatch(id: u64, members: usize) -> Record {
+        let members = (0..members as u64).map(|k| Member { app: AppId(1), id: id * 100 + k, offset: k * 4096, len: 4096, arrival_ns: 1_000 }).collect();
+        Record::Dispatch { id, op: Op::Read, file: 1, offset: 0, len: 4096 * 3, started: 2_000, service: 3_000, answered: 6_000, members }
+    }
+
+    fn read(path: &Path) -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("the trace is one JSON document")
+    }
+
+    #[test]
+    fn a_trace_is_valid_json_with_both_tracks() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.json");
+        let t = Tracer::start(&p, 1 << 20).unwrap();
+        t.send(Record::App(AppId(1), "app \"one\"".into()));
+        t.send(dispatch(7, 3));
+        drop(t);
+        let v = read(&p);
+        let ev = v["traceEvents"].as_array().unwrap();
+        let names: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&"live: applications") && names.contains(&"app \"one\""), "{names:?}");
+        let d = ev.iter().find(|e| e["cat"] == "dispatch" && e["ph"] == "b").unwrap();
+        assert_eq!((d["name"].as_str().unwrap(), d["args"]["requests"].as_u64().unwrap(), d["ts"].as_f64().unwrap()), ("read 12 KiB x3", 3, 2.0));
+        assert_eq!(ev.iter().filter(|e| e["cat"] == "request").count(), 6, "one begin and one end per member");
+        assert_eq!(v["otherData"]["records"], 2);
+    }
+
+    #[test]
+    fn the_size_bound_stops_tracing_and_keeps_the_file_valid() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.json");
+        let bound = 4_000;
+        let t = Tracer::start(&p, bound).unwrap();
+        let on = t.switch();
+        for i in 0..100 {
+            t.send(dispatch(i, 2));
+        }
+        drop(t);
+        let len = std::fs::metadata(&p).unwrap().len();
+        assert!(len <= bound, "{len} bytes over the bound {bound}");
+        let v = read(&p);
+        let kept = v["otherData"]["records"].as_u64().unwrap();
+        assert!(kept > 0 && kept < 100 && v["otherData"]["records_past_bound"].as_u64().unwrap() == 100 - kept, "{}", v["otherData"]);
+        assert!(!on.load(Ordering::Relaxed), "recording is switched off at the bound");
+    }
+}

@@ -1,0 +1,193 @@
+//! Live metrics and the live trace (issue 16), against a real server and
+//! real clients: a scrape counts exactly what the clients did; the
+//! endpoint's bounds (request head, stalled client, labelled applications)
+//! hold at N and N+1; the trace holds every answered request, and a paused
+//! trace records nothing.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{pattern, TestServer};
+use sluice_client::{Client, ConnectOptions};
+use sluice_server::metrics::{parse, OTHER_APPS, REQUEST_BYTES_MAX};
+
+type Samples = Vec<(String, Vec<(String, String)>, f64)>;
+
+fn with_metrics(apps_max: u32) -> TestServer {
+    TestServer::start(|c| {
+        c.metrics = Some("127.0.0.1:0".into());
+        c.limits.metrics_apps_max = apps_max;
+    })
+}
+
+fn client(s: &TestServer, app: &str) -> Client {
+    // Leases off: every read is a scheduled request.
+    Client::connect_with(&s.addr(), ConnectOptions { app: Some(app.into()), leases: false, ..ConnectOptions::default() }).expect("client connects")
+}
+
+/// `(status, body)` of one HTTP exchange.
+fn http(addr: SocketAddr, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+fn scrape(s: &TestServer) -> Samples {
+    let (status, body) = http(s.handle.metrics_addr().expect("metrics on"), b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(status, 200, "{body}");
+    parse(&body).expect("the exposition parses")
+}
+
+fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples.iter().find(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))).map(|s| s.2)
+}
+
+#[test]
+fn a_scrape_counts_exactly_what_the_clients_did() {
+    let s = with_metrics(64);
+    let (mut writes, mut written, mut reads, mut read) = (0u64, 0u64, 0u64, 0u64);
+    let w = client(&s, "writer");
+    let fd = w.open("f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    // Small ones over the socket, large ones through shared memory.
+    for (i, len) in [512usize, 4096, 65_536, 1 << 20, 100, 300_000].iter().cycle().take(60).enumerate() {
+        let data = pattern(*len, i as u64);
+        w.pwrite(fd, &data, (i as u64) << 20).unwrap();
+        writes += 1;
+        written += *len as u64;
+    }
+    // Scrape while a reader runs on another thread.
+    let r = client(&s, "reader");
+    let rfd = r.open("f", libc::O_RDONLY, 0).unwrap();
+    let reader = std::thread::spawn(move || {
+        let (mut n, mut bytes) = (0u64, 0u64);
+        let mut buf = vec![0u8; 1 << 20];
+        for k in 0..200u64 {
+            let len = [4096usize, 1 << 20, 777][k as usize % 3];
+            bytes += r.pread(rfd, &mut buf[..len], (k % 60) << 20).unwrap() as u64;
+            n += 1;
+        }
+        (n, bytes)
+    });
+    let during = scrape(&s);
+    assert!(value(&during, "sluice_scheduler_view_ok", &[]) == Some(1.0), "the event loop answers a scrape under load");
+    (reads, read) = {
+        let (n, b) = reader.join().unwrap();
+        (reads + n, read + b)
+    };
+    let after = scrape(&s);
+    let v = |name: &str, labels: &[(&str, &str)]| value(&after, name, labels).unwrap_or_else(|| panic!("{name} {labels:?} missing"));
+    assert_eq!(v("sluice_app_requests_total", &[("app", "writer"), ("op", "write")]), writes as f64);
+    assert_eq!(v("sluice_app_bytes_total", &[("app", "writer"), ("op", "write")]), written as f64);
+    assert_eq!(v("sluice_app_requests_total", &[("app", "reader"), ("op", "read")]), reads as f64);
+    assert_eq!(v("sluice_app_bytes_total", &[("app", "reader"), ("op", "read")]), read as f64);
+    assert_eq!(v("sluice_app_requests_total", &[("app", "reader"), ("op", "write")]), 0.0);
+    for app in ["writer", "reader"] {
+        let n = if app == "writer" { writes } else { reads };
+        assert_eq!(v("sluice_app_latency_seconds_count", &[("app", app)]), n as f64, "every request's latency is recorded");
+        assert_eq!(v("sluice_app_queue_wait_seconds_count", &[("app", app)]), n as f64);
+        assert_eq!(v("sluice_app_service_seconds_bucket", &[("app", app), ("le", "+Inf")]), n as f64);
+        assert_eq!(v("sluice_app_errors_total", &[("app", app)]), 0.0);
+        assert_eq!(v("sluice_app_connections", &[("app", app)]), if app == "writer" { 1.0 } else { 0.0 }, "the reader's client is gone");
+    }
+    // The server's own counters (the Stats request) agree exactly.
+    let st = w.server_stats().unwrap();
+    let (ws, rs) = (st.app("writer").unwrap(), st.app("reader").unwrap());
+    assert_eq!((ws.requests, ws.bytes_written, ws.dispatches), (writes, written, v("sluice_app_dispatches_total", &[("app", "writer")]) as u64));
+    assert_eq!((rs.requests, rs.bytes_read), (reads, read));
+    // Scheduler and device: everything admitted was dispatched and is done.
+    assert_eq!(v("sluice_scheduler_requests_total", &[]), (writes + reads) as f64);
+    assert_eq!(v("sluice_scheduler_queued_requests", &[]) + v("sluice_scheduler_inflight_requests", &[]), 0.0);
+    assert!(v("sluice_device_bytes_total", &[("op", "write")]) >= written as f64);
+    assert_eq!(v("sluice_device_dispatches_total", &[]), v("sluice_scheduler_dispatches_total", &[]));
+    assert!(value(&after, "sluice_scheduler_policy", &[("policy", "aioli")]).is_some());
+    assert!(value(&after, "sluice_device_model_parallelism", &[]).is_some(), "the learned model is exposed");
+}
+
+#[test]
+fn applications_past_the_label_bound_are_folded_into_other() {
+    let s = with_metrics(2);
+    let clients: Vec<Client> = ["a", "b", "c"].iter().map(|a| client(&s, a)).collect();
+    for (k, c) in clients.iter().enumerate() {
+        let fd = c.open(&format!("f{k}"), libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        for i in 0..=k as u64 {
+            c.pwrite(fd, b"hello", i * 5).unwrap();
+        }
+    }
+    let m = scrape(&s);
+    let n = |app: &str| value(&m, "sluice_app_requests_total", &[("app", app), ("op", "write")]);
+    assert_eq!((n("a"), n("b")), (Some(1.0), Some(2.0)), "the first N applications keep their label");
+    assert_eq!((n("c"), n(OTHER_APPS)), (None, Some(3.0)), "the N+1st is summed under (other)");
+    let s2 = with_metrics(3);
+    let c2: Vec<Client> = ["a", "b", "c"].iter().map(|a| client(&s2, a)).collect();
+    c2.iter().for_each(|c| assert!(c.open("g", libc::O_CREAT | libc::O_RDWR, 0o644).is_ok()));
+    let m2 = scrape(&s2);
+    assert!(value(&m2, "sluice_app_connections", &[("app", "c")]).is_some() && value(&m2, "sluice_app_connections", &[("app", OTHER_APPS)]).is_none(), "N apps at a bound of N: no fold");
+}
+
+#[test]
+fn the_request_head_bound_holds_at_n_and_n_plus_1() {
+    let s = with_metrics(64);
+    let addr = s.handle.metrics_addr().unwrap();
+    let head = |total: usize| {
+        let base = "GET /metrics HTTP/1.1\r\nX-Pad: ";
+        let pad = total - base.len() - 4;
+        format!("{base}{}\r\n\r\n", "p".repeat(pad)).into_bytes()
+    };
+    assert_eq!(head(REQUEST_BYTES_MAX).len(), REQUEST_BYTES_MAX);
+    assert_eq!(http(addr, &head(REQUEST_BYTES_MAX)).0, 200, "a head of exactly the bound is served");
+    assert_eq!(http(addr, &head(REQUEST_BYTES_MAX + 1)).0, 431, "one byte more is refused");
+    assert_eq!(http(addr, b"POST /metrics HTTP/1.1\r\n\r\n").0, 405);
+    assert_eq!(http(addr, b"GET /nope HTTP/1.1\r\n\r\n").0, 404);
+    let (status, page) = http(addr, b"GET / HTTP/1.1\r\n\r\n");
+    assert!(status == 200 && page.contains("<canvas") && !page.contains("http://") && !page.contains("https://"), "the dashboard is one page that fetches nothing from elsewhere");
+}
+
+#[test]
+fn a_stalled_scrape_client_is_dropped_and_the_next_is_served() {
+    let s = with_metrics(64);
+    let addr = s.handle.metrics_addr().unwrap();
+    let mut stalled = TcpStream::connect(addr).unwrap();
+    stalled.write_all(b"GET /metr").unwrap();
+    let t = Instant::now();
+    let (status, _) = http(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!(status, 200, "served once the stalled client timed out");
+    assert!(t.elapsed() >= sluice_server::metrics::IO_TIMEOUT / 2, "it waited for the stalled one: {:?}", t.elapsed());
+    let mut rest = Vec::new();
+    stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(stalled.read_to_end(&mut rest).map(|_| rest.len()).unwrap_or(0), 0, "the stalled client got nothing and was closed");
+}
+
+#[test]
+fn the_live_trace_holds_every_request_and_a_pause_records_nothing() {
+    let dir = common::temp_dir();
+    let path = dir.path().join("live.json");
+    let p = path.clone();
+    let mut s = TestServer::start(move |c| c.trace = Some(p));
+    let c = client(&s, "traced");
+    let fd = c.open("f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    let burst = |n: u64| (0..n).for_each(|i| assert_eq!(c.pwrite(fd, &pattern(4096, i), i * 4096).unwrap(), 4096));
+    burst(10);
+    assert!(s.handle.tracing());
+    assert!(s.handle.set_tracing(false));
+    burst(7);
+    assert!(s.handle.set_tracing(true));
+    burst(5);
+    drop(c);
+    s.handle.shutdown().unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("a complete JSON document");
+    let ev = doc["traceEvents"].as_array().unwrap();
+    let begins = |cat: &str| ev.iter().filter(|e| e["cat"] == cat && e["ph"] == "b").count();
+    assert_eq!(begins("request"), 15, "10 before the pause and 5 after it");
+    let members: u64 = ev.iter().filter(|e| e["cat"] == "dispatch" && e["ph"] == "b").map(|e| e["args"]["requests"].as_u64().unwrap()).sum();
+    assert_eq!(members, 15, "dispatches carry exactly the traced requests");
+    assert!(ev.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "traced"), "the application's track is named");
+    assert_eq!(doc["otherData"]["records_dropped"], 0);
+}
