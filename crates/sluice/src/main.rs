@@ -27,6 +27,8 @@ enum Cmd {
     Calibrate(cmd::calibrate::CalibrateArgs),
     /// Run the I/O service in front of a directory.
     Serve(cmd::serve::ServeArgs),
+    /// Watch a live server: applications by throughput, latency, queue (its --metrics endpoint).
+    Top(cmd::top::TopArgs),
     /// Copy a file into or out of the service (:path is on the server).
     Cp(cmd::cp::CpArgs),
     /// List a directory on the service (:DIR).
@@ -51,6 +53,7 @@ fn main() {
         Cmd::Sim(a) => cmd::sim::run(a),
         Cmd::Serve(a) => cmd::serve::run(a),
         Cmd::Calibrate(a) => cmd::calibrate::run(a),
+        Cmd::Top(a) => cmd::top::run(a),
         Cmd::Cp(a) => cmd::cp::run(a),
         Cmd::Ls(a) => cmd::ls::run(a),
         Cmd::Run(a) => cmd::run::run(a),

@@ -15,4 +15,5 @@ pub mod run;
 pub mod serve;
 pub mod sim;
 pub mod stripe;
+pub mod top;
 pub mod workload;
