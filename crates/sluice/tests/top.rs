@@ -2,91 +2,12 @@
 //! in a tmux pane (capture-pane shows the applications, `q` quits), and
 //! `--once` as text; a missing endpoint is one clear line.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+mod common;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sluice_client::{Client, ConnectOptions};
-use tempfile::TempDir;
-
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
-
-/// `sluice serve --metrics 127.0.0.1:0`, killed on drop.
-struct Serve {
-    child: Child,
-    addr: String,
-    metrics: String,
-    _dir: TempDir,
-}
-
-impl Serve {
-    fn start() -> Serve {
-        let dir = tempfile::Builder::new().prefix("sluice-top-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-        std::fs::create_dir(dir.path().join("root")).unwrap();
-        let addr = format!("unix:{}", dir.path().join("s.sock").display());
-        let root = dir.path().join("root");
-        let mut child = Command::new(SLUICE)
-            .args(["serve", "--root", root.to_str().unwrap(), "--listen", &addr, "--metrics", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut metrics = None;
-        let mut line = String::new();
-        while metrics.is_none() && out.read_line(&mut line).unwrap() > 0 {
-            metrics = line.split("http://").nth(1).and_then(|r| r.split('/').next()).map(String::from);
-            line.clear();
-        }
-        let metrics = metrics.expect("sluice serve prints its metrics address");
-        Serve { child, addr, metrics, _dir: dir }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Two applications writing until dropped.
-struct Load {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Load {
-    fn start(addr: &str, apps: &[&str]) -> Load {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = apps
-            .iter()
-            .map(|app| {
-                let c = Client::connect_with(addr, ConnectOptions { app: Some(app.to_string()), ..ConnectOptions::default() }).unwrap();
-                let (stop, name) = (Arc::clone(&stop), app.to_string());
-                std::thread::spawn(move || {
-                    let fd = c.open(&name, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
-                    let data = vec![7u8; 64 << 10];
-                    let mut i = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        c.pwrite(fd, &data, (i % 64) * (64 << 10)).unwrap();
-                        i += 1;
-                    }
-                })
-            })
-            .collect();
-        Load { stop, threads }
-    }
-}
-
-impl Drop for Load {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.threads.drain(..).for_each(|t| t.join().unwrap());
-    }
-}
+use common::{Load, MetricsServe as Serve, SLUICE};
 
 /// A detached tmux session, killed on drop.
 struct Tmux(String);

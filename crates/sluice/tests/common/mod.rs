@@ -4,6 +4,7 @@
 
 #![allow(dead_code)] // Each test binary uses its own subset.
 
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -98,4 +99,80 @@ pub fn bench_json(args: &[&str], name: &str) -> (String, serde_json::Value) {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, [std::ffi::OsString::from(name)], "the benchmark's scratch files are removed");
     (String::from_utf8_lossy(&o.stdout).into_owned(), v)
+}
+
+/// `sluice serve --metrics 127.0.0.1:0`, killed on drop.
+pub struct MetricsServe {
+    child: Child,
+    /// The data socket (`unix:PATH`) and the metrics endpoint (`IP:PORT`).
+    pub addr: String,
+    pub metrics: String,
+    _dir: tempfile::TempDir,
+}
+
+impl MetricsServe {
+    pub fn start() -> MetricsServe {
+        let dir = tempfile::Builder::new().prefix("sluice-top-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        std::fs::create_dir(dir.path().join("root")).unwrap();
+        let addr = format!("unix:{}", dir.path().join("s.sock").display());
+        let root = dir.path().join("root");
+        let mut child = Command::new(SLUICE)
+            .args(["serve", "--root", root.to_str().unwrap(), "--listen", &addr, "--metrics", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut metrics = None;
+        let mut line = String::new();
+        while metrics.is_none() && out.read_line(&mut line).unwrap() > 0 {
+            metrics = line.split("http://").nth(1).and_then(|r| r.split('/').next()).map(String::from);
+            line.clear();
+        }
+        let metrics = metrics.expect("sluice serve prints its metrics address");
+        MetricsServe { child, addr, metrics, _dir: dir }
+    }
+}
+
+impl Drop for MetricsServe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Applications writing 64 KiB pieces until dropped.
+pub struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    pub fn start(addr: &str, apps: &[&str]) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = apps
+            .iter()
+            .map(|app| {
+                let c = sluice_client::Client::connect_with(addr, sluice_client::ConnectOptions { app: Some(app.to_string()), ..sluice_client::ConnectOptions::default() }).unwrap();
+                let (stop, name) = (std::sync::Arc::clone(&stop), app.to_string());
+                std::thread::spawn(move || {
+                    let fd = c.open(&name, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+                    let data = vec![7u8; 64 << 10];
+                    let mut i = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        c.pwrite(fd, &data, (i % 64) * (64 << 10)).unwrap();
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads.drain(..).for_each(|t| t.join().unwrap());
+    }
 }

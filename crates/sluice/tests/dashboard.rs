@@ -1,0 +1,80 @@
+//! The dashboard (`sluice serve --metrics`, page `/`) in a real headless
+//! Chromium against a real server with two writing applications: after a
+//! few seconds of (virtual) time the page has scraped several times, its
+//! charts drew non-zero values, its table lists both applications with
+//! throughput, and the screenshot has the charts' line colours in it.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Load, MetricsServe};
+
+/// The series colours of the charts (dashboard.html `COLORS[0]`, `[1]`).
+const BLUE: [u8; 3] = [0x1f, 0x77, 0xb4];
+const RED: [u8; 3] = [0xd6, 0x27, 0x28];
+
+fn chromium(args: &[&str], profile: &std::path::Path) -> std::process::Output {
+    let mut all = vec!["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run", "--window-size=1400,1000", "--virtual-time-budget=5000"];
+    let dir = format!("--user-data-dir={}", profile.display());
+    all.push(&dir);
+    all.extend_from_slice(args);
+    Command::new("chromium").args(&all).output().expect("chromium is installed (make deps)")
+}
+
+/// Pixels of `png` within 24 of `rgb` on every channel.
+fn pixels_near(png: &[u8], rgb: [u8; 3]) -> usize {
+    let mut r = png::Decoder::new(png);
+    r.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = r.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    assert!(channels >= 3, "a colour screenshot");
+    buf[..info.buffer_size()].chunks(channels).filter(|p| (0..3).all(|i| p[i].abs_diff(rgb[i]) <= 24)).count()
+}
+
+/// The value of `attr` on the element with `id` in a dumped DOM.
+fn attr(dom: &str, id: &str, attr: &str) -> Option<u64> {
+    let at = dom.find(&format!("id=\"{id}\""))?;
+    let tag_end = at + dom[at..].find('>')?;
+    let tag_start = dom[..at].rfind('<')?;
+    let tag = &dom[tag_start..tag_end];
+    let v = tag.split(&format!("{attr}=\"")).nth(1)?.split('"').next()?;
+    v.parse().ok()
+}
+
+#[test]
+fn the_dashboard_renders_live_charts_in_headless_chromium() {
+    let s = MetricsServe::start();
+    let _load = Load::start(&s.addr, &["ocean-model", "climate-post"]);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("http://{}/", s.metrics);
+    // The DOM after the page's scripts ran.
+    let out = chromium(&["--dump-dom", &url], &dir.path().join("p1"));
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "chromium --dump-dom: {}", String::from_utf8_lossy(&out.stderr));
+    let scrapes = dom.split("data-scrapes=\"").nth(1).and_then(|r| r.split('"').next()).and_then(|v| v.parse::<u64>().ok());
+    assert!(scrapes.is_some_and(|n| n >= 3), "the page scraped /metrics several times: {scrapes:?}");
+    for chart in ["tput", "lat", "dev"] {
+        let n = attr(&dom, chart, "data-nonzero");
+        assert!(n.is_some_and(|n| n >= 2), "chart {chart} drew non-zero values: {n:?}");
+    }
+    for app in ["ocean-model", "climate-post"] {
+        let row = dom.split(&format!("<tr><td>{app}</td><td>")).nth(1).unwrap_or_else(|| panic!("a table row for {app}"));
+        let mb_s: f64 = row.split('<').next().unwrap().parse().unwrap();
+        assert!(mb_s > 0.0, "{app} shows throughput");
+    }
+    // The screenshot: the charts' lines are drawn.
+    let shot = dir.path().join("dash.png");
+    let out = chromium(&[&format!("--screenshot={}", shot.display()), &url], &dir.path().join("p2"));
+    assert!(out.status.success(), "chromium --screenshot: {}", String::from_utf8_lossy(&out.stderr));
+    let png = std::fs::read(&shot).unwrap();
+    let (blue, red) = (pixels_near(&png, BLUE), pixels_near(&png, RED));
+    // The three legends hold about 300 blue and 200 red pixels; lines
+    // across three charts hold thousands.
+    assert!(blue > 1_000 && red > 1_000, "chart lines in the screenshot: {blue} blue, {red} red pixels");
+    if let Ok(keep) = std::env::var("SLUICE_DASHBOARD_PNG") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+}
