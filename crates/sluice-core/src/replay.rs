@@ -25,6 +25,9 @@ pub struct Stream {
     /// Requests in flight at once (at least 1).
     pub depth: usize,
     pub requests: Vec<Request>,
+    /// Extra think time before request `k` (by index; missing: none): a
+    /// recorded stream's own gaps (`sluice what-if`).
+    pub thinks: Vec<Nanos>,
 }
 
 /// One dispatch as the replay saw it.
@@ -70,12 +73,16 @@ pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Di
         heap.push(Reverse((t, tie, e)));
     };
     let mut next_req = vec![0usize; streams.len()];
+    // Issues scheduled and not yet fired, per stream: the request the next
+    // one scheduled will issue is `next_req + scheduled`.
+    let mut scheduled = vec![0usize; streams.len()];
     let mut owner = std::collections::HashMap::new();
     for (i, st) in streams.iter().enumerate() {
         for (k, r) in st.requests.iter().enumerate() {
             owner.insert(r.id, i);
             if k < st.depth.max(1) {
-                push(&mut heap, st.start_ns, Event::Issue(i));
+                push(&mut heap, st.start_ns + st.thinks.get(k).copied().unwrap_or(0), Event::Issue(i));
+                scheduled[i] += 1;
             }
         }
     }
@@ -89,6 +96,7 @@ pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Di
         }
         match ev {
             Event::Issue(i) => {
+                scheduled[i] -= 1;
                 if let Some(&r) = streams[i].requests.get(next_req[i]) {
                     next_req[i] += 1;
                     s.enqueue(r, now).map_err(|e| ReplayError::Refused(r.id, e))?;
@@ -105,7 +113,9 @@ pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Di
                         0 => 0,
                         j => m.id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % j,
                     };
-                    push(&mut heap, now + streams[i].think_ns + jitter, Event::Issue(i));
+                    let extra = streams[i].thinks.get(next_req[i] + scheduled[i]).copied().unwrap_or(0);
+                    push(&mut heap, now + streams[i].think_ns + jitter + extra, Event::Issue(i));
+                    scheduled[i] += 1;
                 }
                 log.served.push(Served { at_ns: start, done_ns: now, dispatch: d });
             }
@@ -135,4 +145,22 @@ pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Di
     }
     log.served.sort_by_key(|sv| (sv.at_ns, sv.dispatch.id));
     Ok(log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Limits, PolicyConfig};
+    use crate::types::{AppId, ClientId, FileId, Op};
+
+    #[test]
+    fn a_stream_waits_its_own_think_time_before_each_request() {
+        let req = |id: u64, offset: u64| Request { id: RequestId(id), app: AppId(1), client: ClientId(1), file: FileId(1), op: Op::Read, offset, len: 10 };
+        let st = Stream { start_ns: 100, think_ns: 0, jitter_ns: 0, depth: 1, requests: vec![req(1, 0), req(2, 10), req(3, 20)], thinks: vec![50, 5_000] };
+        let mut s = Scheduler::new(PolicyConfig::from_name("fifo").unwrap(), Limits::default());
+        let log = replay(&mut s, &[st], |_| 1_000, 1_000, true).unwrap();
+        // Request 1 at 100 + 50, done 1,000 later; request 2 5,000 after
+        // that; request 3 has no extra think.
+        assert_eq!(log.arrivals, [(RequestId(1), 150), (RequestId(2), 6_150), (RequestId(3), 7_150)]);
+    }
 }

@@ -23,7 +23,7 @@ fn arb_request(id: u64) -> impl Strategy<Value = Request> {
 fn arb_stream(first_id: u64) -> impl Strategy<Value = Stream> {
     (0u64..2_000_000, 0u64..100_000, 0u64..50_000, 1usize..4, 1usize..12).prop_flat_map(move |(start_ns, think_ns, jitter_ns, depth, n)| {
         let reqs: Vec<_> = (0..n as u64).map(|k| arb_request(first_id + k)).collect();
-        reqs.prop_map(move |requests| Stream { start_ns, think_ns, jitter_ns, depth, requests })
+        reqs.prop_map(move |requests| Stream { start_ns, think_ns, jitter_ns, depth, requests, thinks: Vec::new() })
     })
 }
 

@@ -47,11 +47,20 @@ pub struct ServiceBenchConfig {
     pub rtt_requests: u32,
     /// O_DIRECT on both sides.
     pub direct: bool,
+    /// Serve metrics (on a loopback port) and scrape them every
+    /// `SCRAPE_EVERY` while the bench runs: what metrics cost.
+    pub metrics: bool,
+    /// Record the live trace into the scratch directory: what tracing costs.
+    pub trace: bool,
 }
+
+/// How often the bench scrapes its server's metrics when `metrics` is on
+/// (the dashboard's rate).
+pub const SCRAPE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for ServiceBenchConfig {
     fn default() -> ServiceBenchConfig {
-        ServiceBenchConfig { dir: PathBuf::from("/var/tmp"), file_bytes: 256 << 20, request_bytes: 1 << 20, window: 4, rounds: 3, rtt_requests: 20_000, direct: false }
+        ServiceBenchConfig { dir: PathBuf::from("/var/tmp"), file_bytes: 256 << 20, request_bytes: 1 << 20, window: 4, rounds: 3, rtt_requests: 20_000, direct: false, metrics: false, trace: false }
     }
 }
 
@@ -84,6 +93,12 @@ pub struct ServiceBenchReport {
     pub floor_4k_us: f64,
     /// `rtt_4k_us / floor_4k_us`: what the service adds over the floor.
     pub rtt_ratio_to_floor: f64,
+    /// Whether metrics were served and scraped, how many scrapes were
+    /// answered, and the trace's size (0 without `trace`).
+    pub metrics: bool,
+    pub scrapes: u64,
+    pub trace: bool,
+    pub trace_bytes: u64,
 }
 
 /// Removes the scratch directory however the bench ends.
@@ -257,7 +272,11 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
     make_file(&scratch.0.join("root/seq.dat"), cfg.file_bytes)?;
     let mut sc = ServerConfig::new(scratch.0.join("root"), Listen::Unix(scratch.0.join("s.sock")));
     sc.direct = cfg.direct;
+    sc.metrics = cfg.metrics.then(|| "127.0.0.1:0".to_string());
+    let trace_path = scratch.0.join("trace.json");
+    sc.trace = cfg.trace.then(|| trace_path.clone());
     let mut server = Server::start(sc)?;
+    let scraper = server.metrics_addr().map(Scraper::start);
     let opts = ConnectOptions { app: Some("bench-service".into()), ..ConnectOptions::default() };
     let c = Client::connect_with(server.addr(), opts.clone()).map_err(client_err)?;
     let fd = c.open("seq.dat", libc::O_RDONLY, 0).map_err(client_err)?;
@@ -284,7 +303,9 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
     let (leased_4k_us, _) = rtt(&c, fd, &f, cfg)?;
     let bytes_leased = c.server_stats().map_err(client_err)?.app("bench-service").map_or(0, |a| a.bytes_leased);
     drop((c, u));
+    let scrapes = scraper.map_or(0, Scraper::stop);
     server.shutdown()?;
+    let trace_bytes = if cfg.trace { std::fs::metadata(&trace_path).map_or(0, |m| m.len()) } else { 0 };
     let mib = cfg.file_bytes as f64 / f64::from(1u32 << 20);
     Ok(ServiceBenchReport {
         file_bytes: cfg.file_bytes,
@@ -304,7 +325,49 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
         pread_4k_us,
         floor_4k_us,
         rtt_ratio_to_floor: rtt_4k_us / floor_4k_us,
+        metrics: cfg.metrics,
+        scrapes,
+        trace: cfg.trace,
+        trace_bytes,
     })
+}
+
+/// Scrapes `/metrics` every `SCRAPE_EVERY` on a thread until stopped.
+struct Scraper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<u64>,
+}
+
+impl Scraper {
+    fn start(addr: std::net::SocketAddr) -> Scraper {
+        use std::io::{Read, Write};
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut answered = 0;
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(mut c) = std::net::TcpStream::connect(addr) {
+                    let mut body = String::new();
+                    if c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").is_ok() && c.read_to_string(&mut body).is_ok() && body.starts_with("HTTP/1.1 200") {
+                        answered += 1;
+                    }
+                }
+                let t = std::time::Instant::now();
+                while t.elapsed() < SCRAPE_EVERY && !s.load(Ordering::Relaxed) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+            }
+            answered
+        });
+        Scraper { stop, thread }
+    }
+
+    /// Stop; the scrapes answered.
+    fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
 }
 
 /// The report as a few lines of text.
@@ -320,7 +383,8 @@ pub fn table(r: &ServiceBenchReport) -> String {
          bytes leased:                 {:>8} MiB\n\
          4 KiB read, leased:           {:>8.1} us\n\
          4 KiB read round trip:        {:>8.1} us (direct pread {:.1} us)\n\
-         IPC floor, same bytes:        {:>8.1} us (service {:.2}x the floor)\n",
+         IPC floor, same bytes:        {:>8.1} us (service {:.2}x the floor)\n\
+         metrics: {} ({} scrapes), trace: {} ({} KiB)\n",
         r.file_bytes >> 20,
         if r.direct { "on" } else { "off" },
         r.pread_mib_s,
@@ -337,6 +401,10 @@ pub fn table(r: &ServiceBenchReport) -> String {
         r.rtt_4k_us,
         r.pread_4k_us,
         r.floor_4k_us,
-        r.rtt_ratio_to_floor
+        r.rtt_ratio_to_floor,
+        if r.metrics { "on" } else { "off" },
+        r.scrapes,
+        if r.trace { "on" } else { "off" },
+        r.trace_bytes >> 10
     )
 }

@@ -137,7 +137,7 @@ impl Dispatcher {
                     t.send(Record::App(app, table.name(app).unwrap_or(crate::state::FORGOTTEN_APPS).to_string()));
                 }
             }
-            let members = job.items.iter().map(|it| Member { app: it.req.app, id: it.req.id.0, offset: it.req.offset, len: it.req.len, arrival_ns: it.arrival_ns }).collect();
+            let members = job.items.iter().map(|it| Member { app: it.req.app, client: it.req.client.0, id: it.req.id.0, offset: it.req.offset, len: it.req.len, arrival_ns: it.arrival_ns }).collect();
             let d = &job.dispatch;
             t.send(Record::Dispatch { id: d.id.0, op: d.op, file: d.file.0, offset: d.offset, len: d.len, started: job.started, service: job.service_ns, answered: now, members });
         }

@@ -39,6 +39,8 @@ pub const ARGS_MEMBERS_MAX: usize = 16;
 #[derive(Clone, Copy, Debug)]
 pub struct Member {
     pub app: AppId,
+    /// The issuing connection (one stream of requests, `sluice what-if`).
+    pub client: u32,
     pub id: u64,
     pub offset: u64,
     pub len: u64,
@@ -160,7 +162,7 @@ fn events(r: &Record, out: &mut Vec<String>) {
             for m in members {
                 let name = json_str(&format!("{} {}", op_name(*op), size(m.len)));
                 let (b, e) = (m.arrival_ns as f64 / 1e3, *answered as f64 / 1e3);
-                let args = format!(r#"{{"offset":{},"len":{},"dispatch":{id},"wait_us":{}}}"#, m.offset, m.len, started.saturating_sub(m.arrival_ns) as f64 / 1e3);
+                let args = format!(r#"{{"file":{file},"client":{},"offset":{},"len":{},"dispatch":{id},"wait_us":{}}}"#, m.client, m.offset, m.len, started.saturating_sub(m.arrival_ns) as f64 / 1e3);
                 out.push(format!(r#"{{"name":{name},"ph":"b","cat":"request","id":"r{}","pid":{PID_APPS},"tid":{},"ts":{b},"args":{args}}}"#, m.id, m.app.0));
                 out.push(format!(r#"{{"name":{name},"ph":"e","cat":"request","id":"r{}","pid":{PID_APPS},"tid":{},"ts":{e}}}"#, m.id, m.app.0));
             }
@@ -213,7 +215,7 @@ mod tests {
     use super::*;
 
     fn dispatch(id: u64, members: usize) -> Record {
-        let members = (0..members as u64).map(|k| Member { app: AppId(1), id: id * 100 + k, offset: k * 4096, len: 4096, arrival_ns: 1_000 }).collect();
+        let members = (0..members as u64).map(|k| Member { app: AppId(1), client: 3, id: id * 100 + k, offset: k * 4096, len: 4096, arrival_ns: 1_000 }).collect();
         Record::Dispatch { id, op: Op::Read, file: 1, offset: 0, len: 4096 * 3, started: 2_000, service: 3_000, answered: 6_000, members }
     }
 

@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Stuck,
     /// A report could not be drawn or written.
     Output,
+    /// A recorded trace cannot be replayed (`whatif`).
+    Trace,
 }
 
 /// An error from the simulator. `seed` is set for failures during a run.
@@ -51,6 +53,7 @@ impl fmt::Display for Error {
             ErrorKind::Scheduler => "scheduler refused",
             ErrorKind::Stuck => "simulation stuck",
             ErrorKind::Output => "cannot write output",
+            ErrorKind::Trace => "cannot replay the trace",
         };
         write!(f, "{what}: {}", self.detail)?;
         if let Some(seed) = self.seed {

@@ -51,6 +51,7 @@ mod server;
 mod sim;
 mod slab;
 mod trace;
+pub mod whatif;
 mod workload;
 
 pub use engine::{EventQueue, Rng, Time};

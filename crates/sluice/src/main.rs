@@ -29,6 +29,8 @@ enum Cmd {
     Serve(cmd::serve::ServeArgs),
     /// Watch a live server: applications by throughput, latency, queue (its --metrics endpoint).
     Top(cmd::top::TopArgs),
+    /// Replay a live trace (serve --trace) under other policies: what would have happened.
+    WhatIf(cmd::whatif::WhatIfArgs),
     /// Copy a file into or out of the service (:path is on the server).
     Cp(cmd::cp::CpArgs),
     /// List a directory on the service (:DIR).
@@ -54,6 +56,7 @@ fn main() {
         Cmd::Serve(a) => cmd::serve::run(a),
         Cmd::Calibrate(a) => cmd::calibrate::run(a),
         Cmd::Top(a) => cmd::top::run(a),
+        Cmd::WhatIf(a) => cmd::whatif::run(a),
         Cmd::Cp(a) => cmd::cp::run(a),
         Cmd::Ls(a) => cmd::ls::run(a),
         Cmd::Run(a) => cmd::run::run(a),

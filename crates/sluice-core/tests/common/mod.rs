@@ -15,7 +15,7 @@ pub fn req(id: u64, app: u32, client: u32, file: u64, op: Op, offset: u64, len: 
 
 /// A synchronous stream (one request outstanding) with the given think time.
 pub fn sync_stream(start_ns: u64, think_ns: u64, requests: Vec<Request>) -> Stream {
-    Stream { start_ns, think_ns, jitter_ns: think_ns / 2, depth: 1, requests }
+    Stream { start_ns, think_ns, jitter_ns: think_ns / 2, depth: 1, requests, thinks: Vec::new() }
 }
 
 /// The seed's decomposition: `procs` processes of application `app` read
@@ -53,7 +53,7 @@ impl Decomp {
                         req(self.id0 + piece, self.app, p, self.file, Op::Read, piece * self.g, self.g)
                     })
                     .collect();
-                Stream { start_ns: u64::from(p) * 1_000, think_ns: self.think_ns, jitter_ns: self.jitter_ns, depth: 1, requests: reqs }
+                Stream { start_ns: u64::from(p) * 1_000, think_ns: self.think_ns, jitter_ns: self.jitter_ns, depth: 1, requests: reqs, thinks: Vec::new() }
             })
             .collect()
     }

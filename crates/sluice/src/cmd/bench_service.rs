@@ -29,6 +29,12 @@ pub struct ServiceArgs {
     /// O_DIRECT on both the server and the direct baseline.
     #[arg(long)]
     direct: bool,
+    /// Serve metrics and scrape them every second during the run.
+    #[arg(long)]
+    metrics: bool,
+    /// Record the live trace during the run.
+    #[arg(long)]
+    trace: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -42,6 +48,8 @@ pub fn run(a: ServiceArgs) -> anyhow::Result<()> {
         rounds: a.rounds,
         rtt_requests: a.rtt_requests,
         direct: a.direct,
+        metrics: a.metrics,
+        trace: a.trace,
         ..ServiceBenchConfig::default()
     };
     let report = bench::run(&cfg)?;

@@ -16,4 +16,5 @@ pub mod serve;
 pub mod sim;
 pub mod stripe;
 pub mod top;
+pub mod whatif;
 pub mod workload;
