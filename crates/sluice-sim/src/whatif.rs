@@ -1,5 +1,5 @@
 //! "What would have happened": replay a live trace (`sluice serve --trace`)
-//! under other policies (`sluice what-if`).
+//! or a Darshan log's DXT records under other policies (`sluice what-if`).
 //!
 //! The trace holds every request a server answered: its application, its
 //! connection (one stream), file, offset, length, arrival and answer, and
@@ -135,6 +135,40 @@ impl Recording {
         }
         if rec.requests.is_empty() {
             return Err(bad("the trace holds no request (record one with `sluice serve --trace PATH`)"));
+        }
+        rec.requests.sort_by_key(|r| (r.arrival, r.req.id));
+        rec.dispatches.sort_unstable();
+        Ok(rec)
+    }
+
+    /// A Darshan log's DXT segments, as `scripts/darshan-dxt.py` prints
+    /// them: one application (the log's executable), one stream per rank,
+    /// each access a request from its start to its end. A Darshan log
+    /// records no dispatches, so the recorded device is learned from the
+    /// accesses themselves (each one a dispatch of its own).
+    pub fn from_darshan(json: &str) -> Result<Recording, Error> {
+        #[derive(Deserialize)]
+        struct Dxt {
+            exe: String,
+            segments: Vec<(u32, u64, String, u64, u64, f64, f64)>,
+        }
+        let d: Dxt = serde_json::from_str(json).map_err(|e| bad(format!("not the DXT JSON of scripts/darshan-dxt.py: {e}")))?;
+        if d.segments.len() > REQUESTS_MAX {
+            return Err(bad(format!("the log holds more than {REQUESTS_MAX} accesses")));
+        }
+        let exe = d.exe.split_whitespace().next().unwrap_or("").rsplit('/').next().unwrap_or("");
+        let mut rec = Recording::default();
+        rec.names.insert(1, if exe.is_empty() { "darshan".into() } else { exe.to_string() });
+        let ns = |s: f64| (s * 1e9).round().max(0.0) as u64;
+        for (k, (rank, file, op, offset, len, start, end)) in d.segments.into_iter().enumerate() {
+            let op = if op == "w" { Op::Write } else { Op::Read };
+            let req = Request { id: RequestId(k as u64 + 1), app: AppId(1), client: ClientId(rank), file: FileId(file + 1), op, offset, len: len.max(1) };
+            let (a, b) = (ns(start), ns(end).max(ns(start)));
+            rec.requests.push(Rec { req, arrival: a, answer: b });
+            rec.dispatches.push((a, b, file + 1, offset, len));
+        }
+        if rec.requests.is_empty() {
+            return Err(bad("the log's DXT records hold no access"));
         }
         rec.requests.sort_by_key(|r| (r.arrival, r.req.id));
         rec.dispatches.sort_unstable();
@@ -346,6 +380,20 @@ mod tests {
         assert!(span("aioli") < span("fifo"), "on a disk, two interleaved sequential readers favour aioli: {:?}", w.makespan_s);
         let learned = what_if(&rec, &["fifo".into()], Device::Recorded).unwrap();
         assert!(learned.device.contains("from 40 dispatches"), "{}", learned.device);
+    }
+
+    #[test]
+    fn darshan_segments_become_one_stream_per_rank() {
+        let dxt = r#"{"source":"darshan","exe":"/bin/ior -a POSIX","nprocs":2,"layer":"DXT_POSIX","files":["/f"],
+            "segments":[[0,0,"w",0,1048576,0.001,0.011],[1,0,"w",1048576,1048576,0.001,0.012],[0,0,"w",2097152,1048576,0.012,0.02],[1,0,"r",0,1048576,0.013,0.03]],"zero_length":0}"#;
+        let rec = Recording::from_darshan(dxt).unwrap();
+        let streams = rec.streams();
+        assert_eq!(streams.len(), 2, "one stream per rank");
+        assert_eq!(streams[0].requests.iter().map(|r| r.offset).collect::<Vec<_>>(), [0, 2097152], "rank 0 keeps its order");
+        assert_eq!(streams[0].thinks[1], 1_000_000, "rank 0 waited 1 ms after its first write was answered");
+        let w = what_if(&rec, &["fifo".into()], Device::Recorded).unwrap();
+        assert_eq!((w.rows[0].app.as_str(), w.rows[0].requests, w.rows[1].requests), ("ior", 4, 4));
+        assert!(Recording::from_darshan("{}").is_err());
     }
 
     #[test]

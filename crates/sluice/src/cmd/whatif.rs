@@ -1,6 +1,10 @@
 //! `sluice what-if TRACE --policy P...`: replay a live trace (`sluice serve
-//! --trace`) under other policies and print, per application, what
-//! happened and what would have (`sluice_sim::whatif`).
+//! --trace`) or a Darshan log (`*.darshan`, its DXT records) under other
+//! policies and print, per application, what happened and what would have
+//! (`sluice_sim::whatif`). A Darshan log is read by darshan-util through
+//! pydarshan (`scripts/darshan-dxt.py`, compiled in), run with
+//! `$SLUICE_PYTHON`, else `python3`; `make test` installs `darshan` into the
+//! project venv (`.venv`).
 
 use std::path::PathBuf;
 
@@ -12,8 +16,13 @@ use super::output::write_json;
 
 #[derive(Args)]
 pub struct WhatIfArgs {
-    /// A trace written by `sluice serve --trace PATH`.
+    /// A trace written by `sluice serve --trace PATH`, or a Darshan log
+    /// (`.darshan`) with DXT records.
     trace: PathBuf,
+    /// Which DXT layer of a Darshan log: DXT_POSIX (what reached the file
+    /// system; the default when present) or DXT_MPIIO.
+    #[arg(long)]
+    layer: Option<String>,
     /// A policy to replay under; repeat for several.
     #[arg(long = "policy", default_values_t = ["fifo".to_string(), "aioli".to_string()])]
     policies: Vec<String>,
@@ -32,17 +41,44 @@ pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
         "hdd7200" => Device::Hdd7200,
         d => bail!("--device {d:?}: use recorded or hdd7200"),
     };
+    if a.trace.extension().is_some_and(|e| e == "darshan") {
+        let rec = Recording::from_darshan(&darshan_json(&a.trace, a.layer.as_deref())?)?;
+        return report(&rec, &a.policies, device, a.json.as_deref());
+    }
     let len = std::fs::metadata(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?.len();
     if len > TRACE_FILE_BYTES_MAX {
         bail!("{} is {} MiB; what-if reads traces up to {} MiB", a.trace.display(), len >> 20, TRACE_FILE_BYTES_MAX >> 20);
     }
     let text = std::fs::read_to_string(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?;
     let rec = Recording::parse(&text)?;
-    let w = whatif::what_if(&rec, &a.policies, device)?;
+    report(&rec, &a.policies, device, a.json.as_deref())
+}
+
+fn report(rec: &Recording, policies: &[String], device: Device, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let w = whatif::what_if(rec, policies, device)?;
     print!("{}", whatif::table(&w));
-    if let Some(p) = a.json {
-        write_json(&p, &w)?;
+    if let Some(p) = json {
+        write_json(p, &w)?;
         println!("json: {}", p.display());
     }
     Ok(())
+}
+
+/// The converter, run by the Python that has `darshan`.
+const DXT_SCRIPT: &str = include_str!("../../../../scripts/darshan-dxt.py");
+
+/// The log's DXT records as the converter prints them.
+fn darshan_json(log: &std::path::Path, layer: Option<&str>) -> anyhow::Result<String> {
+    let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut cmd = std::process::Command::new(&python);
+    cmd.args(["-c", DXT_SCRIPT]).arg(log);
+    if let Some(l) = layer {
+        cmd.args(["--layer", l]);
+    }
+    let out = cmd.output().with_context(|| format!("cannot run {python} to read the Darshan log (set SLUICE_PYTHON to a Python with the darshan package)"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!("{}", err.trim().lines().last().unwrap_or("the Darshan reader failed"));
+    }
+    String::from_utf8(out.stdout).context("the Darshan reader printed something that is not UTF-8")
 }
