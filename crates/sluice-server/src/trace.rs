@@ -146,25 +146,31 @@ fn json_str(s: &str) -> String {
 const PID_APPS: u32 = 1;
 const PID_DEVICE: u32 = 2;
 
-/// The events of one record, each a JSON object.
-fn events(r: &Record, out: &mut Vec<String>) {
+/// Append the events of one record to `out`, each a JSON object after
+/// ",\n" (the writer reuses `out`: no allocation per event).
+fn events(r: &Record, out: &mut String) {
     match r {
         Record::App(app, name) => {
-            out.push(format!(r#"{{"name":"thread_name","ph":"M","pid":{PID_APPS},"tid":{},"ts":0,"args":{{"name":{}}}}}"#, app.0, json_str(name)));
+            let _ = write!(out, ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{PID_APPS},\"tid\":{},\"ts\":0,\"args\":{{\"name\":{}}}}}", app.0, json_str(name));
         }
         Record::Dispatch { id, op, file, offset, len, started, service, answered, members } => {
-            let listed: Vec<String> = members.iter().take(ARGS_MEMBERS_MAX).map(|m| format!(r#"[{},{},{}]"#, m.app.0, m.offset, m.len)).collect();
-            let name = json_str(&format!("{} {} x{}", op_name(*op), size(*len), members.len()));
-            let args = format!(r#"{{"file":{file},"offset":{offset},"len":{len},"requests":{},"members":[{}]}}"#, members.len(), listed.join(","));
+            let (opn, n) = (op_name(*op), members.len());
             let (b, e) = (*started as f64 / 1e3, (started + service) as f64 / 1e3);
-            out.push(format!(r#"{{"name":{name},"ph":"b","cat":"dispatch","id":"d{id}","pid":{PID_DEVICE},"tid":0,"ts":{b},"args":{args}}}"#));
-            out.push(format!(r#"{{"name":{name},"ph":"e","cat":"dispatch","id":"d{id}","pid":{PID_DEVICE},"tid":0,"ts":{e}}}"#));
+            let _ = write!(out, ",\n{{\"name\":\"{opn} {} x{n}\",\"ph\":\"b\",\"cat\":\"dispatch\",\"id\":\"d{id}\",\"pid\":{PID_DEVICE},\"tid\":0,\"ts\":{b},\"args\":{{\"file\":{file},\"offset\":{offset},\"len\":{len},\"requests\":{n},\"members\":[", size(*len));
+            for (k, m) in members.iter().take(ARGS_MEMBERS_MAX).enumerate() {
+                let _ = write!(out, "{}[{},{},{}]", if k > 0 { "," } else { "" }, m.app.0, m.offset, m.len);
+            }
+            let _ = write!(out, "]}}}},\n{{\"name\":\"{opn} {} x{n}\",\"ph\":\"e\",\"cat\":\"dispatch\",\"id\":\"d{id}\",\"pid\":{PID_DEVICE},\"tid\":0,\"ts\":{e}}}", size(*len));
+            let end = *answered as f64 / 1e3;
             for m in members {
-                let name = json_str(&format!("{} {}", op_name(*op), size(m.len)));
-                let (b, e) = (m.arrival_ns as f64 / 1e3, *answered as f64 / 1e3);
-                let args = format!(r#"{{"file":{file},"client":{},"offset":{},"len":{},"dispatch":{id},"wait_us":{}}}"#, m.client, m.offset, m.len, started.saturating_sub(m.arrival_ns) as f64 / 1e3);
-                out.push(format!(r#"{{"name":{name},"ph":"b","cat":"request","id":"r{}","pid":{PID_APPS},"tid":{},"ts":{b},"args":{args}}}"#, m.id, m.app.0));
-                out.push(format!(r#"{{"name":{name},"ph":"e","cat":"request","id":"r{}","pid":{PID_APPS},"tid":{},"ts":{e}}}"#, m.id, m.app.0));
+                let (b, wait) = (m.arrival_ns as f64 / 1e3, started.saturating_sub(m.arrival_ns) as f64 / 1e3);
+                let (name, app, rid) = (size(m.len), m.app.0, m.id);
+                let _ = write!(
+                    out,
+                    ",\n{{\"name\":\"{opn} {name}\",\"ph\":\"b\",\"cat\":\"request\",\"id\":\"r{rid}\",\"pid\":{PID_APPS},\"tid\":{app},\"ts\":{b},\"args\":{{\"file\":{file},\"client\":{},\"offset\":{},\"len\":{},\"dispatch\":{id},\"wait_us\":{wait}}}}}",
+                    m.client, m.offset, m.len
+                );
+                let _ = write!(out, ",\n{{\"name\":\"{opn} {name}\",\"ph\":\"e\",\"cat\":\"request\",\"id\":\"r{rid}\",\"pid\":{PID_APPS},\"tid\":{app},\"ts\":{end}}}");
             }
         }
     }
@@ -180,15 +186,15 @@ fn write(rx: Receiver<Record>, mut f: BufWriter<File>, path: PathBuf, bytes_max:
     let mut written = head.len() as u64;
     let mut ok = f.write_all(head.as_bytes()).is_ok();
     let (mut full, mut kept, mut past) = (false, 0u64, 0u64);
-    let mut evs = Vec::new();
+    let mut buf = String::new();
     for r in rx {
         if full || !ok {
             past += 1;
             continue;
         }
-        evs.clear();
-        events(&r, &mut evs);
-        let bytes: u64 = evs.iter().map(|e| e.len() as u64 + 2).sum();
+        buf.clear();
+        events(&r, &mut buf);
+        let bytes = buf.len() as u64;
         // Keep room for the closing part (under 200 bytes).
         if written + bytes + 200 > bytes_max {
             full = true;
@@ -197,9 +203,7 @@ fn write(rx: Receiver<Record>, mut f: BufWriter<File>, path: PathBuf, bytes_max:
             past += 1;
             continue;
         }
-        for e in &evs {
-            ok &= f.write_all(b",\n").and_then(|()| f.write_all(e.as_bytes())).is_ok();
-        }
+        ok &= f.write_all(buf.as_bytes()).is_ok();
         written += bytes;
         kept += 1;
     }
