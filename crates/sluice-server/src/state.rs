@@ -10,9 +10,8 @@ use std::time::Instant;
 use sluice_core::{AppId, FileId};
 use sluice_proto::{AppStats, LATENCY_BUCKETS};
 
-use crate::metrics::{AppRow, Detail};
-
 use crate::error::{Error, Result};
+use crate::metrics::{AppRow, Detail};
 
 /// The monotonic clock the scheduler is driven by: nanoseconds since the
 /// server started. Only drivers read it; the core gets `now` passed in.

@@ -132,12 +132,21 @@ fn scrape(addr: &str) -> anyhow::Result<Scrape> {
     Ok(s)
 }
 
-/// The lines of `cur` with rates since `prev`, sorted as asked.
-fn lines(prev: &Scrape, cur: &Scrape, sort: &str) -> Vec<Line_> {
-    let dt = match (prev.at, cur.at) {
+/// Seconds between two scrapes: by the server's clock when both carry
+/// it (scrape delays then do not skew rates), else by this one's.
+fn seconds_between(prev: &Scrape, cur: &Scrape) -> f64 {
+    if prev.uptime_s > 0.0 && cur.uptime_s > prev.uptime_s {
+        return cur.uptime_s - prev.uptime_s;
+    }
+    match (prev.at, cur.at) {
         (Some(a), Some(b)) if b > a => (b - a).as_secs_f64(),
         _ => 0.0,
-    };
+    }
+}
+
+/// The lines of `cur` with rates since `prev`, sorted as asked.
+fn lines(prev: &Scrape, cur: &Scrape, sort: &str) -> Vec<Line_> {
+    let dt = seconds_between(prev, cur);
     let rate = |now: f64, before: f64| if dt > 0.0 { (now - before).max(0.0) / dt } else { 0.0 };
     let mut out: Vec<Line_> = cur
         .apps
@@ -166,10 +175,8 @@ fn lines(prev: &Scrape, cur: &Scrape, sort: &str) -> Vec<Line_> {
 }
 
 fn summary(prev: &Scrape, cur: &Scrape) -> String {
-    let busy = match (prev.at, cur.at) {
-        (Some(a), Some(b)) if b > a => (cur.busy_s - prev.busy_s).max(0.0) / (b - a).as_secs_f64() * 100.0,
-        _ => 0.0,
-    };
+    let dt = seconds_between(prev, cur);
+    let busy = if dt > 0.0 { (cur.busy_s - prev.busy_s).max(0.0) / dt * 100.0 } else { 0.0 };
     format!(
         "policy {} | queued {} blocked {} | in flight {}/{} | device busy {:.0}% | {} connections | up {:.0} s",
         cur.policy, cur.queued, cur.blocked, cur.inflight, cur.depth, busy, cur.connections, cur.uptime_s
