@@ -71,9 +71,10 @@ fn the_dashboard_renders_live_charts_in_headless_chromium() {
     assert!(out.status.success(), "chromium --screenshot: {}", String::from_utf8_lossy(&out.stderr));
     let png = std::fs::read(&shot).unwrap();
     let (blue, red) = (pixels_near(&png, BLUE), pixels_near(&png, RED));
-    // The three legends hold about 300 blue and 200 red pixels; lines
-    // across three charts hold thousands.
-    assert!(blue > 1_000 && red > 1_000, "chart lines in the screenshot: {blue} blue, {red} red pixels");
+    // The three legends hold at most 300 pixels of each colour (10 x 10
+    // each); lines across three charts hold about 500 to thousands each,
+    // fewer where a later series covers an earlier one.
+    assert!(blue > 500 && red > 500, "chart lines in the screenshot: {blue} blue, {red} red pixels");
     if let Ok(keep) = std::env::var("SLUICE_DASHBOARD_PNG") {
         std::fs::copy(&shot, keep).unwrap();
     }

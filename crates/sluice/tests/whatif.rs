@@ -123,3 +123,53 @@ fn a_darshan_dxt_log_replays_under_other_policies() {
     let out = Command::new(SLUICE).args(["what-if", &log]).env("SLUICE_PYTHON", "/usr/bin/env").output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).lines().count() == 1);
 }
+
+/// The log's own POSIX counters: (operations, bytes), reads plus writes.
+fn log_counters(python: &std::path::Path, log: &str) -> (u64, u64) {
+    let out = Command::new(python)
+        .args(["-c", "import sys, darshan; d = darshan.DarshanReport(sys.argv[1], read_all=True).records['POSIX'].to_df()['counters']; print(int(d['POSIX_READS'].sum() + d['POSIX_WRITES'].sum()), int(d['POSIX_BYTES_READ'].sum() + d['POSIX_BYTES_WRITTEN'].sum()))", log])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.trim().split_once(' ').map(|(a, b)| (a.parse().unwrap(), b.parse().unwrap())).expect("two counters")
+}
+
+#[test]
+fn bench_custom_replays_a_darshan_log_with_real_processes() {
+    let python = venv_python();
+    let log = ior_log(&python);
+    let (ops, bytes) = log_counters(&python, &log);
+    // Against a running server with metrics: the server counts exactly the
+    // log's accesses for the application (the files are made before, as
+    // another application).
+    let s = common::MetricsServe::start();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let root = dir.path().join("scratch");
+    let out = Command::new(SLUICE)
+        .args(["bench", "custom", "--darshan", &log, "--server", &s.addr, "--policies", "aioli", "--root", root.to_str().unwrap(), "--json", json.to_str().unwrap()])
+        .env("SLUICE_PYTHON", &python)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let app = &r["runs"][0]["apps"][0];
+    assert_eq!((app["name"].as_str(), app["procs"].as_u64(), app["bytes"].as_u64()), (Some("ior"), Some(4), Some(bytes)), "one process per rank, every byte");
+    let metrics = {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&s.metrics).unwrap();
+        c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut t = String::new();
+        c.read_to_string(&mut t).unwrap();
+        t
+    };
+    let sum = |name: &str| -> f64 { metrics.lines().filter(|l| l.starts_with(&format!("{name}{{app=\"ior\""))).map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).sum() };
+    assert_eq!((sum("sluice_app_requests_total") as u64, sum("sluice_app_bytes_total") as u64), (ops, bytes), "the server saw exactly the log's accesses");
+    // And with servers it starts itself, against direct POSIX.
+    let out = Command::new(SLUICE).args(["bench", "custom", "--darshan", &log, "--policies", "direct,fifo,aioli", "--json", json.to_str().unwrap()]).env("SLUICE_PYTHON", &python).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let modes: Vec<&str> = r["runs"].as_array().unwrap().iter().map(|m| m["mode"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["direct", "fifo", "aioli"]);
+    assert!(r["runs"].as_array().unwrap().iter().all(|m| m["apps"][0]["bytes"].as_u64() == Some(bytes) && m["makespan_s"].as_f64().unwrap() > 0.0));
+}

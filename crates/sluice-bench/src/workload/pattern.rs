@@ -47,6 +47,11 @@ pub struct AppSpec {
     /// QoS weight given to the scheduler.
     #[serde(default = "one")]
     pub weight: u32,
+    /// Recorded accesses to replay instead of a pattern (`replay.rs`): a
+    /// `ReplayLog` file, one rank per process; `size` is then the bytes
+    /// all ranks move, and `op`, `pattern` and `granularity` are unused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<std::path::PathBuf>,
 }
 
 fn yes() -> bool {
@@ -120,7 +125,7 @@ mod tests {
     use super::*;
 
     fn app(pattern: Pattern, procs: u32, size: u64, g: u64, shared: bool) -> AppSpec {
-        AppSpec { name: "a".into(), procs, op: Dir::Read, pattern, size, granularity: g, shared_file: shared, weight: 1 }
+        AppSpec { name: "a".into(), procs, op: Dir::Read, pattern, size, granularity: g, shared_file: shared, weight: 1, replay: None }
     }
 
     /// Every byte of every file is covered exactly once over all ranks.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use sluice_server::{DeviceKind, Listen, Server, ServerConfig};
 
 use super::pattern::AppSpec;
+use super::replay::ReplayLog;
 use super::report::{jain, AppReport, Report, RunReport};
 use super::scenario::Scenario;
 use super::worker::{Target, WorkerResult, WorkerSpec, SPEC_ENV};
@@ -77,7 +78,11 @@ fn prepare(cfg: &RunConfig) -> Result<(), WorkloadError> {
     std::fs::create_dir_all(&cfg.root).map_err(|e| WorkloadError::io(format!("create {}", cfg.root.display()), e))?;
     let chunk: Vec<u8> = (0..FILL_CHUNK_BYTES).map(|i| (i % 251) as u8).collect();
     for app in &cfg.scenario.apps {
-        for (name, size) in app.files() {
+        let files = match &app.replay {
+            Some(log) => ReplayLog::load(log)?.files,
+            None => app.files(),
+        };
+        for (name, size) in files {
             match &cfg.server {
                 None => fill_local(&cfg.root.join(&name), size, &chunk)?,
                 Some(addr) => fill_remote(addr, &name, size, &chunk)?,

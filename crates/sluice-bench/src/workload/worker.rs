@@ -5,6 +5,7 @@
 //! (synchronous, like the seed's clients), then prints one JSON line with
 //! what it did. Errors go to stderr with exit status 1.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::pattern::{accesses, AppSpec, Dir};
+use super::replay::{Access, ReplayLog};
 use super::WorkloadError;
 
 /// Where the rank's I/O goes.
@@ -114,6 +116,9 @@ impl Backend {
 pub fn run_worker() -> Result<(), WorkloadError> {
     let text = std::env::var(SPEC_ENV).map_err(|_| WorkloadError::usage(format!("{SPEC_ENV} is not set: this command is started by `sluice bench`")))?;
     let spec: WorkerSpec = serde_json::from_str(&text).map_err(|e| WorkloadError::usage(format!("bad worker spec: {e}")))?;
+    if let Some(log) = &spec.app.replay {
+        return run_replay(&spec, &ReplayLog::load(log)?);
+    }
     let pieces = accesses(&spec.app, spec.rank, spec.seed);
     let backend = Backend::open(&spec)?;
     let mut buf = AlignedBuf::new(spec.app.granularity as usize);
@@ -132,6 +137,65 @@ pub fn run_worker() -> Result<(), WorkloadError> {
             return Err(WorkloadError::usage(format!("short {:?} at {offset}: {done} of {len} bytes", spec.app.op)));
         }
         result.bytes += len;
+        result.requests += 1;
+    }
+    let line = serde_json::to_string(&result).expect("plain struct serialises");
+    writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))
+}
+
+/// Files one replaying rank has open, on its target.
+enum ReplayFiles {
+    Direct(HashMap<u32, File>),
+    Service(Box<sluice_client::Client>, HashMap<u32, sluice_client::Fd>),
+}
+
+/// Run one rank of a recorded log: its accesses in order, each after its
+/// think time, then the same report line as a pattern's rank.
+fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
+    let mine: &[Access] = log.ranks.get(spec.rank as usize).map_or(&[], |v| v.as_slice());
+    let mut used: Vec<u32> = mine.iter().map(|a| a.file).collect();
+    used.sort_unstable();
+    used.dedup();
+    let name = |f: u32| log.files[f as usize].0.clone();
+    let files = match &spec.target {
+        Target::Direct { root, direct_io } => {
+            let flags = if *direct_io { libc::O_DIRECT } else { 0 };
+            let open = |f: u32| OpenOptions::new().read(true).write(true).custom_flags(flags).open(root.join(name(f))).map(|h| (f, h)).map_err(|e| WorkloadError::io(format!("open {}", name(f)), e));
+            ReplayFiles::Direct(used.iter().map(|&f| open(f)).collect::<Result<_, _>>()?)
+        }
+        Target::Service { addr } => {
+            let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank), ..Default::default() };
+            let c = sluice_client::Client::connect_with(addr, opts).map_err(WorkloadError::client)?;
+            let fds = used.iter().map(|&f| c.open(&name(f), libc::O_RDWR, 0).map(|fd| (f, fd)).map_err(WorkloadError::client)).collect::<Result<_, _>>()?;
+            ReplayFiles::Service(Box::new(c), fds)
+        }
+    };
+    let len_max = log.access_bytes_max() as usize;
+    let mut buf = AlignedBuf::new(len_max);
+    buf.slice(len_max).fill(0x5a ^ spec.rank as u8);
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))?;
+    let mut go = String::new();
+    std::io::stdin().lock().read_line(&mut go).map_err(|e| WorkloadError::io("stdin".into(), e))?;
+    if go.trim() != "go" {
+        return Err(WorkloadError::usage("the runner went away before the start".into()));
+    }
+    let mut result = WorkerResult::default();
+    for a in mine {
+        if a.think_ns > 0 {
+            std::thread::sleep(std::time::Duration::from_nanos(a.think_ns));
+        }
+        let b = buf.slice(a.len as usize);
+        let done = match (&files, a.write) {
+            (ReplayFiles::Direct(m), false) => m[&a.file].read_at(b, a.offset).map_err(|e| WorkloadError::io("pread".into(), e))?,
+            (ReplayFiles::Direct(m), true) => m[&a.file].write_at(b, a.offset).map_err(|e| WorkloadError::io("pwrite".into(), e))?,
+            (ReplayFiles::Service(c, m), false) => c.pread(m[&a.file], b, a.offset).map_err(WorkloadError::client)?,
+            (ReplayFiles::Service(c, m), true) => c.pwrite(m[&a.file], b, a.offset).map_err(WorkloadError::client)?,
+        };
+        if done != a.len as usize {
+            return Err(WorkloadError::usage(format!("short {} at {} of {}: {done} of {} bytes", if a.write { "write" } else { "read" }, a.offset, name(a.file), a.len)));
+        }
+        result.bytes += a.len;
         result.requests += 1;
     }
     let line = serde_json::to_string(&result).expect("plain struct serialises");

@@ -7,6 +7,7 @@ pub mod bench_service;
 pub mod calibrate;
 pub mod cluster;
 pub mod cp;
+pub mod darshan;
 pub mod ls;
 pub mod mount;
 pub mod output;

@@ -42,7 +42,7 @@ pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
         d => bail!("--device {d:?}: use recorded or hdd7200"),
     };
     if a.trace.extension().is_some_and(|e| e == "darshan") {
-        let rec = Recording::from_darshan(&darshan_json(&a.trace, a.layer.as_deref())?)?;
+        let rec = Recording::from_darshan(&super::darshan::dxt_json(&a.trace, a.layer.as_deref())?)?;
         return report(&rec, &a.policies, device, a.json.as_deref());
     }
     let len = std::fs::metadata(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?.len();
@@ -62,23 +62,4 @@ fn report(rec: &Recording, policies: &[String], device: Device, json: Option<&st
         println!("json: {}", p.display());
     }
     Ok(())
-}
-
-/// The converter, run by the Python that has `darshan`.
-const DXT_SCRIPT: &str = include_str!("../../../../scripts/darshan-dxt.py");
-
-/// The log's DXT records as the converter prints them.
-fn darshan_json(log: &std::path::Path, layer: Option<&str>) -> anyhow::Result<String> {
-    let python = std::env::var("SLUICE_PYTHON").unwrap_or_else(|_| "python3".into());
-    let mut cmd = std::process::Command::new(&python);
-    cmd.args(["-c", DXT_SCRIPT]).arg(log);
-    if let Some(l) = layer {
-        cmd.args(["--layer", l]);
-    }
-    let out = cmd.output().with_context(|| format!("cannot run {python} to read the Darshan log (set SLUICE_PYTHON to a Python with the darshan package)"))?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        bail!("{}", err.trim().lines().last().unwrap_or("the Darshan reader failed"));
-    }
-    String::from_utf8(out.stdout).context("the Darshan reader printed something that is not UTF-8")
 }

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use sluice_bench::workload::pattern::Dir;
+use sluice_bench::workload::pattern::{AppSpec, Dir, Pattern};
+use sluice_bench::workload::replay::ReplayLog;
 use sluice_bench::workload::report::{table, Report};
 use sluice_bench::workload::runner::{run, RunConfig};
 use sluice_bench::workload::scenario::{self, Scenario};
@@ -84,7 +85,15 @@ pub struct Mix10Args {
 #[derive(Args)]
 pub struct CustomArgs {
     /// A TOML file of `[[app]]` tables (see docs/bench.md).
-    file: PathBuf,
+    #[arg(required_unless_present = "darshan", conflicts_with = "darshan")]
+    file: Option<PathBuf>,
+    /// Replay a Darshan log's DXT records instead: one process per rank,
+    /// each access in recorded order after its recorded think time.
+    #[arg(long)]
+    darshan: Option<PathBuf>,
+    /// The DXT layer to replay: DXT_POSIX (default when present) or DXT_MPIIO.
+    #[arg(long, requires = "darshan")]
+    layer: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -107,9 +116,39 @@ pub fn mix10(a: Mix10Args) -> anyhow::Result<()> {
 }
 
 pub fn custom(a: CustomArgs) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    if let Some(log) = &a.darshan {
+        return darshan(log, a.layer.as_deref(), &a.common);
+    }
+    let file = a.file.as_ref().expect("clap requires the file without --darshan");
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let s = scenario::custom(&text, a.common.scale).map_err(anyhow::Error::msg)?;
     execute(&a.common, vec![(s, None)])
+}
+
+/// A Darshan log replayed by real processes: its accesses as a
+/// `ReplayLog` in the scratch directory, one application of one process
+/// per rank.
+fn darshan(log: &std::path::Path, layer: Option<&str>, c: &Common) -> anyhow::Result<()> {
+    if c.scale != 1.0 {
+        anyhow::bail!("--scale does not apply to a recorded log");
+    }
+    let replay = ReplayLog::from_dxt_json(&super::darshan::dxt_json(log, layer)?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if replay.thinks_cut > 0 {
+        eprintln!("sluice: {} think times over {} s were cut to it", replay.thinks_cut, sluice_bench::workload::replay::THINK_NS_MAX / 1_000_000_000);
+    }
+    let app = AppSpec {
+        name: replay.app.clone(),
+        procs: replay.ranks.len() as u32,
+        op: Dir::Read,
+        pattern: Pattern::Contiguous,
+        size: replay.bytes(),
+        granularity: replay.access_bytes_max(),
+        shared_file: true,
+        weight: 1,
+        replay: None,
+    };
+    let name = format!("darshan {}", log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
+    execute_with(c, vec![(Scenario { name, apps: vec![app] }, None)], Some(replay))
 }
 
 pub fn worker() -> anyhow::Result<()> {
@@ -128,6 +167,12 @@ impl Drop for Scratch {
 }
 
 fn execute(c: &Common, scenarios: Vec<(Scenario, Option<u64>)>) -> anyhow::Result<()> {
+    execute_with(c, scenarios, None)
+}
+
+/// `replay`: a recorded log the scenarios' single application replays; it
+/// is written into the scratch directory, where the workers read it.
+fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay: Option<ReplayLog>) -> anyhow::Result<()> {
     let device = DeviceKind::parse(&c.device).map_err(|e| anyhow::anyhow!("{e}"))?;
     let modes = match (&c.policies[..], device) {
         ([], DeviceKind::Hdd7200) => vec!["fifo".to_string(), "aioli".to_string()],
@@ -137,6 +182,12 @@ fn execute(c: &Common, scenarios: Vec<(Scenario, Option<u64>)>) -> anyhow::Resul
     let made = c.root.is_none().then(|| std::path::Path::new("/var/tmp").join(format!("sluice-bench-{}", std::process::id())));
     let _scratch = Scratch(made.clone());
     let root = c.root.clone().or(made).expect("one of the two is set");
+    if let Some(r) = replay {
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let path = root.join("darshan-replay.json");
+        r.save(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+        scenarios.iter_mut().flat_map(|(s, _)| s.apps.iter_mut()).for_each(|a| a.replay = Some(path.clone()));
+    }
     let mut report: Option<Report> = None;
     for (scenario, granularity) in scenarios {
         let cfg = RunConfig {
