@@ -3,10 +3,11 @@
 //! `MetaRequest`s in order from the shared `MetaStore`.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use sluice_metrics::{log2_bucket, Expo, LOG2_BUCKETS};
 use sluice_server::Listen;
 
 use crate::error::{Error, Result};
@@ -18,7 +19,76 @@ use crate::proto::{hex, parse, recv_body, refuse_sluice_hello, send, sluice_hell
 /// EMFILE and closed. Each is one thread.
 pub const META_CONNECTIONS_MAX: usize = 256;
 
+/// The requests the metadata role answers, as metric labels.
+const OPS: [&str; 9] = ["servers", "lookup", "create", "mkdir", "set_dir_default", "unlink", "readdir", "rename", "auth"];
+
+fn op_index(r: &MetaRequest) -> usize {
+    match r {
+        MetaRequest::Servers => 0,
+        MetaRequest::Lookup { .. } => 1,
+        MetaRequest::Create { .. } => 2,
+        MetaRequest::Mkdir { .. } => 3,
+        MetaRequest::SetDirDefault { .. } => 4,
+        MetaRequest::Unlink { .. } => 5,
+        MetaRequest::Readdir { .. } => 6,
+        MetaRequest::Rename { .. } => 7,
+        MetaRequest::AuthStart | MetaRequest::Auth { .. } => 8,
+    }
+}
+
+/// Per request kind: answered, errors, log2 latency, latency sum (ns).
+struct OpStats {
+    requests: AtomicU64,
+    errors: AtomicU64,
+    us_log2: [AtomicU64; LOG2_BUCKETS],
+    ns_sum: AtomicU64,
+}
+
+impl OpStats {
+    fn new() -> OpStats {
+        OpStats { requests: AtomicU64::new(0), errors: AtomicU64::new(0), us_log2: std::array::from_fn(|_| AtomicU64::new(0)), ns_sum: AtomicU64::new(0) }
+    }
+}
+
+/// The role's counters (`sluice meta --metrics`).
+struct Stats {
+    ops: [OpStats; OPS.len()],
+    /// Connections refused at `META_CONNECTIONS_MAX`.
+    refused: AtomicU64,
+}
+
+impl Stats {
+    fn record(&self, op: usize, ok: bool, since: std::time::Instant) {
+        let s = &self.ops[op];
+        let ns = since.elapsed().as_nanos() as u64;
+        s.requests.fetch_add(1, Ordering::Relaxed);
+        s.errors.fetch_add(u64::from(!ok), Ordering::Relaxed);
+        s.us_log2[log2_bucket(ns)].fetch_add(1, Ordering::Relaxed);
+        s.ns_sum.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    fn render(&self, connections: usize) -> String {
+        let mut e = Expo::default();
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        e.family("sluice_meta_requests_total", "counter", "Requests the metadata role answered, per kind");
+        OPS.iter().zip(&self.ops).for_each(|(op, s)| e.sample("sluice_meta_requests_total", &[("op", op)], get(&s.requests)));
+        e.family("sluice_meta_errors_total", "counter", "Requests answered with an error, per kind");
+        OPS.iter().zip(&self.ops).for_each(|(op, s)| e.sample("sluice_meta_errors_total", &[("op", op)], get(&s.errors)));
+        e.family("sluice_meta_request_seconds", "histogram", "From a request's arrival to its answer, per kind");
+        for (op, s) in OPS.iter().zip(&self.ops) {
+            let b: [u64; LOG2_BUCKETS] = std::array::from_fn(|i| s.us_log2[i].load(Ordering::Relaxed));
+            e.log2_histogram("sluice_meta_request_seconds", ("op", op), &b, s.ns_sum.load(Ordering::Relaxed));
+        }
+        e.family("sluice_meta_connections", "gauge", "Connections served now");
+        e.sample("sluice_meta_connections", &[], connections as f64);
+        e.family("sluice_meta_connections_refused_total", "counter", "Connections refused at META_CONNECTIONS_MAX");
+        e.sample("sluice_meta_connections_refused_total", &[], get(&self.refused));
+        e.out
+    }
+}
+
 struct Shared {
+    stats: Stats,
     /// The key TCP clients prove before any request (`sluice_net::key`).
     key: Option<[u8; sluice_net::key::KEY_BYTES]>,
     store: MetaStore,
@@ -37,6 +107,7 @@ pub struct MetaHandle {
     /// The Unix socket file to remove at shutdown.
     socket: Option<std::path::PathBuf>,
     acceptor: Option<JoinHandle<()>>,
+    metrics: Option<sluice_metrics::Endpoint>,
 }
 
 impl MetaServer {
@@ -77,10 +148,11 @@ impl MetaServer {
                 Listen::Tcp(_) => None,
             },
         );
-        let shared = Arc::new(Shared { key, store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
+        let stats = Stats { ops: std::array::from_fn(|_| OpStats::new()), refused: AtomicU64::new(0) };
+        let shared = Arc::new(Shared { stats, key, store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new().name("sluice-meta-accept".into()).spawn(move || accept_loop(&s, listener)).map_err(|e| Error::io("spawn", &e))?;
-        Ok(MetaHandle { shared, addr, socket, acceptor: Some(acceptor) })
+        Ok(MetaHandle { shared, addr, socket, acceptor: Some(acceptor), metrics: None })
     }
 }
 
@@ -90,8 +162,23 @@ impl MetaHandle {
         self.addr.clone()
     }
 
+    /// Serve the role's metrics (Prometheus text at `/metrics`) on
+    /// `addr` (`HOST:PORT`, port 0: any) until shutdown; the bound address.
+    pub fn serve_metrics(&mut self, addr: &str) -> Result<std::net::SocketAddr> {
+        let s = Arc::clone(&self.shared);
+        let e = sluice_metrics::Endpoint::start(addr, move |path| {
+            let conns = || s.conns.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|(_, t)| !t.is_finished()).count();
+            (path == "/metrics").then(|| (sluice_metrics::TEXT_FORMAT, s.stats.render(conns())))
+        })
+        .map_err(|e| Error::io("metrics endpoint", &e))?;
+        let bound = e.addr();
+        self.metrics = Some(e);
+        Ok(bound)
+    }
+
     /// Stop accepting, close every connection, join every thread.
     pub fn shutdown(&mut self) {
+        self.metrics = None;
         self.shared.stopping.store(true, Ordering::SeqCst);
         if let Some(a) = self.acceptor.take() {
             // Wake the blocking accept.
@@ -125,6 +212,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: MetaListener) {
         let mut conns = shared.conns.lock().unwrap_or_else(|p| p.into_inner());
         conns.retain(|(_, t)| !t.is_finished());
         if conns.len() >= META_CONNECTIONS_MAX {
+            shared.stats.refused.fetch_add(1, Ordering::Relaxed);
             let msg = format!("the metadata role serves at most {META_CONNECTIONS_MAX} connections (META_CONNECTIONS_MAX)");
             let _ = send(&mut stream, &MetaReply::Error { errno: libc::EMFILE, message: msg });
             continue;
@@ -153,15 +241,18 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
         let Ok(req) = parse::<MetaRequest>(&body) else {
             return;
         };
+        let (since, op) = (std::time::Instant::now(), op_index(&req));
         if !proven {
             match authenticate(shared, req, &mut nonce) {
                 Ok(reply) => {
+                    shared.stats.record(op, true, since);
                     proven = matches!(reply, MetaReply::Authenticated);
                     if send(&mut stream, &reply).is_err() {
                         return;
                     }
                 }
                 Err(message) => {
+                    shared.stats.record(op, false, since);
                     let _ = send(&mut stream, &MetaReply::Error { errno: libc::EACCES, message });
                     return;
                 }
@@ -169,6 +260,7 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
             continue;
         }
         let reply = answer(shared, req).unwrap_or_else(|e| MetaReply::Error { errno: e.errno, message: e.message });
+        shared.stats.record(op, !matches!(reply, MetaReply::Error { .. }), since);
         if send(&mut stream, &reply).is_err() {
             return;
         }

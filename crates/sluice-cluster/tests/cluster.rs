@@ -250,3 +250,34 @@ fn metadata_role_over_tcp() {
     meta.shutdown();
     assert_eq!(StripedClient::connect(&meta.addr()).err().unwrap().kind, ErrorKind::Meta);
 }
+
+/// `(name, labels, value)` samples of an HTTP GET of `/metrics`.
+fn scrape(addr: std::net::SocketAddr) -> Vec<sluice_metrics::Sample> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+    let mut t = String::new();
+    s.read_to_string(&mut t).unwrap();
+    sluice_metrics::parse(t.split_once("\r\n\r\n").unwrap().1).unwrap()
+}
+
+#[test]
+fn the_metadata_role_counts_each_request_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap();
+    let mut meta = MetaServer::start(store, vec!["unix:/nonexistent".into()], &dir.path().join("m.sock")).unwrap();
+    let at = meta.serve_metrics("127.0.0.1:0").unwrap();
+    let c = StripedClient::connect(&meta.addr()).unwrap();
+    c.mkdir("d").unwrap();
+    c.mkdir("e").unwrap();
+    assert_eq!(c.lookup("d").unwrap().kind, EntryKind::Dir);
+    assert!(c.lookup("missing").is_err());
+    assert_eq!(c.readdir("").unwrap().len(), 2);
+    let m = scrape(at);
+    let v = |name: &str, op: &str| sluice_metrics::value(&m, name, &[("op", op)]).unwrap();
+    assert_eq!((v("sluice_meta_requests_total", "mkdir"), v("sluice_meta_requests_total", "lookup"), v("sluice_meta_requests_total", "readdir")), (2.0, 2.0, 1.0));
+    assert_eq!((v("sluice_meta_errors_total", "lookup"), v("sluice_meta_errors_total", "mkdir")), (1.0, 0.0), "the missing path is an error");
+    assert_eq!(v("sluice_meta_request_seconds_count", "mkdir"), 2.0);
+    assert_eq!(sluice_metrics::value(&m, "sluice_meta_connections", &[]), Some(1.0));
+    meta.shutdown();
+}

@@ -74,6 +74,7 @@ impl Conns {
         t.1 += 1;
         let used = t.1;
         t.0.entry(caller).or_insert(Entry { client: Arc::clone(&client), used });
+        crate::stats::STATS.connections.store(t.0.len() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(client)
     }
 
@@ -116,7 +117,9 @@ impl Conns {
 
     /// Forget a connection that failed, so the next call reconnects.
     pub fn drop_conn(&self, caller: Caller) {
-        self.table.lock().unwrap_or_else(|p| p.into_inner()).0.remove(&caller);
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        t.0.remove(&caller);
+        crate::stats::STATS.connections.store(t.0.len() as u64, std::sync::atomic::Ordering::Relaxed);
     }
 
     #[cfg(test)]

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use fuse3::path::prelude::*;
@@ -18,6 +18,7 @@ use sluice_client::{ClientError, Fd, FileKind, Stat};
 use sluice_cluster::{Remote, RemoteKind};
 
 use crate::conns::{Caller, Conns, CONNECTIONS_MAX as CONNS_MAX};
+use crate::stats::STATS;
 use crate::MountConfig;
 
 /// Connections kept at once (re-exported for the docs and tests).
@@ -106,10 +107,15 @@ fn kind(k: FileKind) -> FileType {
 
 /// Run a blocking client call off the async threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::result::Result<T, ClientError> + Send + 'static) -> Result<T> {
-    match tokio::task::spawn_blocking(f).await {
+    STATS.calls.fetch_add(1, Ordering::Relaxed);
+    let r = match tokio::task::spawn_blocking(f).await {
         Ok(r) => r.map_err(errno),
         Err(_) => Err(Errno::from(libc::EIO)),
+    };
+    if r.is_err() {
+        STATS.errors.fetch_add(1, Ordering::Relaxed);
     }
+    r
 }
 
 impl SluiceFs {
@@ -139,6 +145,7 @@ impl SluiceFs {
         }
         let fh = self.fh_next.fetch_add(1, Ordering::Relaxed);
         h.insert(fh, Handle { client, fd });
+        STATS.handles_open.store(h.len() as u64, Ordering::Relaxed);
         Ok(fh)
     }
 
@@ -228,6 +235,7 @@ impl PathFilesystem for SluiceFs {
     }
 
     async fn read(&self, _req: Request, _path: Option<&OsStr>, fh: u64, offset: u64, size: u32) -> Result<ReplyData> {
+        let since = Instant::now();
         let (c, fd) = self.handle(fh)?;
         // Inside a cache lease the read is a `pread` from the page cache:
         // done here, without a hop to a blocking thread.
@@ -235,6 +243,8 @@ impl PathFilesystem for SluiceFs {
         match c.pread_leased(fd, &mut buf, offset) {
             Some(Ok(n)) => {
                 buf.truncate(n);
+                STATS.leased_reads.fetch_add(1, Ordering::Relaxed);
+                STATS.data(false, n, since);
                 return Ok(ReplyData { data: Bytes::from(buf) });
             }
             Some(Err(e)) => return Err(errno(e)),
@@ -246,18 +256,26 @@ impl PathFilesystem for SluiceFs {
             Ok(buf)
         })
         .await?;
+        STATS.data(false, data.len(), since);
         Ok(ReplyData { data: Bytes::from(data) })
     }
 
     async fn write(&self, _req: Request, _path: Option<&OsStr>, fh: u64, offset: u64, data: &[u8], _write_flags: u32, _flags: u32) -> Result<ReplyWrite> {
+        let since = Instant::now();
         let (c, fd) = self.handle(fh)?;
         let data = data.to_vec();
         let written = blocking(move || c.pwrite(fd, &data, offset)).await?;
+        STATS.data(true, written, since);
         Ok(ReplyWrite { written: written as u32 })
     }
 
     async fn release(&self, _req: Request, _path: Option<&OsStr>, fh: u64, _flags: u32, _lock_owner: u64, _flush: bool) -> Result<()> {
-        let h = self.handles.lock().unwrap_or_else(|p| p.into_inner()).remove(&fh);
+        let h = {
+            let mut all = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+            let h = all.remove(&fh);
+            STATS.handles_open.store(all.len() as u64, Ordering::Relaxed);
+            h
+        };
         match h {
             Some(h) => blocking(move || h.client.close(h.fd)).await,
             None => Err(Errno::from(libc::EBADF)),

@@ -29,6 +29,7 @@
 
 mod conns;
 mod fs;
+mod stats;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -44,11 +45,14 @@ pub struct MountConfig {
     pub app: Option<String>,
     /// Let other users than the mounting one use the mount.
     pub allow_other: bool,
+    /// Serve the mount's metrics (Prometheus text at `/metrics`) here:
+    /// `HOST:PORT`; port 0 picks one (printed on stdout).
+    pub metrics: Option<String>,
 }
 
 impl MountConfig {
     pub fn new(server: impl Into<String>, mountpoint: impl Into<PathBuf>) -> MountConfig {
-        MountConfig { server: server.into(), mountpoint: mountpoint.into(), app: None, allow_other: false }
+        MountConfig { server: server.into(), mountpoint: mountpoint.into(), app: None, allow_other: false, metrics: None }
     }
 }
 
@@ -88,6 +92,14 @@ pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
     // Fail early and clearly when the server is not there; learn whether
     // it is one server or a cluster.
     let kind = sluice_cluster::Remote::connect(&cfg.server).map_err(|e| error(FuseErrorKind::Server, e.to_string()))?.kind();
+    let _endpoint = match &cfg.metrics {
+        Some(addr) => {
+            let e = sluice_metrics::Endpoint::start(addr, |path| (path == "/metrics").then(|| (sluice_metrics::TEXT_FORMAT, stats::STATS.render()))).map_err(|e| error(FuseErrorKind::Runtime, e.to_string()))?;
+            println!("sluice: mount metrics at http://{}/metrics", e.addr());
+            Some(e)
+        }
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| error(FuseErrorKind::Runtime, format!("tokio runtime: {e}")))?;
     rt.block_on(serve(cfg, kind))
 }

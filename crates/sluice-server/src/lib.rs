@@ -184,7 +184,7 @@ impl Server {
         let mut handle = ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path, metrics: None, tracing };
         if let Some(m) = handle.shared.config.metrics.clone() {
             lock(&handle.shared.apps).set_detailed(true);
-            handle.metrics = Some(metrics::Endpoint::start(&handle.shared, &handle.waker, &m)?);
+            handle.metrics = Some(metrics::start(&handle.shared, &handle.waker, &m)?);
         }
         Ok(handle)
     }

@@ -12,17 +12,12 @@
 //! configured; per request, the detailed latency (an `hdrhistogram`, two
 //! significant digits) is recorded only when metrics are on.
 //!
-//! Bounds: one scrape at a time on one thread (`sluice-metrics`); a request
-//! head of at most `REQUEST_BYTES_MAX` bytes (past it: 431); a client that
-//! stalls is dropped after `IO_TIMEOUT`; applications beyond
+//! Bounds: the endpoint's (`sluice_metrics`: one scrape at a time, an
+//! 8 KiB request head, a 2 s stall); applications beyond
 //! `ServerLimits::metrics_apps_max` are folded into `app="(other)"`.
 
-use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -34,12 +29,10 @@ use crate::error::{Error, Result};
 use crate::evloop::Waker;
 use crate::state::lock;
 use crate::Shared;
+pub use sluice_metrics::{parse, value, Endpoint, Sample, IO_TIMEOUT, REQUEST_BYTES_MAX};
+use sluice_metrics::{log2_bucket as bucket, Expo, LOG2_BUCKETS, TEXT_FORMAT};
 
-/// Bytes of an HTTP request head the endpoint reads; a longer one is
-/// answered 431 and closed.
-pub const REQUEST_BYTES_MAX: usize = 8 << 10;
-/// A scrape client that sends or takes nothing for this long is dropped.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+const _: () = assert!(LATENCY_BUCKETS == LOG2_BUCKETS, "the protocol's latency buckets are the exposition's");
 /// How long a scrape waits for the event loop's view of the scheduler;
 /// past it the scrape is served without the scheduler's families (and
 /// `sluice_scheduler_view_ok 0`).
@@ -65,11 +58,6 @@ pub struct Detail {
     /// Arrival to answer, µs.
     pub latency: Histogram<u64>,
     pub latency_ns_sum: u64,
-}
-
-fn bucket(ns: u64) -> usize {
-    let us = ns / 1_000;
-    (63 - us.max(1).leading_zeros() as usize).min(LATENCY_BUCKETS - 1)
 }
 
 impl Detail {
@@ -189,103 +177,16 @@ impl ViewSlot {
     }
 }
 
-/// The endpoint's thread; stopped (and joined) on drop.
-pub struct Endpoint {
-    addr: std::net::SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Endpoint {
-    pub(crate) fn start(shared: &Arc<Shared>, waker: &Arc<Waker>, addr: &str) -> Result<Endpoint> {
-        let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
-        let l = TcpListener::bind(addr).map_err(|e| Error::io(&format!("bind the metrics endpoint {addr}"), &e))?;
-        let local = l.local_addr().map_err(|e| Error::io("local_addr", &e))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (s, w, st) = (Arc::clone(shared), Arc::clone(waker), Arc::clone(&stop));
-        let thread = std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || serve(l, s, w, st)).map_err(|e| Error::io("spawn thread", &e))?;
-        Ok(Endpoint { addr: local, stop, thread: Some(thread) })
-    }
-
-    pub fn addr(&self) -> std::net::SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn serve(l: TcpListener, shared: Arc<Shared>, waker: Arc<Waker>, stop: Arc<AtomicBool>) {
-    for s in l.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(mut s) = s else { continue };
-        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-        let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-        let (status, ctype, body) = match read_head(&mut s) {
-            Ok(head) => route(&head, &shared, &waker),
-            Err(HeadError::TooLarge) => (431, "text/plain", format!("request head over {REQUEST_BYTES_MAX} bytes\n")),
-            Err(HeadError::Gone) => continue,
-        };
-        let reason = match status {
-            200 => "OK",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            431 => "Request Header Fields Too Large",
-            _ => "Bad Request",
-        };
-        let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n", body.len());
-        let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes()));
-    }
-}
-
-enum HeadError {
-    TooLarge,
-    /// Closed, timed out, or not HTTP.
-    Gone,
-}
-
-/// Read up to the blank line that ends a request head.
-fn read_head(s: &mut TcpStream) -> std::result::Result<String, HeadError> {
-    let mut buf = vec![0u8; REQUEST_BYTES_MAX + 1];
-    let mut got = 0;
-    loop {
-        if let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
-            if end + 4 > REQUEST_BYTES_MAX {
-                return Err(HeadError::TooLarge);
-            }
-            return String::from_utf8(buf[..end].to_vec()).map_err(|_| HeadError::Gone);
-        }
-        if got > REQUEST_BYTES_MAX {
-            return Err(HeadError::TooLarge);
-        }
-        match s.read(&mut buf[got..]) {
-            Ok(0) | Err(_) => return Err(HeadError::Gone),
-            Ok(n) => got += n,
-        }
-    }
-}
-
-fn route(head: &str, shared: &Shared, waker: &Waker) -> (u16, &'static str, String) {
-    let mut parts = head.lines().next().unwrap_or("").split(' ');
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    if method != "GET" {
-        return (405, "text/plain", "only GET\n".into());
-    }
-    match target.split('?').next().unwrap_or("") {
-        "/metrics" => (200, "text/plain; version=0.0.4; charset=utf-8", render(shared, waker)),
-        "/" | "/index.html" => (200, "text/html; charset=utf-8", DASHBOARD.to_string()),
-        _ => (404, "text/plain", "not found: try /metrics or /\n".into()),
-    }
+/// Serve `/metrics` and the dashboard for `shared` (`sluice_metrics`'s
+/// endpoint, one thread).
+pub(crate) fn start(shared: &Arc<Shared>, waker: &Arc<Waker>, addr: &str) -> Result<Endpoint> {
+    let (s, w) = (Arc::clone(shared), Arc::clone(waker));
+    Endpoint::start(addr, move |path| match path {
+        "/metrics" => Some((TEXT_FORMAT, render(&s, &w))),
+        "/" | "/index.html" => Some(("text/html; charset=utf-8", DASHBOARD.to_string())),
+        _ => None,
+    })
+    .map_err(|e| Error::io("start the metrics endpoint", &e))
 }
 
 /// The dashboard: one static page, no build step, no network.
@@ -370,11 +271,11 @@ fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {
     }
     e.family("sluice_app_queue_wait_seconds", "histogram", "Arrival to the start of the dispatch's system call");
     for r in rows {
-        e.log2_histogram("sluice_app_queue_wait_seconds", &label(r), &r.detail.wait_us_log2, r.detail.wait_ns_sum);
+        e.log2_histogram("sluice_app_queue_wait_seconds", ("app", &label(r)), &r.detail.wait_us_log2, r.detail.wait_ns_sum);
     }
     e.family("sluice_app_service_seconds", "histogram", "The dispatch's system call, for each request it carried");
     for r in rows {
-        e.log2_histogram("sluice_app_service_seconds", &label(r), &r.detail.service_us_log2, r.detail.service_ns_sum);
+        e.log2_histogram("sluice_app_service_seconds", ("app", &label(r)), &r.detail.service_us_log2, r.detail.service_ns_sum);
     }
     e.family("sluice_app_latency_seconds", "summary", "Arrival to answer, quantiles since the server started (hdrhistogram, 2 significant digits)");
     for r in rows {
@@ -455,111 +356,6 @@ fn scheduler(e: &mut Expo, v: &View) {
             e.sample(name, &[], x);
         }
     }
-}
-
-/// A text exposition being written.
-#[derive(Default)]
-struct Expo {
-    out: String,
-}
-
-impl Expo {
-    fn family(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.out, "# HELP {name} {}", help.replace('\\', "\\\\").replace('\n', "\\n"));
-        let _ = writeln!(self.out, "# TYPE {name} {kind}");
-    }
-
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
-        self.out.push_str(name);
-        if !labels.is_empty() {
-            self.out.push('{');
-            for (i, (k, val)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.out.push(',');
-                }
-                let val = val.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-                let _ = write!(self.out, "{k}=\"{val}\"");
-            }
-            self.out.push('}');
-        }
-        let _ = writeln!(self.out, " {v}");
-    }
-
-    /// A histogram from log2 µs buckets (bucket i: below 2^(i+1) µs).
-    fn log2_histogram(&mut self, name: &str, app: &str, buckets: &[u64; LATENCY_BUCKETS], sum_ns: u64) {
-        let mut seen = 0;
-        for (i, n) in buckets.iter().enumerate().take(LATENCY_BUCKETS - 1) {
-            seen += n;
-            let le = format!("{}", (2u64 << i) as f64 / 1e6);
-            self.sample(&format!("{name}_bucket"), &[("app", app), ("le", &le)], seen as f64);
-        }
-        let total = seen + buckets[LATENCY_BUCKETS - 1];
-        self.sample(&format!("{name}_bucket"), &[("app", app), ("le", "+Inf")], total as f64);
-        self.sample(&format!("{name}_sum"), &[("app", app)], sum_ns as f64 / 1e9);
-        self.sample(&format!("{name}_count"), &[("app", app)], total as f64);
-    }
-}
-
-/// Parse an exposition into `(name, labels, value)` samples, refusing any
-/// line that is not a comment or a well-formed sample (for tests and
-/// `sluice top`).
-pub fn parse(text: &str) -> std::result::Result<Vec<(String, Vec<(String, String)>, f64)>, String> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let bad = || format!("line {}: {line:?}", n + 1);
-        let (name_end, labels, rest) = match line.find('{') {
-            Some(b) => {
-                let close = line.rfind('}').ok_or_else(bad)?;
-                (b, parse_labels(&line[b + 1..close]).ok_or_else(bad)?, &line[close + 1..])
-            }
-            None => {
-                let sp = line.find(' ').ok_or_else(bad)?;
-                (sp, Vec::new(), &line[sp..])
-            }
-        };
-        let name = &line[..name_end];
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
-            return Err(bad());
-        }
-        let value = match rest.trim() {
-            "+Inf" => f64::INFINITY,
-            v => v.parse::<f64>().map_err(|_| bad())?,
-        };
-        out.push((name.to_string(), labels, value));
-    }
-    Ok(out)
-}
-
-fn parse_labels(s: &str) -> Option<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    let mut it = s.chars().peekable();
-    while it.peek().is_some() {
-        let key: String = it.by_ref().take_while(|&c| c != '=').collect();
-        if it.next()? != '"' {
-            return None;
-        }
-        let mut val = String::new();
-        loop {
-            match it.next()? {
-                '\\' => match it.next()? {
-                    'n' => val.push('\n'),
-                    c => val.push(c),
-                },
-                '"' => break,
-                c => val.push(c),
-            }
-        }
-        out.push((key.trim().to_string(), val));
-        match it.next() {
-            None => break,
-            Some(',') => continue,
-            Some(_) => return None,
-        }
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use common::{pattern, TestServer};
 use sluice_client::{Client, ConnectOptions};
 use sluice_server::metrics::{parse, OTHER_APPS, REQUEST_BYTES_MAX};
 
-type Samples = Vec<(String, Vec<(String, String)>, f64)>;
+type Samples = Vec<sluice_server::metrics::Sample>;
 
 fn with_metrics(apps_max: u32) -> TestServer {
     TestServer::start(|c| {
@@ -46,9 +46,7 @@ fn scrape(s: &TestServer) -> Samples {
     parse(&body).expect("the exposition parses")
 }
 
-fn value(samples: &Samples, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    samples.iter().find(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))).map(|s| s.2)
-}
+use sluice_server::metrics::value;
 
 #[test]
 fn a_scrape_counts_exactly_what_the_clients_did() {

@@ -203,3 +203,30 @@ fn mpi_io_collective_four_ranks_through_the_mount() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("OK 1048576"), "through the mount: {}", String::from_utf8_lossy(&out.stderr));
     same(&local, &m.root().join("m.dat"));
 }
+
+#[test]
+fn the_mount_serves_its_own_metrics() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let m = Mounted::start_with("metrics", &["--metrics", &port.to_string()]);
+    let f = m.mnt().join("f");
+    ok(&format!("dd if=/dev/urandom of={} bs=1M count=3 status=none", f.display()));
+    ok(&format!("cat {} > /dev/null", f.display()));
+    wait_for(|| std::net::TcpStream::connect(port).is_ok(), "the mount's metrics endpoint");
+    let text = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(port).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut t = String::new();
+        s.read_to_string(&mut t).unwrap();
+        t
+    };
+    let samples = sluice_server::metrics::parse(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let v = |name: &str, labels: &[(&str, &str)]| sluice_server::metrics::value(&samples, name, labels).unwrap_or_else(|| panic!("{name} missing"));
+    assert_eq!(v("sluice_mount_bytes_total", &[("op", "write")]), (3 << 20) as f64, "every byte dd wrote");
+    assert_eq!(v("sluice_mount_bytes_total", &[("op", "read")]), (3 << 20) as f64, "every byte cat read");
+    assert!(v("sluice_mount_requests_total", &[("op", "write")]) >= 3.0);
+    assert_eq!(v("sluice_mount_request_seconds_count", &[("op", "write")]), v("sluice_mount_requests_total", &[("op", "write")]));
+    assert_eq!(v("sluice_mount_handles_open", &[]), 0.0, "dd and cat closed their files");
+    assert!(v("sluice_mount_connections", &[]) >= 1.0);
+}
+

@@ -81,6 +81,9 @@ pub struct MetaArgs {
     /// Default: $SLUICE_KEY_FILE, else ~/.config/sluice/key.
     #[arg(long)]
     key_file: Option<PathBuf>,
+    /// Serve the role's metrics at http://HOST:PORT/metrics (port 0: any).
+    #[arg(long)]
+    metrics: Option<String>,
 }
 
 /// `sluice meta`: the metadata role alone, for clusters whose data servers
@@ -94,6 +97,9 @@ pub fn run_meta(a: MetaArgs) -> anyhow::Result<()> {
     let listen = sluice_server::Listen::parse(&a.listen)?;
     let mut meta = sluice_cluster::MetaServer::start_with_key(store, a.data.clone(), &listen, a.key_file.as_deref())?;
     println!("sluice: metadata role for {} data servers on {}", a.data.len(), meta.addr());
+    if let Some(m) = &a.metrics {
+        println!("sluice: metadata metrics at http://{}/metrics", meta.serve_metrics(m)?);
+    }
     println!("export SLUICE_SERVER={}", meta.addr());
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(STOP_POLL_MS));

@@ -16,6 +16,9 @@ pub struct MountArgs {
     /// Let other users use the mount (each checked as themselves).
     #[arg(long)]
     allow_other: bool,
+    /// Serve the mount's metrics at http://HOST:PORT/metrics (port 0: any).
+    #[arg(long)]
+    metrics: Option<String>,
     #[command(flatten)]
     patience: super::remote::Patience,
     /// Where to mount.
@@ -28,5 +31,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     let mut cfg = sluice_fuse::MountConfig::new(server, a.mountpoint);
     cfg.app = a.app;
     cfg.allow_other = a.allow_other;
+    cfg.metrics = a.metrics;
     sluice_fuse::mount(cfg).map_err(|e| anyhow::anyhow!("{e}"))
 }

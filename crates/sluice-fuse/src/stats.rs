@@ -1,0 +1,90 @@
+//! What the mount did, for `sluice mount --metrics HOST:PORT`: counters the
+//! file system's handlers bump (one mount per process, so they are
+//! process-wide statics), rendered as Prometheus text on demand.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use sluice_metrics::{log2_bucket, Expo, LOG2_BUCKETS};
+
+/// The mount's counters.
+pub(crate) struct Stats {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub written_bytes: AtomicU64,
+    /// Reads answered inside a cache lease, on the async thread.
+    pub leased_reads: AtomicU64,
+    /// Client calls carried out on the blocking pool (data and metadata).
+    pub calls: AtomicU64,
+    /// Calls answered with an errno.
+    pub errors: AtomicU64,
+    pub handles_open: AtomicU64,
+    /// Connections to the server now (`conns.rs`).
+    pub connections: AtomicU64,
+    read_us_log2: [AtomicU64; LOG2_BUCKETS],
+    write_us_log2: [AtomicU64; LOG2_BUCKETS],
+    read_ns_sum: AtomicU64,
+    write_ns_sum: AtomicU64,
+}
+
+pub(crate) static STATS: Stats = Stats {
+    reads: AtomicU64::new(0),
+    writes: AtomicU64::new(0),
+    read_bytes: AtomicU64::new(0),
+    written_bytes: AtomicU64::new(0),
+    leased_reads: AtomicU64::new(0),
+    calls: AtomicU64::new(0),
+    errors: AtomicU64::new(0),
+    handles_open: AtomicU64::new(0),
+    connections: AtomicU64::new(0),
+    read_us_log2: [const { AtomicU64::new(0) }; LOG2_BUCKETS],
+    write_us_log2: [const { AtomicU64::new(0) }; LOG2_BUCKETS],
+    read_ns_sum: AtomicU64::new(0),
+    write_ns_sum: AtomicU64::new(0),
+};
+
+impl Stats {
+    /// A read or write of `bytes` answered, begun at `since`.
+    pub fn data(&self, write: bool, bytes: usize, since: Instant) {
+        let ns = since.elapsed().as_nanos() as u64;
+        let (n, b, h, sum) = if write {
+            (&self.writes, &self.written_bytes, &self.write_us_log2, &self.write_ns_sum)
+        } else {
+            (&self.reads, &self.read_bytes, &self.read_us_log2, &self.read_ns_sum)
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+        b.fetch_add(bytes as u64, Ordering::Relaxed);
+        h[log2_bucket(ns)].fetch_add(1, Ordering::Relaxed);
+        sum.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The exposition.
+    pub fn render(&self) -> String {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let mut e = Expo::default();
+        e.family("sluice_mount_requests_total", "counter", "Reads and writes the mount answered");
+        e.sample("sluice_mount_requests_total", &[("op", "read")], get(&self.reads));
+        e.sample("sluice_mount_requests_total", &[("op", "write")], get(&self.writes));
+        e.family("sluice_mount_bytes_total", "counter", "Bytes read and written through the mount");
+        e.sample("sluice_mount_bytes_total", &[("op", "read")], get(&self.read_bytes));
+        e.sample("sluice_mount_bytes_total", &[("op", "write")], get(&self.written_bytes));
+        let simple: [(&str, &str, &str, f64); 5] = [
+            ("sluice_mount_leased_reads_total", "counter", "Reads answered inside a cache lease without the blocking pool", get(&self.leased_reads)),
+            ("sluice_mount_calls_total", "counter", "Client calls carried out on the blocking pool, data and metadata", get(&self.calls)),
+            ("sluice_mount_errors_total", "counter", "Calls answered with an errno", get(&self.errors)),
+            ("sluice_mount_handles_open", "gauge", "Files open through the mount now", get(&self.handles_open)),
+            ("sluice_mount_connections", "gauge", "Connections to the server now (one per calling process, bounded)", get(&self.connections)),
+        ];
+        for (name, kind, help, v) in simple {
+            e.family(name, kind, help);
+            e.sample(name, &[], v);
+        }
+        e.family("sluice_mount_request_seconds", "histogram", "A read or write from the kernel's request to the mount's answer");
+        for (op, h, sum) in [("read", &self.read_us_log2, &self.read_ns_sum), ("write", &self.write_us_log2, &self.write_ns_sum)] {
+            let buckets: [u64; LOG2_BUCKETS] = std::array::from_fn(|i| h[i].load(Ordering::Relaxed));
+            e.log2_histogram("sluice_mount_request_seconds", ("op", op), &buckets, sum.load(Ordering::Relaxed));
+        }
+        e.out
+    }
+}

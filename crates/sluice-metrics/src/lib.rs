@@ -1,0 +1,303 @@
+//! # sluice-metrics: Prometheus text exposition, and where it is served
+//!
+//! The three roles that run for long (the I/O server, the mount, the
+//! metadata role) serve their metrics the same way: [`Expo`] writes the
+//! text format (version 0.0.4), [`Endpoint`] serves it over HTTP on one
+//! thread, and [`parse`] reads it back strictly (tests, `sluice top`).
+//!
+//! Bounds of the endpoint: one request at a time; a request head of at most
+//! [`REQUEST_BYTES_MAX`] bytes (431 past it); a client silent for
+//! [`IO_TIMEOUT`] is dropped; only `GET` (405).
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Bytes of an HTTP request head the endpoint reads; a longer one is
+/// answered 431 and closed.
+pub const REQUEST_BYTES_MAX: usize = 8 << 10;
+/// A scrape client that sends or takes nothing for this long is dropped.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a route answers: content type and body.
+pub type Page = (&'static str, String);
+
+/// The content type of the text format.
+pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The endpoint's thread; stopped (and joined) on drop.
+pub struct Endpoint {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Endpoint {
+    /// Bind `addr` (`HOST:PORT` or `tcp:HOST:PORT`; port 0 picks one) and
+    /// serve: `route` gets the path of each `GET` and answers, or `None`
+    /// for 404.
+    pub fn start(addr: &str, route: impl Fn(&str) -> Option<Page> + Send + 'static) -> std::io::Result<Endpoint> {
+        let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
+        let l = TcpListener::bind(addr).map_err(|e| std::io::Error::new(e.kind(), format!("bind the metrics endpoint {addr}: {e}")))?;
+        let local = l.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = Arc::clone(&stop);
+        let thread = std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || serve(l, route, st))?;
+        Ok(Endpoint { addr: local, stop, thread: Some(thread) })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(l: TcpListener, route: impl Fn(&str) -> Option<Page>, stop: Arc<AtomicBool>) {
+    for s in l.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut s) = s else { continue };
+        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
+        let _ = s.set_write_timeout(Some(IO_TIMEOUT));
+        let (status, ctype, body) = match read_head(&mut s) {
+            Ok(head) => answer(&head, &route),
+            Err(HeadError::TooLarge) => (431, "text/plain", format!("request head over {REQUEST_BYTES_MAX} bytes\n")),
+            Err(HeadError::Gone) => continue,
+        };
+        let reason = match status {
+            200 => "OK",
+            404 => "Not Found",
+            405 => "Method Not Allowed",
+            431 => "Request Header Fields Too Large",
+            _ => "Bad Request",
+        };
+        let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n", body.len());
+        let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes()));
+    }
+}
+
+fn answer(head: &str, route: &impl Fn(&str) -> Option<Page>) -> (u16, &'static str, String) {
+    let mut parts = head.lines().next().unwrap_or("").split(' ');
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    if method != "GET" {
+        return (405, "text/plain", "only GET\n".into());
+    }
+    match route(target.split('?').next().unwrap_or("")) {
+        Some((ctype, body)) => (200, ctype, body),
+        None => (404, "text/plain", "not found: try /metrics\n".into()),
+    }
+}
+
+enum HeadError {
+    TooLarge,
+    /// Closed, timed out, or not HTTP.
+    Gone,
+}
+
+/// Read up to the blank line that ends a request head.
+fn read_head(s: &mut TcpStream) -> Result<String, HeadError> {
+    let mut buf = vec![0u8; REQUEST_BYTES_MAX + 1];
+    let mut got = 0;
+    loop {
+        if let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
+            if end + 4 > REQUEST_BYTES_MAX {
+                return Err(HeadError::TooLarge);
+            }
+            return String::from_utf8(buf[..end].to_vec()).map_err(|_| HeadError::Gone);
+        }
+        if got > REQUEST_BYTES_MAX {
+            return Err(HeadError::TooLarge);
+        }
+        match s.read(&mut buf[got..]) {
+            Ok(0) | Err(_) => return Err(HeadError::Gone),
+            Ok(n) => got += n,
+        }
+    }
+}
+
+/// Buckets of a log2 histogram: bucket i counts values in `[2^i, 2^(i+1))`
+/// microseconds (bucket 0 also below 1 µs), the last one everything above.
+pub const LOG2_BUCKETS: usize = 32;
+
+/// The log2 bucket of `ns`.
+pub fn log2_bucket(ns: u64) -> usize {
+    let us = ns / 1_000;
+    (63 - us.max(1).leading_zeros() as usize).min(LOG2_BUCKETS - 1)
+}
+
+/// A text exposition being written.
+#[derive(Default)]
+pub struct Expo {
+    pub out: String,
+}
+
+impl Expo {
+    /// Start a family: its help line and type.
+    pub fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {}", help.replace('\\', "\\\\").replace('\n', "\\n"));
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    /// One sample; label values are escaped.
+    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: f64) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (k, val)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let val = val.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+                let _ = write!(self.out, "{k}=\"{val}\"");
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {v}");
+    }
+
+    /// A histogram from log2 µs buckets (bucket i: below 2^(i+1) µs).
+    pub fn log2_histogram(&mut self, name: &str, label: (&str, &str), buckets: &[u64; LOG2_BUCKETS], sum_ns: u64) {
+        let mut seen = 0;
+        for (i, n) in buckets.iter().enumerate().take(LOG2_BUCKETS - 1) {
+            seen += n;
+            let le = format!("{}", (2u64 << i) as f64 / 1e6);
+            self.sample(&format!("{name}_bucket"), &[label, ("le", &le)], seen as f64);
+        }
+        let total = seen + buckets[LOG2_BUCKETS - 1];
+        self.sample(&format!("{name}_bucket"), &[label, ("le", "+Inf")], total as f64);
+        self.sample(&format!("{name}_sum"), &[label], sum_ns as f64 / 1e9);
+        self.sample(&format!("{name}_count"), &[label], total as f64);
+    }
+}
+
+/// Parse an exposition into `(name, labels, value)` samples, refusing any
+/// line that is not a comment or a well-formed sample (for tests and
+/// `sluice top`).
+pub fn parse(text: &str) -> Result<Vec<(String, Vec<(String, String)>, f64)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = || format!("line {}: {line:?}", n + 1);
+        let (name_end, labels, rest) = match line.find('{') {
+            Some(b) => {
+                let close = line.rfind('}').ok_or_else(bad)?;
+                (b, parse_labels(&line[b + 1..close]).ok_or_else(bad)?, &line[close + 1..])
+            }
+            None => {
+                let sp = line.find(' ').ok_or_else(bad)?;
+                (sp, Vec::new(), &line[sp..])
+            }
+        };
+        let name = &line[..name_end];
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+            return Err(bad());
+        }
+        let value = match rest.trim() {
+            "+Inf" => f64::INFINITY,
+            v => v.parse::<f64>().map_err(|_| bad())?,
+        };
+        out.push((name.to_string(), labels, value));
+    }
+    Ok(out)
+}
+
+fn parse_labels(s: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut it = s.chars().peekable();
+    while it.peek().is_some() {
+        let key: String = it.by_ref().take_while(|&c| c != '=').collect();
+        if it.next()? != '"' {
+            return None;
+        }
+        let mut val = String::new();
+        loop {
+            match it.next()? {
+                '\\' => match it.next()? {
+                    'n' => val.push('\n'),
+                    c => val.push(c),
+                },
+                '"' => break,
+                c => val.push(c),
+            }
+        }
+        out.push((key.trim().to_string(), val));
+        match it.next() {
+            None => break,
+            Some(',') => continue,
+            Some(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+
+/// The samples of `name` whose labels include all of `labels`, summed
+/// (`None` when there is none).
+pub fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut found = samples.iter().filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l.iter().any(|(lk, lv)| lk == k && lv == v))).peekable();
+    found.peek()?;
+    Some(found.map(|s| s.2).sum())
+}
+
+/// One parsed sample: name, labels, value.
+pub type Sample = (String, Vec<(String, String)>, f64);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http(addr: SocketAddr, request: &[u8]) -> u16 {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(request).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    }
+
+    #[test]
+    fn the_request_head_bound_holds_at_n_and_n_plus_1() {
+        let e = Endpoint::start("127.0.0.1:0", |p| (p == "/metrics").then(|| (TEXT_FORMAT, "x 1\n".to_string()))).unwrap();
+        let head = |total: usize| {
+            let base = "GET /metrics HTTP/1.1\r\nX-Pad: ";
+            format!("{base}{}\r\n\r\n", "p".repeat(total - base.len() - 4)).into_bytes()
+        };
+        assert_eq!(http(e.addr(), &head(REQUEST_BYTES_MAX)), 200, "a head of exactly the bound is served");
+        assert_eq!(http(e.addr(), &head(REQUEST_BYTES_MAX + 1)), 431, "one byte more is refused");
+        assert_eq!(http(e.addr(), b"POST /metrics HTTP/1.1\r\n\r\n"), 405);
+        assert_eq!(http(e.addr(), b"GET /nope HTTP/1.1\r\n\r\n"), 404);
+    }
+
+    #[test]
+    fn samples_round_trip_and_bad_lines_are_refused() {
+        let mut e = Expo::default();
+        e.family("m", "counter", "help with \\ and\nnewline");
+        e.sample("m", &[("app", "we\"ird\\name\n")], 3.0);
+        e.sample("m", &[("app", "b")], 4.0);
+        let mut b = [0u64; LOG2_BUCKETS];
+        b[log2_bucket(1_500)] += 2;
+        e.log2_histogram("h_seconds", ("app", "b"), &b, 3_000);
+        let s = parse(&e.out).unwrap();
+        assert_eq!(value(&s, "m", &[("app", "we\"ird\\name\n")]), Some(3.0), "escaping round-trips");
+        assert_eq!(value(&s, "m", &[]), Some(7.0), "summed over labels");
+        assert_eq!(value(&s, "h_seconds_bucket", &[("le", "0.000002")]), Some(2.0), "1.5 µs is below 2 µs");
+        assert_eq!(value(&s, "h_seconds_count", &[]), Some(2.0));
+        assert!(parse("bad line here x").is_err() && parse("ok{a=\"1\"} 2\n# c").is_ok());
+    }
+}
