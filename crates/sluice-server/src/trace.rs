@@ -3,11 +3,12 @@
 //! JSON, the document shape `sluice sim --trace` writes, so a real run and
 //! its simulated twin open side by side in `ui.perfetto.dev`.
 //!
-//! Tracks: process 1, "live: applications", one thread per application,
-//! each request an async slice from arrival to answer; process 2, "live:
-//! device", each dispatch an async slice over its system call, with its
-//! file, offset, length and members in `args` (async, because the device
-//! serves several dispatches at once).
+//! Tracks: one process per application (pid `PID_APP_BASE` + its id,
+//! named after it), each request an async slice from arrival to answer on
+//! the thread of its connection; process 2, "live: device", each dispatch
+//! an async slice over its system call, with its file, offset, length and
+//! members in `args` (async, because a connection may have several
+//! requests in flight and the device serves several dispatches at once).
 //!
 //! The dispatcher appends each finished dispatch to a bounded queue
 //! (`QUEUE_MAX`; a full queue drops the record and counts it: tracing never
@@ -164,7 +165,8 @@ fn json_str(s: &str) -> String {
     o
 }
 
-const PID_APPS: u32 = 1;
+/// Application `a` is process `PID_APP_BASE + a`.
+pub const PID_APP_BASE: u32 = 1_000;
 const PID_DEVICE: u32 = 2;
 
 /// Append the events of one record to `out`, each a JSON object after
@@ -172,7 +174,7 @@ const PID_DEVICE: u32 = 2;
 fn events(r: &Record, out: &mut String) {
     match r {
         Record::App(app, name) => {
-            let _ = write!(out, ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{PID_APPS},\"tid\":{},\"ts\":0,\"args\":{{\"name\":{}}}}}", app.0, json_str(name));
+            let _ = write!(out, ",\n{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{},\"tid\":0,\"ts\":0,\"args\":{{\"name\":{}}}}}", PID_APP_BASE + app.0, json_str(name));
         }
         Record::Dispatch { id, op, file, offset, len, started, service, answered, members } => {
             let (opn, n) = (op_name(*op), members.len());
@@ -185,13 +187,13 @@ fn events(r: &Record, out: &mut String) {
             let end = *answered as f64 / 1e3;
             for m in members {
                 let (b, wait) = (m.arrival_ns as f64 / 1e3, started.saturating_sub(m.arrival_ns) as f64 / 1e3);
-                let (name, app, rid) = (size(m.len), m.app.0, m.id);
+                let (name, pid, rid, tid) = (size(m.len), PID_APP_BASE + m.app.0, m.id, m.client);
                 let _ = write!(
                     out,
-                    ",\n{{\"name\":\"{opn} {name}\",\"ph\":\"b\",\"cat\":\"request\",\"id\":\"r{rid}\",\"pid\":{PID_APPS},\"tid\":{app},\"ts\":{b},\"args\":{{\"file\":{file},\"client\":{},\"offset\":{},\"len\":{},\"dispatch\":{id},\"wait_us\":{wait}}}}}",
-                    m.client, m.offset, m.len
+                    ",\n{{\"name\":\"{opn} {name}\",\"ph\":\"b\",\"cat\":\"request\",\"id\":\"r{rid}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{b},\"args\":{{\"file\":{file},\"client\":{tid},\"offset\":{},\"len\":{},\"dispatch\":{id},\"wait_us\":{wait}}}}}",
+                    m.offset, m.len
                 );
-                let _ = write!(out, ",\n{{\"name\":\"{opn} {name}\",\"ph\":\"e\",\"cat\":\"request\",\"id\":\"r{rid}\",\"pid\":{PID_APPS},\"tid\":{app},\"ts\":{end}}}");
+                let _ = write!(out, ",\n{{\"name\":\"{opn} {name}\",\"ph\":\"e\",\"cat\":\"request\",\"id\":\"r{rid}\",\"pid\":{pid},\"tid\":{tid},\"ts\":{end}}}");
             }
         }
     }
@@ -200,7 +202,6 @@ fn events(r: &Record, out: &mut String) {
 fn write(queue: Arc<Queue>, mut f: BufWriter<File>, path: PathBuf, bytes_max: u64, on: Arc<AtomicBool>, dropped: Arc<AtomicU64>) {
     let head = format!(
         r#"{{"traceEvents":[
-{{"name":"process_name","ph":"M","pid":{PID_APPS},"tid":0,"ts":0,"args":{{"name":"live: applications"}}}},
 {{"name":"process_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"live: device"}}}},
 {{"name":"thread_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"dispatches"}}}}"#
     );
@@ -267,7 +268,8 @@ mod tests {
         let v = read(&p);
         let ev = v["traceEvents"].as_array().unwrap();
         let names: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().unwrap()).collect();
-        assert!(names.contains(&"live: applications") && names.contains(&"app \"one\""), "{names:?}");
+        assert!(names.contains(&"live: device") && names.contains(&"app \"one\""), "{names:?}");
+        assert!(ev.iter().filter(|e| e["cat"] == "request").all(|e| e["pid"] == PID_APP_BASE + 1 && e["tid"] == 3), "requests on their application's process, their connection's thread");
         let d = ev.iter().find(|e| e["cat"] == "dispatch" && e["ph"] == "b").unwrap();
         assert_eq!((d["name"].as_str().unwrap(), d["args"]["requests"].as_u64().unwrap(), d["ts"].as_f64().unwrap()), ("read 12 KiB x3", 3, 2.0));
         assert_eq!(ev.iter().filter(|e| e["cat"] == "request").count(), 6, "one begin and one end per member");

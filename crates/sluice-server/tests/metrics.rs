@@ -186,6 +186,6 @@ fn the_live_trace_holds_every_request_and_a_pause_records_nothing() {
     assert_eq!(begins("request"), 15, "10 before the pause and 5 after it");
     let members: u64 = ev.iter().filter(|e| e["cat"] == "dispatch" && e["ph"] == "b").map(|e| e["args"]["requests"].as_u64().unwrap()).sum();
     assert_eq!(members, 15, "dispatches carry exactly the traced requests");
-    assert!(ev.iter().any(|e| e["name"] == "thread_name" && e["args"]["name"] == "traced"), "the application's track is named");
+    assert!(ev.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "traced"), "the application's track is named");
     assert_eq!(doc["otherData"]["records_dropped"], 0);
 }

@@ -25,6 +25,9 @@ use sluice_device::{Access, DeviceModel, Hdd};
 
 use crate::error::{Error, ErrorKind};
 
+/// Application `a`'s requests are on process `PID_APP_BASE + a` of a live
+/// trace (`sluice_server::trace`, which this crate does not depend on).
+const PID_APP_BASE: u32 = 1_000;
 /// Bytes of a trace file `sluice what-if` reads (a live trace stops at
 /// `trace_bytes_max`, 256 MiB by default).
 pub const TRACE_FILE_BYTES_MAX: u64 = 1 << 30;
@@ -76,7 +79,6 @@ struct Ev {
     #[serde(default)]
     id: Option<String>,
     pid: u32,
-    tid: u32,
     ts: f64,
     #[serde(default)]
     args: Option<serde_json::Value>,
@@ -97,9 +99,9 @@ impl Recording {
         for e in doc.events {
             let arg = |k: &str| e.args.as_ref().and_then(|a| a.get(k)).and_then(serde_json::Value::as_u64);
             match (e.ph.as_str(), e.cat.as_deref()) {
-                ("M", _) if e.name == "thread_name" && e.pid == 1 => {
+                ("M", _) if e.name == "process_name" && e.pid >= PID_APP_BASE => {
                     if let Some(n) = e.args.as_ref().and_then(|a| a.get("name")).and_then(|v| v.as_str()) {
-                        rec.names.insert(e.tid, n.to_string());
+                        rec.names.insert(e.pid - PID_APP_BASE, n.to_string());
                     }
                 }
                 ("b", Some("request")) => {
@@ -109,7 +111,8 @@ impl Recording {
                         return Err(bad(format!("request {id} lacks file, client, offset or len (a trace from before sluice recorded them?)")));
                     };
                     let rid = id.trim_start_matches('r').parse().map_err(|_| bad(format!("request id {id:?}")))?;
-                    let req = Request { id: RequestId(rid), app: AppId(e.tid), client: ClientId(client as u32), file: FileId(file), op, offset, len: len.max(1) };
+                    let app = e.pid.checked_sub(PID_APP_BASE).ok_or_else(|| bad(format!("request {id} on process {}, not an application's (a trace from before sluice gave each application its process?)", e.pid)))?;
+                    let req = Request { id: RequestId(rid), app: AppId(app), client: ClientId(client as u32), file: FileId(file), op, offset, len: len.max(1) };
                     open.insert(id, (req, ns(e.ts)));
                 }
                 ("e", Some("request")) => {
@@ -344,8 +347,8 @@ mod tests {
     /// A two-application trace in the shape `sluice serve --trace` writes.
     fn trace() -> String {
         let mut ev = vec![
-            r#"{"name":"thread_name","ph":"M","pid":1,"tid":1,"ts":0,"args":{"name":"alpha"}}"#.to_string(),
-            r#"{"name":"thread_name","ph":"M","pid":1,"tid":2,"ts":0,"args":{"name":"beta"}}"#.to_string(),
+            r#"{"name":"process_name","ph":"M","pid":1001,"tid":0,"ts":0,"args":{"name":"alpha"}}"#.to_string(),
+            r#"{"name":"process_name","ph":"M","pid":1002,"tid":0,"ts":0,"args":{"name":"beta"}}"#.to_string(),
         ];
         // Each app: one synchronous stream of 20 x 64 KiB reads of its own
         // file, 10 us apart after each answer; dispatches take 100 us.
@@ -354,8 +357,8 @@ mod tests {
             for app in [1u64, 2] {
                 let id = k * 2 + app;
                 let (b, e) = (t, t + 100.0);
-                ev.push(format!(r#"{{"name":"read 64 KiB","ph":"b","cat":"request","id":"r{id}","pid":1,"tid":{app},"ts":{b},"args":{{"file":{app},"client":{app},"offset":{},"len":65536}}}}"#, k * 65536));
-                ev.push(format!(r#"{{"name":"read 64 KiB","ph":"e","cat":"request","id":"r{id}","pid":1,"tid":{app},"ts":{e}}}"#));
+                ev.push(format!(r#"{{"name":"read 64 KiB","ph":"b","cat":"request","id":"r{id}","pid":{},"tid":{app},"ts":{b},"args":{{"file":{app},"client":{app},"offset":{},"len":65536}}}}"#, 1000 + app, k * 65536));
+                ev.push(format!(r#"{{"name":"read 64 KiB","ph":"e","cat":"request","id":"r{id}","pid":{},"tid":{app},"ts":{e}}}"#, 1000 + app));
                 ev.push(format!(r#"{{"name":"read 64 KiB x1","ph":"b","cat":"dispatch","id":"d{id}","pid":2,"tid":0,"ts":{b},"args":{{"file":{app},"offset":{},"len":65536,"requests":1}}}}"#, k * 65536));
                 ev.push(format!(r#"{{"name":"read 64 KiB x1","ph":"e","cat":"dispatch","id":"d{id}","pid":2,"tid":0,"ts":{e}}}"#));
                 t += 100.0;
@@ -400,7 +403,7 @@ mod tests {
     fn bad_traces_are_refused_with_a_reason() {
         assert!(Recording::parse("{}").unwrap_err().to_string().contains("not a trace-event JSON"));
         assert!(Recording::parse(r#"{"traceEvents":[]}"#).unwrap_err().to_string().contains("no request"));
-        let old = r#"{"traceEvents":[{"name":"read 4 KiB","ph":"b","cat":"request","id":"r1","pid":1,"tid":1,"ts":0,"args":{"offset":0,"len":4096}}]}"#;
+        let old = r#"{"traceEvents":[{"name":"read 4 KiB","ph":"b","cat":"request","id":"r1","pid":1001,"tid":1,"ts":0,"args":{"offset":0,"len":4096}}]}"#;
         assert!(Recording::parse(old).unwrap_err().to_string().contains("lacks file, client"));
         assert!(what_if(&Recording::parse(&trace()).unwrap(), &["nope".into()], Device::Recorded).is_err());
     }
