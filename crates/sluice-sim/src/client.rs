@@ -26,9 +26,22 @@ impl World {
         let a = self.procs[p as usize].app as usize;
         self.apps[a].started += 1;
         match self.apps[a].interface {
+            Interface::Posix if self.think_before(p) > 0 => self.q.push(now + self.think_before(p), Ev::Ready(p)),
             Interface::Posix => self.proc_ready(p, now),
             Interface::Mpiio if self.apps[a].started == self.apps[a].procs => self.round_begin(a as u32, now),
             Interface::Mpiio => Ok(()),
+        }
+    }
+
+    /// The think time before process `p`'s next request: its recorded
+    /// one, else its application's (none before the first).
+    fn think_before(&self, p: u32) -> u64 {
+        let pr = &self.procs[p as usize];
+        let app = &self.apps[pr.app as usize];
+        match &app.recorded {
+            Some(r) => r.ranks.get(pr.rank as usize).and_then(|v| v.get(pr.next as usize)).map_or(0, |a| a.think_ns),
+            None if pr.next == 0 => 0,
+            None => app.think_ns,
         }
     }
 
@@ -36,14 +49,22 @@ impl World {
     pub(crate) fn proc_ready(&mut self, p: u32, now: Time) -> Result<(), Error> {
         let pr = self.procs[p as usize];
         let app = &mut self.apps[pr.app as usize];
-        if pr.next >= app.layout.requests(pr.rank) {
+        let next = match &app.recorded {
+            Some(r) => r.ranks.get(pr.rank as usize).and_then(|v| v.get(pr.next as usize)).map(|a| (a.offset, a.len, a.write, (app.file << 20) | u64::from(a.file))),
+            None => (pr.next < app.layout.requests(pr.rank)).then(|| {
+                let (off, len) = app.layout.request(pr.rank, pr.next);
+                (off, len, app.write, app.file)
+            }),
+        };
+        let Some((off, len, write, file)) = next else {
             app.finished += 1;
             if app.finished == app.procs {
                 app.done_at = Some(now);
             }
             return Ok(());
-        }
-        let (off, len) = app.layout.request(pr.rank, pr.next);
+        };
+        let pr = &mut self.procs[p as usize];
+        (pr.write, pr.file) = (write, file);
         self.begin_request(p, off, len, now)
     }
 
@@ -65,15 +86,14 @@ impl World {
 
     fn send_piece(&mut self, p: u32, now: Time) -> Result<(), Error> {
         let pr = self.procs[p as usize];
-        let app = &self.apps[pr.app as usize];
         let srv = &self.sc.server;
-        let (server, local, room) = stripe_map(pr.cursor, srv.stripe_bytes, srv.stripe_count, app.file % srv.count, srv.count);
+        let (server, local, room) = stripe_map(pr.cursor, srv.stripe_bytes, srv.stripe_count, pr.file % srv.count, srv.count);
         let piece_max = match self.sc.client.fs_piece_bytes {
             0 => u64::MAX,
             n => n,
         };
         let len = (pr.end - pr.cursor).min(room).min(piece_max);
-        let piece = Piece { proc: p, app: pr.app, server: server as u32, file: app.file, write: app.write, offset: local, len, sent_at: now, ..Piece::default() };
+        let piece = Piece { proc: p, app: pr.app, server: server as u32, file: pr.file, write: pr.write, offset: local, len, sent_at: now, ..Piece::default() };
         let id = self.pieces.insert(piece)?;
         let pr = &mut self.procs[p as usize];
         pr.cursor += len;
@@ -102,9 +122,10 @@ impl World {
     fn request_done(&mut self, p: u32, now: Time) -> Result<(), Error> {
         let pr = self.procs[p as usize];
         let app = &self.apps[pr.app as usize];
-        let (interface, write, think) = (app.interface, app.write, app.think_ns);
+        let (interface, write) = (app.interface, app.write);
+        let think = self.think_before(p);
         if let Some(t) = self.trace.as_mut() {
-            let op = if write { Op::Write } else { Op::Read };
+            let op = if pr.write { Op::Write } else { Op::Read };
             t.process_span(p, pr.req_at, now, op, pr.end - pr.start);
         }
         match interface {

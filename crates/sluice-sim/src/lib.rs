@@ -58,7 +58,7 @@ pub use engine::{EventQueue, Rng, Time};
 pub use error::{Error, ErrorKind};
 pub use plot::sweep_png;
 pub use report::{jain, size, AppReport, DeviceReport, Report, RunReport};
-pub use scenario::{AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Scenario, Server};
+pub use scenario::{AioliOverrides, App, Bounds, Recorded, RecordedAccess, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Scenario, Server};
 pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use server::device;
 pub use trace::Trace;
@@ -108,7 +108,7 @@ fn prepare(sc: &Scenario, opts: &RunOptions) -> Result<Scenario, Error> {
         s.scale = scale;
     }
     s.validate()?;
-    for a in &mut s.apps {
+    for a in s.apps.iter_mut().filter(|a| a.recorded.is_none()) {
         a.bytes = ((a.bytes as f64 * s.scale).round() as u64).max(1);
     }
     s.scale = 1.0;
@@ -147,6 +147,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             think_ns: 100_000,
             start_ns: 0,
             sweep: false,
+            recorded: None,
         })
         .collect();
     Scenario {

@@ -274,6 +274,29 @@ pub struct App {
     /// Whether the scenario's granularity sweep applies to this application.
     #[serde(default)]
     pub sweep: bool,
+    /// Recorded accesses to replay instead of `pattern` (`sluice sim
+    /// --darshan`): one list per process. Not in scenario files.
+    #[serde(skip)]
+    pub recorded: Option<std::sync::Arc<Recorded>>,
+}
+
+/// A recorded application: each process's accesses in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub ranks: Vec<Vec<RecordedAccess>>,
+}
+
+/// One recorded access.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordedAccess {
+    pub write: bool,
+    /// The application's file it goes to (an index).
+    pub file: u32,
+    pub offset: u64,
+    pub len: u64,
+    /// Wait this long before issuing it (after the previous answer; the
+    /// first one's, after the process starts).
+    pub think_ns: u64,
 }
 
 fn posix() -> Interface {

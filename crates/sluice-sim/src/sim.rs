@@ -102,6 +102,8 @@ pub(crate) struct AppRun {
     pub think_ns: u64,
     pub start_ns: u64,
     pub file: u64,
+    /// Recorded accesses replayed instead of the layout.
+    pub recorded: Option<std::sync::Arc<crate::scenario::Recorded>>,
     pub started: u64,
     pub finished: u64,
     pub round: u64,
@@ -122,6 +124,9 @@ pub(crate) struct Proc {
     pub end: u64,
     pub inflight: u32,
     pub req_at: Time,
+    /// The current request's direction and file.
+    pub write: bool,
+    pub file: u64,
     /// Two-phase messages received in the current round.
     pub recv: u64,
 }
@@ -189,6 +194,7 @@ impl World {
                 think_ns: a.think_ns,
                 start_ns: a.start_ns,
                 file: i as u64 + 1,
+                recorded: a.recorded.clone(),
                 started: 0,
                 finished: 0,
                 round: 0,

@@ -178,6 +178,51 @@ impl Recording {
         Ok(rec)
     }
 
+    /// The log's application for the simulator (`sluice sim SCENARIO
+    /// --darshan LOG`): one POSIX process per rank replaying its
+    /// accesses, each after its recorded think time (its first one after
+    /// the log's first access).
+    pub fn darshan_app(json: &str) -> Result<crate::App, Error> {
+        let rec = Recording::from_darshan(json)?;
+        let t0 = rec.requests[0].arrival;
+        let ranks = rec.requests.iter().map(|r| r.req.client.0).max().unwrap_or(0) as usize + 1;
+        if ranks as u64 > crate::PROCS_MAX {
+            return Err(bad(format!("the log has {ranks} ranks (the simulator takes {})", crate::PROCS_MAX)));
+        }
+        let mut per: Vec<Vec<Rec>> = vec![Vec::new(); ranks];
+        rec.requests.iter().for_each(|r| per[r.req.client.0 as usize].push(*r));
+        let recorded = crate::Recorded {
+            ranks: per
+                .iter()
+                .map(|v| {
+                    v.iter()
+                        .enumerate()
+                        .map(|(k, r)| {
+                            let think_ns = if k == 0 { r.arrival - t0 } else { r.arrival.saturating_sub(v[k - 1].answer) };
+                            crate::RecordedAccess { write: r.req.op == Op::Write, file: (r.req.file.0 - 1) as u32, offset: r.req.offset, len: r.req.len, think_ns }
+                        })
+                        .collect()
+                })
+                .collect(),
+        };
+        let bytes = rec.requests.iter().map(|r| r.req.len).sum();
+        let len_max = rec.requests.iter().map(|r| r.req.len).max().unwrap_or(1);
+        Ok(crate::App {
+            name: rec.name(AppId(1)),
+            procs: ranks as u64,
+            op: crate::OpName::Read,
+            pattern: crate::Pattern::Contiguous,
+            bytes,
+            granularity_bytes: len_max,
+            interface: crate::Interface::Posix,
+            aggregators: 1,
+            think_ns: 0,
+            start_ns: 0,
+            sweep: false,
+            recorded: Some(std::sync::Arc::new(recorded)),
+        })
+    }
+
     /// The device cost model the recorded dispatches imply.
     pub fn learned(&self) -> CostLearner {
         let mut l = CostLearner::new(None);
@@ -397,6 +442,24 @@ mod tests {
         let w = what_if(&rec, &["fifo".into()], Device::Recorded).unwrap();
         assert_eq!((w.rows[0].app.as_str(), w.rows[0].requests, w.rows[1].requests), ("ior", 4, 4));
         assert!(Recording::from_darshan("{}").is_err());
+    }
+
+    #[test]
+    fn a_darshan_log_runs_in_the_simulator_with_its_own_accesses() {
+        let dxt = r#"{"exe":"/bin/ior","segments":[[0,0,"w",0,1048576,0.0,0.01],[1,0,"w",1048576,1048576,0.0,0.01],[0,0,"r",0,1048576,0.02,0.03],[1,1,"r",0,4096,0.5,0.51]]}"#;
+        let app = Recording::darshan_app(dxt).unwrap();
+        assert_eq!((app.name.as_str(), app.procs, app.bytes), ("ior", 2, 3 * 1048576 + 4096));
+        let r = app.recorded.as_ref().unwrap();
+        assert_eq!(r.ranks[1][1].think_ns, 490_000_000, "rank 1 waited 0.49 s after its write");
+        assert!(r.ranks[1][1].file == 1 && !r.ranks[1][1].write && r.ranks[0][0].write);
+        let mut sc = crate::Scenario::from_toml(include_str!("../../../scenarios/live-twin.toml")).unwrap();
+        sc.apps = vec![app];
+        let (report, _) = crate::run(&sc, &crate::RunOptions { modes: vec!["fifo".into(), "aioli".into()], seed: None, scale: None, trace: false }).unwrap();
+        for run in &report.runs {
+            let (a, d) = (&run.apps[0], &run.device_stats);
+            assert_eq!((d.requests, d.bytes), (4, 3 * 1048576 + 4096), "{}: the device served every recorded access once", run.mode);
+            assert!(a.completion_s > 0.5 && a.completion_s < 1.0, "{}: the 0.49 s think time is kept: {}", run.mode, a.completion_s);
+        }
     }
 
     #[test]

@@ -39,6 +39,14 @@ pub struct SimArgs {
     /// calibrate --out`) instead of the scenario's (one dispatch at a time).
     #[arg(long)]
     device_model: Option<PathBuf>,
+    /// Replace the scenario's applications by a Darshan log's (its DXT
+    /// records: one process per rank, each access in recorded order after
+    /// its recorded think time), on the scenario's cluster.
+    #[arg(long, conflicts_with = "bench")]
+    darshan: Option<PathBuf>,
+    /// The DXT layer of the log: DXT_POSIX (default when present) or DXT_MPIIO.
+    #[arg(long, requires = "darshan")]
+    layer: Option<String>,
     /// Measure simulated events per second on a synthetic scenario.
     #[arg(long)]
     bench: bool,
@@ -60,6 +68,12 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         (None, false) => anyhow::bail!("a scenario file is required"),
     };
     let mut scenario = scenario;
+    if let Some(log) = &a.darshan {
+        let app = sluice_sim::whatif::Recording::darshan_app(&super::darshan::dxt_json(log, a.layer.as_deref())?)?;
+        scenario.apps = vec![app];
+        scenario.sweep_granularity_bytes.clear();
+        scenario.name = format!("{} with {}", scenario.name, log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
+    }
     if let Some(p) = &a.device_model {
         let m = sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?;
         let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
