@@ -198,3 +198,34 @@ fn sim_replays_a_darshan_log_on_a_scenarios_cluster() {
         assert_eq!(run["apps"][0]["name"], "ior");
     }
 }
+
+/// The log made here (tests/data/README.md): 4 ranks, MPI-IO collective
+/// writes and POSIX reads.
+fn ckpt_log() -> String {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/ckpt-4ranks.darshan").to_str().unwrap().to_string()
+}
+
+#[test]
+fn the_log_made_here_round_trips_through_what_if_sim_and_bench() {
+    let python = venv_python();
+    let log = ckpt_log();
+    let (ops, bytes) = log_counters(&python, &log);
+    assert_eq!((ops, bytes), (41, 4_194_344), "the log's own POSIX counters");
+    let dir = tempfile::tempdir().unwrap();
+    let json = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    let run = |args: &[&str]| {
+        let out = Command::new(SLUICE).args(args).env("SLUICE_PYTHON", &python).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let load = |n: &str| -> serde_json::Value { serde_json::from_str(&std::fs::read_to_string(json(n)).unwrap()).unwrap() };
+    run(&["what-if", &log, "--device", "hdd7200", "--json", &json("w.json")]);
+    let w = load("w.json");
+    assert_eq!((w["requests"].as_u64(), w["streams"].as_u64()), (Some(ops), Some(4)));
+    let scenario = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/live-twin.toml");
+    run(&["sim", scenario.to_str().unwrap(), "--darshan", &log, "--policy", "fifo", "--json", &json("s.json")]);
+    let s = load("s.json");
+    assert_eq!((s["runs"][0]["device_stats"]["requests"].as_u64(), s["runs"][0]["device_stats"]["bytes"].as_u64()), (Some(ops), Some(bytes)));
+    run(&["bench", "custom", "--darshan", &log, "--policies", "direct,aioli", "--json", &json("b.json")]);
+    let b = load("b.json");
+    assert!(b["runs"].as_array().unwrap().iter().all(|r| r["apps"][0]["procs"] == 4 && r["apps"][0]["bytes"].as_u64() == Some(bytes)));
+}
