@@ -1,7 +1,10 @@
-//! `sluice what-if` on a trace recorded by a real `sluice serve --trace`
-//! (emulated 7200 rpm disk, fifo) while two real clients read their own
-//! files in turn: every recorded request is replayed once, the fifo replay
-//! lands near the recorded run, and aioli would have finished sooner.
+//! Recorded workloads replayed: `sluice what-if` on a trace recorded by a
+//! real `sluice serve --trace` (emulated 7200 rpm disk, fifo) while two real
+//! clients read their own files in turn (every recorded request replayed
+//! once, the fifo replay near the recorded run, aioli sooner); Darshan logs
+//! (pydarshan's IOR log and one made here) through `what-if`, `sim
+//! --darshan` and `bench custom --darshan`, checked against the logs' own
+//! POSIX counters; and SIGUSR1 pausing the live trace of `sluice serve`.
 
 mod common;
 
@@ -228,4 +231,50 @@ fn the_log_made_here_round_trips_through_what_if_sim_and_bench() {
     run(&["bench", "custom", "--darshan", &log, "--policies", "direct,aioli", "--json", &json("b.json")]);
     let b = load("b.json");
     assert!(b["runs"].as_array().unwrap().iter().all(|r| r["apps"][0]["procs"] == 4 && r["apps"][0]["bytes"].as_u64() == Some(bytes)));
+}
+
+#[test]
+fn sigusr1_pauses_and_resumes_the_live_trace_of_sluice_serve() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::Builder::new().prefix("sluice-usr1-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::create_dir(dir.path().join("root")).unwrap();
+    let addr = format!("unix:{}", dir.path().join("s.sock").display());
+    let trace = dir.path().join("t.json");
+    let mut serve = Command::new(SLUICE)
+        .args(["serve", "--root", dir.path().join("root").to_str().unwrap(), "--listen", &addr, "--trace", trace.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(serve.stdout.take().unwrap());
+    let mut expect = |what: &str| {
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap() > 0 {
+            if line.contains(what) {
+                return;
+            }
+            line.clear();
+        }
+        panic!("sluice serve never said {what:?}");
+    };
+    expect("tracing to");
+    let c = Client::connect_with(&addr, ConnectOptions { app: Some("usr1".into()), ..ConnectOptions::default() }).unwrap();
+    let fd = c.open("f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    let write = |n: u64| (0..n).for_each(|i| assert_eq!(c.pwrite(fd, b"0123456789", i * 10).unwrap(), 10));
+    let signal = |sig| {
+        // SAFETY: signalling our own child.
+        assert_eq!(unsafe { libc::kill(serve.id() as i32, sig) }, 0);
+    };
+    write(3);
+    signal(libc::SIGUSR1);
+    expect("tracing paused");
+    write(4);
+    signal(libc::SIGUSR1);
+    expect("tracing resumed");
+    write(2);
+    drop(c);
+    signal(libc::SIGINT);
+    assert!(serve.wait().unwrap().success());
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let traced = doc["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "request" && e["ph"] == "b").count();
+    assert_eq!(traced, 5, "3 before the pause and 2 after it");
 }
