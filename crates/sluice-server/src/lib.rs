@@ -137,7 +137,12 @@ impl Server {
             root,
             clock: Clock::new(),
             files: Arc::new(Mutex::new(FileTable::new(config.limits.files_open_max))),
-            apps: Arc::new(Mutex::new(AppTable::new(apps_max))),
+            apps: Arc::new(Mutex::new({
+                let mut t = AppTable::new(apps_max);
+                // Before the first connection, so every application has its detail.
+                t.set_detailed(config.metrics.is_some());
+                t
+            })),
             stopping: AtomicBool::new(false),
             key,
             server_uid: ident::server_uid(),
@@ -183,7 +188,6 @@ impl Server {
         }
         let mut handle = ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path, metrics: None, tracing };
         if let Some(m) = handle.shared.config.metrics.clone() {
-            lock(&handle.shared.apps).set_detailed(true);
             handle.metrics = Some(metrics::start(&handle.shared, &handle.waker, &m)?);
         }
         Ok(handle)
@@ -288,7 +292,8 @@ impl ServerHandle {
     }
 
     /// Pause (`false`) or resume (`true`) the live trace; false when the
-    /// server has no trace. A trace stopped at its size bound stays stopped.
+    /// server has no trace. A trace that reached `trace_bytes_max` records
+    /// nothing more, resumed or not.
     pub fn set_tracing(&self, on: bool) -> bool {
         self.tracing.as_ref().map(|t| t.store(on, Ordering::Relaxed)).is_some()
     }
