@@ -112,6 +112,25 @@ impl Backend {
     }
 }
 
+/// Say `ready`, then wait for the runner's `go` (the common start).
+fn ready_then_go() -> Result<(), WorkloadError> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))?;
+    let mut go = String::new();
+    std::io::stdin().lock().read_line(&mut go).map_err(|e| WorkloadError::io("stdin".into(), e))?;
+    if go.trim() != "go" {
+        return Err(WorkloadError::usage("the runner went away before the start".into()));
+    }
+    Ok(())
+}
+
+/// The one JSON line a finished rank prints.
+fn report(result: &WorkerResult) -> Result<(), WorkloadError> {
+    let line = serde_json::to_string(result).expect("plain struct serialises");
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))
+}
+
 /// Run one rank: the body of `sluice bench worker`.
 pub fn run_worker() -> Result<(), WorkloadError> {
     let text = std::env::var(SPEC_ENV).map_err(|_| WorkloadError::usage(format!("{SPEC_ENV} is not set: this command is started by `sluice bench`")))?;
@@ -123,13 +142,7 @@ pub fn run_worker() -> Result<(), WorkloadError> {
     let backend = Backend::open(&spec)?;
     let mut buf = AlignedBuf::new(spec.app.granularity as usize);
     buf.slice(spec.app.granularity as usize).fill(0x5a ^ spec.rank as u8);
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))?;
-    let mut go = String::new();
-    std::io::stdin().lock().read_line(&mut go).map_err(|e| WorkloadError::io("stdin".into(), e))?;
-    if go.trim() != "go" {
-        return Err(WorkloadError::usage("the runner went away before the start".into()));
-    }
+    ready_then_go()?;
     let mut result = WorkerResult::default();
     for (offset, len) in pieces {
         let done = backend.access(spec.app.op, buf.slice(len as usize), offset)?;
@@ -139,8 +152,7 @@ pub fn run_worker() -> Result<(), WorkloadError> {
         result.bytes += len;
         result.requests += 1;
     }
-    let line = serde_json::to_string(&result).expect("plain struct serialises");
-    writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))
+    report(&result)
 }
 
 /// Files one replaying rank has open, on its target.
@@ -173,13 +185,7 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
     let len_max = log.access_bytes_max() as usize;
     let mut buf = AlignedBuf::new(len_max);
     buf.slice(len_max).fill(0x5a ^ spec.rank as u8);
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "ready").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))?;
-    let mut go = String::new();
-    std::io::stdin().lock().read_line(&mut go).map_err(|e| WorkloadError::io("stdin".into(), e))?;
-    if go.trim() != "go" {
-        return Err(WorkloadError::usage("the runner went away before the start".into()));
-    }
+    ready_then_go()?;
     let mut result = WorkerResult::default();
     for a in mine {
         if a.think_ns > 0 {
@@ -198,6 +204,5 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
         result.bytes += a.len;
         result.requests += 1;
     }
-    let line = serde_json::to_string(&result).expect("plain struct serialises");
-    writeln!(out, "{line}").and_then(|_| out.flush()).map_err(|e| WorkloadError::io("stdout".into(), e))
+    report(&result)
 }
