@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: all build test demo deps venv bench-scheduler clean
+.PHONY: all build test demo deps venv python bench-scheduler clean
 
 all: build
 
@@ -13,20 +13,27 @@ build:
 deps:
 	@bash scripts/deps.sh
 
-# The project venv: Python packages the tests use. `darshan` (pydarshan,
-# which bundles darshan-util's reader) lets `sluice what-if` read Darshan
-# logs; it also ships the real DXT logs the tests replay.
+# The project venv, on Debian's Python so that Debian's mpi4py (built for
+# its OpenMPI) is seen: `darshan` (pydarshan, which bundles darshan-util's
+# reader) lets `sluice what-if` read Darshan logs and ships the DXT logs the
+# tests replay; pytest runs the Python package's tests.
 VENV := .venv
+PYTHON_SYS ?= /usr/bin/python3
 venv: $(VENV)/.ready
 
 $(VENV)/.ready:
-	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check darshan
+	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check darshan pytest
 	touch $@
 
+# The Python package (python/: maturin + PyO3), built into the venv.
+python: venv
+	CARGO_TARGET_DIR=$(CURDIR)/target/python $(VENV)/bin/pip install -q --disable-pip-version-check ./python
+
 # Build first: tests start the `sluice` binary and preload its library.
-test: deps venv build
+test: deps venv build python
 	$(CARGO) test --workspace --release --no-fail-fast
+	mpirun --allow-run-as-root --oversubscribe -np 4 $(VENV)/bin/python -m pytest -q -p no:cacheprovider python/tests
 
 demo: build
 	@bash scripts/demo.sh

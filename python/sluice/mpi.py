@@ -1,0 +1,447 @@
+"""MPI-IO semantics over sluice, for mpi4py programs.
+
+A :class:`File` is opened collectively by a communicator's ranks. Each rank
+sees the file through a *view* (``set_view(disp, etype, filetype)``, as in
+MPI-IO): the bytes of its data stream go, in order, to the bytes the
+filetype selects, tiled from ``disp`` on. Filetypes are mpi4py datatypes
+(subarray, vector, indexed, ...) or numpy dtypes; they are flattened into
+byte runs with MPI's own ``Pack``, so any derived type works as OpenMPI
+reads it.
+
+Independent calls (``read_at``/``write_at``, ``read``/``write``) turn a
+rank's part into one list request to the server. Collective calls
+(``read_at_all``/``write_at_all``, ``read_all``/``write_all``) aggregate:
+
+- ``scheme="two-phase"`` (ROMIO's): the ranks' union range is split evenly
+  into one file domain per aggregator; every rank sends each aggregator the
+  pieces (and, for writes, the bytes) of its domain (one ``Alltoallv``);
+  each aggregator merges them into contiguous runs and moves them with as
+  few list requests as it can; reads come back the same way.
+- ``scheme="independent"``: no aggregation (each rank's own list request);
+  the baseline.
+
+The number of aggregators follows the seed's rule (Chaarawi and Gabriel):
+with ``k`` the bytes one aggregator should move per call (the write
+saturation size; OMPIO's ``bytes_per_agg`` default, 32 MiB), start from
+``ceil(total / k)`` groups of consecutive ranks, then split a group whose
+share is above ``k`` and join neighbours whose shares together stay at or
+below ``k``. ``File.groups`` reports the last choice.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ._sluice import Client
+
+#: Bytes one aggregator moves per collective call before another is added
+#: (OMPIO's ``bytes_per_agg`` default).
+K_BYTES_DEFAULT = 32 << 20
+#: Pieces in one list request (the protocol's ``LIST_PIECES_MAX``).
+LIST_PIECES_MAX = 4096
+#: Bytes in one list request (below the protocol's 64 MiB ``IO_BYTES_MAX``).
+LIST_BYTES_MAX = 32 << 20
+SCHEMES = ("two-phase", "independent")
+
+
+def flatten(datatype: MPI.Datatype) -> np.ndarray:
+    """The byte offsets one instance of ``datatype`` selects, in typemap
+    order (MPI's own ``Pack`` does the walk, so every constructor works)."""
+    lb, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    size = datatype.Get_size()
+    span = max(true_lb + true_extent, lb + extent)
+    pos = np.arange(span, dtype=np.int64)
+    offsets = np.zeros(size, dtype=np.int64)
+    shift = 0
+    while True:
+        plane = ((pos >> shift) & 0xFF).astype(np.uint8)
+        out = np.empty(size, dtype=np.uint8)
+        datatype.Pack(plane[: lb + extent], out, 0, MPI.COMM_SELF)
+        offsets |= out.astype(np.int64) << shift
+        shift += 8
+        if span >> shift == 0:
+            return offsets
+
+
+def runs_of(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Coalesce byte offsets into runs ``(starts, lengths)``, in order."""
+    if len(offsets) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    breaks = np.nonzero(np.diff(offsets) != 1)[0] + 1
+    starts = offsets[np.concatenate(([0], breaks))]
+    ends = np.concatenate((breaks, [len(offsets)]))
+    lengths = ends - np.concatenate(([0], breaks))
+    return starts.astype(np.int64), lengths.astype(np.int64)
+
+
+def choose_groups(shares: list[int], k: int) -> list[list[int]]:
+    """Groups of consecutive ranks, each to be served by one aggregator.
+
+    ``shares``: the bytes each rank moves. Start from ``ceil(total / k)``
+    groups of equal rank counts; split a group whose bytes exceed ``k``
+    (while it has more than one rank); join neighbours whose bytes together
+    stay at or below ``k``.
+    """
+    n, total = len(shares), sum(shares)
+    if n == 0:
+        return []
+    count = min(n, max(1, math.ceil(total / max(k, 1))))
+    bounds = [round(i * n / count) for i in range(count + 1)]
+    groups = [list(range(bounds[i], bounds[i + 1])) for i in range(count) if bounds[i] < bounds[i + 1]]
+    size = lambda g: sum(shares[r] for r in g)  # noqa: E731
+    out: list[list[int]] = []
+    for g in groups:  # split
+        stack = [g]
+        while stack:
+            h = stack.pop(0)
+            if size(h) > k and len(h) > 1:
+                stack[:0] = [h[: len(h) // 2], h[len(h) // 2 :]]
+            else:
+                out.append(h)
+    joined = [out[0]]
+    for g in out[1:]:  # join
+        if size(joined[-1]) + size(g) <= k:
+            joined[-1] = joined[-1] + g
+        else:
+            joined.append(g)
+    return joined
+
+
+@dataclass
+class View:
+    disp: int
+    etype_size: int
+    starts: np.ndarray  # runs of one filetype instance, relative
+    lengths: np.ndarray
+    cum: np.ndarray  # stream bytes before each run
+    size: int  # stream bytes per filetype instance
+    extent: int
+
+    def file_runs(self, stream_at: int, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """The file runs ``(offsets, lengths)`` that stream bytes
+        ``[stream_at, stream_at + nbytes)`` go to, in stream order."""
+        if nbytes <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        end = stream_at + nbytes
+        first, last = stream_at // self.size, (end - 1) // self.size
+        offs, lens = [], []
+
+        def part(tile: int, lo: int, hi: int) -> None:
+            """Tile `tile`'s runs covering its stream bytes [lo, hi)."""
+            i0 = int(np.searchsorted(self.cum, lo, side="right")) - 1
+            i1 = int(np.searchsorted(self.cum, hi, side="left"))
+            s = self.starts[i0:i1].copy()
+            n = self.lengths[i0:i1].copy()
+            front = lo - int(self.cum[i0])
+            s[0] += front
+            n[0] -= front
+            n[-1] -= int(self.cum[i1 - 1] + self.lengths[i1 - 1]) - hi
+            offs.append(self.disp + tile * self.extent + s)
+            lens.append(n)
+
+        if first == last:
+            part(first, stream_at - first * self.size, end - first * self.size)
+        else:
+            part(first, stream_at - first * self.size, self.size)
+            middle = np.arange(first + 1, last, dtype=np.int64)
+            if len(middle):
+                offs.append((self.disp + middle[:, None] * self.extent + self.starts[None, :]).reshape(-1))
+                lens.append(np.broadcast_to(self.lengths, (len(middle), len(self.lengths))).reshape(-1))
+            part(last, 0, end - last * self.size)
+        o, n = np.concatenate(offs).astype(np.int64), np.concatenate(lens).astype(np.int64)
+        # Runs of consecutive tiles may touch: merge them.
+        touching = o[1:] == o[:-1] + n[:-1]
+        if touching.any():
+            heads = np.nonzero(np.concatenate(([True], ~touching)))[0]
+            o, n = o[heads], np.add.reduceat(n, heads)
+        return o, n
+
+
+def _as_bytes(buf) -> np.ndarray:
+    """A buffer's bytes as a flat uint8 array (no copy)."""
+    return np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+
+
+def _merge(offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sort pieces by offset and merge touching ones: ``(offsets, lengths,
+    order)``, ``order`` the sorting permutation of the input pieces."""
+    order = np.argsort(offs, kind="stable")
+    o, n = offs[order], lens[order]
+    if len(o) == 0:
+        return o, n, order
+    touching = o[1:] == (o[:-1] + n[:-1])
+    starts = np.nonzero(np.concatenate(([True], ~touching)))[0]
+    merged_off = o[starts]
+    merged_len = np.add.reduceat(n, starts)
+    return merged_off, merged_len, order
+
+
+class File:
+    """A file opened collectively on a sluice server (see the module docs)."""
+
+    def __init__(self, comm: MPI.Comm, client: Client, fd: int, scheme: str, k_bytes: int):
+        self.comm, self.client, self.fd = comm, client, fd
+        self.scheme, self.k_bytes = scheme, k_bytes
+        self.view = View(0, 1, np.zeros(1, np.int64), np.ones(1, np.int64), np.zeros(1, np.int64), 1, 1)
+        self.position = 0  # individual file pointer, in etypes
+        #: The rank groups of the last collective call, one aggregator each.
+        self.groups: list[list[int]] = []
+
+    @classmethod
+    def open(cls, comm: MPI.Comm, path: str, amode: int = MPI.MODE_RDONLY, server: str | None = None, scheme: str = "two-phase", k_bytes: int = K_BYTES_DEFAULT) -> "File":
+        """Open ``path`` on ``server`` (default ``$SLUICE_SERVER``) on every
+        rank of ``comm``; ``amode`` as MPI's (``MPI.MODE_CREATE |
+        MPI.MODE_RDWR``...). Rank 0 creates the file before the others open."""
+        if scheme not in SCHEMES:
+            raise ValueError(f"scheme {scheme!r}: one of {SCHEMES}")
+        server = server or os.environ.get("SLUICE_SERVER")
+        if not server:
+            raise ValueError("no server: pass server= or set SLUICE_SERVER")
+        flags = os.O_RDWR if amode & MPI.MODE_RDWR else (os.O_WRONLY if amode & MPI.MODE_WRONLY else os.O_RDONLY)
+        client = Client(server, client_id=comm.Get_rank())
+        err = None
+        if comm.Get_rank() == 0 and amode & MPI.MODE_CREATE:
+            try:
+                client.close(client.open(path, flags | os.O_CREAT, 0o644))
+            except OSError as e:
+                err = e
+        err = comm.bcast(err, root=0)
+        if err:
+            raise err
+        fd = client.open(path, flags, 0o644)
+        return cls(comm, client, fd, scheme, k_bytes)
+
+    def close(self) -> None:
+        self.comm.Barrier()
+        self.client.close(self.fd)
+
+    def __enter__(self) -> "File":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- views ---------------------------------------------------------
+
+    def set_view(self, disp: int = 0, etype=MPI.BYTE, filetype=None) -> None:
+        """``etype``/``filetype``: mpi4py datatypes or numpy dtypes (a dtype
+        stands for a contiguous type of its size). Resets the file pointer."""
+        etype = _datatype(etype)
+        filetype = _datatype(filetype) if filetype is not None else etype
+        offsets = flatten(filetype)
+        starts, lengths = runs_of(offsets)
+        cum = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        _, extent = filetype.Get_extent()
+        self.view = View(disp, etype.Get_size(), starts, lengths, cum, int(filetype.Get_size()), int(extent))
+        self.position = 0
+
+    def _runs(self, offset: int, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.view.file_runs(offset * self.view.etype_size, nbytes)
+
+    # ---- independent ---------------------------------------------------
+
+    def write_at(self, offset: int, buf) -> int:
+        data = _as_bytes(buf)
+        offs, lens = self._runs(offset, data.nbytes)
+        return _list_io(self.client, self.fd, offs, lens, data, write=True)
+
+    def read_at(self, offset: int, buf) -> int:
+        data = _as_bytes(buf)
+        offs, lens = self._runs(offset, data.nbytes)
+        return _list_io(self.client, self.fd, offs, lens, data, write=False)
+
+    def write(self, buf) -> int:
+        n = self.write_at(self.position, buf)
+        self.position += n // self.view.etype_size
+        return n
+
+    def read(self, buf) -> int:
+        n = self.read_at(self.position, buf)
+        self.position += n // self.view.etype_size
+        return n
+
+    # ---- collective ----------------------------------------------------
+
+    def write_at_all(self, offset: int, buf) -> int:
+        return self._collective(offset, _as_bytes(buf), write=True)
+
+    def read_at_all(self, offset: int, buf) -> int:
+        return self._collective(offset, _as_bytes(buf), write=False)
+
+    def write_all(self, buf) -> int:
+        n = self.write_at_all(self.position, buf)
+        self.position += n // self.view.etype_size
+        return n
+
+    def read_all(self, buf) -> int:
+        n = self.read_at_all(self.position, buf)
+        self.position += n // self.view.etype_size
+        return n
+
+    def _collective(self, offset: int, data: np.ndarray, write: bool) -> int:
+        comm = self.comm
+        offs, lens = self._runs(offset, data.nbytes)
+        if self.scheme == "independent":
+            n = _list_io(self.client, self.fd, offs, lens, data, write)
+            _raise_any(comm, None)
+            return n
+        # Who aggregates: one rank per group, groups from the byte shares.
+        shares = comm.allgather(int(data.nbytes))
+        self.groups = choose_groups(shares, self.k_bytes)
+        aggs = [g[len(g) // 2] for g in self.groups]
+        lo = comm.allreduce(int(offs.min()) if len(offs) else np.iinfo(np.int64).max, op=MPI.MIN)
+        hi = comm.allreduce(int((offs + lens).max()) if len(offs) else 0, op=MPI.MAX)
+        if hi <= lo:
+            return 0
+        # File domains: [lo, hi) split evenly, one per aggregator.
+        cuts = [lo + (hi - lo) * i // len(aggs) for i in range(len(aggs) + 1)]
+        # My pieces, cut at domain bounds, per aggregator; with where their
+        # bytes sit in my stream.
+        pos = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+        p_off, p_len, p_pos, p_dom = _cut(offs, lens, pos, np.array(cuts[1:-1], dtype=np.int64))
+        size = comm.Get_size()
+        send_pieces = [None] * size
+        for d, a in enumerate(aggs):
+            sel = p_dom == d
+            send_pieces[a] = (p_off[sel], p_len[sel], p_pos[sel])
+        for r in range(size):
+            if send_pieces[r] is None:
+                send_pieces[r] = (np.zeros(0, np.int64),) * 3
+        got = comm.alltoall([(o, l) for o, l, _ in send_pieces])
+        me = comm.Get_rank()
+        err = None
+        if write:
+            # Data in piece order, per destination.
+            order = [np.concatenate([np.arange(s, s + n) for s, n in zip(p, l)]) if len(p) else np.zeros(0, np.int64) for _, l, p in send_pieces]
+            counts = [len(o) for o in order]
+            sendbuf = data[np.concatenate(order)] if sum(counts) else np.zeros(0, np.uint8)
+            rcounts = [int(l.sum()) for _, l in got]
+            recvbuf = np.empty(sum(rcounts), np.uint8)
+            comm.Alltoallv([sendbuf, counts], [recvbuf, rcounts])
+            if me in aggs:
+                all_off = np.concatenate([o for o, _ in got]) if got else np.zeros(0, np.int64)
+                all_len = np.concatenate([l for _, l in got]) if got else np.zeros(0, np.int64)
+                try:
+                    _aggregate_write(self.client, self.fd, all_off, all_len, recvbuf)
+                except OSError as e:
+                    err = e
+            _raise_any(comm, err)
+            return int(data.nbytes)
+        # Read: aggregators read their domains' pieces and send them back.
+        replies = [np.zeros(0, np.uint8) for _ in range(size)]
+        if me in aggs:
+            try:
+                all_off = np.concatenate([o for o, _ in got])
+                all_len = np.concatenate([l for _, l in got])
+                buf = _aggregate_read(self.client, self.fd, all_off, all_len)
+                at = 0
+                for r, (o, l) in enumerate(got):
+                    n = int(l.sum())
+                    replies[r] = buf[at : at + n]
+                    at += n
+            except OSError as e:
+                err = e
+        _raise_any(comm, err)
+        scounts = [len(x) for x in replies]
+        sendbuf = np.concatenate(replies) if sum(scounts) else np.zeros(0, np.uint8)
+        rcounts = [int(l.sum()) for _, l, _ in send_pieces]
+        recvbuf = np.empty(sum(rcounts), np.uint8)
+        comm.Alltoallv([sendbuf, scounts], [recvbuf, rcounts])
+        at = 0
+        for _, l, p in send_pieces:
+            for s, n in zip(p, l):
+                data[s : s + n] = recvbuf[at : at + n]
+                at += n
+        return int(data.nbytes)
+
+
+def _datatype(t) -> MPI.Datatype:
+    if isinstance(t, MPI.Datatype):
+        return t
+    dt = np.dtype(t)
+    return MPI.BYTE.Create_contiguous(dt.itemsize).Commit()
+
+
+def _cut(offs, lens, pos, cuts):
+    """Cut pieces at the domain bounds ``cuts``: ``(offsets, lengths,
+    stream positions, domain index)``."""
+    o_out, l_out, p_out, d_out = [], [], [], []
+    for o, n, p in zip(offs.tolist(), lens.tolist(), pos.tolist()):
+        end = o + n
+        d = int(np.searchsorted(cuts, o, side="right"))
+        while o < end:
+            bound = int(cuts[d]) if d < len(cuts) else end
+            take = min(end, bound) - o
+            if take > 0:
+                o_out.append(o), l_out.append(take), p_out.append(p), d_out.append(d)
+                o, p = o + take, p + take
+            d += 1
+    a = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
+    return a(o_out), a(l_out), a(p_out), a(d_out)
+
+
+def _chunks(offs: np.ndarray, lens: np.ndarray):
+    """Consecutive slices of pieces that fit one list request."""
+    start, total = 0, 0
+    for i, n in enumerate(lens.tolist()):
+        if i > start and (i - start >= LIST_PIECES_MAX or total + n > LIST_BYTES_MAX):
+            yield start, i
+            start, total = i, 0
+        total += n
+    if start < len(lens):
+        yield start, len(lens)
+
+
+def _list_io(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray, data: np.ndarray, write: bool) -> int:
+    """Move ``data`` to or from the pieces, in list requests."""
+    done, at = 0, 0
+    for a, b in _chunks(offs, lens):
+        pieces = list(zip(offs[a:b].tolist(), lens[a:b].tolist()))
+        n = int(lens[a:b].sum())
+        part = data[at : at + n]
+        done += client.write_list(fd, pieces, part) if write else client.read_list(fd, pieces, part)
+        at += n
+    return done
+
+
+def _aggregate_write(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray, data: np.ndarray) -> None:
+    """Write pieces (in the order their bytes sit in ``data``) as merged runs."""
+    if len(offs) == 0:
+        return
+    order = np.argsort(offs, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    sorted_data = np.concatenate([data[starts[i] : starts[i] + lens[i]] for i in order])
+    m_off, m_len, _ = _merge(offs, lens)
+    _list_io(client, fd, m_off, m_len, sorted_data, write=True)
+
+
+def _aggregate_read(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Read merged runs covering the pieces; their bytes in the pieces' order."""
+    if len(offs) == 0:
+        return np.zeros(0, np.uint8)
+    m_off, m_len, order = _merge(offs, lens)
+    buf = np.empty(int(m_len.sum()), np.uint8)
+    _list_io(client, fd, m_off, m_len, buf, write=False)
+    # Where each sorted piece sits in `buf`.
+    sorted_off, sorted_len = offs[order], lens[order]
+    run_of = np.searchsorted(m_off, sorted_off, side="right") - 1
+    run_at = np.concatenate(([0], np.cumsum(m_len)[:-1]))
+    piece_at = run_at[run_of] + (sorted_off - m_off[run_of])
+    out_at = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    out = np.empty(int(lens.sum()), np.uint8)
+    for k, i in enumerate(order):
+        out[out_at[i] : out_at[i] + lens[i]] = buf[piece_at[k] : piece_at[k] + sorted_len[k]]
+    return out
+
+
+def _raise_any(comm: MPI.Comm, err: BaseException | None) -> None:
+    """Raise on every rank if any rank failed (collective semantics)."""
+    errs = [e for e in comm.allgather(err) if e is not None]
+    if errs:
+        raise errs[0]

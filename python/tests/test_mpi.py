@@ -1,0 +1,106 @@
+"""sluice.mpi against OpenMPI's own MPI-IO, on 4 ranks (mpirun -np 4):
+views with subarray and vector filetypes write the same bytes as
+`MPI.File.Write_all` and read them back, with every scheme; the
+aggregator groups follow the split/join rule."""
+
+import os
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from sluice.mpi import File, choose_groups
+
+SCHEMES = ["two-phase", "independent"]
+GX, GY = 64, 48  # global 2-D array of float64, BLOCK x BLOCK over 2 x 2 ranks
+
+
+def block(comm):
+    rank = comm.Get_rank()
+    px, py = rank // 2, rank % 2
+    lx, ly = GX // 2, GY // 2
+    local = (np.arange(lx * ly, dtype=np.float64).reshape(lx, ly) + 1000 * rank)
+    sub = MPI.DOUBLE.Create_subarray([GX, GY], [lx, ly], [px * lx, py * ly]).Commit()
+    return local, sub
+
+
+def reference(comm, root, name, disp, filetype, data):
+    """Write `data` with OpenMPI's MPI-IO (Write_all through the view)."""
+    fh = MPI.File.Open(comm, os.path.join(root, name), MPI.MODE_CREATE | MPI.MODE_WRONLY)
+    fh.Set_view(disp, MPI.DOUBLE, filetype)
+    fh.Write_all(data)
+    fh.Close()
+
+
+def same_file(comm, root, a, b):
+    ok = None
+    if comm.Get_rank() == 0:
+        ok = open(os.path.join(root, a), "rb").read() == open(os.path.join(root, b), "rb").read()
+    return comm.bcast(ok, root=0)
+
+
+@pytest.fixture(autouse=True)
+def four_ranks(comm):
+    if comm.Get_size() != 4:
+        pytest.skip("run with mpirun -np 4")
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_subarray_view_matches_openmpi_and_reads_back(server, comm, scheme):
+    addr, root = server
+    local, sub = block(comm)
+    reference(comm, root, f"ref-sub-{scheme}.bin", 0, sub, local)
+    with File.open(comm, f"sl-sub-{scheme}.bin", MPI.MODE_CREATE | MPI.MODE_RDWR, server=addr, scheme=scheme) as f:
+        f.set_view(0, MPI.DOUBLE, sub)
+        assert f.write_all(local) == local.nbytes
+    assert same_file(comm, root, f"ref-sub-{scheme}.bin", f"sl-sub-{scheme}.bin"), "the same bytes as OpenMPI's Write_all"
+    for name in (f"sl-sub-{scheme}.bin", f"ref-sub-{scheme}.bin"):
+        back = np.zeros_like(local)
+        with File.open(comm, name, MPI.MODE_RDONLY, server=addr, scheme=scheme) as f:
+            f.set_view(0, MPI.DOUBLE, sub)
+            f.read_all(back)
+        assert np.array_equal(back, local), name
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_vector_view_with_displacement_matches_openmpi(server, comm, scheme):
+    addr, root = server
+    rank, blk = comm.Get_rank(), 16
+    data = np.arange(8 * blk, dtype=np.float64) + 10_000 * rank
+    vec = MPI.DOUBLE.Create_vector(8, blk, 4 * blk).Commit()
+    disp = rank * blk * 8
+    reference(comm, root, f"ref-vec-{scheme}.bin", disp, vec, data)
+    with File.open(comm, f"sl-vec-{scheme}.bin", MPI.MODE_CREATE | MPI.MODE_RDWR, server=addr, scheme=scheme) as f:
+        f.set_view(disp, MPI.DOUBLE, vec)
+        f.write_at_all(0, data)
+        back = np.zeros_like(data)
+        f.read_at_all(0, back)
+        assert np.array_equal(back, data)
+        # Independent access at an offset inside the view.
+        half = np.zeros(4 * blk)
+        f.read_at(4 * blk, half)
+        assert np.array_equal(half, data[4 * blk :])
+    assert same_file(comm, root, f"ref-vec-{scheme}.bin", f"sl-vec-{scheme}.bin")
+
+
+def test_aggregator_groups_follow_k(server, comm):
+    addr, root = server
+    local, sub = block(comm)  # 6 KiB per rank, 24 KiB in all
+    with File.open(comm, "groups.bin", MPI.MODE_CREATE | MPI.MODE_RDWR, server=addr, k_bytes=8 << 10) as f:
+        f.set_view(0, MPI.DOUBLE, sub)
+        f.write_all(local)
+        assert f.groups == [[0], [1], [2], [3]], "6 KiB shares with k = 8 KiB: no two fit one aggregator"
+    with File.open(comm, "groups.bin", MPI.MODE_RDWR, server=addr, k_bytes=12 << 10) as f:
+        f.set_view(0, MPI.DOUBLE, sub)
+        back = np.zeros_like(local)
+        f.read_all(back)
+        assert f.groups == [[0, 1], [2, 3]] and np.array_equal(back, local)
+
+
+def test_split_and_join_on_synthetic_k():
+    assert choose_groups([10] * 8, 35) == [[0, 1, 2], [3, 4], [5, 6, 7]]
+    assert choose_groups([100] * 4, 50) == [[0], [1], [2], [3]], "a share above k stays alone"
+    assert choose_groups([1] * 6, 100) == [[0, 1, 2, 3, 4, 5]], "all below k: one aggregator"
+    assert choose_groups([40, 1, 1, 40], 45) == [[0, 1], [2, 3]], "two groups of 41 bytes: neither splits nor joins"
+    assert choose_groups([1, 1, 1, 1, 80], 50) == [[0, 1, 2, 3], [4]], "the heavy group splits down to its heavy rank, the light ones join"
+    assert choose_groups([], 10) == []
