@@ -180,7 +180,10 @@ impl World {
             let two_phase = TwoPhase { bytes: a.bytes, aggregators: a.aggregators, cb_bytes: self.sc.client.cb_buffer_bytes };
             for rank in 0..a.procs {
                 let node = (first as u64 + rank) % u64::from(self.compute_nodes);
-                self.procs.push(Proc { app: i as u32, rank, node: node as u32, ..Proc::default() });
+                // The application's direction and file; a recorded
+                // application's processes set theirs per request.
+                let (write, file) = (a.op == crate::scenario::OpName::Write, i as u64 + 1);
+                self.procs.push(Proc { app: i as u32, rank, node: node as u32, write, file, ..Proc::default() });
                 self.q.push(a.start_ns + rng.below(jitter + 1), Ev::Start(first + rank as u32))?;
             }
             self.apps.push(AppRun {

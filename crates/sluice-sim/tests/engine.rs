@@ -163,10 +163,16 @@ fn mpiio_two_phase_turns_small_strided_reads_into_large_ones() {
         assert!(m.makespan_s * gain < p.makespan_s, "{aggregators} aggregators: MPI-IO {} s vs POSIX {} s", m.makespan_s, p.makespan_s);
         assert_eq!(m.apps[0].bytes, p.apps[0].bytes);
     }
-    // Writes through the collective complete too.
+    // Writes through the collective complete too, and reach the device as
+    // writes (every dispatch in the trace is one).
     sc.apps[0].op = sluice_sim::OpName::Write;
     let w = check(&sc, 1.0 / 64.0, &["fifo", "aioli"]);
     assert!(w.runs.iter().all(|r| r.makespan_s > 0.0 && r.device_stats.bytes >= r.apps[0].bytes));
+    let opts = RunOptions { modes: vec!["fifo".into()], scale: Some(1.0 / 64.0), trace: true, ..RunOptions::default() };
+    let (_, trace) = sluice_sim::run(&sc, &opts).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&trace.unwrap().to_json()).unwrap();
+    let device: Vec<&str> = doc["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X" && e["pid"] == 2).map(|e| e["name"].as_str().unwrap()).collect();
+    assert!(!device.is_empty() && device.iter().all(|n| n.starts_with("write")), "collective writes are writes on the device: {:?}", &device[..device.len().min(3)]);
 }
 
 #[test]
