@@ -20,7 +20,9 @@ use std::time::Duration;
 /// Bytes of an HTTP request head the endpoint reads; a longer one is
 /// answered 431 and closed.
 pub const REQUEST_BYTES_MAX: usize = 8 << 10;
-/// A scrape client that sends or takes nothing for this long is dropped.
+/// A scrape client gets this long, in all, to send its request and take
+/// the answer; then it is dropped (one trickling byte at a time holds the
+/// endpoint no longer).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a route answers: content type and body.
@@ -72,9 +74,8 @@ fn serve(l: TcpListener, route: impl Fn(&str) -> Option<Page>, stop: Arc<AtomicB
             return;
         }
         let Ok(mut s) = s else { continue };
-        let _ = s.set_read_timeout(Some(IO_TIMEOUT));
-        let _ = s.set_write_timeout(Some(IO_TIMEOUT));
-        let (status, ctype, body) = match read_head(&mut s) {
+        let deadline = std::time::Instant::now() + IO_TIMEOUT;
+        let (status, ctype, body) = match read_head(&mut s, deadline) {
             Ok(head) => answer(&head, &route),
             Err(HeadError::TooLarge) => (431, "text/plain", format!("request head over {REQUEST_BYTES_MAX} bytes\n")),
             Err(HeadError::Gone) => continue,
@@ -87,8 +88,31 @@ fn serve(l: TcpListener, route: impl Fn(&str) -> Option<Page>, stop: Arc<AtomicB
             _ => "Bad Request",
         };
         let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n", body.len());
-        let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes()));
+        let _ = write_by(&mut s, head.as_bytes(), deadline).and_then(|()| write_by(&mut s, body.as_bytes(), deadline));
     }
+}
+
+/// Time left before `deadline`; an error once it has passed (so a client
+/// that trickles bytes is dropped after `IO_TIMEOUT` in all).
+fn left(deadline: std::time::Instant) -> std::io::Result<Duration> {
+    let d = deadline.saturating_duration_since(std::time::Instant::now());
+    if d.is_zero() {
+        return Err(std::io::ErrorKind::TimedOut.into());
+    }
+    Ok(d)
+}
+
+/// Write all of `bytes` before `deadline`.
+fn write_by(s: &mut TcpStream, mut bytes: &[u8], deadline: std::time::Instant) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        s.set_write_timeout(Some(left(deadline)?))?;
+        let n = s.write(bytes)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        bytes = &bytes[n..];
+    }
+    Ok(())
 }
 
 fn answer(head: &str, route: &impl Fn(&str) -> Option<Page>) -> (u16, &'static str, String) {
@@ -109,8 +133,8 @@ enum HeadError {
     Gone,
 }
 
-/// Read up to the blank line that ends a request head.
-fn read_head(s: &mut TcpStream) -> Result<String, HeadError> {
+/// Read up to the blank line that ends a request head, before `deadline`.
+fn read_head(s: &mut TcpStream, deadline: std::time::Instant) -> Result<String, HeadError> {
     let mut buf = vec![0u8; REQUEST_BYTES_MAX + 1];
     let mut got = 0;
     loop {
@@ -123,6 +147,10 @@ fn read_head(s: &mut TcpStream) -> Result<String, HeadError> {
         if got > REQUEST_BYTES_MAX {
             return Err(HeadError::TooLarge);
         }
+        let Ok(d) = left(deadline) else { return Err(HeadError::Gone) };
+        if s.set_read_timeout(Some(d)).is_err() {
+            return Err(HeadError::Gone);
+        }
         match s.read(&mut buf[got..]) {
             Ok(0) | Err(_) => return Err(HeadError::Gone),
             Ok(n) => got += n,
@@ -130,13 +158,14 @@ fn read_head(s: &mut TcpStream) -> Result<String, HeadError> {
     }
 }
 
-/// Buckets of a log2 histogram: bucket i counts values in `[2^i, 2^(i+1))`
-/// microseconds (bucket 0 also below 1 µs), the last one everything above.
+/// Buckets of a log2 histogram: bucket i counts values above 2^i µs and
+/// at most 2^(i+1) µs (bucket 0: at most 2 µs), the last one everything
+/// above; so Prometheus's `le` (at most) is exact at the bounds.
 pub const LOG2_BUCKETS: usize = 32;
 
 /// The log2 bucket of `ns`.
 pub fn log2_bucket(ns: u64) -> usize {
-    let us = ns / 1_000;
+    let us = ns.saturating_sub(1) / 1_000;
     (63 - us.max(1).leading_zeros() as usize).min(LOG2_BUCKETS - 1)
 }
 
@@ -197,7 +226,7 @@ pub fn parse(text: &str) -> Result<Vec<(String, Vec<(String, String)>, f64)>, St
         let bad = || format!("line {}: {line:?}", n + 1);
         let (name_end, labels, rest) = match line.find('{') {
             Some(b) => {
-                let close = line.rfind('}').ok_or_else(bad)?;
+                let close = b + line[b..].rfind('}').ok_or_else(bad)?;
                 (b, parse_labels(&line[b + 1..close]).ok_or_else(bad)?, &line[close + 1..])
             }
             None => {
@@ -299,5 +328,33 @@ mod tests {
         assert_eq!(value(&s, "h_seconds_bucket", &[("le", "0.000002")]), Some(2.0), "1.5 µs is below 2 µs");
         assert_eq!(value(&s, "h_seconds_count", &[]), Some(2.0));
         assert!(parse("bad line here x").is_err() && parse("ok{a=\"1\"} 2\n# c").is_ok());
+        assert!(parse("x} 1 {").is_err(), "a brace before the label set is refused, not a panic");
+    }
+
+    #[test]
+    fn bucket_bounds_are_inclusive_as_le_says() {
+        assert_eq!((log2_bucket(0), log2_bucket(2_000), log2_bucket(2_001)), (0, 0, 1), "2 µs is le 2 µs");
+        assert_eq!((log2_bucket(4_000), log2_bucket(4_001)), (1, 2));
+        assert_eq!(log2_bucket(u64::MAX), LOG2_BUCKETS - 1);
+    }
+
+    #[test]
+    fn a_trickling_client_is_dropped_after_the_overall_timeout() {
+        let e = Endpoint::start("127.0.0.1:0", |_| Some((TEXT_FORMAT, "x 1\n".to_string()))).unwrap();
+        let mut slow = TcpStream::connect(e.addr()).unwrap();
+        // A whole request, one byte every 100 ms: 3.1 s in all, each gap far
+        // below IO_TIMEOUT. Served, it would have held the endpoint 3.1 s.
+        let request = b"GET /metrics HTTP/1.1\r\nX: y\r\n\r\n";
+        assert!(request.len() as u32 * 100 > IO_TIMEOUT.as_millis() as u32);
+        for b in request {
+            std::thread::sleep(Duration::from_millis(100));
+            if slow.write_all(&[*b]).is_err() {
+                break;
+            }
+        }
+        let mut rest = String::new();
+        let _ = slow.read_to_string(&mut rest);
+        assert!(!rest.starts_with("HTTP/1.1 200"), "a client that took 3.1 s for its request was served");
+        assert_eq!(http(e.addr(), b"GET /metrics HTTP/1.1\r\n\r\n"), 200, "the next client is served");
     }
 }
