@@ -117,8 +117,8 @@ pub struct ServerHandle {
     workers: Vec<JoinHandle<()>>,
     socket_path: Option<std::path::PathBuf>,
     metrics: Option<metrics::Endpoint>,
-    /// The live trace's switch (`ServerConfig::trace`).
-    tracing: Option<Arc<AtomicBool>>,
+    /// The live trace's switch and its full flag (`ServerConfig::trace`).
+    tracing: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
 }
 
 impl Server {
@@ -292,15 +292,21 @@ impl ServerHandle {
     }
 
     /// Pause (`false`) or resume (`true`) the live trace; false when the
-    /// server has no trace. A trace that reached `trace_bytes_max` records
-    /// nothing more, resumed or not.
+    /// server has no trace, or its file reached `trace_bytes_max` (it
+    /// records nothing more).
     pub fn set_tracing(&self, on: bool) -> bool {
-        self.tracing.as_ref().map(|t| t.store(on, Ordering::Relaxed)).is_some()
+        match &self.tracing {
+            Some((switch, full)) if !full.load(Ordering::Relaxed) => {
+                switch.store(on, Ordering::Relaxed);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether the live trace is recording.
     pub fn tracing(&self) -> bool {
-        self.tracing.as_ref().is_some_and(|t| t.load(Ordering::Relaxed))
+        self.tracing.as_ref().is_some_and(|(t, _)| t.load(Ordering::Relaxed))
     }
 
     /// Per-application counters so far.

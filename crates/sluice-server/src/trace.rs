@@ -85,6 +85,8 @@ impl Queue {
 pub struct Tracer {
     queue: Arc<Queue>,
     on: Arc<AtomicBool>,
+    /// Set by the writer when the file reached `trace_bytes_max`.
+    full: Arc<AtomicBool>,
     dropped: Arc<AtomicU64>,
     writer: Option<JoinHandle<()>>,
 }
@@ -95,15 +97,17 @@ impl Tracer {
         let f = File::create(path).map_err(|e| Error::io(&format!("create the trace {}", path.display()), &e))?;
         let queue = Arc::new(Queue { records: Mutex::new(Vec::new()), closed: AtomicBool::new(false) });
         let on = Arc::new(AtomicBool::new(true));
+        let full = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
-        let (q, o, d, p) = (Arc::clone(&queue), Arc::clone(&on), Arc::clone(&dropped), path.to_path_buf());
-        let writer = std::thread::Builder::new().name("sluice-trace".into()).spawn(move || write(q, BufWriter::new(f), p, bytes_max, o, d)).map_err(|e| Error::io("spawn thread", &e))?;
-        Ok(Tracer { queue, on, dropped, writer: Some(writer) })
+        let (q, o, fu, d, p) = (Arc::clone(&queue), Arc::clone(&on), Arc::clone(&full), Arc::clone(&dropped), path.to_path_buf());
+        let writer = std::thread::Builder::new().name("sluice-trace".into()).spawn(move || write(q, BufWriter::new(f), p, bytes_max, o, fu, d)).map_err(|e| Error::io("spawn thread", &e))?;
+        Ok(Tracer { queue, on, full, dropped, writer: Some(writer) })
     }
 
-    /// The switch `ServerHandle::set_tracing` turns.
-    pub fn switch(&self) -> Arc<AtomicBool> {
-        Arc::clone(&self.on)
+    /// The switch `ServerHandle::set_tracing` turns, and the flag that
+    /// says the file is full (then the switch stays off).
+    pub fn switch(&self) -> (Arc<AtomicBool>, Arc<AtomicBool>) {
+        (Arc::clone(&self.on), Arc::clone(&self.full))
     }
 
     pub fn on(&self) -> bool {
@@ -199,7 +203,7 @@ fn events(r: &Record, out: &mut String) {
     }
 }
 
-fn write(queue: Arc<Queue>, mut f: BufWriter<File>, path: PathBuf, bytes_max: u64, on: Arc<AtomicBool>, dropped: Arc<AtomicU64>) {
+fn write(queue: Arc<Queue>, mut f: BufWriter<File>, path: PathBuf, bytes_max: u64, on: Arc<AtomicBool>, full_flag: Arc<AtomicBool>, dropped: Arc<AtomicU64>) {
     let head = format!(
         r#"{{"traceEvents":[
 {{"name":"process_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"live: device"}}}},
@@ -223,6 +227,7 @@ fn write(queue: Arc<Queue>, mut f: BufWriter<File>, path: PathBuf, bytes_max: u6
             // Keep room for the closing part (under 200 bytes).
             if written + bytes + 200 > bytes_max {
                 full = true;
+                full_flag.store(true, Ordering::Relaxed);
                 on.store(false, Ordering::Relaxed);
                 eprintln!("sluice: the trace {} reached {} bytes (trace_bytes_max {bytes_max}): tracing stopped, the file is complete up to here", path.display(), written);
                 past += 1;
@@ -289,7 +294,7 @@ mod tests {
         let p = dir.path().join("t.json");
         let bound = 4_000;
         let t = Tracer::start(&p, bound).unwrap();
-        let on = t.switch();
+        let (on, full) = t.switch();
         for i in 0..100 {
             t.send(dispatch(i, 2));
         }
@@ -299,6 +304,6 @@ mod tests {
         let v = read(&p);
         let kept = v["otherData"]["records"].as_u64().unwrap();
         assert!(kept > 0 && kept < 100 && v["otherData"]["records_past_bound"].as_u64().unwrap() == 100 - kept, "{}", v["otherData"]);
-        assert!(!on.load(Ordering::Relaxed), "recording is switched off at the bound");
+        assert!(!on.load(Ordering::Relaxed) && full.load(Ordering::Relaxed), "recording is switched off at the bound, and the file says full");
     }
 }

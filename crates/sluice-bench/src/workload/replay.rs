@@ -10,9 +10,12 @@
 //! variable that carries a worker's spec).
 //!
 //! Bounds: at most `ACCESSES_MAX` accesses, `FILES_MAX` files and
-//! `RANKS_MAX` ranks; an access of at most `ACCESS_BYTES_MAX`; a think time
-//! of at most `THINK_NS_MAX` (longer gaps, a program's compute phases, are
-//! cut to it and counted).
+//! `RANKS_MAX` ranks; an access of at most `ACCESS_BYTES_MAX`, ending at
+//! most `FILE_BYTES_MAX` into its file (the files are created sparse at
+//! their size, not filled); a think time of at most `THINK_NS_MAX` (longer
+//! gaps, a program's compute phases, are cut to it and counted). Under
+//! `--direct` an access that is not block-aligned fails with EINVAL, as it
+//! would for the program.
 
 use std::path::Path;
 
@@ -30,6 +33,9 @@ pub const RANKS_MAX: usize = 1_024;
 pub const ACCESS_BYTES_MAX: u64 = 64 << 20;
 /// A think time longer than this (1 s) is cut to it.
 pub const THINK_NS_MAX: u64 = 1_000_000_000;
+/// Furthest byte an access may reach (1 TiB): the files are made sparse to
+/// that size before the run, so they take no space beyond what is written.
+pub const FILE_BYTES_MAX: u64 = 1 << 40;
 
 /// One access of one rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,7 +90,8 @@ impl ReplayLog {
             if len > ACCESS_BYTES_MAX {
                 return Err(WorkloadError::usage(format!("an access of {len} bytes (at most {ACCESS_BYTES_MAX})")));
             }
-            sizes[f] = sizes[f].max(offset + len);
+            let reach = offset.checked_add(len).filter(|&e| e <= FILE_BYTES_MAX).ok_or_else(|| WorkloadError::usage(format!("an access reaches past {FILE_BYTES_MAX} bytes (offset {offset}, length {len})")))?;
+            sizes[f] = sizes[f].max(reach);
             per_rank[rank as usize].push((start, end, Access { file: f as u32, write: op == "w", offset, len, think_ns: 0 }));
         }
         let mut thinks_cut = 0;
@@ -148,5 +155,9 @@ mod tests {
         assert_eq!(log.bytes(), 4096 * 3 + 100);
         assert!(ReplayLog::from_dxt_json(r#"{"exe":"x","files":[],"segments":[]}"#).is_err());
         assert!(ReplayLog::from_dxt_json(r#"{"exe":"x","files":[],"segments":[[0,3,"r",0,1,0.0,0.1]]}"#).is_err(), "a file index out of range");
+        let at = |end: u64| format!(r#"{{"exe":"x","files":["/a"],"segments":[[0,0,"r",{},1,0.0,0.1]]}}"#, end - 1);
+        assert!(ReplayLog::from_dxt_json(&at(FILE_BYTES_MAX)).is_ok(), "an access ending at the bound");
+        assert!(ReplayLog::from_dxt_json(&at(FILE_BYTES_MAX + 1)).is_err(), "one byte past it");
+        assert!(ReplayLog::from_dxt_json(r#"{"exe":"x","files":["/a"],"segments":[[0,0,"r",18446744073709551615,2,0.0,0.1]]}"#).is_err(), "offset + length overflows");
     }
 }

@@ -78,11 +78,17 @@ fn prepare(cfg: &RunConfig) -> Result<(), WorkloadError> {
     std::fs::create_dir_all(&cfg.root).map_err(|e| WorkloadError::io(format!("create {}", cfg.root.display()), e))?;
     let chunk: Vec<u8> = (0..FILL_CHUNK_BYTES).map(|i| (i % 251) as u8).collect();
     for app in &cfg.scenario.apps {
-        let files = match &app.replay {
-            Some(log) => ReplayLog::load(log)?.files,
-            None => app.files(),
-        };
-        for (name, size) in files {
+        if let Some(log) = &app.replay {
+            // A recorded log's files: sparse, at the size its accesses reach.
+            for (name, size) in ReplayLog::load(log)?.files {
+                match &cfg.server {
+                    None => size_local(&cfg.root.join(&name), size)?,
+                    Some(addr) => size_remote(addr, &name, size)?,
+                }
+            }
+            continue;
+        }
+        for (name, size) in app.files() {
             match &cfg.server {
                 None => fill_local(&cfg.root.join(&name), size, &chunk)?,
                 Some(addr) => fill_remote(addr, &name, size, &chunk)?,
@@ -90,6 +96,18 @@ fn prepare(cfg: &RunConfig) -> Result<(), WorkloadError> {
         }
     }
     Ok(())
+}
+
+fn size_local(path: &Path, size: u64) -> Result<(), WorkloadError> {
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(|e| WorkloadError::io(format!("create {}", path.display()), e))?;
+    f.set_len(size).map_err(|e| WorkloadError::io(format!("size {}", path.display()), e))
+}
+
+fn size_remote(addr: &str, name: &str, size: u64) -> Result<(), WorkloadError> {
+    let c = sluice_client::Client::connect(addr).map_err(WorkloadError::client)?;
+    let fd = c.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).map_err(WorkloadError::client)?;
+    c.ftruncate(fd, size).map_err(WorkloadError::client)?;
+    c.close(fd).map_err(WorkloadError::client)
 }
 
 fn fill_local(path: &Path, size: u64, chunk: &[u8]) -> Result<(), WorkloadError> {

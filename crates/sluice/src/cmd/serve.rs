@@ -134,6 +134,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             let on = !server.tracing();
             if server.set_tracing(on) {
                 println!("sluice: tracing {}", if on { "resumed" } else { "paused" });
+            } else if a.trace.is_some() {
+                println!("sluice: the trace is full (--trace-bytes-max); not resumed");
             }
         }
     }
