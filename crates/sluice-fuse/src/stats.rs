@@ -63,7 +63,7 @@ impl Stats {
     pub fn render(&self) -> String {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         let mut e = Expo::default();
-        e.family("sluice_mount_requests_total", "counter", "Reads and writes the mount answered");
+        e.family("sluice_mount_requests_total", "counter", "Reads and writes the mount answered with data");
         e.sample("sluice_mount_requests_total", &[("op", "read")], get(&self.reads));
         e.sample("sluice_mount_requests_total", &[("op", "write")], get(&self.writes));
         e.family("sluice_mount_bytes_total", "counter", "Bytes read and written through the mount");
@@ -72,9 +72,9 @@ impl Stats {
         let simple: [(&str, &str, &str, f64); 5] = [
             ("sluice_mount_leased_reads_total", "counter", "Reads answered inside a cache lease without the blocking pool", get(&self.leased_reads)),
             ("sluice_mount_calls_total", "counter", "Client calls carried out on the blocking pool, data and metadata", get(&self.calls)),
-            ("sluice_mount_errors_total", "counter", "Calls answered with an errno", get(&self.errors)),
+            ("sluice_mount_errors_total", "counter", "Client calls on the blocking pool answered with an errno", get(&self.errors)),
             ("sluice_mount_handles_open", "gauge", "Files open through the mount now", get(&self.handles_open)),
-            ("sluice_mount_connections", "gauge", "Connections to the server now (one per calling process, bounded)", get(&self.connections)),
+            ("sluice_mount_connections", "gauge", "Entries of the connection table now (one per calling process, bounded)", get(&self.connections)),
         ];
         for (name, kind, help, v) in simple {
             e.family(name, kind, help);

@@ -129,11 +129,13 @@ pub struct ServerLimits {
     /// 32 MiB from the page cache takes (about 1.3 ms), short enough that a page evicted
     /// after the check is rarely read unscheduled.
     pub lease_valid_us: u32,
-    /// Applications that get their own label in `/metrics` (`metrics.rs`);
-    /// the rest are summed under `app="(other)"`, so a scrape's size and a
-    /// Prometheus server's series stay bounded whatever the clients call
-    /// themselves. 64: more than a node runs at once, few enough for a
-    /// dashboard. `sluice serve --metrics-apps-max`.
+    /// Applications with their own label in `/metrics` at once (given when
+    /// one first connects, freed when it is forgotten, `state.rs`); the
+    /// rest count in `app="(other)"`, so a scrape's size, its memory (one
+    /// latency histogram per label) and a Prometheus server's series stay
+    /// bounded whatever the clients call themselves. 64: more than a node
+    /// runs at once, few enough for a dashboard. `sluice serve
+    /// --metrics-apps-max`.
     pub metrics_apps_max: u32,
     /// Bytes a live trace may grow to (`trace.rs`); at the bound tracing
     /// stops with a message on stderr and the file stays valid. 256 MiB.

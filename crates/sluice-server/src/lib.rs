@@ -140,7 +140,7 @@ impl Server {
             apps: Arc::new(Mutex::new({
                 let mut t = AppTable::new(apps_max);
                 // Before the first connection, so every application has its detail.
-                t.set_detailed(config.metrics.is_some());
+                t.set_detailed(config.metrics.is_some(), config.limits.metrics_apps_max);
                 t
             })),
             stopping: AtomicBool::new(false),

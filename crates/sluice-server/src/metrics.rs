@@ -13,8 +13,9 @@
 //! significant digits) is recorded only when metrics are on.
 //!
 //! Bounds: the endpoint's (`sluice_metrics`: one scrape at a time, an
-//! 8 KiB request head, a 2 s stall); applications beyond
-//! `ServerLimits::metrics_apps_max` are folded into `app="(other)"`.
+//! 8 KiB request head, 2 s per client in all); at most
+//! `ServerLimits::metrics_apps_max` applications labelled at once, the
+//! others counted in `app="(other)"` (`AppTable`, `state.rs`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -113,7 +114,9 @@ impl Default for Detail {
 /// One application as a scrape sees it.
 #[derive(Clone, Debug)]
 pub struct AppRow {
-    pub id: Option<AppId>,
+    /// The applications the row stands for: one, those folded into
+    /// `(other)`, or none (the forgotten row).
+    pub ids: Vec<AppId>,
     pub stats: AppStats,
     pub detail: Detail,
     pub connections: u32,
@@ -197,7 +200,7 @@ pub(crate) fn render(shared: &Shared, waker: &Waker) -> String {
     let view = shared.view.ask(waker);
     let rows = lock(&shared.apps).rows();
     let mut e = Expo::default();
-    apps(&mut e, &fold(rows, shared.config.limits.metrics_apps_max as usize), view.as_ref());
+    apps(&mut e, &rows, view.as_ref());
     server(&mut e, shared);
     e.family("sluice_scheduler_view_ok", "gauge", "1 when the event loop answered this scrape in time (the scheduler and device families below are present)");
     e.sample("sluice_scheduler_view_ok", &[], u64::from(view.is_some()) as f64);
@@ -205,24 +208,6 @@ pub(crate) fn render(shared: &Shared, waker: &Waker) -> String {
         scheduler(&mut e, v);
     }
     e.out
-}
-
-/// Rows by id, the first `max` labelled, the rest summed as `(other)`.
-fn fold(mut rows: Vec<AppRow>, max: usize) -> Vec<AppRow> {
-    rows.sort_by_key(|r| r.id.map_or(u64::MAX, |i| u64::from(i.0)));
-    let (forgotten, mut live): (Vec<AppRow>, Vec<AppRow>) = rows.into_iter().partition(|r| r.id.is_none());
-    if live.len() > max {
-        let rest = live.split_off(max);
-        let mut other = AppRow { id: None, stats: crate::state::empty_stats(OTHER_APPS, 0), detail: Detail::new(), connections: 0 };
-        for r in &rest {
-            crate::state::merge(&mut other.stats, &r.stats);
-            other.detail.merge(&r.detail);
-            other.connections += r.connections;
-        }
-        live.push(other);
-    }
-    live.extend(forgotten);
-    live
 }
 
 fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {
@@ -257,16 +242,20 @@ fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {
         e.sample("sluice_app_requests_per_dispatch", &[("app", &label(r))], r.stats.aggregation_factor());
     }
     if let Some(v) = view {
-        let find = |list: &[(AppId, u64)], r: &AppRow| r.id.and_then(|id| list.iter().find(|(a, _)| *a == id)).map(|(_, n)| *n);
+        let sum = |list: &[(AppId, u64)], r: &AppRow| list.iter().filter(|(a, _)| r.ids.contains(a)).map(|(_, n)| *n).sum::<u64>();
+        let quantum = |r: &AppRow| match r.ids[..] {
+            [id] => v.quanta.iter().find(|(a, _)| *a == id).map(|(_, q)| *q),
+            _ => None,
+        };
         e.family("sluice_app_quantum_bytes", "gauge", "The application's byte quantum now (aioli, drr)");
         for r in rows {
-            if let Some(q) = find(&v.quanta, r) {
+            if let Some(q) = quantum(r) {
                 e.sample("sluice_app_quantum_bytes", &[("app", &label(r))], q as f64);
             }
         }
         e.family("sluice_app_waiting_requests", "gauge", "Requests of the application waiting in the scheduler now (queued or blocked)");
         for r in rows {
-            e.sample("sluice_app_waiting_requests", &[("app", &label(r))], find(&v.waiting, r).unwrap_or(0) as f64);
+            e.sample("sluice_app_waiting_requests", &[("app", &label(r))], sum(&v.waiting, r) as f64);
         }
     }
     e.family("sluice_app_queue_wait_seconds", "histogram", "Arrival to the start of the dispatch's system call");
@@ -368,18 +357,7 @@ mod tests {
         stats.bytes_read = requests * 10;
         let mut detail = Detail::new();
         (0..requests).for_each(|_| detail.record(false, 5_000, Some((1_000, 2_000))));
-        AppRow { id: Some(AppId(id)), stats, detail, connections: 1 }
-    }
-
-    #[test]
-    fn apps_past_the_bound_are_folded_into_other() {
-        let rows: Vec<AppRow> = (0..4).map(|i| row(i, &format!("a{i}"), u64::from(i) + 1)).collect();
-        let at = fold(rows.clone(), 4);
-        assert_eq!(at.iter().map(|r| r.stats.name.as_str()).collect::<Vec<_>>(), ["a0", "a1", "a2", "a3"], "N apps: all labelled");
-        let past = fold(rows, 3);
-        assert_eq!(past.iter().map(|r| r.stats.name.as_str()).collect::<Vec<_>>(), ["a0", "a1", "a2", OTHER_APPS], "N+1: the last folded");
-        let other = &past[3];
-        assert_eq!((other.stats.requests, other.stats.bytes_read, other.detail.reads, other.connections), (4, 40, 4, 1));
+        AppRow { ids: vec![AppId(id)], stats, detail, connections: 1 }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use sluice_core::{AppId, FileId};
 use sluice_proto::{AppStats, LATENCY_BUCKETS};
 
 use crate::error::{Error, Result};
-use crate::metrics::{AppRow, Detail};
+use crate::metrics::{AppRow, Detail, OTHER_APPS};
 
 /// The monotonic clock the scheduler is driven by: nanoseconds since the
 /// server started. Only drivers read it; the core gets `now` passed in.
@@ -116,8 +116,12 @@ impl Drop for OpenFile {
 
 struct App {
     stats: AppStats,
-    /// Per-operation counts and detailed latency, when metrics are on.
+    /// Per-operation counts and detailed latency: only for an application
+    /// with its own label in the metrics (`labelled`).
     detail: Option<Box<Detail>>,
+    /// Whether the metrics name it (decided when it first connects: the
+    /// first `metrics_apps_max` live ones); else it counts in `(other)`.
+    labelled: bool,
     connections: u32,
     /// When the last connection closed (server clock, ns); `None` while
     /// connected.
@@ -148,9 +152,17 @@ pub struct AppTable {
     id_next: u32,
     apps_max: u32,
     forgotten: AppStats,
-    forgotten_detail: Option<Box<Detail>>,
-    /// Keep a `Detail` per application (metrics are on).
+    /// Metrics: applications labelled until they were forgotten, and late
+    /// completions of forgotten ones (the `(forgotten applications)` row).
+    forgotten_labelled: (AppStats, Detail),
+    /// Metrics: everything ever recorded for applications without a label
+    /// (the `(other)` row). Both rows only grow, as counters must.
+    other: (AppStats, Detail),
+    /// Metrics are on: applications get labels and details.
     detailed: bool,
+    /// Labels at most (`ServerLimits::metrics_apps_max`), and held now.
+    labels_max: u32,
+    labelled_live: u32,
 }
 
 pub(crate) fn empty_stats(name: &str, weight: u32) -> AppStats {
@@ -159,15 +171,26 @@ pub(crate) fn empty_stats(name: &str, weight: u32) -> AppStats {
 
 impl AppTable {
     pub fn new(apps_max: u32) -> AppTable {
-        AppTable { by_name: HashMap::new(), apps: HashMap::new(), id_next: 0, apps_max, forgotten: empty_stats(FORGOTTEN_APPS, 0), forgotten_detail: None, detailed: false }
+        let row = |name: &str| (empty_stats(name, 0), Detail::default());
+        AppTable {
+            by_name: HashMap::new(),
+            apps: HashMap::new(),
+            id_next: 0,
+            apps_max,
+            forgotten: empty_stats(FORGOTTEN_APPS, 0),
+            forgotten_labelled: row(FORGOTTEN_APPS),
+            other: row(OTHER_APPS),
+            detailed: false,
+            labels_max: 0,
+            labelled_live: 0,
+        }
     }
 
-    /// Keep per-application detail from now on (`--metrics`).
-    pub fn set_detailed(&mut self, on: bool) {
+    /// Metrics are on: the first `labels_max` live applications get a label
+    /// and a detail (set before the first connection).
+    pub fn set_detailed(&mut self, on: bool, labels_max: u32) {
         self.detailed = on;
-        if on {
-            self.forgotten_detail.get_or_insert_with(Box::default);
-        }
+        self.labels_max = labels_max;
     }
 
     /// A connection of application `name` arrived at `now_ns`.
@@ -181,8 +204,10 @@ impl AppTable {
                 }
                 let id = AppId(self.id_next);
                 self.id_next = self.id_next.checked_add(1).ok_or_else(|| Error::limit(libc::EUSERS, "application ids exhausted (2^32 since start)"))?;
-                let detail = self.detailed.then(Box::default);
-                self.apps.insert(id, App { stats: empty_stats(name, weight), detail, connections: 0, idle_since_ns: None });
+                let labelled = self.detailed && self.labelled_live < self.labels_max;
+                self.labelled_live += u32::from(labelled);
+                let detail = labelled.then(Box::default);
+                self.apps.insert(id, App { stats: empty_stats(name, weight), detail, labelled, connections: 0, idle_since_ns: None });
                 self.by_name.insert(name.to_string(), id);
                 id
             }
@@ -220,8 +245,12 @@ impl AppTable {
         let Some(a) = self.apps.remove(&id) else { return };
         self.by_name.remove(&a.stats.name);
         merge(&mut self.forgotten, &a.stats);
-        if let (Some(f), Some(d)) = (self.forgotten_detail.as_mut(), a.detail.as_ref()) {
-            f.merge(d);
+        if a.labelled {
+            self.labelled_live -= 1;
+            merge(&mut self.forgotten_labelled.0, &a.stats);
+            if let Some(d) = &a.detail {
+                self.forgotten_labelled.1.merge(d);
+            }
         }
     }
 
@@ -231,10 +260,17 @@ impl AppTable {
         self.apps.len()
     }
 
-    fn stats_mut(&mut self, app: AppId) -> (&mut AppStats, Option<&mut Detail>) {
+    /// `app`'s own counters, and, when metrics are on, the metrics row that
+    /// also counts it: `(other)` for an application without a label, the
+    /// forgotten row for one no longer in the table. Its detail too.
+    fn rows_of(&mut self, app: AppId) -> (&mut AppStats, Option<&mut Detail>, Option<(&mut AppStats, &mut Detail)>) {
+        let detailed = self.detailed;
         match self.apps.get_mut(&app) {
-            Some(a) => (&mut a.stats, a.detail.as_deref_mut()),
-            None => (&mut self.forgotten, self.forgotten_detail.as_deref_mut()),
+            Some(a) => {
+                let extra = (detailed && !a.labelled).then_some((&mut self.other.0, &mut self.other.1));
+                (&mut a.stats, a.detail.as_deref_mut(), extra)
+            }
+            None => (&mut self.forgotten, None, detailed.then_some((&mut self.forgotten_labelled.0, &mut self.forgotten_labelled.1))),
         }
     }
 
@@ -242,29 +278,33 @@ impl AppTable {
     /// error), arrival to answer, and, when it reached the device, its
     /// wait for and time on the device.
     pub fn record(&mut self, app: AppId, write: bool, bytes: Option<u64>, latency_ns: u64, timing: Option<(u64, u64)>) {
-        let (s, detail) = self.stats_mut(app);
-        s.requests += 1;
-        match bytes {
-            Some(b) if write => s.bytes_written += b,
-            Some(b) => s.bytes_read += b,
-            None => s.errors += 1,
-        }
-        let us = latency_ns / 1_000;
-        let bucket = (64 - us.max(1).leading_zeros() as usize - 1).min(LATENCY_BUCKETS - 1);
-        s.latency_us_log2[bucket] += 1;
+        let (own, detail, extra) = self.rows_of(app);
+        count(own, write, bytes, latency_ns);
         if let Some(d) = detail {
+            d.record(write, latency_ns, timing);
+        }
+        if let Some((row, d)) = extra {
+            count(row, write, bytes, latency_ns);
             d.record(write, latency_ns, timing);
         }
     }
 
     /// Count a cache lease of `bytes` granted to `app`.
     pub fn record_lease(&mut self, app: AppId, bytes: u64) {
-        self.stats_mut(app).0.bytes_leased += bytes;
+        let (own, _, extra) = self.rows_of(app);
+        own.bytes_leased += bytes;
+        if let Some((row, _)) = extra {
+            row.bytes_leased += bytes;
+        }
     }
 
     /// Count one dispatch that carried requests of `app`.
     pub fn record_dispatch(&mut self, app: AppId) {
-        self.stats_mut(app).0.dispatches += 1;
+        let (own, _, extra) = self.rows_of(app);
+        own.dispatches += 1;
+        if let Some((row, _)) = extra {
+            row.dispatches += 1;
+        }
     }
 
     /// Every application's counters, by id (arrival order), then the
@@ -279,13 +319,27 @@ impl AppTable {
         out
     }
 
-    /// Every application with its detail and connections (metrics), then
-    /// the forgotten ones' row (`id` `None`) when it counted anything.
+    /// The metrics' rows: every labelled application (by arrival), then
+    /// `(other)` and the forgotten row once they counted anything. Only
+    /// labelled applications carry a detail, so a scrape copies at most
+    /// `labels_max + 2` histograms.
     pub fn rows(&self) -> Vec<AppRow> {
-        let detail = |d: &Option<Box<Detail>>| d.as_deref().cloned().unwrap_or_default();
-        let mut out: Vec<AppRow> = self.apps.iter().map(|(&id, a)| AppRow { id: Some(id), stats: a.stats.clone(), detail: detail(&a.detail), connections: a.connections }).collect();
-        if self.forgotten.requests > 0 || self.forgotten.bytes_leased > 0 {
-            out.push(AppRow { id: None, stats: self.forgotten.clone(), detail: detail(&self.forgotten_detail), connections: 0 });
+        let mut ids: Vec<&AppId> = self.apps.iter().filter(|(_, a)| a.labelled).map(|(id, _)| id).collect();
+        ids.sort();
+        let mut out: Vec<AppRow> = ids
+            .into_iter()
+            .map(|id| {
+                let a = &self.apps[id];
+                AppRow { ids: vec![*id], stats: a.stats.clone(), detail: a.detail.as_deref().cloned().unwrap_or_default(), connections: a.connections }
+            })
+            .collect();
+        let folded: Vec<(&AppId, &App)> = self.apps.iter().filter(|(_, a)| !a.labelled).collect();
+        if !folded.is_empty() || self.other.0.requests > 0 || self.other.0.bytes_leased > 0 {
+            let connections = folded.iter().map(|(_, a)| a.connections).sum();
+            out.push(AppRow { ids: folded.iter().map(|(id, _)| **id).collect(), stats: self.other.0.clone(), detail: self.other.1.clone(), connections });
+        }
+        if self.forgotten_labelled.0.requests > 0 || self.forgotten_labelled.0.bytes_leased > 0 {
+            out.push(AppRow { ids: Vec::new(), stats: self.forgotten_labelled.0.clone(), detail: self.forgotten_labelled.1.clone(), connections: 0 });
         }
         out
     }
@@ -299,6 +353,19 @@ impl AppTable {
     pub fn ids(&self) -> Vec<AppId> {
         self.apps.keys().copied().collect()
     }
+}
+
+/// One answered request in `s`'s counters.
+fn count(s: &mut AppStats, write: bool, bytes: Option<u64>, latency_ns: u64) {
+    s.requests += 1;
+    match bytes {
+        Some(b) if write => s.bytes_written += b,
+        Some(b) => s.bytes_read += b,
+        None => s.errors += 1,
+    }
+    let us = latency_ns / 1_000;
+    let bucket = (64 - us.max(1).leading_zeros() as usize - 1).min(LATENCY_BUCKETS - 1);
+    s.latency_us_log2[bucket] += 1;
 }
 
 /// Add `b`'s counters to `a`.
@@ -331,6 +398,31 @@ mod tests {
         let snap = t.snapshot();
         let forgotten = snap.iter().find(|s| s.name == FORGOTTEN_APPS).expect("a forgotten row");
         assert_eq!((forgotten.requests, forgotten.bytes_read), (2, 17), "a late completion of a forgotten app is counted there");
+    }
+
+    #[test]
+    fn the_first_n_apps_get_labels_and_the_other_row_only_grows() {
+        let mut t = AppTable::new(100);
+        t.set_detailed(true, 2);
+        let (a, b, c) = (t.connect("a", 1, 0).unwrap(), t.connect("b", 1, 0).unwrap(), t.connect("c", 1, 0).unwrap());
+        for app in [a, b, c, c] {
+            t.record(app, false, Some(10), 1_000, Some((100, 200)));
+        }
+        let names = |t: &AppTable| t.rows().iter().map(|r| (r.stats.name.clone(), r.stats.requests, r.detail.reads)).collect::<Vec<_>>();
+        assert_eq!(names(&t), [("a".into(), 1, 1), ("b".into(), 1, 1), (OTHER_APPS.into(), 2, 2)], "N labels; the N+1st counts in (other)");
+        // c is forgotten: (other) keeps what it counted.
+        t.disconnect(c, 1);
+        t.connect("d", 1, 1 + APP_IDLE_GRACE_NS).unwrap();
+        let rows = t.rows();
+        let other = rows.iter().find(|r| r.stats.name == OTHER_APPS).unwrap();
+        assert_eq!((other.stats.requests, other.ids.len()), (2, 1), "(other) does not drop when c goes; d is in it now");
+        // a is forgotten: its counts move to the forgotten row, its label frees.
+        t.disconnect(a, 2);
+        let e = t.connect("e", 1, 3 + 2 * APP_IDLE_GRACE_NS).unwrap();
+        t.record(e, true, Some(5), 1_000, None);
+        let rows = t.rows();
+        assert!(rows.iter().any(|r| r.stats.name == "e" && r.detail.writes == 1), "e takes the freed label");
+        assert_eq!(rows.iter().find(|r| r.stats.name == FORGOTTEN_APPS).map(|r| r.stats.requests), Some(1), "a's request, in the forgotten row");
     }
 
     #[test]

@@ -262,7 +262,9 @@ impl Recording {
                     Some(*n)
                 });
                 let depth = (depth.max().unwrap_or(1).max(1) as usize).min(STREAM_DEPTH_MAX);
-                // Request k left after request k - depth was answered.
+                // Request k left after request k - depth was answered (exact
+                // for synchronous streams; for deeper ones an approximation:
+                // the replay hands each think time to the next issue).
                 let thinks = (0..recs.len()).map(|i| if i >= depth { recs[i].arrival.saturating_sub(recs[i - depth].answer) } else { recs[i].arrival - recs[0].arrival }).collect();
                 Stream { start_ns: recs[0].arrival - t0, think_ns: 0, jitter_ns: 0, depth, requests: recs.iter().map(|r| r.req).collect(), thinks }
             })
