@@ -104,3 +104,15 @@ def test_split_and_join_on_synthetic_k():
     assert choose_groups([40, 1, 1, 40], 45) == [[0, 1], [2, 3]], "two groups of 41 bytes: neither splits nor joins"
     assert choose_groups([1, 1, 1, 1, 80], 50) == [[0, 1, 2, 3], [4]], "the heavy group splits down to its heavy rank, the light ones join"
     assert choose_groups([], 10) == []
+
+
+def test_list_requests_are_bounded_at_n_and_n_plus_1():
+    from sluice.mpi import LIST_BYTES_MAX, LIST_PIECES_MAX, _chunks
+
+    ones = lambda n: (np.arange(n, dtype=np.int64) * 2, np.ones(n, dtype=np.int64))  # noqa: E731
+    assert list(_chunks(*ones(LIST_PIECES_MAX))) == [(0, LIST_PIECES_MAX)], "N pieces: one request"
+    assert list(_chunks(*ones(LIST_PIECES_MAX + 1))) == [(0, LIST_PIECES_MAX), (LIST_PIECES_MAX, LIST_PIECES_MAX + 1)], "N+1: two"
+    half = LIST_BYTES_MAX // 2
+    offs = np.array([0, half, 2 * half], dtype=np.int64)
+    assert list(_chunks(offs[:2], np.array([half, half]))) == [(0, 2)], "N bytes: one request"
+    assert list(_chunks(offs, np.array([half, half, 1]))) == [(0, 2), (2, 3)], "N+1 bytes: two"
