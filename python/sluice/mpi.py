@@ -49,9 +49,10 @@ LIST_BYTES_MAX = 32 << 20
 SCHEMES = ("two-phase", "independent")
 
 
-def flatten(datatype: MPI.Datatype) -> np.ndarray:
+def _pack_offsets(datatype: MPI.Datatype) -> np.ndarray:
     """The byte offsets one instance of ``datatype`` selects, in typemap
-    order (MPI's own ``Pack`` does the walk, so every constructor works)."""
+    order, found by MPI's own ``Pack`` (works for every constructor, costs
+    a pass over the type's extent per byte of offset width)."""
     lb, extent = datatype.Get_extent()
     true_lb, true_extent = datatype.Get_true_extent()
     size = datatype.Get_size()
@@ -69,6 +70,76 @@ def flatten(datatype: MPI.Datatype) -> np.ndarray:
             return offsets
 
 
+def _replicate(base: tuple[np.ndarray, np.ndarray], displacements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``base``'s runs placed at each byte displacement, in order."""
+    o, n = base
+    d = np.asarray(displacements, dtype=np.int64)
+    return (d[:, None] + o[None, :]).reshape(-1), np.broadcast_to(n, (len(d), len(n))).reshape(-1)
+
+
+def _blocks(base_dt: MPI.Datatype, base: tuple[np.ndarray, np.ndarray], starts_bytes, blocklengths) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks of ``blocklengths[i]`` consecutive base instances from byte
+    ``starts_bytes[i]`` (the base tiles at its extent)."""
+    _, ext = base_dt.Get_extent()
+    disp = [s + j * ext for s, b in zip(starts_bytes, blocklengths) for j in range(b)]
+    return _replicate(base, np.array(disp, dtype=np.int64))
+
+
+def _runs_of_type(dt: MPI.Datatype) -> tuple[np.ndarray, np.ndarray] | None:
+    """Runs of one instance of ``dt`` from its constructor (``decode``);
+    ``None`` for a constructor this does not know (then MPI packs it)."""
+    if dt.Get_envelope()[3] == MPI.COMBINER_NAMED:
+        return np.zeros(1, np.int64), np.array([dt.Get_size()], np.int64)
+    base_dt, combiner, p = dt.decode()
+    if combiner == "STRUCT":
+        return None
+    base = _runs_of_type(base_dt)
+    if base is None:
+        return None
+    _, ext = base_dt.Get_extent()
+    if combiner == "DUP":
+        return base
+    if combiner == "RESIZED":
+        return base
+    if combiner == "CONTIGUOUS":
+        return _blocks(base_dt, base, [0], [p["count"]])
+    if combiner in ("VECTOR", "HVECTOR"):
+        stride = p["stride"] * (ext if combiner == "VECTOR" else 1)
+        return _blocks(base_dt, base, [i * stride for i in range(p["count"])], [p["blocklength"]] * p["count"])
+    if combiner in ("INDEXED", "HINDEXED"):
+        unit = ext if combiner == "INDEXED" else 1
+        return _blocks(base_dt, base, [d * unit for d in p["displacements"]], p["blocklengths"])
+    if combiner in ("INDEXED_BLOCK", "HINDEXED_BLOCK"):
+        unit = ext if combiner == "INDEXED_BLOCK" else 1
+        return _blocks(base_dt, base, [d * unit for d in p["displacements"]], [p["blocklength"]] * len(p["displacements"]))
+    if combiner == "SUBARRAY":
+        sizes, subsizes, starts = p["sizes"], p["subsizes"], p["starts"]
+        if p["order"] == MPI.ORDER_FORTRAN:
+            sizes, subsizes, starts = sizes[::-1], subsizes[::-1], starts[::-1]
+        # Element strides (C order), then every element of the sub-block
+        # in C order: its offset, the base's runs there.
+        strides = np.cumprod([1] + list(sizes[:0:-1]))[::-1]
+        grids = np.meshgrid(*[np.arange(st, st + sub, dtype=np.int64) for st, sub in zip(starts, subsizes)], indexing="ij")
+        elems = sum(g * int(sd) for g, sd in zip(grids, strides)).reshape(-1)
+        return _replicate(base, elems * ext)
+    return None
+
+
+def flatten(datatype: MPI.Datatype) -> np.ndarray:
+    """The byte offsets one instance of ``datatype`` selects, in typemap
+    order: from its constructor when it is one of MPI's usual ones
+    (contiguous, vector, indexed, subarray, resized, and their h-forms),
+    else by MPI's own ``Pack``."""
+    runs = _runs_of_type(datatype)
+    if runs is None:
+        return _pack_offsets(datatype)
+    o, n = runs
+    if len(o) == 0:
+        return np.zeros(0, np.int64)
+    starts = np.repeat(o - np.concatenate(([0], np.cumsum(n)[:-1])), n)
+    return starts + np.arange(int(n.sum()), dtype=np.int64)
+
+
 def runs_of(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Coalesce byte offsets into runs ``(starts, lengths)``, in order."""
     if len(offsets) == 0:
@@ -78,6 +149,15 @@ def runs_of(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ends = np.concatenate((breaks, [len(offsets)]))
     lengths = ends - np.concatenate(([0], breaks))
     return starts.astype(np.int64), lengths.astype(np.int64)
+
+
+def _coalesce(o: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Merge runs that touch (in their order)."""
+    if len(o) == 0:
+        return o.astype(np.int64), n.astype(np.int64)
+    touching = o[1:] == o[:-1] + n[:-1]
+    heads = np.nonzero(np.concatenate(([True], ~touching)))[0]
+    return o[heads].astype(np.int64), np.add.reduceat(n, heads).astype(np.int64)
 
 
 def choose_groups(shares: list[int], k: int) -> list[list[int]]:
@@ -234,8 +314,8 @@ class File:
         stands for a contiguous type of its size). Resets the file pointer."""
         etype = _datatype(etype)
         filetype = _datatype(filetype) if filetype is not None else etype
-        offsets = flatten(filetype)
-        starts, lengths = runs_of(offsets)
+        runs = _runs_of_type(filetype)
+        starts, lengths = _coalesce(*runs) if runs is not None else runs_of(_pack_offsets(filetype))
         cum = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
         _, extent = filetype.Get_extent()
         self.view = View(disp, etype.Get_size(), starts, lengths, cum, int(filetype.Get_size()), int(extent))
@@ -318,9 +398,9 @@ class File:
         err = None
         if write:
             # Data in piece order, per destination.
-            order = [np.concatenate([np.arange(s, s + n) for s, n in zip(p, l)]) if len(p) else np.zeros(0, np.int64) for _, l, p in send_pieces]
-            counts = [len(o) for o in order]
-            sendbuf = data[np.concatenate(order)] if sum(counts) else np.zeros(0, np.uint8)
+            parts = [data[s : s + n] for _, l, p in send_pieces for s, n in zip(p.tolist(), l.tolist())]
+            counts = [int(l.sum()) for _, l, _ in send_pieces]
+            sendbuf = np.concatenate(parts) if parts else np.zeros(0, np.uint8)
             rcounts = [int(l.sum()) for _, l in got]
             recvbuf = np.empty(sum(rcounts), np.uint8)
             comm.Alltoallv([sendbuf, counts], [recvbuf, rcounts])

@@ -1,0 +1,155 @@
+"""Collective I/O benchmark: ``mpirun -np N python -m sluice.bench collective``.
+
+A BLOCK-distributed 3-D array of float64 (BLOCK over the first axis or a
+2-D process grid, the local blocks described by subarray filetypes) is
+written and read back collectively, by:
+
+- OpenMPI's MPI-IO (``File.Write_all``/``Read_all`` through the same view),
+  on the local file system under the server's root;
+- ``sluice.mpi`` through a sluice server on that root, with each scheme.
+
+Each mode runs ``--rounds`` times; the best time counts (the page cache is
+not dropped: the figures are what the I/O paths add, not the disk). It
+prints a table on rank 0 and writes JSON with ``--json PATH``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from .mpi import SCHEMES, File
+
+
+def grid(size: int) -> tuple[int, int]:
+    """A 2-D process grid as square as ``size`` allows."""
+    a = int(size**0.5)
+    while size % a:
+        a -= 1
+    return a, size // a
+
+
+def layout(comm, n: int):
+    """The local block and its subarray type of an n x n x n array."""
+    px, py = grid(comm.Get_size())
+    r = comm.Get_rank()
+    ix, iy = r // py, r % py
+    lx, ly = n // px, n // py
+    local = np.full((lx, ly, n), float(r), dtype=np.float64)
+    local += np.arange(n, dtype=np.float64)
+    sub = MPI.DOUBLE.Create_subarray([n, n, n], [lx, ly, n], [ix * lx, iy * ly, 0]).Commit()
+    return local, sub
+
+
+def timed(comm, f) -> float:
+    comm.Barrier()
+    t = time.perf_counter()
+    f()
+    comm.Barrier()
+    return comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
+
+
+def collective(args) -> None:
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    local, sub = layout(comm, args.n)
+    total = args.n**3 * 8
+    # One server for the run, on a scratch root (rank 0 starts it).
+    root, proc, addr = None, None, None
+    if rank == 0:
+        root = tempfile.mkdtemp(prefix="sluice-coll-", dir=args.dir)
+        (Path(root) / "root").mkdir()
+        sock = Path(root) / "s.sock"
+        proc = subprocess.Popen([args.sluice, "serve", "--root", f"{root}/root", "--listen", f"unix:{sock}"], stdout=subprocess.DEVNULL)
+        while not sock.exists():
+            time.sleep(0.01)
+        addr = f"unix:{sock}"
+    root, addr = comm.bcast((root, addr), root=0)
+    data_dir = f"{root}/root"
+    rows = []
+    try:
+        modes = [("mpi-io", None)] + [("sluice", s) for s in SCHEMES]
+        for mode, scheme in modes:
+            best_w, best_r = float("inf"), float("inf")
+            groups = None
+            for k in range(args.rounds):
+                name = f"{mode}-{scheme or 'romio'}-{k}.bin"
+                back = np.zeros_like(local)
+                if mode == "mpi-io":
+                    def w():
+                        fh = MPI.File.Open(comm, f"{data_dir}/{name}", MPI.MODE_CREATE | MPI.MODE_WRONLY)
+                        fh.Set_view(0, MPI.DOUBLE, sub)
+                        fh.Write_all(local)
+                        fh.Close()
+
+                    def r():
+                        fh = MPI.File.Open(comm, f"{data_dir}/{name}", MPI.MODE_RDONLY)
+                        fh.Set_view(0, MPI.DOUBLE, sub)
+                        fh.Read_all(back)
+                        fh.Close()
+                else:
+                    def w():
+                        nonlocal groups
+                        with File.open(comm, name, MPI.MODE_CREATE | MPI.MODE_WRONLY, server=addr, scheme=scheme, k_bytes=args.k_bytes) as f:
+                            f.set_view(0, MPI.DOUBLE, sub)
+                            f.write_all(local)
+                            groups = f.groups
+
+                    def r():
+                        with File.open(comm, name, MPI.MODE_RDONLY, server=addr, scheme=scheme, k_bytes=args.k_bytes) as f:
+                            f.set_view(0, MPI.DOUBLE, sub)
+                            f.read_all(back)
+
+                best_w = min(best_w, timed(comm, w))
+                best_r = min(best_r, timed(comm, r))
+                ok = comm.allreduce(bool(np.array_equal(back, local)), op=MPI.LAND)
+                if not ok:
+                    raise SystemExit(f"{mode} {scheme}: read back differs")
+                if rank == 0:
+                    os.unlink(f"{data_dir}/{name}")
+            rows.append({"mode": mode, "scheme": scheme or "(its own)", "write_s": best_w, "read_s": best_r, "write_mib_s": total / best_w / 2**20, "read_mib_s": total / best_r / 2**20, "aggregators": len(groups) if groups else None})
+    finally:
+        comm.Barrier()
+        if rank == 0:
+            proc.terminate()
+            proc.wait()
+            shutil.rmtree(root, ignore_errors=True)
+    if rank == 0:
+        base = rows[0]
+        print(f"collective: {args.n}^3 float64 ({total / 2**20:.0f} MiB), {comm.Get_size()} ranks, best of {args.rounds}")
+        print(f"{'mode':<8} {'scheme':<12} {'write MiB/s':>12} {'read MiB/s':>11} {'write vs MPI-IO':>16} {'read vs MPI-IO':>15} {'aggregators':>12}")
+        for r in rows:
+            r["write_vs_mpiio"] = base["write_s"] / r["write_s"]
+            r["read_vs_mpiio"] = base["read_s"] / r["read_s"]
+            print(f"{r['mode']:<8} {r['scheme']:<12} {r['write_mib_s']:>12.0f} {r['read_mib_s']:>11.0f} {r['write_vs_mpiio']:>15.2f}x {r['read_vs_mpiio']:>14.2f}x {str(r['aggregators'] or '-'):>12}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"n": args.n, "ranks": comm.Get_size(), "bytes": total, "rounds": args.rounds, "rows": rows}, indent=2))
+            print(f"json: {args.json}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m sluice.bench")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collective", help="BLOCK-distributed 3-D array: MPI-IO vs sluice.mpi")
+    c.add_argument("--n", type=int, default=128, help="the array is n x n x n float64 (default 128: 16 MiB)")
+    c.add_argument("--rounds", type=int, default=3)
+    c.add_argument("--k-bytes", type=int, default=32 << 20)
+    c.add_argument("--dir", default="/var/tmp", help="where the scratch root goes")
+    c.add_argument("--sluice", default=os.environ.get("SLUICE_BIN", "sluice"), help="the sluice binary (default: $SLUICE_BIN, else sluice on PATH)")
+    c.add_argument("--json")
+    args = p.parse_args()
+    if args.cmd == "collective":
+        collective(args)
+
+
+if __name__ == "__main__":
+    main()
