@@ -17,6 +17,12 @@ rank's part into one list request to the server. Collective calls
   pieces (and, for writes, the bytes) of its domain (one ``Alltoallv``);
   each aggregator merges them into contiguous runs and moves them with as
   few list requests as it can; reads come back the same way.
+- ``scheme="dynamic"`` (dynamic segmentation): the same, with domain
+  bounds placed so that each aggregator gets an equal share of the bytes
+  actually accessed (sparse or uneven access stays balanced).
+- ``scheme="static"`` (static segmentation): each aggregator takes the data
+  of its own group of ranks, wherever it lies in the file (no exchange
+  across groups).
 - ``scheme="independent"``: no aggregation (each rank's own list request);
   the baseline.
 
@@ -46,7 +52,7 @@ K_BYTES_DEFAULT = 32 << 20
 LIST_PIECES_MAX = 4096
 #: Bytes in one list request (below the protocol's 64 MiB ``IO_BYTES_MAX``).
 LIST_BYTES_MAX = 32 << 20
-SCHEMES = ("two-phase", "independent")
+SCHEMES = ("two-phase", "dynamic", "static", "independent")
 
 
 def _pack_offsets(datatype: MPI.Datatype) -> np.ndarray:
@@ -379,12 +385,35 @@ class File:
         hi = comm.allreduce(int((offs + lens).max()) if len(offs) else 0, op=MPI.MAX)
         if hi <= lo:
             return 0
-        # File domains: [lo, hi) split evenly, one per aggregator.
-        cuts = [lo + (hi - lo) * i // len(aggs) for i in range(len(aggs) + 1)]
-        # My pieces, cut at domain bounds, per aggregator; with where their
-        # bytes sit in my stream.
         pos = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
-        p_off, p_len, p_pos, p_dom = _cut(offs, lens, pos, np.array(cuts[1:-1], dtype=np.int64))
+        if self.scheme == "static":
+            # Static segmentation: each aggregator takes its own group's
+            # data, wherever it lies in the file.
+            mine = next(i for i, g in enumerate(self.groups) if comm.Get_rank() in g)
+            p_off, p_len, p_pos = offs, lens, pos
+            p_dom = np.full(len(offs), mine, dtype=np.int64)
+        else:
+            if self.scheme == "dynamic":
+                # Dynamic segmentation: domain bounds where each aggregator
+                # gets an equal share of the data actually accessed.
+                every = comm.allgather((offs, lens))
+                all_off = np.concatenate([o for o, _ in every])
+                all_len = np.concatenate([n for _, n in every])
+                m_off, m_len, _ = _merge(all_off, all_len)
+                before = np.concatenate(([0], np.cumsum(m_len)))
+                total = int(before[-1])
+                cuts = [lo]
+                for i in range(1, len(aggs)):
+                    want = total * i // len(aggs)
+                    r = int(np.searchsorted(before, want, side="right")) - 1
+                    cuts.append(int(m_off[r]) + (want - int(before[r])))
+                cuts.append(hi)
+            else:
+                # Two-phase (ROMIO): [lo, hi) split evenly.
+                cuts = [lo + (hi - lo) * i // len(aggs) for i in range(len(aggs) + 1)]
+            # My pieces, cut at domain bounds, per aggregator; with where
+            # their bytes sit in my stream.
+            p_off, p_len, p_pos, p_dom = _cut(offs, lens, pos, np.array(cuts[1:-1], dtype=np.int64))
         size = comm.Get_size()
         send_pieces = [None] * size
         for d, a in enumerate(aggs):

@@ -31,7 +31,8 @@ def test_numpy_round_trip_and_list_io(server, comm):
     raw = a.view(np.uint8)
     assert np.array_equal(out, np.concatenate([raw[o : o + n] for o, n in pieces]))
     assert c.write_list(fd, [(0, 4), (16, 4)], np.frombuffer(b"abcdefgh", np.uint8)) == 8
-    assert open(os.path.join(root, name), "rb").read(20)[:4] == b"abcd"
+    with open(os.path.join(root, name), "rb") as f:
+        assert f.read(4) == b"abcd"
     c.close(fd)
     c.unlink(name)
 

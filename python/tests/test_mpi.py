@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from sluice.mpi import File, choose_groups
 
-SCHEMES = ["two-phase", "independent"]
+SCHEMES = ["two-phase", "dynamic", "static", "independent"]
 GX, GY = 64, 48  # global 2-D array of float64, BLOCK x BLOCK over 2 x 2 ranks
 
 
@@ -35,7 +35,8 @@ def reference(comm, root, name, disp, filetype, data):
 def same_file(comm, root, a, b):
     ok = None
     if comm.Get_rank() == 0:
-        ok = open(os.path.join(root, a), "rb").read() == open(os.path.join(root, b), "rb").read()
+        with open(os.path.join(root, a), "rb") as x, open(os.path.join(root, b), "rb") as y:
+            ok = x.read() == y.read()
     return comm.bcast(ok, root=0)
 
 
@@ -90,6 +91,14 @@ def test_aggregator_groups_follow_k(server, comm):
         f.set_view(0, MPI.DOUBLE, sub)
         f.write_all(local)
         assert f.groups == [[0], [1], [2], [3]], "6 KiB shares with k = 8 KiB: no two fit one aggregator"
+    for scheme in ("dynamic", "static"):
+        with File.open(comm, f"groups-{scheme}.bin", MPI.MODE_CREATE | MPI.MODE_RDWR, server=addr, k_bytes=12 << 10, scheme=scheme) as f:
+            f.set_view(0, MPI.DOUBLE, sub)
+            f.write_all(local)
+            assert f.position == local.size, "write_all moves the file pointer past the data"
+            back = np.zeros_like(local)
+            f.read_at_all(0, back)
+            assert f.groups == [[0, 1], [2, 3]] and np.array_equal(back, local), scheme
     with File.open(comm, "groups.bin", MPI.MODE_RDWR, server=addr, k_bytes=12 << 10) as f:
         f.set_view(0, MPI.DOUBLE, sub)
         back = np.zeros_like(local)
