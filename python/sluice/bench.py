@@ -5,7 +5,8 @@ A BLOCK-distributed 3-D array of float64 (BLOCK over the first axis or a
 written and read back collectively, by:
 
 - OpenMPI's MPI-IO (``File.Write_all``/``Read_all`` through the same view),
-  on the local file system under the server's root;
+  on the local file system under the server's root, and with ``--mount``
+  through ``sluice mount`` of the server;
 - ``sluice.mpi`` through a sluice server on that root, with each scheme.
 
 Each mode runs ``--rounds`` times; the best time counts (the page cache is
@@ -73,11 +74,22 @@ def collective(args) -> None:
         while not sock.exists():
             time.sleep(0.01)
         addr = f"unix:{sock}"
+    mount = None
+    if rank == 0 and args.mount:
+        # OpenMPI's MPI-IO through `sluice mount` of the same server.
+        mnt = Path(root) / "mnt"
+        mnt.mkdir()
+        mount = subprocess.Popen([args.sluice, "mount", "--server", addr, str(mnt)], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not os.path.ismount(mnt):
+            if mount.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("sluice mount did not come up")
+            time.sleep(0.02)
     root, addr = comm.bcast((root, addr), root=0)
     data_dir = f"{root}/root"
     rows = []
     try:
-        modes = [("mpi-io", None)] + [("sluice", s) for s in SCHEMES]
+        modes = [("mpi-io", None)] + ([("mpi-io", "mount")] if args.mount else []) + [("sluice", s) for s in SCHEMES]
         for mode, scheme in modes:
             best_w, best_r = float("inf"), float("inf")
             groups = None
@@ -85,14 +97,16 @@ def collective(args) -> None:
                 name = f"{mode}-{scheme or 'romio'}-{k}.bin"
                 back = np.zeros_like(local)
                 if mode == "mpi-io":
+                    where = f"{root}/mnt" if scheme == "mount" else data_dir
+
                     def w():
-                        fh = MPI.File.Open(comm, f"{data_dir}/{name}", MPI.MODE_CREATE | MPI.MODE_WRONLY)
+                        fh = MPI.File.Open(comm, f"{where}/{name}", MPI.MODE_CREATE | MPI.MODE_WRONLY)
                         fh.Set_view(0, MPI.DOUBLE, sub)
                         fh.Write_all(local)
                         fh.Close()
 
                     def r():
-                        fh = MPI.File.Open(comm, f"{data_dir}/{name}", MPI.MODE_RDONLY)
+                        fh = MPI.File.Open(comm, f"{where}/{name}", MPI.MODE_RDONLY)
                         fh.Set_view(0, MPI.DOUBLE, sub)
                         fh.Read_all(back)
                         fh.Close()
@@ -116,10 +130,15 @@ def collective(args) -> None:
                     raise SystemExit(f"{mode} {scheme}: read back differs")
                 if rank == 0:
                     os.unlink(f"{data_dir}/{name}")
-            rows.append({"mode": mode, "scheme": scheme or "(its own)", "write_s": best_w, "read_s": best_r, "write_mib_s": total / best_w / 2**20, "read_mib_s": total / best_r / 2**20, "aggregators": len(groups) if groups else None})
+            label = {None: "local fs", "mount": "sluice mount"}.get(scheme, scheme) if mode == "mpi-io" else scheme
+            rows.append({"mode": mode, "scheme": label, "write_s": best_w, "read_s": best_r, "write_mib_s": total / best_w / 2**20, "read_mib_s": total / best_r / 2**20, "aggregators": len(groups) if groups else None})
     finally:
         comm.Barrier()
         if rank == 0:
+            if mount is not None:
+                subprocess.run(["fusermount3", "-u", f"{root}/mnt"], check=False)
+                mount.terminate()
+                mount.wait()
             proc.terminate()
             proc.wait()
             shutil.rmtree(root, ignore_errors=True)
@@ -145,6 +164,7 @@ def main() -> None:
     c.add_argument("--k-bytes", type=int, default=32 << 20)
     c.add_argument("--dir", default="/var/tmp", help="where the scratch root goes")
     c.add_argument("--sluice", default=os.environ.get("SLUICE_BIN", "sluice"), help="the sluice binary (default: $SLUICE_BIN, else sluice on PATH)")
+    c.add_argument("--mount", action="store_true", help="also MPI-IO through `sluice mount` of the server")
     c.add_argument("--json")
     args = p.parse_args()
     if args.cmd == "collective":

@@ -507,8 +507,25 @@ def _chunks(offs: np.ndarray, lens: np.ndarray):
         yield start, len(lens)
 
 
+#: Runs at least this long go as plain reads and writes (which the client
+#: moves through shared memory or a cache lease) rather than in a list
+#: request (whose data crosses the socket).
+RUN_BYTES_PLAIN = 256 << 10
+
+
 def _list_io(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray, data: np.ndarray, write: bool) -> int:
-    """Move ``data`` to or from the pieces, in list requests."""
+    """Move ``data`` to or from the pieces: long runs one by one, short ones
+    gathered in list requests."""
+    if len(lens) and int(lens.min()) >= RUN_BYTES_PLAIN:
+        done, at = 0, 0
+        for o, n in zip(offs.tolist(), lens.tolist()):
+            part = data[at : at + n]
+            got = client.pwrite(fd, part, o) if write else client.pread(fd, part, o)
+            done += got
+            at += n
+            if got < n and not write:
+                break
+        return done
     done, at = 0, 0
     for a, b in _chunks(offs, lens):
         pieces = list(zip(offs[a:b].tolist(), lens[a:b].tolist()))
