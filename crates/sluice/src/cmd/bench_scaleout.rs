@@ -7,7 +7,7 @@ use clap::Args;
 use sluice_cluster::bench::{scaleout, table, ScaleoutConfig};
 
 use super::output::write_json;
-use super::stripe::parse_size;
+use super::size::parse_size_positive as parse_size;
 
 #[derive(Args)]
 pub struct ScaleoutArgs {
@@ -21,13 +21,13 @@ pub struct ScaleoutArgs {
     /// Requests each client keeps outstanding (1: one after another).
     #[arg(long, default_value_t = 1)]
     inflight: u32,
-    /// File size (K, M, G suffixes).
+    /// File size (bytes, or with K, M, G, T: binary units).
     #[arg(long, default_value = "256M", value_parser = parse_size)]
     file: u64,
-    /// Bytes per client request.
+    /// Bytes per client request (K, M, G, T).
     #[arg(long, default_value = "32M", value_parser = parse_size)]
     request: u64,
-    /// Stripe size.
+    /// Stripe size (K, M, G, T).
     #[arg(long, default_value = "1M", value_parser = parse_size)]
     stripe: u64,
     /// Scheduling policy of every data server.

@@ -22,8 +22,8 @@ pub struct CalibrateArgs {
     /// Milliseconds per measured cell (12 cells).
     #[arg(long, default_value_t = 1_000)]
     cell_ms: u64,
-    /// Size of the scratch file (random reads spread over it).
-    #[arg(long, default_value = "256M", value_parser = sluice_bench::parse_size)]
+    /// Size of the scratch file (random reads spread over it; K, M, G, T).
+    #[arg(long, default_value = "256M", value_parser = super::size::parse_size_positive)]
     file_size: u64,
 }
 

@@ -15,6 +15,7 @@ pub mod remote;
 pub mod run;
 pub mod serve;
 pub mod sim;
+pub mod size;
 pub mod stripe;
 pub mod top;
 pub mod whatif;

@@ -2,6 +2,8 @@
 //! layout on a cluster, in the spirit of Lustre's `lfs`.
 
 use clap::Args;
+
+use super::size::parse_size;
 use sluice_client::server_addr;
 use sluice_cluster::{EntryKind, ErrorKind, LayoutRequest, StripedClient};
 
@@ -10,7 +12,8 @@ pub struct SetstripeArgs {
     /// Cluster address (default: $SLUICE_SERVER).
     #[arg(long)]
     server: Option<String>,
-    /// Stripe size in bytes, a multiple of 512 (suffixes K, M, G); 0 = inherit.
+    /// Stripe size, a multiple of 512: bytes, or with K, M, G, T (binary
+    /// units); 0 = inherit.
     #[arg(short = 'S', long = "stripe-size", default_value = "0", value_parser = parse_size)]
     size: u64,
     /// Objects per file; -1 = every data server, 0 = inherit.
@@ -30,17 +33,6 @@ pub struct GetstripeArgs {
     server: Option<String>,
     /// File or directory in the cluster's namespace.
     path: String,
-}
-
-/// `65536`, `64K`, `1M`, `4G` → bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1u64 << 10),
-        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("bad size {s:?}: expected a number with an optional K, M or G"))
 }
 
 fn connect(server: Option<&str>) -> anyhow::Result<StripedClient> {
@@ -95,19 +87,4 @@ pub fn get(a: GetstripeArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512"), Ok(512));
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("1m"), Ok(1 << 20));
-        assert_eq!(parse_size("4G"), Ok(4 << 30));
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("99999999999G").is_err());
-    }
 }

@@ -56,7 +56,8 @@ pub struct DecompositionArgs {
     /// Processes (ranks).
     #[arg(long, default_value_t = 32)]
     procs: u32,
-    /// Granularity, or a comma-separated list for a sweep (4K, 128K, 1M…).
+    /// Granularity, or a comma-separated list for a sweep (bytes, or with
+    /// K, M, G, T: binary units; 4K, 128KiB, 1M…).
     #[arg(long, value_delimiter = ',', default_value = "4K")]
     granularity: Vec<String>,
     /// Write instead of read.
@@ -100,14 +101,14 @@ pub struct CustomArgs {
 
 pub fn decomposition(a: DecompositionArgs) -> anyhow::Result<()> {
     let op = if a.write { Dir::Write } else { Dir::Read };
-    let sizes = a.granularity.iter().map(|g| sluice_bench::parse_size(g).map_err(anyhow::Error::msg)).collect::<anyhow::Result<Vec<_>>>()?;
+    let sizes = a.granularity.iter().map(|g| super::size::parse_size_positive(g).map_err(anyhow::Error::msg)).collect::<anyhow::Result<Vec<_>>>()?;
     let sweep = sizes.len() > 1;
     let scenarios = sizes.iter().map(|&g| (scenario::decomposition(a.procs, g, op, a.common.scale), sweep.then_some(g))).collect();
     execute(&a.common, scenarios)
 }
 
 pub fn interference(a: InterferenceArgs) -> anyhow::Result<()> {
-    let g = sluice_bench::parse_size(&a.granularity).map_err(anyhow::Error::msg)?;
+    let g = super::size::parse_size_positive(&a.granularity).map_err(anyhow::Error::msg)?;
     execute(&a.common, vec![(scenario::interference(a.procs, g, a.common.scale), None)])
 }
 
