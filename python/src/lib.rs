@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use sluice_client::{Client as Inner, ClientError, ConnectOptions, Fd};
 
 fn os_error(e: ClientError) -> PyErr {
-    PyOSError::new_err((e.errno, e.message))
+    PyOSError::new_err((e.posix_errno(), e.message))
 }
 
 /// Any object's bytes through the buffer protocol, whatever its item type

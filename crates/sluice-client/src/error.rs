@@ -48,6 +48,19 @@ impl ClientError {
     pub fn errno(&self) -> i32 {
         self.errno
     }
+
+    /// The errno a POSIX caller sees: the one conversion every front end
+    /// (the mount, the interposer, the Python package) uses. A socket that
+    /// is not there reads as ECONNREFUSED rather than a confusing ENOENT
+    /// (which would look like the caller's own file missing); an error
+    /// without an errno (a protocol fault) is EIO.
+    pub fn posix_errno(&self) -> i32 {
+        match (self.kind, self.errno) {
+            (ClientErrorKind::Connect, libc::ENOENT) => libc::ECONNREFUSED,
+            (_, n) if n > 0 => n,
+            _ => libc::EIO,
+        }
+    }
 }
 
 impl fmt::Display for ClientError {
@@ -60,3 +73,23 @@ impl std::error::Error for ClientError {}
 
 /// The library's result type.
 pub type Result<T> = std::result::Result<T, ClientError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn posix_errno_table() {
+        let e = |kind, errno| ClientError { kind, errno, message: String::new() };
+        for (kind, errno, want) in [
+            (ClientErrorKind::Connect, libc::ENOENT, libc::ECONNREFUSED),
+            (ClientErrorKind::Connect, libc::ECONNREFUSED, libc::ECONNREFUSED),
+            (ClientErrorKind::Server, libc::ENOENT, libc::ENOENT),
+            (ClientErrorKind::Server, libc::ENOSPC, libc::ENOSPC),
+            (ClientErrorKind::Protocol, 0, libc::EIO),
+            (ClientErrorKind::Server, -1, libc::EIO),
+        ] {
+            assert_eq!(e(kind, errno).posix_errno(), want, "{kind:?} {errno}");
+        }
+    }
+}

@@ -46,9 +46,9 @@ pub(crate) struct SluiceFs {
     fh_next: AtomicU64,
 }
 
-/// The one place client errors become errno values.
+/// Client errors as errno values: the client's one conversion.
 fn errno(e: ClientError) -> Errno {
-    Errno::from(e.errno())
+    Errno::from(e.posix_errno())
 }
 
 /// A mount path ("/a/b") as a server path ("a/b"; the root is ".").

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::c_int;
-use sluice_client::{ClientError, ClientErrorKind, ConnectOptions, Fd};
+use sluice_client::{ClientError, ConnectOptions, Fd};
 use sluice_cluster::Remote;
 
 use crate::path;
@@ -87,15 +87,11 @@ impl Drop for Guard {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Errno(pub c_int);
 
-/// The one conversion of client errors to errno. A socket that is not
-/// there reads as ECONNREFUSED rather than a confusing ENOENT.
+/// Client errors as errno: the client's one conversion
+/// (`ClientError::posix_errno`).
 impl From<ClientError> for Errno {
     fn from(e: ClientError) -> Errno {
-        match (e.kind, e.errno) {
-            (ClientErrorKind::Connect, libc::ENOENT) => Errno(libc::ECONNREFUSED),
-            (_, n) if n > 0 => Errno(n),
-            _ => Errno(libc::EIO),
-        }
+        Errno(e.posix_errno())
     }
 }
 
@@ -375,6 +371,7 @@ mod tests {
 
     #[test]
     fn client_errors_become_errno() {
+        use sluice_client::ClientErrorKind;
         let e = ClientError { kind: ClientErrorKind::Connect, errno: libc::ENOENT, message: String::new() };
         assert_eq!(Errno::from(e), Errno(libc::ECONNREFUSED));
         let e = ClientError { kind: ClientErrorKind::Server, errno: libc::ENOSPC, message: String::new() };
