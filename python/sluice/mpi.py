@@ -58,22 +58,30 @@ SCHEMES = ("two-phase", "dynamic", "static", "independent")
 def _pack_offsets(datatype: MPI.Datatype) -> np.ndarray:
     """The byte offsets one instance of ``datatype`` selects, in typemap
     order, found by MPI's own ``Pack`` (works for every constructor, costs
-    a pass over the type's extent per byte of offset width)."""
+    a pass over the type's span per byte of offset width). The type is
+    shifted by ``B`` bytes and resized to its whole span first, so a
+    negative lower bound packs from inside the buffer and exactly one
+    instance is packed."""
     lb, extent = datatype.Get_extent()
     true_lb, true_extent = datatype.Get_true_extent()
+    shift_b = -min(0, lb, true_lb)
+    span = shift_b + max(lb + extent, true_lb + true_extent)
+    one = MPI.Datatype.Create_struct([1], [shift_b], [datatype]).Create_resized(0, span).Commit()
     size = datatype.Get_size()
-    span = max(true_lb + true_extent, lb + extent)
     pos = np.arange(span, dtype=np.int64)
     offsets = np.zeros(size, dtype=np.int64)
     shift = 0
-    while True:
-        plane = ((pos >> shift) & 0xFF).astype(np.uint8)
-        out = np.empty(size, dtype=np.uint8)
-        datatype.Pack(plane[: lb + extent], out, 0, MPI.COMM_SELF)
-        offsets |= out.astype(np.int64) << shift
-        shift += 8
-        if span >> shift == 0:
-            return offsets
+    try:
+        while True:
+            plane = ((pos >> shift) & 0xFF).astype(np.uint8)
+            out = np.empty(size, dtype=np.uint8)
+            one.Pack(plane, out, 0, MPI.COMM_SELF)
+            offsets |= out.astype(np.int64) << shift
+            shift += 8
+            if span >> shift == 0:
+                return offsets - shift_b
+    finally:
+        one.Free()
 
 
 def _replicate(base: tuple[np.ndarray, np.ndarray], displacements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +102,7 @@ def _blocks(base_dt: MPI.Datatype, base: tuple[np.ndarray, np.ndarray], starts_b
 def _runs_of_type(dt: MPI.Datatype) -> tuple[np.ndarray, np.ndarray] | None:
     """Runs of one instance of ``dt`` from its constructor (``decode``);
     ``None`` for a constructor this does not know (then MPI packs it)."""
-    if dt.Get_envelope()[3] == MPI.COMBINER_NAMED:
+    if dt.is_predefined:
         return np.zeros(1, np.int64), np.array([dt.Get_size()], np.int64)
     base_dt, combiner, p = dt.decode()
     if combiner == "STRUCT":
@@ -214,6 +222,10 @@ class View:
         ``[stream_at, stream_at + nbytes)`` go to, in stream order."""
         if nbytes <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        if len(self.lengths) == 1 and self.lengths[0] == self.extent:
+            # A contiguous view: one run, however many tiles it spans.
+            at = self.disp + int(self.starts[0]) + (stream_at // self.size) * self.extent + stream_at % self.size
+            return np.array([at], np.int64), np.array([nbytes], np.int64)
         end = stream_at + nbytes
         first, last = stream_at // self.size, (end - 1) // self.size
         offs, lens = [], []
@@ -249,23 +261,37 @@ class View:
         return o, n
 
 
-def _as_bytes(buf) -> np.ndarray:
-    """A buffer's bytes as a flat uint8 array (no copy)."""
-    return np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8) if not isinstance(buf, np.ndarray) else buf.reshape(-1).view(np.uint8)
+def _as_bytes(buf, writable: bool = False) -> np.ndarray:
+    """A buffer's bytes in memory order, as a flat uint8 array (no copy);
+    like mpi4py, a buffer without one contiguous layout is refused."""
+    a = np.asarray(buf) if isinstance(buf, np.ndarray) else np.frombuffer(buf, dtype=np.uint8)
+    if not (a.flags.c_contiguous or a.flags.f_contiguous):
+        raise ValueError("the buffer must be contiguous (C or Fortran order)")
+    if writable and not a.flags.writeable:
+        raise ValueError("the buffer is read-only")
+    return a.ravel(order="K").view(np.uint8)
 
 
-def _merge(offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sort pieces by offset and merge touching ones: ``(offsets, lengths,
-    order)``, ``order`` the sorting permutation of the input pieces."""
+def _merge(offs: np.ndarray, lens: np.ndarray, overlap: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Sort pieces by offset and merge touching ones (and, with `overlap`,
+    overlapping ones: the union): ``(offsets, lengths, order, run)``,
+    ``order`` the sorting permutation of the input pieces and ``run[k]`` the
+    merged run that sorted piece ``k`` lies in (with `overlap`; touching
+    merges keep every piece whole in its run too)."""
     order = np.argsort(offs, kind="stable")
     o, n = offs[order], lens[order]
     if len(o) == 0:
-        return o, n, order
-    touching = o[1:] == (o[:-1] + n[:-1])
-    starts = np.nonzero(np.concatenate(([True], ~touching)))[0]
+        return o, n, order, np.zeros(0, np.int64)
+    ends = o + n
+    if overlap:
+        reach = np.maximum.accumulate(ends)
+        heads = np.concatenate(([True], o[1:] > reach[:-1]))
+    else:
+        heads = np.concatenate(([True], o[1:] != ends[:-1]))
+    starts = np.nonzero(heads)[0]
     merged_off = o[starts]
-    merged_len = np.add.reduceat(n, starts)
-    return merged_off, merged_len, order
+    merged_len = (np.maximum.reduceat(ends, starts) - merged_off) if overlap else np.add.reduceat(n, starts)
+    return merged_off, merged_len, order, np.cumsum(heads) - 1
 
 
 class File:
@@ -290,17 +316,20 @@ class File:
         if not server:
             raise ValueError("no server: pass server= or set SLUICE_SERVER")
         flags = os.O_RDWR if amode & MPI.MODE_RDWR else (os.O_WRONLY if amode & MPI.MODE_WRONLY else os.O_RDONLY)
-        client = Client(server, client_id=comm.Get_rank())
-        err = None
-        if comm.Get_rank() == 0 and amode & MPI.MODE_CREATE:
-            try:
+        client, err = None, None
+        try:
+            client = Client(server, client_id=comm.Get_rank())
+            if comm.Get_rank() == 0 and amode & MPI.MODE_CREATE:
                 client.close(client.open(path, flags | os.O_CREAT, 0o644))
-            except OSError as e:
-                err = e
-        err = comm.bcast(err, root=0)
-        if err:
-            raise err
-        fd = client.open(path, flags, 0o644)
+        except Exception as e:  # noqa: BLE001 (every rank must hear of it)
+            err = e
+        _raise_any(comm, err)
+        fd = None
+        try:
+            fd = client.open(path, flags, 0o644)
+        except Exception as e:  # noqa: BLE001
+            err = e
+        _raise_any(comm, err)
         return cls(comm, client, fd, scheme, k_bytes)
 
     def close(self) -> None:
@@ -338,7 +367,7 @@ class File:
         return _list_io(self.client, self.fd, offs, lens, data, write=True)
 
     def read_at(self, offset: int, buf) -> int:
-        data = _as_bytes(buf)
+        data = _as_bytes(buf, writable=True)
         offs, lens = self._runs(offset, data.nbytes)
         return _list_io(self.client, self.fd, offs, lens, data, write=False)
 
@@ -358,7 +387,7 @@ class File:
         return self._collective(offset, _as_bytes(buf), write=True)
 
     def read_at_all(self, offset: int, buf) -> int:
-        return self._collective(offset, _as_bytes(buf), write=False)
+        return self._collective(offset, _as_bytes(buf, writable=True), write=False)
 
     def write_all(self, buf) -> int:
         n = self.write_at_all(self.position, buf)
@@ -371,11 +400,22 @@ class File:
         return n
 
     def _collective(self, offset: int, data: np.ndarray, write: bool) -> int:
-        comm = self.comm
-        offs, lens = self._runs(offset, data.nbytes)
+        """A collective access. Every rank raises when any rank failed, at
+        each point where they would otherwise wait for each other."""
+        comm, err = self.comm, None
+        offs = lens = np.zeros(0, np.int64)
+        try:
+            offs, lens = self._runs(offset, data.nbytes)
+        except Exception as e:  # noqa: BLE001
+            err = e
+        _raise_any(comm, err)
         if self.scheme == "independent":
-            n = _list_io(self.client, self.fd, offs, lens, data, write)
-            _raise_any(comm, None)
+            n = 0
+            try:
+                n = _list_io(self.client, self.fd, offs, lens, data, write)
+            except Exception as e:  # noqa: BLE001
+                err = e
+            _raise_any(comm, err)
             return n
         # Who aggregates: one rank per group, groups from the byte shares.
         shares = comm.allgather(int(data.nbytes))
@@ -385,7 +425,7 @@ class File:
         hi = comm.allreduce(int((offs + lens).max()) if len(offs) else 0, op=MPI.MAX)
         if hi <= lo:
             return 0
-        pos = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+        pos = (np.cumsum(lens) - lens).astype(np.int64)
         if self.scheme == "static":
             # Static segmentation: each aggregator takes its own group's
             # data, wherever it lies in the file.
@@ -399,7 +439,7 @@ class File:
                 every = comm.allgather((offs, lens))
                 all_off = np.concatenate([o for o, _ in every])
                 all_len = np.concatenate([n for _, n in every])
-                m_off, m_len, _ = _merge(all_off, all_len)
+                m_off, m_len, _, _ = _merge(all_off, all_len, overlap=True)
                 before = np.concatenate(([0], np.cumsum(m_len)))
                 total = int(before[-1])
                 cuts = [lo]
@@ -438,7 +478,7 @@ class File:
                 all_len = np.concatenate([l for _, l in got]) if got else np.zeros(0, np.int64)
                 try:
                     _aggregate_write(self.client, self.fd, all_off, all_len, recvbuf)
-                except OSError as e:
+                except Exception as e:  # noqa: BLE001 (every rank must hear of it)
                     err = e
             _raise_any(comm, err)
             return int(data.nbytes)
@@ -454,7 +494,7 @@ class File:
                     n = int(l.sum())
                     replies[r] = buf[at : at + n]
                     at += n
-            except OSError as e:
+            except Exception as e:  # noqa: BLE001 (every rank must hear of it)
                 err = e
         _raise_any(comm, err)
         scounts = [len(x) for x in replies]
@@ -495,8 +535,22 @@ def _cut(offs, lens, pos, cuts):
     return a(o_out), a(l_out), a(p_out), a(d_out)
 
 
+def _split_long(offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pieces longer than `LIST_BYTES_MAX` cut into pieces no longer."""
+    if len(lens) == 0 or int(lens.max()) <= LIST_BYTES_MAX:
+        return offs, lens
+    o_out, n_out = [], []
+    for o, n in zip(offs.tolist(), lens.tolist()):
+        while n > LIST_BYTES_MAX:
+            o_out.append(o), n_out.append(LIST_BYTES_MAX)
+            o, n = o + LIST_BYTES_MAX, n - LIST_BYTES_MAX
+        o_out.append(o), n_out.append(n)
+    return np.array(o_out, np.int64), np.array(n_out, np.int64)
+
+
 def _chunks(offs: np.ndarray, lens: np.ndarray):
-    """Consecutive slices of pieces that fit one list request."""
+    """Consecutive slices of pieces that fit one list request (pieces are
+    at most `LIST_BYTES_MAX` long: `_split_long`)."""
     start, total = 0, 0
     for i, n in enumerate(lens.tolist()):
         if i > start and (i - start >= LIST_PIECES_MAX or total + n > LIST_BYTES_MAX):
@@ -523,9 +577,8 @@ def _list_io(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray, data: 
             got = client.pwrite(fd, part, o) if write else client.pread(fd, part, o)
             done += got
             at += n
-            if got < n and not write:
-                break
         return done
+    offs, lens = _split_long(offs, lens)
     done, at = 0, 0
     for a, b in _chunks(offs, lens):
         pieces = list(zip(offs[a:b].tolist(), lens[a:b].tolist()))
@@ -537,30 +590,31 @@ def _list_io(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray, data: 
 
 
 def _aggregate_write(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray, data: np.ndarray) -> None:
-    """Write pieces (in the order their bytes sit in ``data``) as merged runs."""
+    """Write pieces (in the order their bytes sit in ``data``) as merged runs
+    of touching pieces; where pieces overlap, the later in offset order
+    wins (MPI leaves overlapping collective writes undefined)."""
     if len(offs) == 0:
         return
-    order = np.argsort(offs, kind="stable")
-    starts = np.concatenate(([0], np.cumsum(lens)[:-1]))
+    starts = np.cumsum(lens) - lens
+    m_off, m_len, order, _ = _merge(offs, lens)
     sorted_data = np.concatenate([data[starts[i] : starts[i] + lens[i]] for i in order])
-    m_off, m_len, _ = _merge(offs, lens)
     _list_io(client, fd, m_off, m_len, sorted_data, write=True)
 
 
 def _aggregate_read(client: Client, fd: int, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """Read merged runs covering the pieces; their bytes in the pieces' order."""
+    """Read the union of the pieces as runs; their bytes in the pieces'
+    order (pieces may overlap: ranks sharing a header or a halo). Bytes
+    past the end of the file read as zeros."""
     if len(offs) == 0:
         return np.zeros(0, np.uint8)
-    m_off, m_len, order = _merge(offs, lens)
-    buf = np.empty(int(m_len.sum()), np.uint8)
+    m_off, m_len, order, run = _merge(offs, lens, overlap=True)
+    buf = np.zeros(int(m_len.sum()), np.uint8)
     _list_io(client, fd, m_off, m_len, buf, write=False)
-    # Where each sorted piece sits in `buf`.
     sorted_off, sorted_len = offs[order], lens[order]
-    run_of = np.searchsorted(m_off, sorted_off, side="right") - 1
-    run_at = np.concatenate(([0], np.cumsum(m_len)[:-1]))
-    piece_at = run_at[run_of] + (sorted_off - m_off[run_of])
-    out_at = np.concatenate(([0], np.cumsum(lens)[:-1]))
-    out = np.empty(int(lens.sum()), np.uint8)
+    run_at = np.cumsum(m_len) - m_len
+    piece_at = run_at[run] + (sorted_off - m_off[run])
+    out_at = np.cumsum(lens) - lens
+    out = np.zeros(int(lens.sum()), np.uint8)
     for k, i in enumerate(order):
         out[out_at[i] : out_at[i] + lens[i]] = buf[piece_at[k] : piece_at[k] + sorted_len[k]]
     return out

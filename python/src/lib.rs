@@ -35,8 +35,13 @@ impl Bytes {
         Ok(Bytes { view })
     }
 
+    /// Address and length; a zero-length buffer (whose address may be
+    /// NULL) is given a dangling, aligned address, valid for no bytes.
     fn addr_len(&self) -> (usize, usize) {
-        (self.view.buf as usize, self.view.len as usize)
+        match self.view.len {
+            0 => (std::ptr::NonNull::<u8>::dangling().as_ptr() as usize, 0),
+            n => (self.view.buf as usize, n as usize),
+        }
     }
 }
 

@@ -60,7 +60,7 @@ def test_subarray_view_matches_openmpi_and_reads_back(server, comm, scheme):
         with File.open(comm, name, MPI.MODE_RDONLY, server=addr, scheme=scheme) as f:
             f.set_view(0, MPI.DOUBLE, sub)
             f.read_all(back)
-        assert np.array_equal(back, local), name
+        assert everywhere(comm, np.array_equal(back, local)), name
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -76,11 +76,11 @@ def test_vector_view_with_displacement_matches_openmpi(server, comm, scheme):
         f.write_at_all(0, data)
         back = np.zeros_like(data)
         f.read_at_all(0, back)
-        assert np.array_equal(back, data)
+        assert everywhere(comm, np.array_equal(back, data))
         # Independent access at an offset inside the view.
         half = np.zeros(4 * blk)
         f.read_at(4 * blk, half)
-        assert np.array_equal(half, data[4 * blk :])
+        assert everywhere(comm, np.array_equal(half, data[4 * blk :]))
     assert same_file(comm, root, f"ref-vec-{scheme}.bin", f"sl-vec-{scheme}.bin")
 
 
@@ -98,12 +98,12 @@ def test_aggregator_groups_follow_k(server, comm):
             assert f.position == local.size, "write_all moves the file pointer past the data"
             back = np.zeros_like(local)
             f.read_at_all(0, back)
-            assert f.groups == [[0, 1], [2, 3]] and np.array_equal(back, local), scheme
+            assert f.groups == [[0, 1], [2, 3]] and everywhere(comm, np.array_equal(back, local)), scheme
     with File.open(comm, "groups.bin", MPI.MODE_RDWR, server=addr, k_bytes=12 << 10) as f:
         f.set_view(0, MPI.DOUBLE, sub)
         back = np.zeros_like(local)
         f.read_all(back)
-        assert f.groups == [[0, 1], [2, 3]] and np.array_equal(back, local)
+        assert f.groups == [[0, 1], [2, 3]] and everywhere(comm, np.array_equal(back, local))
 
 
 def test_split_and_join_on_synthetic_k():
@@ -125,3 +125,63 @@ def test_list_requests_are_bounded_at_n_and_n_plus_1():
     offs = np.array([0, half, 2 * half], dtype=np.int64)
     assert list(_chunks(offs[:2], np.array([half, half]))) == [(0, 2)], "N bytes: one request"
     assert list(_chunks(offs, np.array([half, half, 1]))) == [(0, 2), (2, 3)], "N+1 bytes: two"
+
+
+def everywhere(comm, ok: bool) -> bool:
+    """True on every rank when true on all (an assertion that fails on one
+    rank only would leave the others waiting in the next collective)."""
+    return comm.allreduce(bool(ok), op=MPI.LAND)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_overlapping_reads_zero_byte_ranks_and_reads_past_the_end(server, comm, scheme):
+    addr, root = server
+    rank = comm.Get_rank()
+    header = np.arange(64, dtype=np.uint8)
+    if rank == 0:
+        with open(os.path.join(root, f"hdr-{scheme}.bin"), "wb") as f:
+            f.write(header.tobytes())
+    comm.Barrier()
+    with File.open(comm, f"hdr-{scheme}.bin", MPI.MODE_RDONLY, server=addr, scheme=scheme) as f:
+        # Every rank but the last reads the same 16-byte header (overlap),
+        # rank 1 also reads 32 bytes from offset 48 (16 past the end), the
+        # last rank reads nothing.
+        want = [16, 32, 16, 0][rank] if comm.Get_size() == 4 else 16
+        at = 48 if rank == 1 else 0
+        back = np.full(want, 0xEE, dtype=np.uint8)
+        f.read_at_all(at, back)
+        expect = np.zeros(want, np.uint8)
+        have = header[at : at + want]
+        expect[: len(have)] = have
+        assert everywhere(comm, np.array_equal(back, expect)), "overlapping pieces, past-the-end zeros, empty ranks"
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_struct_view_and_fortran_buffers(server, comm, scheme):
+    addr, root = server
+    rank = comm.Get_rank()
+    # A struct (flattened by MPI's Pack): two doubles with a hole, tiled
+    # every 32 bytes.
+    st = MPI.Datatype.Create_struct([1, 1], [0, 16], [MPI.DOUBLE, MPI.DOUBLE]).Commit()
+    tile = st.Create_resized(0, 32).Commit()
+    disp = rank * 32 * 4
+    data = np.asfortranarray((np.arange(8, dtype=np.float64) + 100 * rank).reshape(2, 4))
+    reference(comm, root, f"ref-st-{scheme}.bin", disp, tile, data)
+    with File.open(comm, f"sl-st-{scheme}.bin", MPI.MODE_CREATE | MPI.MODE_RDWR, server=addr, scheme=scheme) as f:
+        f.set_view(disp, MPI.DOUBLE, tile)
+        f.write_at_all(0, data)
+        back = np.asfortranarray(np.zeros((2, 4)))
+        f.read_at_all(0, back)
+        assert everywhere(comm, np.array_equal(back, data))
+    assert same_file(comm, root, f"ref-st-{scheme}.bin", f"sl-st-{scheme}.bin"), "a struct view, a Fortran-order buffer: the same bytes as OpenMPI"
+    with pytest.raises(ValueError):
+        File.open(comm, f"sl-st-{scheme}.bin", MPI.MODE_RDONLY, server=addr, scheme=scheme).read_at(0, np.zeros((4, 4))[:, ::2])
+
+
+def test_pack_flattening_handles_negative_and_large_lower_bounds():
+    from sluice.mpi import _pack_offsets
+
+    neg = MPI.Datatype.Create_struct([1, 1], [-16, 8], [MPI.INT, MPI.DOUBLE]).Commit()
+    assert _pack_offsets(neg).tolist() == [-16, -15, -14, -13] + list(range(8, 16))
+    far = MPI.Datatype.Create_struct([1], [800], [MPI.BYTE]).Commit()
+    assert _pack_offsets(far).tolist() == [800], "a lower bound past the extent packs one instance"
