@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -71,7 +72,15 @@ def collective(args) -> None:
         (Path(root) / "root").mkdir()
         sock = Path(root) / "s.sock"
         proc = subprocess.Popen([args.sluice, "serve", "--root", f"{root}/root", "--listen", f"unix:{sock}"], stdout=subprocess.DEVNULL)
-        while not sock.exists():
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.socket(socket.AF_UNIX) as probe:
+                try:
+                    probe.connect(str(sock))
+                    break
+                except OSError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit("sluice serve did not come up")
             time.sleep(0.01)
         addr = f"unix:{sock}"
     mount = None

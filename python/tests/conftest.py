@@ -16,6 +16,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _accepts(sock: Path) -> bool:
+    """Whether the server accepts a connection yet (its socket file appears
+    at bind, before listen)."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(sock))
+            return True
+        except OSError:
+            return False
+
+
 def _comm():
     try:
         from mpi4py import MPI
@@ -46,7 +59,7 @@ def server():
         binary = os.environ.get("SLUICE_BIN", str(REPO / "target" / "release" / "sluice"))
         proc = subprocess.Popen([binary, "serve", "--root", str(root), "--listen", f"unix:{sock}"], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while not sock.exists():
+        while not _accepts(sock):
             assert proc.poll() is None, "sluice serve exited"
             assert time.monotonic() < deadline, "sluice serve did not come up"
             time.sleep(0.01)

@@ -61,7 +61,10 @@ fn spawn_server(dir: &std::path::Path) -> Child {
     let _ = std::fs::remove_file(dir.join("s.sock"));
     let sock = format!("unix:{}", dir.join("s.sock").display());
     let server = Command::new(SLUICE).args(["serve", "--root"]).arg(dir.join("root")).args(["--listen", &sock]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    wait_for(|| dir.join("s.sock").exists(), "the server socket");
+    // The socket file appears at bind(2), before listen(2): wait until a
+    // connection is accepted, or a mount started in between finds the
+    // server refusing (and gives up).
+    wait_for(|| std::os::unix::net::UnixStream::connect(dir.join("s.sock")).is_ok(), "the server to accept");
     server
 }
 
