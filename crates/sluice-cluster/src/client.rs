@@ -27,11 +27,11 @@ use crate::proto::{recv, send, MetaReply, MetaRequest};
 /// is `objects/<id as 16 hex digits>` on server `layout.server_of(k)`.
 pub const OBJECTS_DIR: &str = "objects";
 /// Pieces per list-I/O message (the wire protocol's `LIST_PIECES_MAX`).
-pub const MESSAGE_PIECES_MAX: usize = 4096;
+pub const STRIPED_LIST_PIECES_MAX: usize = 4096;
 /// Bytes per list-I/O message: 8 MiB, well under every server's
 /// `io_bytes_max` (64 MiB by default), and large enough that one message
 /// per server carries a 1 MiB-per-server request whole.
-pub const MESSAGE_BYTES_MAX: u64 = 8 << 20;
+pub const STRIPED_LIST_BYTES_MAX: u64 = 8 << 20;
 /// Seconds a metadata call may wait for its reply before failing.
 pub const META_TIMEOUT_S: u64 = 10;
 
@@ -342,7 +342,7 @@ impl StripedClient {
             return Err(Error::invalid(format!("buffer of {buf_len} bytes cannot hold {total} bytes of pieces")));
         }
         let lists = group(&f.layout.map_list(ranges)?);
-        Ok((lists.iter().map(|l| chunk(l, MESSAGE_PIECES_MAX, MESSAGE_BYTES_MAX)).collect(), total as usize))
+        Ok((lists.iter().map(|l| chunk(l, STRIPED_LIST_PIECES_MAX, STRIPED_LIST_BYTES_MAX)).collect(), total as usize))
     }
 
     /// Send each object's messages, in parallel across objects.

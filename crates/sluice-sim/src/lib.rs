@@ -59,7 +59,7 @@ pub use error::{Error, ErrorKind};
 pub use plot::sweep_png;
 pub use report::{jain, size, AppReport, DeviceReport, Report, RunReport};
 pub use scenario::{AioliOverrides, App, Bounds, Recorded, RecordedAccess, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Scenario, Server};
-pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SERVERS_MAX, SWEEP_POINTS_MAX};
+pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use server::device;
 pub use trace::Trace;
 pub use workload::{stripe_map, Layout, TwoPhase};
@@ -133,7 +133,7 @@ fn device_name(sc: &Scenario) -> String {
 /// `requests` requests per process.
 pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
     let nodes = (procs / 10).max(1);
-    let servers = (procs / 100).clamp(1, scenario::SERVERS_MAX);
+    let servers = (procs / 100).clamp(1, scenario::SIM_SERVERS_MAX);
     let apps = (0..100u64.min(procs))
         .map(|i| App {
             name: format!("bench-{i}"),

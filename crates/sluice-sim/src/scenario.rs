@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind};
 /// each; every per-process table is sized from this.
 pub const PROCS_MAX: u64 = 1 << 20;
 /// I/O servers in one scenario.
-pub const SERVERS_MAX: u64 = 65_536;
+pub const SIM_SERVERS_MAX: u64 = 65_536;
 /// Compute nodes in one scenario.
 pub const NODES_MAX: u64 = 1 << 20;
 /// Applications in one scenario (the core's `apps_max` default).
@@ -368,8 +368,8 @@ impl Scenario {
 
     fn validate_server(&self) -> Result<(), Error> {
         let s = &self.server;
-        if s.count == 0 || s.count > SERVERS_MAX {
-            return Err(invalid(format!("server count must be 1..={SERVERS_MAX}")));
+        if s.count == 0 || s.count > SIM_SERVERS_MAX {
+            return Err(invalid(format!("server count must be 1..={SIM_SERVERS_MAX}")));
         }
         if s.stripe_bytes == 0 || s.stripe_count == 0 || s.stripe_count > s.count {
             return Err(invalid("stripe_bytes > 0 and 1 <= stripe_count <= count".into()));
