@@ -21,7 +21,7 @@ use crate::cost::DeviceCost;
 use crate::error::{Error, ErrorKind};
 use crate::hash::FxHashMap;
 use crate::policy::{self, Pick, Policy};
-use crate::store::{Entry, FileQ, InFlight, Store};
+use crate::store::{Entry, FileQ, Gather, InFlight, Store};
 use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request};
 
 /// Counters, cumulative except where marked "now".
@@ -238,10 +238,10 @@ impl Scheduler {
         let dispatch_max = self.limits.dispatch_bytes_max;
         let expire_ns = if self.policy.arrival_order() { 0 } else { self.limits.request_expire_ns };
         let expired = self.store.oldest().filter(|&s| now.saturating_sub(self.store.entry(s).arrival) >= expire_ns);
-        let (slot, limit, merge, backward, forced) = match expired {
-            Some(slot) => (slot, dispatch_max, merge, true, true),
+        let (slot, gather, forced) = match expired {
+            Some(slot) => (slot, Gather { limit: dispatch_max, merge, backward: true }, true),
             None => match self.policy.pick(&self.store, now) {
-                Pick::Start { slot, limit, backward } => (slot, limit.min(dispatch_max), merge, backward, false),
+                Pick::Start { slot, limit, backward } => (slot, Gather { limit: limit.min(dispatch_max), merge, backward }, false),
                 Pick::Wait(t) => {
                     assert!(t > now, "{}: WaitUntil({t}) not after now ({now})", self.policy_name());
                     if self.wait_last != t {
@@ -253,12 +253,14 @@ impl Scheduler {
                 Pick::Idle => return Decision::Idle,
             },
         };
-        Decision::Dispatch(self.dispatch(slot, limit, merge, backward, forced, now))
+        Decision::Dispatch(self.dispatch(slot, gather, forced, now))
     }
 
-    fn dispatch(&mut self, slot: u32, limit: u64, merge: bool, backward: bool, forced: bool, now: Nanos) -> Dispatch {
+    /// Take the aggregate `gather` describes around `slot` off the queue.
+    /// `forced`: expiry chose it, not the policy.
+    fn dispatch(&mut self, slot: u32, gather: Gather, forced: bool, now: Nanos) -> Dispatch {
         let (mut run, mut entries) = (std::mem::take(&mut self.scratch_run), std::mem::take(&mut self.scratch_entries));
-        self.store.run(slot, limit, merge, backward, &mut run);
+        self.store.run(slot, gather, &mut run);
         self.store.take(&run, &mut entries);
         let first = entries[0].req;
         let offset = first.offset;

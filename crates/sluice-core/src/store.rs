@@ -19,6 +19,17 @@ use crate::types::{DispatchId, FileId, Nanos, Op, Request};
 /// Index of a queued request in the slab.
 pub(crate) type Slot = u32;
 
+/// How an aggregate gathers requests around its first one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gather {
+    /// Bytes the aggregate may span.
+    pub limit: u64,
+    /// Take contiguous requests at all (false: the first request alone).
+    pub merge: bool,
+    /// Also take contiguous requests below the first one.
+    pub backward: bool,
+}
+
 /// A request as the scheduler holds it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
@@ -229,9 +240,10 @@ impl Store {
     }
 
     /// The slots of the contiguous run around `start`, in offset order, whose
-    /// span stays within `limit` bytes (the start request alone may exceed
-    /// it). With `merge` false the run is the start request alone.
-    pub fn run(&self, start: Slot, limit: u64, merge: bool, backward: bool, out: &mut Vec<Slot>) {
+    /// span stays within `g.limit` bytes (the start request alone may
+    /// exceed it). With `g.merge` false the run is the start request alone.
+    pub fn run(&self, start: Slot, g: Gather, out: &mut Vec<Slot>) {
+        let Gather { limit, merge, backward } = g;
         out.clear();
         let s = self.entry(start);
         if !merge {

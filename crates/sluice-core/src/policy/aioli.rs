@@ -66,7 +66,7 @@ use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
 use crate::hash::FxHashMap;
-use crate::store::{op_index, Entry, LazyFifo, Slot, Store};
+use crate::store::{op_index, Entry, Gather, LazyFifo, Slot, Store};
 use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 
 /// Entries of a file's map examined when looking for the turn
@@ -277,7 +277,7 @@ impl Aioli {
         let active = f.streams.iter().filter(|&&(_, t)| now.saturating_sub(t) <= window_ns).count();
         let waiting = store.files.get(&file).map_or(0, |fq| fq.count() + fq.blocked.len());
         let run = &mut self.scratch;
-        store.run(slot, limit, true, true, run);
+        store.run(slot, Gather { limit, merge: true, backward: true }, run);
         let first = store.entry(run[0]).req.offset;
         let end = run.iter().map(|&s| store.entry(s).req.end()).max()?;
         let oldest = run.iter().map(|&s| store.entry(s).arrival).min()?;
