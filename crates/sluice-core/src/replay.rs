@@ -63,9 +63,25 @@ enum Event {
     Wake,
 }
 
-/// Run `streams` to completion. `service` gives each dispatch's duration;
-/// `check` runs the scheduler's invariant walk after every event.
-pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Dispatch) -> Nanos, events_max: u64, check: bool) -> Result<Log, ReplayError> {
+/// How a replay runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// Events at most (a policy that never finishes is an error).
+    pub events_max: u64,
+    /// Run the scheduler's invariant walk after every event (tests).
+    pub check_invariants: bool,
+}
+
+impl ReplayOptions {
+    /// `events_max` events, with the invariant walk after each (tests).
+    pub fn checked(events_max: u64) -> ReplayOptions {
+        ReplayOptions { events_max, check_invariants: true }
+    }
+}
+
+/// Run `streams` to completion. `service` gives each dispatch's duration.
+pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Dispatch) -> Nanos, opts: ReplayOptions) -> Result<Log, ReplayError> {
+    let ReplayOptions { events_max, check_invariants: check } = opts;
     let mut heap: BinaryHeap<Reverse<(Nanos, u64, Event)>> = BinaryHeap::new();
     let mut tie = 0u64;
     let mut push = |heap: &mut BinaryHeap<_>, t: Nanos, e: Event| {
@@ -158,7 +174,7 @@ mod tests {
         let req = |id: u64, offset: u64| Request { id: RequestId(id), app: AppId(1), client: ClientId(1), file: FileId(1), op: Op::Read, offset, len: 10 };
         let st = Stream { start_ns: 100, think_ns: 0, jitter_ns: 0, depth: 1, requests: vec![req(1, 0), req(2, 10), req(3, 20)], thinks: vec![50, 5_000] };
         let mut s = Scheduler::new(PolicyConfig::from_name("fifo").unwrap(), Limits::default());
-        let log = replay(&mut s, &[st], |_| 1_000, 1_000, true).unwrap();
+        let log = replay(&mut s, &[st], |_| 1_000, ReplayOptions::checked(1_000)).unwrap();
         // Request 1 at 100 + 50, done 1,000 later; request 2 5,000 after
         // that; request 3 has no extra think.
         assert_eq!(log.arrivals, [(RequestId(1), 150), (RequestId(2), 6_150), (RequestId(3), 7_150)]);

@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use proptest::prelude::*;
-use sluice_core::replay::{replay, Log, Stream};
+use sluice_core::replay::{replay, Log, ReplayOptions, Stream};
 use sluice_core::*;
 use std::collections::HashMap;
 
@@ -42,7 +42,7 @@ fn run_world(policy: &str, streams: &[Stream], seed: u64, depth: u32) -> Log {
         rng ^= rng << 17;
         1 + rng % SERVICE_NS_MAX
     };
-    let log = replay(&mut s, streams, service, 1_000_000, true).expect("replay completes");
+    let log = replay(&mut s, streams, service, ReplayOptions::checked(1_000_000)).expect("replay completes");
     assert!(s.is_empty(), "{policy}: not drained");
     s.check_invariants();
     log

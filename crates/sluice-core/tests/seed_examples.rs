@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use sluice_core::replay::ReplayOptions;
 use sluice_core::*;
 
 /// Slides 5-9: 32 processes read a shared file decomposed with 4 KiB
@@ -147,7 +148,7 @@ fn drifting_processes_are_gathered_back_into_rounds() {
         let limits = Limits { dispatches_inflight_max: 2, ..Limits::default() };
         let go = |policy| {
             let mut s = Scheduler::new(PolicyConfig::from_name(policy).unwrap(), limits.clone());
-            sluice_core::replay::replay(&mut s, &streams, flat(60_000, 10), 10_000_000, true).unwrap()
+            sluice_core::replay::replay(&mut s, &streams, flat(60_000, 10), ReplayOptions::checked(10_000_000)).unwrap()
         };
         let (fifo, aioli) = (go("fifo"), go("aioli"));
         let rpd = requests_per_dispatch(&aioli);
@@ -165,10 +166,10 @@ fn zero_window_maximum_turns_windows_off() {
     let p = AioliParams { sync_window_ns_max: 0, sync_window_ns_min: 0, ..AioliParams::default() };
     let mut s = Scheduler::new(PolicyConfig::Aioli(p), Limits { dispatches_inflight_max: 1, ..Limits::default() });
     let streams = vec![cat(1, 1, 32 * KIB, 32, 0, 30_000), cat(2, 2, 32 * KIB, 32, 1_000, 30_000)];
-    let log = sluice_core::replay::replay(&mut s, &streams, hdd(), 1_000_000, true).unwrap();
+    let log = sluice_core::replay::replay(&mut s, &streams, hdd(), ReplayOptions::checked(1_000_000)).unwrap();
     assert_eq!(s.stats().windows, 0, "no window is counted");
     let mut with = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits { dispatches_inflight_max: 1, ..Limits::default() });
-    sluice_core::replay::replay(&mut with, &streams, hdd(), 1_000_000, true).unwrap();
+    sluice_core::replay::replay(&mut with, &streams, hdd(), ReplayOptions::checked(1_000_000)).unwrap();
     let st = with.stats();
     assert!(st.windows > 0 && st.holds > 0, "windows are opened and counted, and the device waited for their readers: {st:?}");
     let windows = run("aioli", &streams, hdd());

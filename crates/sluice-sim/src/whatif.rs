@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use sluice_core::replay::{replay, Stream};
+use sluice_core::replay::{replay, ReplayOptions, Stream};
 use sluice_core::{AppId, ClientId, CostLearner, Dispatch, FileId, Limits, Observation, Op, PolicyConfig, Request, RequestId, Scheduler};
 use sluice_device::{Access, DeviceModel, Hdd};
 
@@ -350,7 +350,7 @@ pub fn what_if(rec: &Recording, policies: &[String], device: Device) -> Result<W
                 model.service_ns(d.len, seek)
             }
         };
-        let log = replay(&mut s, &streams, service, EVENTS_MAX, false).map_err(|e| bad(format!("replay under {p}: {e:?}")))?;
+        let log = replay(&mut s, &streams, service, ReplayOptions { events_max: EVENTS_MAX, check_invariants: false }).map_err(|e| bad(format!("replay under {p}: {e:?}")))?;
         let arrivals: HashMap<RequestId, u64> = log.arrivals.iter().copied().collect();
         let answered: Vec<(Request, u64, u64)> = log.served.iter().flat_map(|sv| sv.dispatch.members.iter().map(|m| (*m, arrivals[&m.id], sv.done_ns)).collect::<Vec<_>>()).collect();
         let (r, span) = outcomes(p, rec, &answered);

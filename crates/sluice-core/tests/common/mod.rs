@@ -2,7 +2,7 @@
 //! device service models, and one `run` entry point over the replay driver.
 #![allow(dead_code)]
 
-use sluice_core::replay::{replay, Log, Stream};
+use sluice_core::replay::{replay, Log, ReplayOptions, Stream};
 use sluice_core::*;
 use sluice_device::{Access, DeviceModel, Hdd};
 
@@ -85,7 +85,7 @@ pub fn scheduler(policy: &str) -> Scheduler {
 pub fn run(policy: &str, streams: &[Stream], service: impl FnMut(&Dispatch) -> Nanos) -> Log {
     let limits = Limits { dispatches_inflight_max: 1, ..Limits::default() };
     let mut s = Scheduler::new(PolicyConfig::from_name(policy).expect("known policy"), limits);
-    let log = replay(&mut s, streams, service, 10_000_000, true).expect("replay completes");
+    let log = replay(&mut s, streams, service, ReplayOptions::checked(10_000_000)).expect("replay completes");
     assert!(s.is_empty(), "{policy}: scheduler not drained");
     s.check_invariants();
     log
