@@ -203,6 +203,20 @@ pub struct ServerConfig {
     pub metrics: Option<String>,
     /// Write a live Chrome/Perfetto trace here (`trace.rs`).
     pub trace: Option<PathBuf>,
+    /// How dispatches reach the files; `None`: the system calls. Tests put
+    /// a fault-injecting `Storage` here; dispatches then never run on the
+    /// event loop (whose `RWF_NOWAIT` path calls the kernel directly).
+    pub storage: Option<StorageRef>,
+}
+
+/// A shared `Storage`, as `ServerConfig` holds it.
+#[derive(Clone)]
+pub struct StorageRef(pub std::sync::Arc<dyn crate::exec::Storage>);
+
+impl std::fmt::Debug for StorageRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StorageRef(..)")
+    }
 }
 
 impl ServerConfig {
@@ -222,6 +236,7 @@ impl ServerConfig {
             key_file: None,
             metrics: None,
             trace: None,
+            storage: None,
         }
     }
 

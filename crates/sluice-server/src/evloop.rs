@@ -196,7 +196,7 @@ impl EventLoop {
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, listener.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)?;
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
         let c = &shared.config;
-        let inline = !c.direct && c.device == crate::DeviceKind::Real;
+        let inline = !c.direct && c.device == crate::DeviceKind::Real && c.storage.is_none();
         let budget = Budget { held: 0, max: c.limits.partial_bytes_max, allocated: 0 };
         Ok(EventLoop {
             shared,

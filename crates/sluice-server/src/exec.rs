@@ -39,8 +39,39 @@ pub struct Job {
     pub service_ns: u64,
 }
 
+/// How dispatches reach the backing files: the system calls, or a
+/// stand-in that tests use to inject faults (`ServerConfig::storage`).
+pub trait Storage: Send + Sync {
+    /// One vectored read or write at `offset` (`preadv`/`pwritev`): the
+    /// bytes moved (0 at end of file for a read), or an errno.
+    fn transfer_once(&self, fd: RawFd, op: Op, iov: &[libc::iovec], offset: u64) -> Result<usize, i32>;
+}
+
+/// The real thing: `preadv64`/`pwritev64`.
+pub struct Syscalls;
+
+impl Storage for Syscalls {
+    fn transfer_once(&self, fd: RawFd, op: Op, iov: &[libc::iovec], offset: u64) -> Result<usize, i32> {
+        let n = iov.len().min(IOV_MAX) as libc::c_int;
+        // SAFETY: every iovec points into a live buffer of its length, owned
+        // by the job for the duration of the call.
+        let r = unsafe {
+            match op {
+                Op::Read => libc::preadv64(fd, iov.as_ptr(), n, offset as libc::off64_t),
+                Op::Write => libc::pwritev64(fd, iov.as_ptr(), n, offset as libc::off64_t),
+            }
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
+        }
+        Ok(r as usize)
+    }
+}
+
 /// How the workers reach the backing store.
 pub struct Executor {
+    /// The calls that move the data (`Syscalls` unless a test injects).
+    pub storage: Arc<dyn Storage>,
     pub direct: bool,
     /// The emulated disk, held for the whole service time of a dispatch.
     pub device: Option<Mutex<Hdd>>,
@@ -59,13 +90,18 @@ impl Executor {
         // waiting for it must not count, or two dispatches would overlap.
         let guard = self.device.as_ref().map(|m| lock(m));
         let started = Instant::now();
-        let result = match (d.op, self.direct) {
-            (Op::Read, false) => read_members(fd, d, &mut job.items),
-            (Op::Write, false) => write_members(fd, d, &job.items),
-            (Op::Read, true) => direct_read(fd, d, &mut job.items),
+        let st = &*self.storage;
+        let whole = |r: io::Result<u64>| match r {
+            Ok(n) => (n, None),
+            Err(e) => (0, Some(e.raw_os_error().unwrap_or(libc::EIO))),
+        };
+        let (done, err) = match (d.op, self.direct) {
+            (Op::Read, false) => read_members(st, fd, d, &mut job.items),
+            (Op::Write, false) => write_members(st, fd, d, &job.items),
+            (Op::Read, true) => whole(direct_read(st, fd, d, &mut job.items)),
             (Op::Write, true) => {
                 let _w = lock(&self.direct_writes);
-                direct_write(fd, d, &mut job.items)
+                whole(direct_write(st, fd, d, &mut job.items))
             }
         };
         if let Some(mut disk) = guard {
@@ -73,24 +109,28 @@ impl Executor {
             let left = Duration::from_nanos(ns).saturating_sub(started.elapsed());
             std::thread::sleep(left);
         }
-        settle(d, &mut job.items, result);
+        settle(d, &mut job.items, done, err);
     }
 }
 
-/// Record each member's outcome: bytes transferred (short at end of file)
-/// or the errno of the failed call.
-fn settle(d: &Dispatch, items: &mut [Pending], result: io::Result<u64>) {
+/// Record each member's outcome. `done` bytes from the dispatch's start
+/// were moved; then `err` stopped it (none: the end of the file, for a
+/// read). A member wholly inside `done` succeeded; one the error cut (or
+/// never reached) gets the error, so a write is never acknowledged for a
+/// byte that was not written; a read past the end of the file is short.
+fn settle(d: &Dispatch, items: &mut [Pending], done: u64, err: Option<i32>) {
+    let end = d.offset + done;
     for it in items.iter_mut() {
-        it.result = match &result {
-            Ok(done) => {
-                let end = d.offset + done;
+        let whole = it.req.end() <= end;
+        it.result = match err {
+            Some(e) if !whole => Err(e),
+            _ => {
                 let got = end.saturating_sub(it.req.offset).min(it.req.len);
                 if let Buf::Read(b) = &mut it.buf {
                     b.truncate(got as usize);
                 }
                 Ok(got)
             }
-            Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
         };
     }
 }
@@ -108,25 +148,25 @@ fn tiles(d: &Dispatch) -> bool {
     at == d.end()
 }
 
-fn read_members(fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
+fn read_members(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> (u64, Option<i32>) {
     if !tiles(d) {
         let mut tmp = vec![0u8; d.len as usize];
-        let done = transfer(fd, Op::Read, &mut [iov_mut(&mut tmp)], d.offset)?;
+        let (done, err) = transfer_partial(st, fd, Op::Read, &mut [iov_mut(&mut tmp)], d.offset);
         for it in items.iter_mut() {
             let from = (it.req.offset - d.offset) as usize;
             let b = it.buf.read_buf();
             let n = b.len();
             b.copy_from_slice(&tmp[from..from + n]);
         }
-        return Ok(done);
+        return (done, err);
     }
     let mut iov: Vec<libc::iovec> = items.iter_mut().map(|it| iov_mut(it.buf.read_buf())).collect();
-    transfer(fd, Op::Read, &mut iov, d.offset)
+    transfer_partial(st, fd, Op::Read, &mut iov, d.offset)
 }
 
-fn write_members(fd: RawFd, d: &Dispatch, items: &[Pending]) -> io::Result<u64> {
+fn write_members(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &[Pending]) -> (u64, Option<i32>) {
     let mut iov: Vec<libc::iovec> = items.iter().map(|it| iov_const(it.buf.data())).collect();
-    transfer(fd, Op::Write, &mut iov, d.offset)
+    transfer_partial(st, fd, Op::Write, &mut iov, d.offset)
 }
 
 fn iov_mut(b: &mut [u8]) -> libc::iovec {
@@ -138,38 +178,34 @@ fn iov_const(b: &[u8]) -> libc::iovec {
     libc::iovec { iov_base: b.as_ptr() as *mut libc::c_void, iov_len: b.len() }
 }
 
-/// `preadv`/`pwritev` until every iovec is done, or (reads) end of file.
-/// One call when the dispatch has at most `IOV_MAX` members.
-fn transfer(fd: RawFd, op: Op, iov: &mut [libc::iovec], offset: u64) -> io::Result<u64> {
+/// `preadv`/`pwritev` until every iovec is done, or (reads) end of file,
+/// or an error: the bytes moved, and the error that stopped it. One call
+/// when the dispatch has at most `IOV_MAX` members.
+fn transfer_partial(st: &dyn Storage, fd: RawFd, op: Op, iov: &mut [libc::iovec], offset: u64) -> (u64, Option<i32>) {
     let (mut i, mut done) = (0usize, 0u64);
     while i < iov.len() {
-        let n = iov.len().min(i + IOV_MAX) - i;
-        let at = (offset + done) as libc::off64_t;
-        // SAFETY: every iovec points into a live buffer of its length, owned
-        // by this job for the duration of the call.
-        let r = unsafe {
-            match op {
-                Op::Read => libc::preadv64(fd, iov[i..].as_ptr(), n as libc::c_int, at),
-                Op::Write => libc::pwritev64(fd, iov[i..].as_ptr(), n as libc::c_int, at),
+        let n = iov.len().min(i + IOV_MAX);
+        match st.transfer_once(fd, op, &iov[i..n], offset + done) {
+            Err(libc::EINTR) => continue,
+            Err(e) => return (done, Some(e)),
+            Ok(0) if op == Op::Write => return (done, Some(libc::EIO)),
+            Ok(0) => return (done, None),
+            Ok(r) => {
+                done += r as u64;
+                i = advance(iov, i, r);
             }
-        };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
         }
-        if r == 0 {
-            if op == Op::Write {
-                return Err(io::Error::from_raw_os_error(libc::EIO));
-            }
-            return Ok(done);
-        }
-        done += r as u64;
-        i = advance(iov, i, r as usize);
     }
-    Ok(done)
+    (done, None)
+}
+
+/// `transfer_partial`, all or nothing (the O_DIRECT paths, whose bounce
+/// buffers do not map bytes to members one to one).
+fn transfer(st: &dyn Storage, fd: RawFd, op: Op, iov: &mut [libc::iovec], offset: u64) -> io::Result<u64> {
+    match transfer_partial(st, fd, op, iov, offset) {
+        (_, Some(e)) => Err(io::Error::from_raw_os_error(e)),
+        (done, None) => Ok(done),
+    }
 }
 
 /// Consume `n` bytes from `iov[i..]`; the index of the first unfinished one.
@@ -250,14 +286,14 @@ fn direct_in_place(d: &Dispatch, items: &mut [Pending], op: Op) -> bool {
         })
 }
 
-fn direct_read(fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
+fn direct_read(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
     if direct_in_place(d, items, Op::Read) {
         let mut iov: Vec<libc::iovec> = items.iter_mut().map(|it| iov_mut(it.buf.read_buf())).collect();
-        return transfer(fd, Op::Read, &mut iov, d.offset);
+        return transfer(st, fd, Op::Read, &mut iov, d.offset);
     }
     let (lo, hi) = (align_down(d.offset), align_up(d.end()));
     let mut bounce = Aligned::new((hi - lo) as usize)?;
-    let got = transfer(fd, Op::Read, &mut [iov_mut(&mut bounce.bytes()[..(hi - lo) as usize])], lo)?;
+    let got = transfer(st, fd, Op::Read, &mut [iov_mut(&mut bounce.bytes()[..(hi - lo) as usize])], lo)?;
     let b = bounce.bytes();
     for it in items.iter_mut() {
         let dst = it.buf.read_buf();
@@ -280,11 +316,11 @@ fn file_size(fd: RawFd) -> io::Result<u64> {
 
 /// Aligned write through a bounce buffer. The caller holds the executor's
 /// direct-write lock.
-fn direct_write(fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
+fn direct_write(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
     if direct_in_place(d, items, Op::Write) {
         // Whole blocks: no edge to read back, no size to fix up.
         let mut iov: Vec<libc::iovec> = items.iter().map(|it| iov_const(it.buf.data())).collect();
-        transfer(fd, Op::Write, &mut iov, d.offset)?;
+        transfer(st, fd, Op::Write, &mut iov, d.offset)?;
         return Ok(d.len);
     }
     let (lo, hi) = (align_down(d.offset), align_up(d.end()));
@@ -293,18 +329,18 @@ fn direct_write(fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u6
     let blk = DIRECT_ALIGN_BYTES as u64;
     let b = &mut bounce.bytes()[..(hi - lo) as usize];
     if d.offset != lo {
-        transfer(fd, Op::Read, &mut [iov_mut(&mut b[..blk as usize])], lo)?;
+        transfer(st, fd, Op::Read, &mut [iov_mut(&mut b[..blk as usize])], lo)?;
     }
     if d.end() != hi && (hi - blk >= lo + blk || d.offset == lo) {
         let at = (hi - blk - lo) as usize;
-        transfer(fd, Op::Read, &mut [iov_mut(&mut b[at..])], hi - blk)?;
+        transfer(st, fd, Op::Read, &mut [iov_mut(&mut b[at..])], hi - blk)?;
     }
     for it in items {
         let from = (it.req.offset - lo) as usize;
         let data = it.buf.data();
         b[from..from + data.len()].copy_from_slice(data);
     }
-    transfer(fd, Op::Write, &mut [iov_mut(b)], lo)?;
+    transfer(st, fd, Op::Write, &mut [iov_mut(b)], lo)?;
     let size_after = size_before.max(d.end());
     if hi > size_after {
         // SAFETY: plain system call on a descriptor we hold.
@@ -360,6 +396,6 @@ pub fn try_nowait(job: &mut Job) -> bool {
     if r < 0 || r as u64 != d.len {
         return false;
     }
-    settle(d, &mut job.items, Ok(d.len));
+    settle(d, &mut job.items, d.len, None);
     true
 }

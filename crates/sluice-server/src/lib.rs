@@ -57,8 +57,9 @@ use sluice_core::Scheduler;
 use sluice_device::Hdd;
 use sluice_proto::AppStats;
 
-pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, DIRECT_ALIGN_BYTES, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX};
+pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, StorageRef, DIRECT_ALIGN_BYTES, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX};
 pub use error::{Error, ErrorKind, Result};
+pub use exec::{Storage, Syscalls};
 pub use ident::{Squash, ANON_ID};
 
 pub use meta::META_THREADS;
@@ -201,7 +202,8 @@ fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) 
 fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<exec::Job>, waker: &Arc<Waker>) -> Result<Vec<JoinHandle<()>>> {
     let c = &shared.config;
     let device = (c.device == DeviceKind::Hdd7200).then(|| Mutex::new(Hdd::hdd7200()));
-    let exec = Arc::new(Executor { direct: c.direct, device, direct_writes: Mutex::new(()) });
+    let storage = c.storage.as_ref().map_or_else(|| Arc::new(exec::Syscalls) as Arc<dyn exec::Storage>, |s| Arc::clone(&s.0));
+    let exec = Arc::new(Executor { storage, direct: c.direct, device, direct_writes: Mutex::new(()) });
     let jobs = Arc::new(Mutex::new(jobs));
     (0..c.queue_depth)
         .map(|_| {
