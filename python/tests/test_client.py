@@ -54,3 +54,13 @@ def test_errors_are_oserror_with_errno(server):
 def test_a_missing_server_is_a_clear_error(tmp_path):
     with pytest.raises(OSError):
         sluice.Client(f"unix:{tmp_path}/nobody.sock")
+
+
+def test_the_ranks_of_one_mpirun_are_one_application(server, comm):
+    """The client's identity rule: an MPI job is one application, the same
+    id on every rank (from PMIx's namespace under OpenMPI)."""
+    if "SLUICE_APP" in os.environ or "SLURM_JOB_ID" in os.environ:
+        pytest.skip("an explicit application id is set")
+    app = sluice.Client(server[0]).app
+    everyone = comm.allgather(app)
+    assert len(set(everyone)) == 1 and app.startswith("mpi-"), everyone

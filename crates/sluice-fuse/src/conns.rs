@@ -136,21 +136,21 @@ pub(crate) fn groups_of(pid: u32) -> Vec<u32> {
     line.split_whitespace().filter_map(|g| g.parse().ok()).take(sluice_client::CRED_GROUPS_MAX).collect()
 }
 
-/// The application id of process `pid`: its `SLUICE_APP`, else its
-/// `SLURM_JOB_ID`, else its command name.
+/// The application id of process `pid`, read from /proc: the client's one
+/// rule (`sluice_client::app_id`), so a process is the same application
+/// through the mount as through the library or `sluice run`.
 pub(crate) fn app_of(pid: u32) -> String {
     if pid == 0 {
         return "kernel".into();
     }
     let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let var = |name: &str| env.split(|&b| b == 0).find_map(|kv| kv.strip_prefix(format!("{name}=").as_bytes()).map(|v| String::from_utf8_lossy(v).into_owned()));
-    if let Some(app) = var("SLUICE_APP").filter(|s| !s.is_empty()) {
-        return app;
-    }
-    if let Some(job) = var("SLURM_JOB_ID").filter(|s| !s.is_empty()) {
-        return format!("slurm-{job}");
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_string()).unwrap_or_else(|_| format!("pid-{pid}"))
+    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+        return format!("pid-{pid}");
+    };
+    // SAFETY: getsid only reads a process's session id.
+    let sid = unsafe { libc::getsid(pid as libc::pid_t) };
+    sluice_client::app_id(var, comm.trim(), sid)
 }
 
 #[cfg(test)]
@@ -159,11 +159,11 @@ mod tests {
 
     #[test]
     fn app_of_reads_the_callers_environment() {
-        // This test process: no SLUICE_APP set by the harness, so the
-        // command name (the test binary's) comes back, never empty.
+        // This test process, read through /proc as the mount reads a
+        // caller: the same id the library gives it for itself.
         let me = std::process::id();
         let name = app_of(me);
-        assert!(!name.is_empty());
+        assert_eq!(name, sluice_client::default_app(), "one rule, whoever asks");
         assert_eq!(app_of(0), "kernel");
         assert!(app_of(u32::MAX).starts_with("pid-"), "a vanished process has a fallback name");
     }

@@ -19,8 +19,8 @@
 //! Identity: each calling process (the pid in the FUSE request header) gets
 //! its own connection, so the scheduler sees each process as a stream of
 //! its own (`ClientId` = pid). The application id is `--app` when given,
-//! else the caller's `SLUICE_APP`, else its `SLURM_JOB_ID`, else its
-//! command name, read from `/proc/PID`.
+//! else the client's one rule (`sluice_client::app_id`) applied to the
+//! caller's environment, command name and session, read from `/proc/PID`.
 //!
 //! ```no_run
 //! let cfg = sluice_fuse::MountConfig::new("unix:/run/sluice.sock", "/mnt/sluice");
