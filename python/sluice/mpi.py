@@ -139,30 +139,9 @@ def _runs_of_type(dt: MPI.Datatype) -> tuple[np.ndarray, np.ndarray] | None:
     return None
 
 
-def flatten(datatype: MPI.Datatype) -> np.ndarray:
-    """The byte offsets one instance of ``datatype`` selects, in typemap
-    order: from its constructor when it is one of MPI's usual ones
-    (contiguous, vector, indexed, subarray, resized, and their h-forms),
-    else by MPI's own ``Pack``."""
-    runs = _runs_of_type(datatype)
-    if runs is None:
-        return _pack_offsets(datatype)
-    o, n = runs
-    if len(o) == 0:
-        return np.zeros(0, np.int64)
-    starts = np.repeat(o - np.concatenate(([0], np.cumsum(n)[:-1])), n)
-    return starts + np.arange(int(n.sum()), dtype=np.int64)
-
-
 def runs_of(offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Coalesce byte offsets into runs ``(starts, lengths)``, in order."""
-    if len(offsets) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    breaks = np.nonzero(np.diff(offsets) != 1)[0] + 1
-    starts = offsets[np.concatenate(([0], breaks))]
-    ends = np.concatenate((breaks, [len(offsets)]))
-    lengths = ends - np.concatenate(([0], breaks))
-    return starts.astype(np.int64), lengths.astype(np.int64)
+    return _coalesce(offsets.astype(np.int64), np.ones(len(offsets), np.int64))
 
 
 def _coalesce(o: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -254,11 +233,7 @@ class View:
             part(last, 0, end - last * self.size)
         o, n = np.concatenate(offs).astype(np.int64), np.concatenate(lens).astype(np.int64)
         # Runs of consecutive tiles may touch: merge them.
-        touching = o[1:] == o[:-1] + n[:-1]
-        if touching.any():
-            heads = np.nonzero(np.concatenate(([True], ~touching)))[0]
-            o, n = o[heads], np.add.reduceat(n, heads)
-        return o, n
+        return _coalesce(o, n)
 
 
 def _as_bytes(buf, writable: bool = False) -> np.ndarray:

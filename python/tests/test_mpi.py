@@ -185,3 +185,22 @@ def test_pack_flattening_handles_negative_and_large_lower_bounds():
     assert _pack_offsets(neg).tolist() == [-16, -15, -14, -13] + list(range(8, 16))
     far = MPI.Datatype.Create_struct([1], [800], [MPI.BYTE]).Commit()
     assert _pack_offsets(far).tolist() == [800], "a lower bound past the extent packs one instance"
+
+
+def test_constructor_flattening_agrees_with_mpi_pack():
+    from sluice.mpi import _coalesce, _pack_offsets, _runs_of_type, runs_of
+
+    types = [
+        MPI.DOUBLE.Create_subarray([4, 6, 5], [2, 3, 5], [1, 2, 0]).Commit(),
+        MPI.DOUBLE.Create_subarray([4, 6, 5], [2, 3, 2], [1, 2, 3], order=MPI.ORDER_FORTRAN).Commit(),
+        MPI.INT.Create_vector(3, 2, 5).Commit(),
+        MPI.INT.Create_indexed([2, 1], [0, 5]).Commit(),
+        MPI.INT.Create_hvector(2, 1, 12).Commit(),
+        MPI.INT.Create_resized(0, 16).Commit(),
+        MPI.INT.Create_indexed_block(2, [0, 4]).Commit(),
+        MPI.INT.Create_vector(2, 1, 3).Create_vector(2, 1, 2).Commit(),
+        MPI.DOUBLE.Create_vector(2, 2, 3).Create_subarray([3, 2], [2, 1], [1, 1]).Commit(),
+    ]
+    for t in types:
+        got, want = _coalesce(*_runs_of_type(t)), runs_of(_pack_offsets(t))
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), t.decode()[1]

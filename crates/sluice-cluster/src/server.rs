@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use sluice_metrics::{log2_bucket, Expo, LOG2_BUCKETS};
+use sluice_metrics::{AtomicHistogram, Expo};
 use sluice_server::Listen;
 
 use crate::error::{Error, Result};
@@ -36,18 +36,12 @@ fn op_index(r: &MetaRequest) -> usize {
     }
 }
 
-/// Per request kind: answered, errors, log2 latency, latency sum (ns).
+/// Per request kind: answered, errors, latency.
+#[derive(Default)]
 struct OpStats {
     requests: AtomicU64,
     errors: AtomicU64,
-    us_log2: [AtomicU64; LOG2_BUCKETS],
-    ns_sum: AtomicU64,
-}
-
-impl OpStats {
-    fn new() -> OpStats {
-        OpStats { requests: AtomicU64::new(0), errors: AtomicU64::new(0), us_log2: std::array::from_fn(|_| AtomicU64::new(0)), ns_sum: AtomicU64::new(0) }
-    }
+    latency: AtomicHistogram,
 }
 
 /// The role's counters (`sluice meta --metrics`).
@@ -63,8 +57,7 @@ impl Stats {
         let ns = since.elapsed().as_nanos() as u64;
         s.requests.fetch_add(1, Ordering::Relaxed);
         s.errors.fetch_add(u64::from(!ok), Ordering::Relaxed);
-        s.us_log2[log2_bucket(ns)].fetch_add(1, Ordering::Relaxed);
-        s.ns_sum.fetch_add(ns, Ordering::Relaxed);
+        s.latency.record(ns);
     }
 
     fn render(&self, connections: usize) -> String {
@@ -76,8 +69,7 @@ impl Stats {
         OPS.iter().zip(&self.ops).for_each(|(op, s)| e.sample("sluice_meta_errors_total", &[("op", op)], get(&s.errors)));
         e.family("sluice_meta_request_seconds", "histogram", "From a request's arrival to its answer, per kind");
         for (op, s) in OPS.iter().zip(&self.ops) {
-            let b: [u64; LOG2_BUCKETS] = std::array::from_fn(|i| s.us_log2[i].load(Ordering::Relaxed));
-            e.log2_histogram("sluice_meta_request_seconds", ("op", op), &b, s.ns_sum.load(Ordering::Relaxed));
+            s.latency.render(&mut e, "sluice_meta_request_seconds", ("op", op));
         }
         e.family("sluice_meta_connections", "gauge", "Connections served now");
         e.sample("sluice_meta_connections", &[], connections as f64);
@@ -148,7 +140,7 @@ impl MetaServer {
                 Listen::Tcp(_) => None,
             },
         );
-        let stats = Stats { ops: std::array::from_fn(|_| OpStats::new()), refused: AtomicU64::new(0) };
+        let stats = Stats { ops: std::array::from_fn(|_| OpStats::default()), refused: AtomicU64::new(0) };
         let shared = Arc::new(Shared { stats, key, store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new().name("sluice-meta-accept".into()).spawn(move || accept_loop(&s, listener)).map_err(|e| Error::io("spawn", &e))?;

@@ -253,12 +253,7 @@ fn metadata_role_over_tcp() {
 
 /// `(name, labels, value)` samples of an HTTP GET of `/metrics`.
 fn scrape(addr: std::net::SocketAddr) -> Vec<sluice_metrics::Sample> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
-    let mut t = String::new();
-    s.read_to_string(&mut t).unwrap();
-    sluice_metrics::parse(t.split_once("\r\n\r\n").unwrap().1).unwrap()
+    sluice_metrics::parse(&sluice_metrics::get(&addr.to_string(), "/metrics", Duration::from_secs(10)).unwrap()).unwrap()
 }
 
 #[test]

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use sluice_metrics::{log2_bucket, Expo, LOG2_BUCKETS};
+use sluice_metrics::{AtomicHistogram, Expo};
 
 /// The mount's counters.
 pub(crate) struct Stats {
@@ -22,10 +22,8 @@ pub(crate) struct Stats {
     pub handles_open: AtomicU64,
     /// Connections to the server now (`conns.rs`).
     pub connections: AtomicU64,
-    read_us_log2: [AtomicU64; LOG2_BUCKETS],
-    write_us_log2: [AtomicU64; LOG2_BUCKETS],
-    read_ns_sum: AtomicU64,
-    write_ns_sum: AtomicU64,
+    read_latency: AtomicHistogram,
+    write_latency: AtomicHistogram,
 }
 
 pub(crate) static STATS: Stats = Stats {
@@ -38,25 +36,18 @@ pub(crate) static STATS: Stats = Stats {
     errors: AtomicU64::new(0),
     handles_open: AtomicU64::new(0),
     connections: AtomicU64::new(0),
-    read_us_log2: [const { AtomicU64::new(0) }; LOG2_BUCKETS],
-    write_us_log2: [const { AtomicU64::new(0) }; LOG2_BUCKETS],
-    read_ns_sum: AtomicU64::new(0),
-    write_ns_sum: AtomicU64::new(0),
+    read_latency: AtomicHistogram::new(),
+    write_latency: AtomicHistogram::new(),
 };
 
 impl Stats {
     /// A read or write of `bytes` answered, begun at `since`.
     pub fn data(&self, write: bool, bytes: usize, since: Instant) {
         let ns = since.elapsed().as_nanos() as u64;
-        let (n, b, h, sum) = if write {
-            (&self.writes, &self.written_bytes, &self.write_us_log2, &self.write_ns_sum)
-        } else {
-            (&self.reads, &self.read_bytes, &self.read_us_log2, &self.read_ns_sum)
-        };
+        let (n, b, h) = if write { (&self.writes, &self.written_bytes, &self.write_latency) } else { (&self.reads, &self.read_bytes, &self.read_latency) };
         n.fetch_add(1, Ordering::Relaxed);
         b.fetch_add(bytes as u64, Ordering::Relaxed);
-        h[log2_bucket(ns)].fetch_add(1, Ordering::Relaxed);
-        sum.fetch_add(ns, Ordering::Relaxed);
+        h.record(ns);
     }
 
     /// The exposition.
@@ -81,10 +72,8 @@ impl Stats {
             e.sample(name, &[], v);
         }
         e.family("sluice_mount_request_seconds", "histogram", "A read or write from the kernel's request to the mount's answer");
-        for (op, h, sum) in [("read", &self.read_us_log2, &self.read_ns_sum), ("write", &self.write_us_log2, &self.write_ns_sum)] {
-            let buckets: [u64; LOG2_BUCKETS] = std::array::from_fn(|i| h[i].load(Ordering::Relaxed));
-            e.log2_histogram("sluice_mount_request_seconds", ("op", op), &buckets, sum.load(Ordering::Relaxed));
-        }
+        self.read_latency.render(&mut e, "sluice_mount_request_seconds", ("op", "read"));
+        self.write_latency.render(&mut e, "sluice_mount_request_seconds", ("op", "write"));
         e.out
     }
 }

@@ -158,6 +158,59 @@ fn read_head(s: &mut TcpStream, deadline: std::time::Instant) -> Result<String, 
     }
 }
 
+/// Bytes of an answer `get` reads at most.
+pub const REPLY_BYTES_MAX: u64 = 16 << 20;
+
+/// `GET path` from an endpoint at `addr` (`HOST:PORT` or `tcp:HOST:PORT`),
+/// each step bounded by `timeout`: the body of a 200 answer, else an error
+/// that says what went wrong (`sluice top`, the service bench, tests).
+pub fn get(addr: &str, path: &str, timeout: Duration) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind};
+    let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
+    let sock: SocketAddr = addr.parse().map_err(|_| Error::new(ErrorKind::InvalidInput, format!("{addr:?} is not HOST:PORT (an IP address and a port)")))?;
+    let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| Error::new(e.kind(), format!("no metrics endpoint at {addr}: {e}")))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.take(REPLY_BYTES_MAX).read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").ok_or_else(|| Error::new(ErrorKind::InvalidData, "not an HTTP reply"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(Error::other(format!("{addr}{path}: {}", head.lines().next().unwrap_or(""))));
+    }
+    Ok(body.to_string())
+}
+
+/// A log2 latency histogram any thread records into (the mount's and the
+/// metadata role's): `LOG2_BUCKETS` counters and the sum, in ns.
+pub struct AtomicHistogram {
+    buckets: [std::sync::atomic::AtomicU64; LOG2_BUCKETS],
+    sum_ns: std::sync::atomic::AtomicU64,
+}
+
+impl AtomicHistogram {
+    pub const fn new() -> AtomicHistogram {
+        AtomicHistogram { buckets: [const { std::sync::atomic::AtomicU64::new(0) }; LOG2_BUCKETS], sum_ns: std::sync::atomic::AtomicU64::new(0) }
+    }
+
+    pub fn record(&self, ns: u64) {
+        self.buckets[log2_bucket(ns)].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Its samples as `name{label, le}` etc. (the family line is the caller's).
+    pub fn render(&self, e: &mut Expo, name: &str, label: (&str, &str)) {
+        let b: [u64; LOG2_BUCKETS] = std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed));
+        e.log2_histogram(name, label, &b, self.sum_ns.load(Ordering::Relaxed));
+    }
+}
+
+impl Default for AtomicHistogram {
+    fn default() -> AtomicHistogram {
+        AtomicHistogram::new()
+    }
+}
+
 /// Buckets of a log2 histogram: bucket i counts values above 2^i µs and
 /// at most 2^(i+1) µs (bucket 0: at most 2 µs), the last one everything
 /// above; so Prometheus's `le` (at most) is exact at the bounds.

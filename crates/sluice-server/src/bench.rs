@@ -340,18 +340,14 @@ struct Scraper {
 
 impl Scraper {
     fn start(addr: std::net::SocketAddr) -> Scraper {
-        use std::io::{Read, Write};
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s = std::sync::Arc::clone(&stop);
         let thread = std::thread::spawn(move || {
             let mut answered = 0;
             while !s.load(Ordering::Relaxed) {
-                if let Ok(mut c) = std::net::TcpStream::connect(addr) {
-                    let mut body = String::new();
-                    if c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").is_ok() && c.read_to_string(&mut body).is_ok() && body.starts_with("HTTP/1.1 200") {
-                        answered += 1;
-                    }
+                if crate::metrics::get(&addr.to_string(), "/metrics", crate::metrics::IO_TIMEOUT).is_ok() {
+                    answered += 1;
                 }
                 let t = std::time::Instant::now();
                 while t.elapsed() < SCRAPE_EVERY && !s.load(Ordering::Relaxed) {

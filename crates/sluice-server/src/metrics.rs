@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::evloop::Waker;
 use crate::state::lock;
 use crate::Shared;
-pub use sluice_metrics::{parse, value, Endpoint, Sample, IO_TIMEOUT, REQUEST_BYTES_MAX};
+pub use sluice_metrics::{get, parse, value, Endpoint, Sample, IO_TIMEOUT, REQUEST_BYTES_MAX};
 use sluice_metrics::{log2_bucket as bucket, Expo, LOG2_BUCKETS, TEXT_FORMAT};
 
 const _: () = assert!(LATENCY_BUCKETS == LOG2_BUCKETS, "the protocol's latency buckets are the exposition's");

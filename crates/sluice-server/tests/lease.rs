@@ -8,8 +8,6 @@ mod common;
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
-use std::time::Duration;
 
 use common::{pattern, raw_call as call, TestServer};
 use sluice_client::{Client, ConnectOptions};
@@ -174,10 +172,7 @@ fn the_descriptor_is_lent_once_per_handle_on_the_wire() {
     }
     let s = TestServer::start(|_| {});
     std::fs::write(s.path("f"), pattern(64 << 10, 6)).unwrap();
-    let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    call(&mut sock, 1, &Request::Hello(Hello { version: VERSION, app: "raw", weight: 1, client_id: 0, cred: None }));
-    assert_eq!(call(&mut sock, 2, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }), "Fd(3)");
+    let mut sock = common::raw_session(&s, "f");
     let none = call(&mut sock, 3, &Request::ReadLease { fd: 3, offset: 0, len: 100, at: 0 });
     // Cached to the end of the file: the lease spans lease_bytes_max.
     assert!(none.contains("Lease { offset: 0, len: 33554432, valid_us: 10000, lent: true }"), "{none}");

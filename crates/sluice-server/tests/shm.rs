@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use common::{pattern, raw_call as call, TestServer};
@@ -105,10 +104,7 @@ fn shm_total_bytes_max_at_n_and_n_plus_1() {
 fn a_range_outside_the_region_is_refused() {
     let s = TestServer::start(|_| {});
     std::fs::write(s.path("f"), pattern(8192, 6)).unwrap();
-    let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    call(&mut sock, 1, &Request::Hello(Hello { version: VERSION, app: "raw", weight: 1, client_id: 0, cred: None }));
-    assert_eq!(call(&mut sock, 2, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }), "Fd(3)");
+    let mut sock = common::raw_session(&s, "f");
     let none = call(&mut sock, 3, &Request::ReadShm { fd: 3, offset: 0, len: 100, at: 0 });
     assert!(none.contains("ShmAttach first"), "{none}");
     // A plain read() drops the descriptor the answer carries; the region

@@ -215,15 +215,8 @@ fn the_mount_serves_its_own_metrics() {
     ok(&format!("dd if=/dev/urandom of={} bs=1M count=3 status=none", f.display()));
     ok(&format!("cat {} > /dev/null", f.display()));
     wait_for(|| std::net::TcpStream::connect(port).is_ok(), "the mount's metrics endpoint");
-    let text = {
-        use std::io::{Read, Write};
-        let mut s = std::net::TcpStream::connect(port).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
-        let mut t = String::new();
-        s.read_to_string(&mut t).unwrap();
-        t
-    };
-    let samples = sluice_server::metrics::parse(text.split_once("\r\n\r\n").unwrap().1).unwrap();
+    let text = sluice_server::metrics::get(&port.to_string(), "/metrics", Duration::from_secs(10)).unwrap();
+    let samples = sluice_server::metrics::parse(&text).unwrap();
     let v = |name: &str, labels: &[(&str, &str)]| sluice_server::metrics::value(&samples, name, labels).unwrap_or_else(|| panic!("{name} missing"));
     assert_eq!(v("sluice_mount_bytes_total", &[("op", "write")]), (3 << 20) as f64, "every byte dd wrote");
     assert_eq!(v("sluice_mount_bytes_total", &[("op", "read")]), (3 << 20) as f64, "every byte cat read");

@@ -158,14 +158,7 @@ fn bench_custom_replays_a_darshan_log_with_real_processes() {
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let app = &r["runs"][0]["apps"][0];
     assert_eq!((app["name"].as_str(), app["procs"].as_u64(), app["bytes"].as_u64()), (Some("ior"), Some(4), Some(bytes)), "one process per rank, every byte");
-    let metrics = {
-        use std::io::{Read, Write};
-        let mut c = std::net::TcpStream::connect(&s.metrics).unwrap();
-        c.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
-        let mut t = String::new();
-        c.read_to_string(&mut t).unwrap();
-        t
-    };
+    let metrics = sluice_server::metrics::get(&s.metrics, "/metrics", Duration::from_secs(10)).unwrap();
     let sum = |name: &str| -> f64 { metrics.lines().filter(|l| l.starts_with(&format!("{name}{{app=\"ior\""))).map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).sum() };
     assert_eq!((sum("sluice_app_requests_total") as u64, sum("sluice_app_bytes_total") as u64), (ops, bytes), "the server saw exactly the log's accesses");
     // And with servers it starts itself, against direct POSIX.

@@ -87,3 +87,14 @@ pub fn raw_call(sock: &mut UnixStream, id: u64, req: &sluice_proto::Request<'_>)
     assert_eq!(h.request_id, id);
     format!("{:?}", sluice_proto::parse_response(&h, &body).unwrap())
 }
+
+/// A raw connection to `s` that said Hello as application "raw" and opened
+/// `path` read-only as handle 3.
+pub fn raw_session(s: &TestServer, path: &str) -> UnixStream {
+    use sluice_proto::{Hello, Request, VERSION};
+    let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
+    sock.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    raw_call(&mut sock, 1, &Request::Hello(Hello { version: VERSION, app: "raw", weight: 1, client_id: 0, cred: None }));
+    assert_eq!(raw_call(&mut sock, 2, &Request::Open { path, flags: libc::O_RDONLY, mode: 0 }), "Fd(3)");
+    sock
+}

@@ -8,8 +8,6 @@
 //! apart).
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -37,9 +35,6 @@ pub struct TopArgs {
     sort: String,
 }
 
-/// Bytes of a metrics reply `top` reads (a server with 64 labelled
-/// applications answers about 150 KiB).
-const REPLY_BYTES_MAX: u64 = 16 << 20;
 /// Seconds a scrape may take.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -83,24 +78,8 @@ struct Line_ {
     connections: f64,
 }
 
-fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
-    let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
-    let sock = addr.parse().with_context(|| format!("{addr:?} is not HOST:PORT (an IP address and a port)"))?;
-    let mut s = TcpStream::connect_timeout(&sock, SCRAPE_TIMEOUT).with_context(|| format!("no metrics endpoint at {addr} (start the server with --metrics {addr})"))?;
-    s.set_read_timeout(Some(SCRAPE_TIMEOUT))?;
-    s.set_write_timeout(Some(SCRAPE_TIMEOUT))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-    let mut out = String::new();
-    s.take(REPLY_BYTES_MAX).read_to_string(&mut out).with_context(|| format!("reading {path} from {addr}"))?;
-    let (head, body) = out.split_once("\r\n\r\n").context("not an HTTP reply")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!("{addr}{path}: {}", head.lines().next().unwrap_or(""));
-    }
-    Ok(body.to_string())
-}
-
 fn scrape(addr: &str) -> anyhow::Result<Scrape> {
-    let text = http_get(addr, "/metrics")?;
+    let text = sluice_server::metrics::get(addr, "/metrics", SCRAPE_TIMEOUT).with_context(|| format!("no metrics from {addr} (start the server with --metrics {addr})"))?;
     let samples = sluice_server::metrics::parse(&text).map_err(|e| anyhow::anyhow!("the endpoint's reply does not parse: {e}"))?;
     let mut s = Scrape { at: Some(Instant::now()), policy: "?".into(), ..Scrape::default() };
     for (name, labels, v) in samples {
