@@ -21,9 +21,9 @@ VENV := .venv
 PYTHON_SYS ?= /usr/bin/python3
 venv: $(VENV)/.ready
 
-$(VENV)/.ready:
+$(VENV)/.ready: Makefile
 	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check darshan pytest
+	$(VENV)/bin/pip install -q --disable-pip-version-check darshan pytest zarr xarray
 	touch $@
 
 # The Python package (python/: maturin + PyO3), built into the venv.

@@ -145,6 +145,13 @@ impl Distribution {
         self.local_shape(rank).iter().product()
     }
 
+    /// For each dimension, the global index of each of `rank`'s local
+    /// indices: what fills or checks a local array element by element.
+    pub fn local_to_global(&self, rank: u64) -> Vec<Vec<u64>> {
+        let c = self.coords(rank);
+        (0..self.shape.len()).map(|d| self.intervals(d, c[d]).into_iter().flat_map(|(lo, hi)| lo..hi).collect()).collect()
+    }
+
     /// Which rank holds global element `g`, and at which local C-order
     /// element index: computed from the closed forms, independently of
     /// [`Distribution::intervals`], so each can check the other.

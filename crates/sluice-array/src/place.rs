@@ -128,3 +128,22 @@ fn greedy(local: &[Vec<u64>], caps: &[usize]) -> Vec<usize> {
     }
     out
 }
+
+/// The rank that gathers (writes) or scatters (reads) each file in a
+/// client-side two-phase transfer: of the ranks on the file's server's
+/// host, the one holding most of the file; if none is there, the one
+/// holding most of it anywhere. Ties go to the lower rank.
+pub fn aggregators(unit_rank_bytes: &[Vec<u64>], rank_host: &[usize], server_host: &[usize], unit_server: &[usize]) -> Vec<usize> {
+    unit_rank_bytes
+        .iter()
+        .zip(unit_server)
+        .map(|(row, &s)| {
+            let best = |on_host: bool| {
+                (0..row.len())
+                    .filter(|&r| !on_host || rank_host[r] == server_host[s])
+                    .max_by_key(|&r| (row[r], std::cmp::Reverse(r)))
+            };
+            best(true).or_else(|| best(false)).unwrap_or(0)
+        })
+        .collect()
+}

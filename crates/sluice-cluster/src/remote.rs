@@ -230,6 +230,27 @@ impl Remote {
         }
     }
 
+    /// List I/O read (SFIO's mread): every `(offset, len)` piece, back to
+    /// back, into `buf`, in one message per server.
+    pub fn read_list(&self, fd: Fd, pieces: &[(u64, u64)], buf: &mut [u8]) -> RemoteResult<usize> {
+        match self {
+            Remote::Server(c) => c.read_list(fd, pieces, buf),
+            Remote::Cluster(k) => Ok(k.client.read_list(&k.file(fd)?.file, pieces, buf)?),
+        }
+    }
+
+    /// List I/O write (SFIO's mwrite): `data` holds the pieces back to back.
+    pub fn write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> RemoteResult<usize> {
+        match self {
+            Remote::Server(c) => c.write_list(fd, pieces, data),
+            Remote::Cluster(k) => {
+                let f = k.file(fd)?;
+                f.invalidate(&k.ahead);
+                Ok(k.client.write_list(&f.file, pieces, data)?)
+            }
+        }
+    }
+
     pub fn fstat(&self, fd: Fd) -> RemoteResult<Stat> {
         match self {
             Remote::Server(c) => c.fstat(fd),

@@ -45,6 +45,9 @@ enum Cmd {
     Setstripe(cmd::stripe::SetstripeArgs),
     /// Print a file's layout and where its objects are.
     Getstripe(cmd::stripe::GetstripeArgs),
+    /// Distributed arrays stored as Zarr v3: collective write and read, info, ls, cat, verify.
+    #[command(subcommand)]
+    Array(cmd::array::ArrayCmd),
 }
 
 fn main() {
@@ -58,6 +61,7 @@ fn main() {
         Cmd::Top(a) => cmd::top::run(a),
         Cmd::WhatIf(a) => cmd::whatif::run(a),
         Cmd::Cp(a) => cmd::cp::run(a),
+        Cmd::Array(c) => cmd::array::run(c),
         Cmd::Ls(a) => cmd::ls::run(a),
         Cmd::Run(a) => cmd::run::run(a),
         Cmd::Cluster(a) => cmd::cluster::run(a),

@@ -7,54 +7,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{bytes, ok, preload_library, same, sh, Mount, SLUICE};
+use common::{bytes, ok, preload_library, same, sh, Cluster, Mount, SLUICE};
 use sluice_cluster::StripedClient;
-
-/// A `sluice cluster` process, killed when dropped.
-struct Cluster {
-    child: Option<Child>,
-    addr: String,
-    /// Kept open so the cluster's last lines do not hit a closed pipe.
-    _stdout: Option<BufReader<std::process::ChildStdout>>,
-}
-
-impl Cluster {
-    fn start(root: &std::path::Path, servers: u32) -> Cluster {
-        let child = Command::new(SLUICE).args(["cluster", "--servers", &servers.to_string(), "--root"]).arg(root).stdout(Stdio::piped()).spawn().unwrap();
-        let mut c = Cluster { child: Some(child), addr: String::new(), _stdout: None };
-        let mut out = BufReader::new(c.child.as_mut().unwrap().stdout.take().unwrap());
-        let mut line = String::new();
-        while out.read_line(&mut line).unwrap() > 0 {
-            if let Some(a) = line.trim_end().strip_prefix("export SLUICE_SERVER=") {
-                c.addr = a.to_string();
-                break;
-            }
-            line.clear();
-        }
-        c._stdout = Some(out);
-        assert!(c.addr.starts_with("unix:"), "sluice cluster printed no address");
-        c
-    }
-
-    fn sluice(&self, args: &[&str]) -> (bool, String, String) {
-        let o = Command::new(SLUICE).args(args).env("SLUICE_SERVER", &self.addr).output().unwrap();
-        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 #[test]
 fn cluster_setstripe_getstripe_and_clean_stop() {

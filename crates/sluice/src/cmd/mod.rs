@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod array;
 pub mod bench;
 pub mod bench_matrix;
 pub mod bench_scaleout;

@@ -132,6 +132,17 @@ impl MetricsServe {
         let metrics = metrics.expect("sluice serve prints its metrics address");
         MetricsServe { child, addr, metrics, _dir: dir }
     }
+
+    /// The directory it serves.
+    pub fn root(&self) -> PathBuf {
+        self._dir.path().join("root")
+    }
+
+    /// Run `sluice ARGS` against it: (success, stdout, stderr).
+    pub fn sluice(&self, args: &[&str]) -> (bool, String, String) {
+        let o = Command::new(SLUICE).args(args).env("SLUICE_SERVER", &self.addr).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    }
 }
 
 impl Drop for MetricsServe {
@@ -174,5 +185,46 @@ impl Drop for Load {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.threads.drain(..).for_each(|t| t.join().unwrap());
+    }
+}
+
+/// A `sluice cluster` process, killed when dropped.
+pub struct Cluster {
+    pub child: Option<Child>,
+    pub addr: String,
+    /// Kept open so the cluster's last lines do not hit a closed pipe.
+    _stdout: Option<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Cluster {
+    pub fn start(root: &std::path::Path, servers: u32) -> Cluster {
+        let child = Command::new(SLUICE).args(["cluster", "--servers", &servers.to_string(), "--root"]).arg(root).stdout(Stdio::piped()).spawn().unwrap();
+        let mut c = Cluster { child: Some(child), addr: String::new(), _stdout: None };
+        let mut out = std::io::BufReader::new(c.child.as_mut().unwrap().stdout.take().unwrap());
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap() > 0 {
+            if let Some(a) = line.trim_end().strip_prefix("export SLUICE_SERVER=") {
+                c.addr = a.to_string();
+                break;
+            }
+            line.clear();
+        }
+        c._stdout = Some(out);
+        assert!(c.addr.starts_with("unix:"), "sluice cluster printed no address");
+        c
+    }
+
+    pub fn sluice(&self, args: &[&str]) -> (bool, String, String) {
+        let o = Command::new(SLUICE).args(args).env("SLUICE_SERVER", &self.addr).output().unwrap();
+        (o.status.success(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }

@@ -1,0 +1,262 @@
+//! `sluice array`: distributed arrays stored as Zarr v3 (Panda on sluice,
+//! issue 14). `write` and `read` run a collective of N ranks (threads, one
+//! connection each) by the plan of `sluice-array`; `info`, `ls`, `cat` and
+//! `verify` read any Zarr v3 array through zarrs.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use sluice_array::{aggregators, place, plan, Dist, Distribution, Dtype, Layout, Placement, PlacementInput, Plan, PlanLimits};
+use sluice_cluster::Remote;
+use sluice_zarr::collective::{self, pattern_local, ArraySpec, Collective, Strategy, Transfer};
+use sluice_zarr::inspect::{self, PATTERN_ATTRIBUTE};
+
+use super::remote::{connect, remote_path};
+
+#[derive(Subcommand)]
+pub enum ArrayCmd {
+    /// Write the test pattern (element = its linear index) as a distributed array, collectively.
+    Write(WriteArgs),
+    /// Read an array collectively into distributed ranks and check the test pattern.
+    Read(ReadArgs),
+    /// Schema, layout, size and per-server placement of an array or group.
+    Info(PathArgs),
+    /// The arrays and groups under a group.
+    Ls(PathArgs),
+    /// Print an array's elements (a region of it with --region 0:4,2,:).
+    Cat(CatArgs),
+    /// Decode every element, print a CRC32C of the array in C order, check the test pattern.
+    Verify(PathArgs),
+}
+
+#[derive(Args)]
+pub struct PathArgs {
+    /// Server address: one server or a cluster (default: $SLUICE_SERVER).
+    #[arg(long)]
+    server: Option<String>,
+    /// The array or group, written :PATH.
+    path: String,
+}
+
+#[derive(Args)]
+pub struct CatArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Python-style region, one entry per dimension: `lo:hi`, `i` or `:`.
+    #[arg(long, default_value = "")]
+    region: String,
+}
+
+/// How the ranks hold the array in memory.
+#[derive(Args, Clone)]
+pub struct DistArgs {
+    /// Processes per dimension (default: --ranks on the first, 1 elsewhere).
+    #[arg(long, value_delimiter = ',')]
+    pub grid: Vec<u64>,
+    /// Ranks, when --grid is not given.
+    #[arg(long, default_value_t = 4)]
+    pub ranks: u64,
+    /// HPF distribution per dimension: block, cyclic, cyclic(K) or * (default: block where the grid has more than one process, else *).
+    #[arg(long, value_delimiter = ',')]
+    pub dist: Vec<String>,
+    /// Collective strategy: independent (each rank's list I/O) or two-phase (aggregators write whole files).
+    #[arg(long, default_value = "independent")]
+    pub strategy: String,
+    /// Hosts the ranks and servers are spread over, for placement: rank r and server s on hosts r % H and s % H (default: one per server).
+    #[arg(long)]
+    pub hosts: Option<usize>,
+}
+
+#[derive(Args)]
+pub struct WriteArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Array shape, e.g. 256,256,128.
+    #[arg(long, value_delimiter = ',', required = true)]
+    shape: Vec<u64>,
+    /// Element type: float64, float32, int64, int32, int16, uint8, ...
+    #[arg(long, default_value = "float64")]
+    dtype: String,
+    /// Chunk shape on disk (default: the shape).
+    #[arg(long, value_delimiter = ',')]
+    chunks: Vec<u64>,
+    /// Shard shape (a multiple of the chunks): chunks grouped into one file per shard.
+    #[arg(long, value_delimiter = ',')]
+    shards: Vec<u64>,
+    /// Dimension names (default: dim_0, dim_1, ...).
+    #[arg(long, value_delimiter = ',')]
+    dims: Vec<String>,
+    #[command(flatten)]
+    dist: DistArgs,
+}
+
+#[derive(Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    #[command(flatten)]
+    dist: DistArgs,
+}
+
+pub fn run(c: ArrayCmd) -> anyhow::Result<()> {
+    match c {
+        ArrayCmd::Write(a) => write(a),
+        ArrayCmd::Read(a) => read(a),
+        ArrayCmd::Info(a) => print(&a, inspect::info),
+        ArrayCmd::Ls(a) => print(&a, inspect::ls),
+        ArrayCmd::Cat(a) => {
+            let (remote, path) = open(&a.at)?;
+            print!("{}", inspect::cat(remote, &path, &a.region)?);
+            Ok(())
+        }
+        ArrayCmd::Verify(a) => {
+            let (remote, path) = open(&a)?;
+            let v = inspect::verify(remote, &path)?;
+            println!("{path}: {} elements, crc32c {:08x}", v.elements, v.crc32c);
+            match v.pattern_mismatches {
+                Some(0) => println!("test pattern: every element matches"),
+                Some(n) => bail!("test pattern: {n} of {} elements differ", v.elements),
+                None => println!("(no test pattern to check)"),
+            }
+            Ok(())
+        }
+    }
+}
+
+fn open(a: &PathArgs) -> anyhow::Result<(Arc<Remote>, String)> {
+    let path = remote_path(&a.path).ok_or_else(|| anyhow!("{:?} is not on the server (write :PATH)", a.path))?;
+    Ok((Arc::new(connect(a.server.as_deref())?), path.trim_matches('/').to_string()))
+}
+
+fn print(a: &PathArgs, f: fn(Arc<Remote>, &str) -> Result<String, sluice_zarr::Error>) -> anyhow::Result<()> {
+    let (remote, path) = open(a)?;
+    print!("{}", f(remote, &path)?);
+    Ok(())
+}
+
+/// Everything a collective needs, computed once.
+pub struct Prepared {
+    pub spec: ArraySpec,
+    pub dist: Distribution,
+    pub plan: Plan,
+    pub placement: Placement,
+    pub aggregator: Vec<usize>,
+    pub strategy: Strategy,
+}
+
+impl Prepared {
+    pub fn new(spec: ArraySpec, d: &DistArgs, servers: usize) -> anyhow::Result<Prepared> {
+        let shape = spec.layout.shape().to_vec();
+        let n = shape.len();
+        let grid = if d.grid.is_empty() {
+            let mut g = vec![1; n];
+            g[0] = d.ranks;
+            g
+        } else {
+            d.grid.clone()
+        };
+        let dists: Vec<Dist> = if d.dist.is_empty() {
+            grid.iter().map(|&g| if g > 1 { Dist::Block } else { Dist::Star }).collect()
+        } else {
+            d.dist.iter().map(|s| Dist::parse(s)).collect::<Result<_, _>>()?
+        };
+        let dist = Distribution::new(shape, grid, dists)?;
+        let plan = plan(&dist, &spec.layout, &PlanLimits::default())?;
+        let hosts = d.hosts.unwrap_or(servers).max(1);
+        let rank_host: Vec<usize> = (0..dist.ranks() as usize).map(|r| r % hosts).collect();
+        let server_host: Vec<usize> = (0..servers).map(|s| s % hosts).collect();
+        let bytes = plan.unit_rank_bytes(spec.layout.units(), dist.ranks());
+        let weights = vec![1.0; servers];
+        let placement = place(&PlacementInput {
+            unit_rank_bytes: &bytes,
+            rank_host: &rank_host,
+            server_host: &server_host,
+            server_weight: &weights,
+            hungarian_units_max: sluice_array::PLACEMENT_HUNGARIAN_UNITS_MAX,
+        })?;
+        let aggregator = aggregators(&bytes, &rank_host, &server_host, &placement.unit_server);
+        let strategy = Strategy::parse(&d.strategy)?;
+        Ok(Prepared { spec, dist, plan, placement, aggregator, strategy })
+    }
+
+    pub fn collective<'a>(&'a self, addr: &'a str) -> Collective<'a> {
+        Collective {
+            addr,
+            spec: &self.spec,
+            dist: &self.dist,
+            plan: &self.plan,
+            unit_server: &self.placement.unit_server,
+            unit_aggregator: &self.aggregator,
+            strategy: self.strategy,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let dists: Vec<String> = self.dist.dists().iter().map(|d| d.to_string()).collect();
+        format!(
+            "{} ranks, grid {:?}, ({}); {} files; {} pieces; placement by {:?}: {:.0}% of bytes on their server's host",
+            self.dist.ranks(),
+            self.dist.grid(),
+            dists.join(", "),
+            self.spec.layout.units(),
+            self.plan.pieces().len(),
+            self.placement.method,
+            100.0 * self.placement.local_bytes as f64 / self.placement.total_bytes.max(1) as f64
+        )
+    }
+}
+
+/// Servers behind a sluice address (1 for a single server).
+pub fn servers_of(remote: &Remote) -> usize {
+    match remote {
+        Remote::Server(_) => 1,
+        Remote::Cluster(k) => k.striped().servers().len(),
+    }
+}
+
+pub fn rate(t: &Transfer) -> String {
+    format!("{:.1} MiB/s ({} bytes in {:.3} s)", t.bytes as f64 / (1 << 20) as f64 / t.elapsed.as_secs_f64().max(1e-9), t.bytes, t.elapsed.as_secs_f64())
+}
+
+fn write(a: WriteArgs) -> anyhow::Result<()> {
+    let (remote, path) = open(&a.at)?;
+    let addr = sluice_client::server_addr(a.at.server.as_deref())?;
+    let chunks = if a.chunks.is_empty() { a.shape.clone() } else { a.chunks };
+    let shards = (!a.shards.is_empty()).then_some(a.shards);
+    let layout = Layout::new(a.shape.clone(), Dtype::parse(&a.dtype)?, chunks, shards)?;
+    let dims = if a.dims.is_empty() { (0..a.shape.len()).map(|d| format!("dim_{d}")).collect() } else { a.dims };
+    if dims.len() != a.shape.len() {
+        bail!("--dims names {} dimensions, the shape has {}", dims.len(), a.shape.len());
+    }
+    let spec = ArraySpec { path: path.clone(), layout, dims, attributes: json!({ PATTERN_ATTRIBUTE: "linear-index" }) };
+    let p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
+    println!("{path}: {}", p.describe());
+    let locals: Vec<Vec<u8>> = (0..p.dist.ranks()).map(|r| pattern_local(&p.dist, p.spec.layout.dtype(), r)).collect();
+    collective::create(remote, &p.spec).with_context(|| format!("create {path}"))?;
+    let t = collective::write(&p.collective(&addr), &locals)?;
+    println!("write ({}): {}", p.strategy.name(), rate(&t));
+    Ok(())
+}
+
+fn read(a: ReadArgs) -> anyhow::Result<()> {
+    let (remote, path) = open(&a.at)?;
+    let addr = sluice_client::server_addr(a.at.server.as_deref())?;
+    let meta = inspect::zarr_json(remote.clone(), &path)?;
+    let layout = Layout::from_zarr_json(&meta)?;
+    let dims = meta["dimension_names"].as_array().map(|v| v.iter().map(|d| d.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default();
+    let spec = ArraySpec { path: path.clone(), layout, dims, attributes: meta["attributes"].clone() };
+    let p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
+    println!("{path}: {}", p.describe());
+    let (locals, t) = collective::read(&p.collective(&addr))?;
+    println!("read ({}): {}", p.strategy.name(), rate(&t));
+    if meta["attributes"][PATTERN_ATTRIBUTE] == "linear-index" {
+        let bad: Vec<u64> = (0..p.dist.ranks()).filter(|&r| locals[r as usize] != pattern_local(&p.dist, p.spec.layout.dtype(), r)).collect();
+        if !bad.is_empty() {
+            bail!("ranks {bad:?} read data that differs from the test pattern");
+        }
+        println!("test pattern: every rank's data matches");
+    }
+    Ok(())
+}

@@ -1,0 +1,95 @@
+"""Arrays that sluice writes as Zarr v3 (`sluice array write`, issue 14)
+are read by zarr-python 3 and xarray without sluice, and arrays that
+zarr-python writes (compressed) are read by sluice through zarrs."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+xr = pytest.importorskip("xarray")
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("SLUICE_BIN", str(REPO / "target" / "release" / "sluice"))
+
+
+def sluice(addr, *args):
+    r = subprocess.run([BIN, *args], env={**os.environ, "SLUICE_SERVER": addr}, capture_output=True, text=True)
+    assert r.returncode == 0, f"sluice {' '.join(args)}: {r.stderr}"
+    return r.stdout
+
+
+def on_rank0(comm, f):
+    """Run f on rank 0, and raise on every rank if it failed there."""
+    rank = comm.Get_rank() if comm else 0
+    err = None
+    if rank == 0:
+        try:
+            f()
+        except BaseException as e:  # noqa: BLE001 - re-raised on every rank below
+            err = repr(e)
+    if comm is not None:
+        err = comm.bcast(err, root=0)
+    assert err is None, err
+
+
+def expected(shape, dtype):
+    return np.arange(int(np.prod(shape)), dtype=np.float64).astype(dtype).reshape(shape)
+
+
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("blocks", ["--chunks", "8,10,12", "--grid", "2,2,1", "--dims", "z,y,x"]),
+        (
+            "sharded",
+            ["--chunks", "4,5,6", "--shards", "8,10,12", "--grid", "2,1,2", "--dist", "cyclic(3),*,block",
+             "--strategy", "two-phase", "--dims", "z,y,x"],
+        ),
+        ("edges", ["--chunks", "5,7,5", "--shards", "10,7,10", "--ranks", "4", "--dtype", "float32", "--dims", "z,y,x"]),
+    ],
+)
+def test_zarr_python_and_xarray_read_what_sluice_wrote(server, name, args):
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    addr, root = server
+    shape = (16, 20, 24)
+    on_rank0(comm, lambda: sluice(addr, "array", "write", f":ts/t0040/{name}", "--shape", "16,20,24", *args))
+    comm.Barrier()
+    a = zarr.open_array(f"{root}/ts/t0040/{name}", mode="r")
+    want = expected(shape, a.dtype)
+    assert a.shape == shape
+    # Every rank reads its own BLOCK slab of the first dimension.
+    n, r = comm.Get_size(), comm.Get_rank()
+    lo, hi = r * shape[0] // n, (r + 1) * shape[0] // n
+    np.testing.assert_array_equal(a[lo:hi], want[lo:hi])
+
+    def whole():
+        ds = xr.open_zarr(f"{root}/ts/t0040", consolidated=False)
+        assert ds[name].dims == ("z", "y", "x")
+        np.testing.assert_array_equal(ds[name].values, want)
+        assert ds[name].attrs["sluice_pattern"] == "linear-index"
+
+    on_rank0(comm, whole)
+
+
+def test_sluice_reads_what_zarr_python_wrote(server, comm):
+    addr, root = server
+
+    def go():
+        data = np.arange(30 * 40, dtype=np.int32).reshape(30, 40)
+        # zarr-python's defaults: zstd-compressed chunks, which sluice reads through zarrs.
+        z = zarr.create_array(f"{root}/foreign", shape=data.shape, chunks=(7, 9), dtype=np.int32)
+        z[...] = data
+        out = sluice(addr, "array", "cat", ":foreign", "--region", "29,37:")
+        assert out.split() == ["1197", "1198", "1199"], out
+        info = sluice(addr, "array", "info", ":foreign")
+        assert "zstd" in info and "not a fixed-offset array" in info, info
+        v = sluice(addr, "array", "verify", ":foreign")
+        assert "1200 elements" in v, v
+
+    on_rank0(comm, go)
