@@ -59,7 +59,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub use error::{ClientError, ClientErrorKind, Result};
-pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, WireStat as Stat, CRED_GROUPS_MAX};
+pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, CRED_GROUPS_MAX};
 
 use conn::{Conn, Patience, Reply};
 use sluice_proto::{auth_mac, encode_request, Hello, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
@@ -848,20 +848,43 @@ impl Client {
     /// SFIO's mread: read every `(offset, len)` piece, back to back, into
     /// `buf` with one message. Bytes past end of file read as zeros.
     pub fn read_list(&self, fd: Fd, pieces: &[(u64, u64)], buf: &mut [u8]) -> Result<usize> {
+        self.read_list_in(fd, pieces, buf, None)
+    }
+
+    /// SFIO's mwrite: `data` holds the pieces back to back.
+    pub fn write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> Result<usize> {
+        self.write_list_in(fd, pieces, data, None)
+    }
+
+    /// `read_list` as one participant of a server-directed collective: the
+    /// server holds it until all `group.participants` messages of
+    /// `group.id` on this file have come, then serves them together in
+    /// disk order. ETIMEDOUT if they do not all come within the wait.
+    pub fn read_list_group(&self, fd: Fd, pieces: &[(u64, u64)], buf: &mut [u8], group: Group) -> Result<usize> {
+        self.read_list_in(fd, pieces, buf, Some(group))
+    }
+
+    /// `write_list` as one participant of a server-directed collective;
+    /// nothing of the group is written unless all participants come.
+    pub fn write_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8], group: Group) -> Result<usize> {
+        self.write_list_in(fd, pieces, data, Some(group))
+    }
+
+    fn read_list_in(&self, fd: Fd, pieces: &[(u64, u64)], buf: &mut [u8], group: Option<Group>) -> Result<usize> {
         let total: u64 = pieces.iter().map(|p| p.1).sum();
         if total > buf.len() as u64 {
             return Err(ClientError::invalid(format!("buffer of {} bytes cannot hold {total} bytes of pieces", buf.len())));
         }
         self.on_fd(fd, true, |s, server| {
-            let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec() })?;
+            let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec(), group })?;
             let r = s.conn.wait(id, Some(&mut *buf))?;
             data_into("read list", r, buf)
         })
     }
 
-    /// SFIO's mwrite: `data` holds the pieces back to back.
-    pub fn write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> Result<usize> {
-        match self.on_fd(fd, false, |s, server| s.conn.call(&Request::WriteList { fd: server, pieces: pieces.to_vec(), data }))? {
+    fn write_list_in(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8], group: Option<Group>) -> Result<usize> {
+        let req = |server| Request::WriteList { fd: server, pieces: pieces.to_vec(), data, group };
+        match self.on_fd(fd, false, |s, server| s.conn.call(&req(server)))? {
             Reply::Count(n) => Ok(n as usize),
             r => Err(unexpected("write list", &r)),
         }

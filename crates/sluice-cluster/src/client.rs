@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd, Stat};
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd, Group, Stat};
 use sluice_stripe::{chunk, file_size, group, object_size_for, Layout, LayoutRequest, ObjectList};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -394,6 +394,32 @@ impl StripedClient {
             c.write_list(fd, &m.pieces, &tmp)
         })?;
         Ok(total)
+    }
+
+    /// The one object of `f`, for a collective: a server-directed group is
+    /// gathered by one data server, so the file must not be striped.
+    fn sole_object<'f>(&self, f: &'f StripedFile) -> Result<(&'f Arc<Client>, Fd, u32)> {
+        match f.objects.as_slice() {
+            [(c, fd)] => Ok((c, *fd, f.layout.server_of(0))),
+            _ => Err(Error::new(
+                ErrorKind::Invalid,
+                libc::EINVAL,
+                format!("{:?} has {} objects: a collective needs a file of one object (stripe count 1)", f.path, f.objects.len()),
+            )),
+        }
+    }
+
+    /// `read_list` as one participant of a server-directed collective
+    /// (`Client::read_list_group`) on a file of one object.
+    pub fn read_list_group(&self, f: &StripedFile, ranges: &[(u64, u64)], buf: &mut [u8], group: Group) -> Result<usize> {
+        let (c, fd, server) = self.sole_object(f)?;
+        c.read_list_group(fd, ranges, buf, group).map_err(|e| self.data_error(server, &format!("collective read of {:?}", f.path), e))
+    }
+
+    /// `write_list` as one participant of a server-directed collective.
+    pub fn write_list_group(&self, f: &StripedFile, ranges: &[(u64, u64)], data: &[u8], group: Group) -> Result<usize> {
+        let (c, fd, server) = self.sole_object(f)?;
+        c.write_list_group(fd, ranges, data, group).map_err(|e| self.data_error(server, &format!("collective write of {:?}", f.path), e))
     }
 
     /// Create directory `path` (inherits its parent's default layout).

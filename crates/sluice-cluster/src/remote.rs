@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Stat};
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Group, Stat};
 use sluice_stripe::{file_size, Layout};
 
 use crate::ahead::{Budget, OpenFile, READ_AHEAD_TOTAL_MAX};
@@ -247,6 +247,28 @@ impl Remote {
                 let f = k.file(fd)?;
                 f.invalidate(&k.ahead);
                 Ok(k.client.write_list(&f.file, pieces, data)?)
+            }
+        }
+    }
+
+    /// `read_list` as one participant of a server-directed collective
+    /// (`Client::read_list_group`); on a cluster, the file must have one
+    /// object.
+    pub fn read_list_group(&self, fd: Fd, pieces: &[(u64, u64)], buf: &mut [u8], group: Group) -> RemoteResult<usize> {
+        match self {
+            Remote::Server(c) => c.read_list_group(fd, pieces, buf, group),
+            Remote::Cluster(k) => Ok(k.client.read_list_group(&k.file(fd)?.file, pieces, buf, group)?),
+        }
+    }
+
+    /// `write_list` as one participant of a server-directed collective.
+    pub fn write_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8], group: Group) -> RemoteResult<usize> {
+        match self {
+            Remote::Server(c) => c.write_list_group(fd, pieces, data, group),
+            Remote::Cluster(k) => {
+                let f = k.file(fd)?;
+                f.invalidate(&k.ahead);
+                Ok(k.client.write_list_group(&f.file, pieces, data, group)?)
             }
         }
     }

@@ -37,6 +37,10 @@ pub enum Opcode {
     /// A read that may be answered with a cache lease instead of data
     /// (`Lease`); otherwise as `ReadShm`.
     ReadLease = 0x17,
+    /// `ReadList` as one participant of a collective (a [`crate::Group`]).
+    ReadListGroup = 0x18,
+    /// `WriteList` as one participant of a collective.
+    WriteListGroup = 0x19,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -52,7 +56,7 @@ pub enum Opcode {
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 34] = [
+const OPCODES: [Opcode; 36] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -76,6 +80,8 @@ const OPCODES: [Opcode; 34] = [
     Opcode::ReadShm,
     Opcode::WriteShm,
     Opcode::ReadLease,
+    Opcode::ReadListGroup,
+    Opcode::WriteListGroup,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,

@@ -37,7 +37,7 @@ pub use auth::{auth_mac, auth_verify};
 pub use error::{ProtoError, ProtoErrorKind};
 pub use frame::{check_header, encode_header, Header, Opcode};
 pub use msg::{
-    encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, Cred, DirEntry, FileKind, Hello, HelloOk, Request,
+    encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, Cred, DirEntry, FileKind, Group, Hello, HelloOk, Request,
     Response, WireStat,
 };
 
@@ -45,7 +45,8 @@ pub use msg::{
 /// 2: `Hello` carries an optional identity; `Challenge`/`Auth`.
 /// 3: shared-memory data (`ShmAttach`, `ReadShm`, `WriteShm`).
 /// 4: cache leases (`ReadLease`, `Lease`); `AppStats::bytes_leased`.
-pub const VERSION: u16 = 4;
+/// 5: server-directed collectives (`ReadListGroup`, `WriteListGroup`).
+pub const VERSION: u16 = 5;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -71,6 +72,8 @@ pub const APP_NAME_BYTES_MAX: usize = 256;
 pub const MESSAGE_BYTES_MAX: usize = 1024;
 /// Most `(offset, length)` pieces in one list I/O message (16 B each).
 pub const LIST_PIECES_MAX: usize = 4096;
+/// Participants of one collective group (a `Group` on a list message).
+pub const GROUP_PARTICIPANTS_MAX: u32 = 1 << 16;
 /// Most directory entries in one `Dir` response; clients page with `start`.
 pub const DIR_ENTRIES_MAX: usize = 1024;
 /// Most applications in one `Stats` response.

@@ -6,7 +6,7 @@ use crate::error::{ProtoError, ProtoErrorKind};
 use crate::frame::{encode_header, Header, Opcode};
 use crate::wire::{put_checked, put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
 use crate::{
-    APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX, PATH_BYTES_MAX,
+    APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, GROUP_PARTICIPANTS_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX, PATH_BYTES_MAX,
     STATS_APPS_MAX, VERSION,
 };
 
@@ -46,6 +46,19 @@ pub struct HelloOk {
     pub inflight_per_connection_max: u32,
 }
 
+/// One participant's tag in a server-directed collective (Panda): the
+/// server holds the list messages of group `id` on one file until
+/// `participants` of them have arrived, then runs them together, in disk
+/// order, as one application's work. If they have not all arrived after
+/// `wait_ms` (clamped by the server), every one that did is answered
+/// `ETIMEDOUT` and none is carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub id: u64,
+    pub participants: u32,
+    pub wait_ms: u32,
+}
+
 /// A request, borrowing strings and data from the frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
@@ -69,16 +82,20 @@ pub enum Request<'a> {
         data: &'a [u8],
     },
     /// SFIO's mread: many `(offset, len)` pieces, answered by one `Data`
-    /// holding the pieces back to back.
+    /// holding the pieces back to back. With a group, one participant of a
+    /// server-directed collective (opcode `ReadListGroup`).
     ReadList {
         fd: u64,
         pieces: Vec<(u64, u64)>,
+        group: Option<Group>,
     },
-    /// SFIO's mwrite: `data` holds the pieces back to back.
+    /// SFIO's mwrite: `data` holds the pieces back to back. With a group,
+    /// one participant of a collective (opcode `WriteListGroup`).
     WriteList {
         fd: u64,
         pieces: Vec<(u64, u64)>,
         data: &'a [u8],
+        group: Option<Group>,
     },
     Fsync {
         fd: u64,
@@ -322,14 +339,19 @@ fn parse_data_request<'a>(op: Opcode, r: &mut Rd<'a>) -> Result<Request<'a>, Pro
             }
             Request::Write { fd, offset, data }
         }
-        Opcode::ReadList => Request::ReadList { fd, pieces: parse_pieces(r)?.0 },
+        Opcode::ReadList => Request::ReadList { fd, pieces: parse_pieces(r)?.0, group: None },
+        Opcode::ReadListGroup => {
+            let group = Some(parse_group(r)?);
+            Request::ReadList { fd, pieces: parse_pieces(r)?.0, group }
+        }
         _ => {
+            let group = if op == Opcode::WriteListGroup { Some(parse_group(r)?) } else { None };
             let (pieces, total) = parse_pieces(r)?;
             let data = r.rest();
             if data.len() as u64 != total {
                 return Err(invalid("write list: data length differs from the pieces' total"));
             }
-            Request::WriteList { fd, pieces, data }
+            Request::WriteList { fd, pieces, data, group }
         }
     })
 }
@@ -345,7 +367,9 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Hello => Request::Hello(parse_hello(&mut r)?),
         Opcode::Open => Request::Open { flags: r.i32("flags")?, mode: r.u32("mode")?, path: r.path("path")? },
         Opcode::Close => Request::Close { fd: r.u64("fd")? },
-        Opcode::Read | Opcode::Write | Opcode::ReadList | Opcode::WriteList => parse_data_request(h.opcode, &mut r)?,
+        Opcode::Read | Opcode::Write | Opcode::ReadList | Opcode::WriteList | Opcode::ReadListGroup | Opcode::WriteListGroup => {
+            parse_data_request(h.opcode, &mut r)?
+        }
         Opcode::Fsync => Request::Fsync { fd: r.u64("fd")? },
         Opcode::Fdatasync => Request::Fdatasync { fd: r.u64("fd")? },
         Opcode::Ftruncate => Request::Ftruncate { fd: r.u64("fd")?, len: r.u64("len")? },
@@ -376,6 +400,25 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
     };
     r.finish("request")?;
     Ok(req)
+}
+
+fn put_group(out: &mut Vec<u8>, group: Option<Group>) {
+    if let Some(g) = group {
+        put_u64(out, g.id);
+        put_u32(out, g.participants);
+        put_u32(out, g.wait_ms);
+    }
+}
+
+fn parse_group(r: &mut Rd<'_>) -> Result<Group, ProtoError> {
+    let (id, participants, wait_ms) = (r.u64("group id")?, r.u32("participants")?, r.u32("wait ms")?);
+    if participants == 0 || wait_ms == 0 {
+        return Err(invalid("a group needs at least one participant and a wait of at least 1 ms"));
+    }
+    if participants > GROUP_PARTICIPANTS_MAX {
+        return Err(too_large("group participants", u64::from(participants), u64::from(GROUP_PARTICIPANTS_MAX)));
+    }
+    Ok(Group { id, participants, wait_ms })
 }
 
 fn put_pieces(out: &mut Vec<u8>, pieces: &[(u64, u64)]) {
@@ -433,15 +476,17 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize
             put_u64(out, offset);
             (Opcode::Write, data.len())
         }
-        Request::ReadList { fd, ref pieces } => {
+        Request::ReadList { fd, ref pieces, group } => {
             put_u64(out, fd);
+            put_group(out, group);
             put_pieces(out, pieces);
-            (Opcode::ReadList, 0)
+            (if group.is_some() { Opcode::ReadListGroup } else { Opcode::ReadList }, 0)
         }
-        Request::WriteList { fd, ref pieces, data } => {
+        Request::WriteList { fd, ref pieces, data, group } => {
             put_u64(out, fd);
+            put_group(out, group);
             put_pieces(out, pieces);
-            (Opcode::WriteList, data.len())
+            (if group.is_some() { Opcode::WriteListGroup } else { Opcode::WriteList }, data.len())
         }
         Request::Auth { mac } => {
             out.extend_from_slice(&mac);

@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..24, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..26, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], data: &'a [u8]) -> Request<'a> {
@@ -51,8 +51,15 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         2 => Request::Close { fd },
         3 => Request::Read { fd, offset: b, len: (a % u64::from(IO_BYTES_MAX)) as u32 },
         4 => Request::Write { fd, offset: b, data },
-        5 => Request::ReadList { fd, pieces: pcs.to_vec() },
-        6 => Request::WriteList { fd, pieces: pcs.iter().map(|&(o, _)| (o, 1)).take(data.len()).collect(), data: &data[..pcs.len().min(data.len())] },
+        5 => Request::ReadList { fd, pieces: pcs.to_vec(), group: None },
+        6 => Request::WriteList { fd, pieces: pcs.iter().map(|&(o, _)| (o, 1)).take(data.len()).collect(), data: &data[..pcs.len().min(data.len())], group: None },
+        24 => Request::ReadList { fd, pieces: pcs.to_vec(), group: Some(Group { id: b, participants: (a % 65_536) as u32 + 1, wait_ms: b as u32 | 1 }) },
+        25 => Request::WriteList {
+            fd,
+            pieces: pcs.iter().map(|&(o, _)| (o, 1)).take(data.len()).collect(),
+            data: &data[..pcs.len().min(data.len())],
+            group: Some(Group { id: a, participants: 1, wait_ms: 1 }),
+        },
         7 => Request::Fsync { fd },
         8 => Request::Fdatasync { fd },
         9 => Request::Ftruncate { fd, len: b },
@@ -133,7 +140,7 @@ fn frame_bytes_max_is_accepted_at_n_and_refused_at_n_plus_1() {
 fn list_pieces_max_is_accepted_at_n_and_refused_at_n_plus_1() {
     for (n, ok) in [(LIST_PIECES_MAX, true), (LIST_PIECES_MAX + 1, false)] {
         let mut wire = Vec::new();
-        encode_request(1, &Request::ReadList { fd: 1, pieces: vec![(0, 1); n] }, &mut wire).unwrap();
+        encode_request(1, &Request::ReadList { fd: 1, pieces: vec![(0, 1); n], group: None }, &mut wire).unwrap();
         let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
         assert_eq!(parse_request(&h, &wire[HEADER_BYTES..]).is_ok(), ok, "{n} pieces");
     }
@@ -201,4 +208,20 @@ fn cred_groups_max_is_accepted_at_n_and_refused_at_n_plus_1() {
             check_round_trip(1, &hello);
         }
     }
+}
+
+#[test]
+fn group_participants_are_bounded_at_n_and_n_plus_1() {
+    let parse = |participants: u32, wait_ms: u32| {
+        let req = Request::ReadList { fd: 1, pieces: vec![(0, 8)], group: Some(Group { id: 7, participants, wait_ms }) };
+        let mut wire = Vec::new();
+        encode_request(1, &req, &mut wire).unwrap();
+        let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
+        assert_eq!(h.opcode, Opcode::ReadListGroup);
+        parse_request(&h, &wire[HEADER_BYTES..]).map(|r| matches!(r, Request::ReadList { group: Some(g), .. } if g.participants == participants))
+    };
+    assert_eq!(parse(GROUP_PARTICIPANTS_MAX, 1), Ok(true));
+    assert_eq!(parse(GROUP_PARTICIPANTS_MAX + 1, 1).unwrap_err().kind, ProtoErrorKind::TooLarge);
+    assert!(parse(0, 1).is_err(), "a group of nobody");
+    assert!(parse(1, 0).is_err(), "a wait of zero");
 }

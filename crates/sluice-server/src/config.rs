@@ -140,6 +140,20 @@ pub struct ServerLimits {
     /// Bytes a live trace may grow to (`trace.rs`); at the bound tracing
     /// stops with a message on stderr and the file stays valid. 256 MiB.
     pub trace_bytes_max: u64,
+    /// Server-directed collectives being gathered at once
+    /// (`collective.rs`); one more group is refused `EAGAIN`. 1,024: far
+    /// more files than one job's collective touches at a time.
+    pub collectives_max: u32,
+    /// Bytes of write data held in collectives still gathering; a
+    /// participant that would pass it is refused `ENOBUFS`, so its group
+    /// times out instead of the server growing. 1 GiB: a 64-rank
+    /// collective of 16 MiB per rank.
+    pub collective_bytes_max: u64,
+    /// The longest a group waits for its last participant, whatever it
+    /// asks; then every participant that came is answered `ETIMEDOUT`.
+    /// 60 s: a slow rank of a large job still makes it, a dead one frees
+    /// the others within a minute.
+    pub collective_wait_ms_max: u64,
 }
 
 /// The floor on how fast a frame's body must arrive once started, in
@@ -167,6 +181,9 @@ impl Default for ServerLimits {
             lease_valid_us: 10_000,
             metrics_apps_max: 64,
             trace_bytes_max: 256 << 20,
+            collectives_max: 1024,
+            collective_bytes_max: 1 << 30,
+            collective_wait_ms_max: 60_000,
         }
     }
 }

@@ -37,8 +37,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{ClientId, Op, Request as CoreRequest, RequestId};
-use sluice_proto::{auth_verify, check_header, parse_request, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
+use sluice_proto::{auth_verify, check_header, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
 
+use crate::collective::{CollectiveLimits, Collectives, Joined};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
 use crate::conn::{Conn, Pause, Phase, Rx, SCRATCH_BYTES, SEND_BUFFER_BYTES};
 use crate::dispatch::Dispatcher;
@@ -164,9 +165,11 @@ pub(crate) struct EventLoop {
     request_next: u64,
     /// Page-cache dispatches may run on this thread (`RWF_NOWAIT`).
     inline: bool,
-    /// The earliest deadline of any connection.
+    /// The earliest deadline of any connection or collective.
     next_sweep: Option<Instant>,
     stopping: bool,
+    /// Server-directed collectives still gathering their participants.
+    collectives: Collectives<Pending>,
 }
 
 fn epoll_ctl(ep: &OwnedFd, op: libc::c_int, fd: libc::c_int, events: u32, token: u64) -> io::Result<()> {
@@ -192,6 +195,9 @@ impl EventLoop {
         }
         // SAFETY: fd is a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
+        let l = &shared.config.limits;
+        let collective_limits =
+            CollectiveLimits { groups_max: l.collectives_max as usize, bytes_max: l.collective_bytes_max, wait_ms_max: l.collective_wait_ms_max };
         listener.set_nonblocking()?;
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, listener.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)?;
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
@@ -219,6 +225,7 @@ impl EventLoop {
             inline,
             next_sweep: None,
             stopping: false,
+            collectives: Collectives::new(collective_limits),
         })
     }
 
@@ -638,7 +645,7 @@ impl EventLoop {
             // The body goes on past this read: hold it as it arrives.
             let tail = &bytes[i..];
             let wait_for_bytes =
-                matches!(header.opcode, Opcode::Write | Opcode::WriteList) && c.held > 0 && c.held + u64::from(header.body_len) > self.shared.config.limits.reply_bytes_max;
+                matches!(header.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteListGroup) && c.held > 0 && c.held + u64::from(header.body_len) > self.shared.config.limits.reply_bytes_max;
             // The whole body is reserved now, allocated a chunk at a time.
             let first = n.min(BODY_CHUNK_BYTES).max(tail.len());
             let room = wait_for_bytes || !self.take_budget(n as u64);
@@ -836,15 +843,15 @@ impl EventLoop {
         /// What the frame asks for, once parsed.
         enum Kind {
             /// File handle, pieces, where a write's data starts in the
-            /// body, where the data is in the shared region.
-            Io(u64, Vec<(u64, u64)>, Option<usize>, Option<u64>),
+            /// body, where the data is in the shared region, the group.
+            Io(u64, Vec<(u64, u64)>, Option<usize>, Option<u64>, Option<Group>),
             Answered(Out),
             Attach(u64),
             Pool,
         }
         let id = h.request_id;
-        let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteShm) { Op::Write } else { Op::Read };
-        let list = matches!(h.opcode, Opcode::ReadList | Opcode::WriteList);
+        let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteListGroup | Opcode::WriteShm) { Op::Write } else { Op::Read };
+        let list = matches!(h.opcode, Opcode::ReadList | Opcode::WriteList | Opcode::ReadListGroup | Opcode::WriteListGroup);
         let kind = {
             let req = match parse_request(&h, &body) {
                 Ok(r) => r,
@@ -852,16 +859,18 @@ impl EventLoop {
             };
             match req {
                 Request::Hello(_) => return self.refuse(c, id, libc::EPROTO, "handshake already done".into()),
-                Request::Read { fd, offset, len } => Kind::Io(fd, vec![(offset, u64::from(len))], None, None),
-                Request::ReadList { fd, pieces } => Kind::Io(fd, pieces, None, None),
-                Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len()), None),
-                Request::WriteList { fd, pieces, data } => Kind::Io(fd, pieces, Some(body.len() - data.len()), None),
-                Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at)),
+                Request::Read { fd, offset, len } => Kind::Io(fd, vec![(offset, u64::from(len))], None, None, None),
+                Request::ReadList { fd, pieces, group } => Kind::Io(fd, pieces, None, None, group),
+                Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len()), None, None),
+                Request::WriteList { fd, pieces, data, group } => Kind::Io(fd, pieces, Some(body.len() - data.len()), None, group),
+                Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => {
+                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
+                }
                 Request::ReadLease { fd, offset, len, at } => {
                     if self.lease(c, id, fd, offset, len) {
                         return Flow::Next;
                     }
-                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at))
+                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
                 }
                 Request::ShmAttach { bytes } => Kind::Attach(bytes),
                 other if runs_inline(&other) => {
@@ -874,8 +883,8 @@ impl EventLoop {
                 }
             }
         };
-        let (fd, pieces, data_at, shm_at) = match kind {
-            Kind::Io(fd, pieces, data_at, shm_at) => (fd, pieces, data_at, shm_at),
+        let (fd, pieces, data_at, shm_at, group) = match kind {
+            Kind::Io(fd, pieces, data_at, shm_at, group) => (fd, pieces, data_at, shm_at, group),
             Kind::Answered(out) => {
                 c.push(id, out, 0, &self.shared.reply_bytes);
                 return Flow::Next;
@@ -927,15 +936,17 @@ impl EventLoop {
                 None => Place::Reply,
             },
         };
-        if let Err((errno, msg)) = self.admit(c, id, fd, op, list, pieces, total, place) {
+        if let Err((errno, msg)) = self.admit(c, id, fd, op, list || group.is_some(), pieces, total, place, group) {
             c.push(id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
         }
         Flow::Next
     }
 
-    /// Admit a read or write message: one core request per non-empty piece.
+    /// Admit a read or write message: one core request per non-empty piece,
+    /// into the scheduler, or held with its collective until the group is
+    /// complete (`collective.rs`).
     #[allow(clippy::too_many_arguments)]
-    fn admit(&mut self, c: &mut Conn, wire_id: u64, fd: u64, op: Op, list: bool, pieces: Vec<(u64, u64)>, total: u64, place: Place) -> Result<(), (i32, String)> {
+    fn admit(&mut self, c: &mut Conn, wire_id: u64, fd: u64, op: Op, list: bool, pieces: Vec<(u64, u64)>, total: u64, place: Place, group: Option<Group>) -> Result<(), (i32, String)> {
         let max = self.shared.config.limits.inflight_per_connection_max;
         if c.inflight >= max {
             return Err((libc::EAGAIN, format!("too many requests in flight on this connection (inflight_per_connection_max = {max})")));
@@ -947,6 +958,10 @@ impl EventLoop {
             return Err((libc::EBADF, format!("file handle {fd} is not open for {}", if op == Op::Write { "writing" } else { "reading" })));
         }
         let (app, client) = (session.app, session.client);
+        let held_bytes = if op == Op::Write { total } else { 0 };
+        if let Some(g) = &group {
+            self.collectives.check((file.id, g.id), g, op, held_bytes)?;
+        }
         let reserved = REPLY_FRAME_BYTES + if matches!(place, Place::Shm(..)) { 0 } else { total };
         c.take(reserved, &self.shared.reply_bytes);
         c.inflight += 1;
@@ -967,13 +982,14 @@ impl EventLoop {
             let count = op == Op::Write || matches!(place, Place::Shm(..));
             Arc::new(ListState { conn: c.id, wire_id, counts: count, reserved, inner: std::sync::Mutex::new(inner) })
         });
-        if live.is_empty() {
-            let list = list.expect("built for an empty message");
+        let empty = live.is_empty();
+        if empty {
+            let list = list.as_ref().expect("built for an empty message");
             let d = list.reply_now(&mut lock(&list.inner));
             self.deferred.push(d);
-            return Ok(());
         }
         let now = self.shared.clock.now();
+        let mut items = Vec::with_capacity(live.len());
         for (pos, offset, len) in live {
             let id = RequestId(self.request_next);
             self.request_next += 1;
@@ -987,7 +1003,31 @@ impl EventLoop {
                 Some(l) => Reply::Piece(Arc::clone(l), pos),
                 None => Reply::Single(c.id, wire_id, reserved),
             };
-            let p = Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) };
+            items.push(Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) });
+        }
+        let items = match group {
+            None => items,
+            // Held until the group is complete; then every participant's
+            // pieces enter together, in disk order, as one application's.
+            Some(g) => match self.collectives.join((file.id, g.id), &g, op, app, items, held_bytes, Instant::now()) {
+                Joined::Waiting(deadline) => {
+                    self.arm(deadline);
+                    return Ok(());
+                }
+                Joined::Complete { app, mut items } => {
+                    items.sort_unstable_by_key(|p| p.req.offset);
+                    for p in &mut items {
+                        p.req.app = app;
+                        p.arrival_ns = now;
+                    }
+                    items
+                }
+            },
+        };
+        if empty && items.is_empty() {
+            return Ok(());
+        }
+        for p in items {
             if let Some(d) = self.disp.submit(p, now) {
                 self.deferred.push(d);
             }
@@ -1200,7 +1240,28 @@ impl EventLoop {
             }
             self.put_back(c);
         }
+        self.expire_collectives(Some(now));
+        if let Some(d) = self.collectives.next_deadline() {
+            next = Some(next.map_or(d, |n: Instant| n.min(d)));
+        }
         self.next_sweep = next;
+    }
+
+    /// Answer every participant of each collective past its deadline (all
+    /// of them with `None`, at a stop) with an error; none of it was
+    /// carried out.
+    fn expire_collectives(&mut self, now: Option<Instant>) {
+        for e in self.collectives.expire(now) {
+            let (errno, msg) = match now {
+                Some(_) => (libc::ETIMEDOUT, format!("collective {}: {} of {} participants arrived in time; nothing was done", e.id, e.arrived, e.participants)),
+                None => (libc::ECANCELED, format!("collective {}: the server is stopping; nothing was done", e.id)),
+            };
+            for p in e.items {
+                if let Some(d) = p.answer_with(Err((errno, msg.clone()))) {
+                    self.deliver(d);
+                }
+            }
+        }
     }
 
     /// The drain: accept nothing more, read nothing more (a partial frame
@@ -1227,5 +1288,6 @@ impl EventLoop {
             self.put_back(c);
         }
         self.waiting_budget.clear();
+        self.expire_collectives(None);
     }
 }

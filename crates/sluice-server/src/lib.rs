@@ -29,6 +29,7 @@
 
 pub mod bench;
 pub mod bench_conns;
+mod collective;
 mod config;
 mod conn;
 mod dispatch;

@@ -47,7 +47,7 @@ fn request(r: &mut Rng, data: &[u8]) -> Vec<u8> {
         0 => Request::Open { path, flags: [libc::O_RDONLY, libc::O_RDWR | libc::O_CREAT, libc::O_WRONLY | libc::O_TRUNC][r.below(3) as usize], mode: 0o644 },
         1 => Request::Read { fd, offset: off, len: len as u32 },
         2 => Request::Write { fd, offset: off, data: &data[..r.below(data.len() as u64) as usize] },
-        3 => Request::ReadList { fd, pieces: (0..r.below(5)).map(|_| (r.below(1 << 20), r.below(4096))).collect() },
+        3 => Request::ReadList { fd, pieces: (0..r.below(5)).map(|_| (r.below(1 << 20), r.below(4096))).collect(), group: None },
         4 => Request::Stat { path },
         5 => Request::Fstat { fd },
         6 => Request::Readdir { path, start: r.below(3) as u32 },

@@ -14,8 +14,14 @@
 //!   Here the exchange between ranks is a memory copy within the process,
 //!   so it costs less than it would over a network.
 //!
-//! Server-directed transfers (the server pulls the pieces in disk order)
-//! need a collective in the protocol and are not built yet (docs/arrays.md).
+//! - **Server-directed** (Panda): as independent, but each rank's list
+//!   message carries a group tag (`sluice_proto::Group`), and the server
+//!   holds the messages of a file until every participant's has come, then
+//!   serves them together in disk order as one application's work
+//!   (`sluice-server/src/collective.rs`). Nothing of a group is done unless
+//!   all of it arrives in time. A rank whose share of a file needs several
+//!   messages sends them as successive groups (the j-th messages of every
+//!   rank form group j), so no rank waits on its own later message.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -23,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sluice_array::{Distribution, Dtype, Layout, Piece, Plan};
-use sluice_client::{ClientError, Fd};
+use sluice_client::{ClientError, Fd, Group};
 use sluice_cluster::Remote;
 use sluice_stripe::LayoutRequest;
 
@@ -40,14 +46,20 @@ pub const TRANSFER_BYTES_MAX: u64 = 16 << 20;
 pub enum Strategy {
     Independent,
     TwoPhase,
+    ServerDirected,
 }
+
+/// How long a server-directed group waits for its last participant (the
+/// server clamps it to its `collective_wait_ms_max`).
+pub const GROUP_WAIT_MS_DEFAULT: u32 = 30_000;
 
 impl Strategy {
     pub fn parse(s: &str) -> Result<Strategy, Error> {
         match s {
             "independent" => Ok(Strategy::Independent),
             "two-phase" | "twophase" => Ok(Strategy::TwoPhase),
-            _ => Err(Error::new(format!("{s:?} is not a strategy (independent, two-phase)"))),
+            "server-directed" | "server" => Ok(Strategy::ServerDirected),
+            _ => Err(Error::new(format!("{s:?} is not a strategy (independent, two-phase, server-directed)"))),
         }
     }
 
@@ -55,6 +67,7 @@ impl Strategy {
         match self {
             Strategy::Independent => "independent",
             Strategy::TwoPhase => "two-phase",
+            Strategy::ServerDirected => "server-directed",
         }
     }
 }
@@ -81,6 +94,8 @@ pub struct Collective<'a> {
     /// Each file's aggregator rank (from `sluice_array::aggregators`).
     pub unit_aggregator: &'a [usize],
     pub strategy: Strategy,
+    /// Server-directed: each group's wait for its last participant.
+    pub group_wait_ms: u32,
 }
 
 /// Write the group metadata of every ancestor of `spec.path` that has
@@ -210,14 +225,15 @@ pub struct Transfer {
 pub fn write(c: &Collective, locals: &[Vec<u8>]) -> Result<Transfer, Error> {
     let units = by_unit(c.plan, c.spec.layout.units());
     let t0 = Instant::now();
+    let groups = Groups::new(c);
     ranks(c, |r, remote, phases| match c.strategy {
-        Strategy::Independent => {
+        Strategy::Independent | Strategy::ServerDirected => {
             let mut prepared = Ok(());
             for u in aggregated(c, r) {
                 prepared = prepared.and_then(|()| prepare_unit(c, remote, u));
             }
             phases.next(prepared)?;
-            write_pieces(c, remote, r, &locals[r])
+            write_pieces(c, remote, r, &locals[r], &groups)
         }
         Strategy::TwoPhase => {
             for u in aggregated(c, r) {
@@ -245,10 +261,11 @@ pub fn read(c: &Collective) -> Result<(Vec<Vec<u8>>, Transfer), Error> {
     let el = c.spec.layout.dtype().bytes();
     let t0 = Instant::now();
     let staged: Mutex<Vec<Option<Arc<Vec<u8>>>>> = Mutex::new(vec![None; units.len()]);
+    let groups = Groups::new(c);
     let locals = ranks(c, |r, remote, phases| {
         let mut local = vec![0u8; (c.dist.local_elements(r as u64) * el) as usize];
         match c.strategy {
-            Strategy::Independent => read_pieces(c, remote, r, &mut local)?,
+            Strategy::Independent | Strategy::ServerDirected => read_pieces(c, remote, r, &mut local, &groups)?,
             Strategy::TwoPhase => {
                 let mut staged_ok = Ok(());
                 for u in aggregated(c, r) {
@@ -373,18 +390,62 @@ fn rank_units(c: &Collective, r: usize) -> Vec<Vec<Piece>> {
     mine.chunk_by(|a, b| a.unit == b.unit).map(|g| g.to_vec()).collect()
 }
 
-fn write_pieces(c: &Collective, remote: &Remote, r: usize, local: &[u8]) -> Result<(), Error> {
+/// The server-directed groups of one collective: group `(u, j)` is the
+/// j-th message of every rank that has one for file `u`.
+struct Groups {
+    /// Distinct per collective, so that a later one on the same file is
+    /// never taken for this one.
+    base: u64,
+    /// `participants[u][j]`.
+    participants: Vec<Vec<u32>>,
+    wait_ms: u32,
+    on: bool,
+}
+
+impl Groups {
+    fn new(c: &Collective) -> Groups {
+        let mut participants: Vec<Vec<u32>> = vec![Vec::new(); c.spec.layout.units() as usize];
+        if c.strategy == Strategy::ServerDirected {
+            for r in 0..c.dist.ranks() as usize {
+                for group in rank_units(c, r) {
+                    let row = &mut participants[group[0].unit as usize];
+                    for j in 0..messages(&group).len() {
+                        if row.len() <= j {
+                            row.push(0);
+                        }
+                        row[j] += 1;
+                    }
+                }
+            }
+        }
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+        let base = clock ^ (u64::from(std::process::id()) << 40) ^ (NEXT.fetch_add(1, Ordering::Relaxed) << 20);
+        Groups { base, participants, wait_ms: c.group_wait_ms, on: c.strategy == Strategy::ServerDirected }
+    }
+
+    /// The tag of rank-message `j` of file `u`, if server-directed.
+    fn tag(&self, u: u64, j: usize) -> Option<Group> {
+        self.on.then(|| Group { id: self.base.wrapping_add(j as u64), participants: self.participants[u as usize][j], wait_ms: self.wait_ms })
+    }
+}
+
+fn write_pieces(c: &Collective, remote: &Remote, r: usize, local: &[u8], groups: &Groups) -> Result<(), Error> {
     for group in rank_units(c, r) {
         let path = unit_path(c, group[0].unit);
         let fd = remote.open(&path, libc::O_WRONLY, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
         let mut res = Ok(());
-        for m in messages(&group) {
+        for (j, m) in messages(&group).into_iter().enumerate() {
             let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
             let mut data = Vec::with_capacity(m.iter().map(|p| p.len as usize).sum());
             for p in &m {
                 data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
             }
-            res = remote.write_list(fd, &ranges, &data).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e));
+            let sent = match groups.tag(group[0].unit, j) {
+                Some(g) => remote.write_list_group(fd, &ranges, &data, g),
+                None => remote.write_list(fd, &ranges, &data),
+            };
+            res = sent.map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e));
             if res.is_err() {
                 break;
             }
@@ -394,15 +455,19 @@ fn write_pieces(c: &Collective, remote: &Remote, r: usize, local: &[u8]) -> Resu
     Ok(())
 }
 
-fn read_pieces(c: &Collective, remote: &Remote, r: usize, local: &mut [u8]) -> Result<(), Error> {
+fn read_pieces(c: &Collective, remote: &Remote, r: usize, local: &mut [u8], groups: &Groups) -> Result<(), Error> {
     for group in rank_units(c, r) {
         let path = unit_path(c, group[0].unit);
         let fd = remote.open(&path, libc::O_RDONLY, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
         let mut res = Ok(());
-        for m in messages(&group) {
+        for (j, m) in messages(&group).into_iter().enumerate() {
             let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
             let mut data = vec![0u8; m.iter().map(|p| p.len as usize).sum()];
-            res = remote.read_list(fd, &ranges, &mut data).map(|_| ()).map_err(|e| Error::client(&format!("read {path}"), e));
+            let got = match groups.tag(group[0].unit, j) {
+                Some(g) => remote.read_list_group(fd, &ranges, &mut data, g),
+                None => remote.read_list(fd, &ranges, &mut data),
+            };
+            res = got.map(|_| ()).map_err(|e| Error::client(&format!("read {path}"), e));
             if res.is_err() {
                 break;
             }

@@ -33,7 +33,7 @@ fn array_round_trips_on_one_server_for_every_distribution() {
         let v = ok(s.sluice(&["array", "verify", a]));
         assert!(v.contains("every element matches"), "{v}");
         // Read back with another distribution, by both strategies.
-        for strategy in ["independent", "two-phase"] {
+        for strategy in ["independent", "two-phase", "server-directed"] {
             let r = ok(s.sluice(&["array", "read", a, "--ranks", "3", "--dist", dist, "--strategy", strategy]));
             assert!(r.contains("every rank's data matches"), "{r}");
         }
@@ -61,7 +61,7 @@ fn array_round_trips_on_one_server_for_every_distribution() {
 fn array_collective_write_and_read_through_a_three_server_cluster() {
     let dir = tempfile::Builder::new().prefix("sluice-array-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let c = Cluster::start(dir.path(), 3);
-    for (name, strategy) in [("a", "independent"), ("b", "two-phase")] {
+    for (name, strategy) in [("a", "independent"), ("b", "two-phase"), ("c", "server-directed")] {
         let path = format!(":ts/{name}");
         let out = ok(c.sluice(&[
             "array", "write", &path, "--shape", "24,16,8", "--chunks", "4,8,8", "--shards", "8,16,8", "--grid", "2,2,1", "--strategy", strategy,

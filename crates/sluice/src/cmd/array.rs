@@ -61,9 +61,12 @@ pub struct DistArgs {
     /// HPF distribution per dimension: block, cyclic, cyclic(K) or * (default: block where the grid has more than one process, else *).
     #[arg(long, value_delimiter = ',')]
     pub dist: Vec<String>,
-    /// Collective strategy: independent (each rank's list I/O) or two-phase (aggregators write whole files).
+    /// Collective strategy: independent (each rank's list I/O), two-phase (aggregators move whole files) or server-directed (the server gathers each file's pieces from every rank and serves them in disk order).
     #[arg(long, default_value = "independent")]
     pub strategy: String,
+    /// Server-directed: how long the server waits for the last rank of a group (it clamps this to its own bound).
+    #[arg(long, default_value_t = collective::GROUP_WAIT_MS_DEFAULT)]
+    pub group_wait_ms: u32,
     /// Hosts the ranks and servers are spread over, for placement: rank r and server s on hosts r % H and s % H (default: one per server).
     #[arg(long)]
     pub hosts: Option<usize>,
@@ -144,6 +147,7 @@ pub struct Prepared {
     pub placement: Placement,
     pub aggregator: Vec<usize>,
     pub strategy: Strategy,
+    pub group_wait_ms: u32,
 }
 
 impl Prepared {
@@ -178,7 +182,7 @@ impl Prepared {
         })?;
         let aggregator = aggregators(&bytes, &rank_host, &server_host, &placement.unit_server);
         let strategy = Strategy::parse(&d.strategy)?;
-        Ok(Prepared { spec, dist, plan, placement, aggregator, strategy })
+        Ok(Prepared { spec, dist, plan, placement, aggregator, strategy, group_wait_ms: d.group_wait_ms })
     }
 
     pub fn collective<'a>(&'a self, addr: &'a str) -> Collective<'a> {
@@ -190,6 +194,7 @@ impl Prepared {
             unit_server: &self.placement.unit_server,
             unit_aggregator: &self.aggregator,
             strategy: self.strategy,
+            group_wait_ms: self.group_wait_ms,
         }
     }
 
