@@ -45,6 +45,17 @@ struct Held<T> {
     deadline: Instant,
 }
 
+/// One participant's message: its group, direction, application, items
+/// and bytes of write data.
+pub struct Arrival<T> {
+    pub key: GroupKey,
+    pub group: Group,
+    pub op: Op,
+    pub app: AppId,
+    pub items: Vec<T>,
+    pub bytes: u64,
+}
+
 /// What a participant's arrival did.
 pub enum Joined<T> {
     /// Others are still to come.
@@ -98,7 +109,8 @@ impl<T> Collectives<T> {
     }
 
     /// A participant arrives with its items (after [`Collectives::check`]).
-    pub fn join(&mut self, key: GroupKey, g: &Group, op: Op, app: AppId, items: Vec<T>, bytes: u64, now: Instant) -> Joined<T> {
+    pub fn join(&mut self, a: Arrival<T>, now: Instant) -> Joined<T> {
+        let Arrival { key, group: g, op, app, items, bytes } = a;
         let wait = Duration::from_millis(u64::from(g.wait_ms).min(self.limits.wait_ms_max));
         let h = self.groups.entry(key).or_insert_with(|| Held {
             participants: g.participants,
@@ -166,10 +178,10 @@ mod tests {
         let mut t: Collectives<u32> = Collectives::new(limits());
         let now = Instant::now();
         let k = (FileId(1), 7);
-        assert!(matches!(t.join(k, &g(7, 3), Op::Write, AppId(1), vec![1], 10, now), Joined::Waiting(_)));
-        assert!(matches!(t.join(k, &g(7, 3), Op::Write, AppId(2), vec![], 0, now), Joined::Waiting(_)));
+        assert!(matches!(t.join(Arrival { key: k, group: g(7, 3), op: Op::Write, app: AppId(1), items: vec![1], bytes: 10 }, now), Joined::Waiting(_)));
+        assert!(matches!(t.join(Arrival { key: k, group: g(7, 3), op: Op::Write, app: AppId(2), items: vec![], bytes: 0 }, now), Joined::Waiting(_)));
         assert_eq!(t.bytes(), 10);
-        match t.join(k, &g(7, 3), Op::Write, AppId(3), vec![2, 3], 20, now) {
+        match t.join(Arrival { key: k, group: g(7, 3), op: Op::Write, app: AppId(3), items: vec![2, 3], bytes: 20 }, now) {
             Joined::Complete { app, items } => assert_eq!((app, items), (AppId(1), vec![1, 2, 3])),
             Joined::Waiting(_) => panic!("three of three arrived"),
         }
@@ -182,7 +194,7 @@ mod tests {
         let now = Instant::now();
         for id in 0..2 {
             assert!(t.check((FileId(1), id), &g(id, 2), Op::Read, 0).is_ok());
-            let _ = t.join((FileId(1), id), &g(id, 2), Op::Read, AppId(1), vec![], 0, now);
+            let _ = t.join(Arrival { key: (FileId(1), id), group: g(id, 2), op: Op::Read, app: AppId(1), items: vec![], bytes: 0 }, now);
         }
         assert_eq!(t.check((FileId(1), 2), &g(2, 2), Op::Read, 0).unwrap_err().0, libc::EAGAIN);
         // A participant of a group already held still joins.
@@ -194,7 +206,7 @@ mod tests {
         let mut t: Collectives<u32> = Collectives::new(limits());
         let now = Instant::now();
         let k = (FileId(1), 1);
-        let _ = t.join(k, &g(1, 3), Op::Write, AppId(1), vec![], 60, now);
+        let _ = t.join(Arrival { key: k, group: g(1, 3), op: Op::Write, app: AppId(1), items: vec![], bytes: 60 }, now);
         assert!(t.check(k, &g(1, 3), Op::Write, 40).is_ok());
         assert_eq!(t.check(k, &g(1, 3), Op::Write, 41).unwrap_err().0, libc::ENOBUFS);
     }
@@ -203,7 +215,7 @@ mod tests {
     fn mismatched_participants_or_directions_are_refused() {
         let mut t: Collectives<u32> = Collectives::new(limits());
         let k = (FileId(1), 1);
-        let _ = t.join(k, &g(1, 3), Op::Write, AppId(1), vec![], 0, Instant::now());
+        let _ = t.join(Arrival { key: k, group: g(1, 3), op: Op::Write, app: AppId(1), items: vec![], bytes: 0 }, Instant::now());
         assert_eq!(t.check(k, &g(1, 4), Op::Write, 0).unwrap_err().0, libc::EINVAL);
         assert_eq!(t.check(k, &g(1, 3), Op::Read, 0).unwrap_err().0, libc::EINVAL);
         // The same id on another file is another group.
@@ -215,7 +227,7 @@ mod tests {
         let mut t: Collectives<u32> = Collectives::new(limits());
         let now = Instant::now();
         let k = (FileId(1), 9);
-        let Joined::Waiting(deadline) = t.join(k, &g(9, 4), Op::Write, AppId(1), vec![5, 6], 30, now) else { panic!() };
+        let Joined::Waiting(deadline) = t.join(Arrival { key: k, group: g(9, 4), op: Op::Write, app: AppId(1), items: vec![5, 6], bytes: 30 }, now) else { panic!() };
         assert_eq!(deadline, now + Duration::from_millis(50));
         assert!(t.expire(Some(deadline - Duration::from_millis(1))).is_empty());
         let e = t.expire(Some(deadline));
@@ -228,7 +240,7 @@ mod tests {
         let mut t: Collectives<u32> = Collectives::new(limits());
         let now = Instant::now();
         let long = Group { id: 1, participants: 2, wait_ms: u32::MAX };
-        let Joined::Waiting(deadline) = t.join((FileId(1), 1), &long, Op::Read, AppId(1), vec![], 0, now) else { panic!() };
+        let Joined::Waiting(deadline) = t.join(Arrival { key: (FileId(1), 1), group: long, op: Op::Read, app: AppId(1), items: vec![], bytes: 0 }, now) else { panic!() };
         assert_eq!(deadline, now + Duration::from_millis(1000));
     }
 }

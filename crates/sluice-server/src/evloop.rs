@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use sluice_core::{ClientId, Op, Request as CoreRequest, RequestId};
 use sluice_proto::{auth_verify, check_header, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
 
-use crate::collective::{CollectiveLimits, Collectives, Joined};
+use crate::collective::{Arrival, CollectiveLimits, Collectives, Joined};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
 use crate::conn::{Conn, Pause, Phase, Rx, SCRATCH_BYTES, SEND_BUFFER_BYTES};
 use crate::dispatch::Dispatcher;
@@ -1009,7 +1009,7 @@ impl EventLoop {
             None => items,
             // Held until the group is complete; then every participant's
             // pieces enter together, in disk order, as one application's.
-            Some(g) => match self.collectives.join((file.id, g.id), &g, op, app, items, held_bytes, Instant::now()) {
+            Some(g) => match self.collectives.join(Arrival { key: (file.id, g.id), group: g, op, app, items, bytes: held_bytes }, Instant::now()) {
                 Joined::Waiting(deadline) => {
                     self.arm(deadline);
                     return Ok(());

@@ -93,3 +93,24 @@ fn array_bad_input_gets_a_clear_error() {
     std::fs::OpenOptions::new().write(true).open(s.root().join("big/c/3/3")).unwrap().set_len(100).unwrap();
     fails(s.sluice(&["array", "read", ":big", "--strategy", "two-phase"]), "is short");
 }
+
+#[test]
+fn bench_array_runs_every_strategy_and_reports_the_models_choice() {
+    let (out, v) = common::bench_json(&["array", "--scale", "0.002", "--ranks", "4", "--servers", "1,2"], "array.json");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{out}");
+    for r in rows {
+        assert!(r["write_s"].as_f64().unwrap() > 0.0 && r["read_s"].as_f64().unwrap() > 0.0 && r["predicted_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    // Server-directed joins every rank's pieces of a shard: far more
+    // requests per dispatch than independent list I/O gets.
+    let rpd = |s: &str| rows.iter().find(|r| r["strategy"] == s && r["servers"] == 1).unwrap()["requests_per_dispatch"].as_f64().unwrap();
+    assert!(rpd("server-directed") > 4.0 * rpd("independent"), "{out}");
+    let model = v["model"].as_array().unwrap();
+    assert_eq!(model.len(), 2);
+    for m in model {
+        let (chosen, fastest) = (m["chosen"].as_str().unwrap(), m["fastest_write"].as_str().unwrap());
+        assert_eq!(m["chosen_was_fastest"].as_bool().unwrap(), chosen == fastest);
+    }
+    assert!(out.contains("the model chose"), "{out}");
+}

@@ -29,6 +29,8 @@ pub enum BenchCmd {
     Matrix(super::bench_matrix::MatrixArgs),
     /// What N idle connected clients cost the server (threads, memory), and a round trip meanwhile.
     Connections(super::bench_service::ConnectionsArgs),
+    /// Collective array I/O (Zarr v3): independent, two-phase and server-directed over 1 and 4 data servers.
+    Array(super::bench_array::ArrayBenchArgs),
 }
 
 #[derive(Args)]
@@ -62,6 +64,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Scaleout(a) => super::bench_scaleout::run(a),
         BenchCmd::Matrix(a) => super::bench_matrix::run(a),
         BenchCmd::Connections(a) => super::bench_service::connections(a),
+        BenchCmd::Array(a) => super::bench_array::run(a),
     }
 }
 

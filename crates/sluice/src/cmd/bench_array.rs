@@ -1,0 +1,379 @@
+//! `sluice bench array` (issue 14): a 3-D BLOCK-distributed array written
+//! and read collectively as Zarr v3 by N ranks, over 1 and 4 data servers
+//! of a local cluster, by each strategy; a cost model with measured
+//! parameters predicts each strategy's time and chooses one, and the table
+//! says whether its choice was the fastest.
+//!
+//! The model (docs/arrays.md) has five parameters, measured before the
+//! runs through one data server and in memory: a message's round trip, the
+//! cost of a list piece that joins its neighbour's dispatch, the extra cost
+//! of a dispatch (run on as many executors as there are cores), the cost
+//! per byte, and the in-memory copy rate. A strategy's time is the slowest
+//! data server's pieces, dispatches and bytes, plus the round trips a rank
+//! waits for, plus (two-phase) the shuffle spread over the cores.
+//! Independent list I/O is assumed to get one dispatch per piece (no
+//! merging across ranks); server-directed one per shard, cut at the
+//! scheduler's dispatch bound; two-phase one per contiguous transfer.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{anyhow, bail};
+use clap::Args;
+use serde::Serialize;
+use serde_json::json;
+use sluice_array::{Distribution, Dtype, Layout, Plan};
+use sluice_cluster::{LocalCluster, LocalClusterConfig, Remote};
+use sluice_core::PolicyConfig;
+use sluice_zarr::collective::{self, pattern_local, ArraySpec, Strategy};
+
+use super::array::{DistArgs, Prepared};
+use super::output::write_json;
+
+#[derive(Args)]
+pub struct ArrayBenchArgs {
+    /// Array size relative to 512 MiB (float64, 512 x 512 x 256 at 1).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Ranks, spread over the three dimensions (BLOCK in each).
+    #[arg(long, default_value_t = 8)]
+    ranks: u64,
+    /// Data-server counts, one cluster each.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u32, 4])]
+    servers: Vec<u32>,
+    /// Strategies to run.
+    #[arg(long, value_delimiter = ',', default_values_t = ["independent".to_string(), "two-phase".to_string(), "server-directed".to_string()])]
+    strategies: Vec<String>,
+    /// Scheduling policy of every data server.
+    #[arg(long, default_value = "aioli")]
+    policy: String,
+    /// Directory for the clusters' files.
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One strategy on one cluster.
+#[derive(Serialize)]
+struct Row {
+    servers: u32,
+    strategy: String,
+    write_s: f64,
+    read_s: f64,
+    write_mib_s: f64,
+    read_mib_s: f64,
+    /// The model's time for one collective (write or read alike).
+    predicted_s: f64,
+    /// Requests per dispatch over the write and the read (from the data
+    /// servers' schedulers).
+    requests_per_dispatch: f64,
+}
+
+/// The model's parameters and its choice for one cluster.
+#[derive(Serialize)]
+struct Choice {
+    servers: u32,
+    params: Params,
+    chosen: String,
+    fastest_write: String,
+    chosen_was_fastest: bool,
+}
+
+#[derive(Serialize)]
+struct Report {
+    scale: f64,
+    shape: Vec<u64>,
+    chunks: Vec<u64>,
+    shards: Vec<u64>,
+    ranks: u64,
+    grid: Vec<u64>,
+    array_bytes: u64,
+    pieces: usize,
+    policy: String,
+    rows: Vec<Row>,
+    model: Vec<Choice>,
+}
+
+/// The array at `scale`: 512 x 512 x 256 float64 at 1, each dimension
+/// scaled by the cube root, kept a multiple of 8 (shards are a quarter of
+/// the first two dimensions, chunks an eighth).
+fn geometry(scale: f64) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+    let c = scale.cbrt();
+    let dim = |n: f64| (((n * c) / 8.0).round().max(1.0) * 8.0) as u64;
+    let shape = vec![dim(512.0), dim(512.0), dim(256.0)];
+    let chunks = vec![shape[0] / 8, shape[1] / 8, shape[2]];
+    let shards = vec![shape[0] / 4, shape[1] / 4, shape[2]];
+    (shape, chunks, shards)
+}
+
+/// `ranks` as a 3-D grid, largest factors first.
+fn grid(ranks: u64) -> Vec<u64> {
+    let mut g = vec![1u64; 3];
+    let mut n = ranks;
+    let mut d = 0;
+    let mut f = 2;
+    while n > 1 {
+        if n.is_multiple_of(f) {
+            g[d % 3] *= f;
+            d += 1;
+            n /= f;
+        } else {
+            f += 1;
+        }
+    }
+    g
+}
+
+fn cluster(root: &std::path::Path, servers: u32, policy: &str) -> anyhow::Result<LocalCluster> {
+    let _ = std::fs::remove_dir_all(root);
+    let mut cfg = LocalClusterConfig::new(root, servers);
+    cfg.policy = PolicyConfig::from_name(policy).ok_or_else(|| anyhow!("unknown policy {policy:?}"))?;
+    Ok(LocalCluster::start(cfg)?)
+}
+
+/// The model's parameters, measured through one data server of a local
+/// cluster and in memory (module doc).
+#[derive(Clone, Copy, Serialize)]
+struct Params {
+    /// A message's round trip (an 8-byte write), ns.
+    message_ns: f64,
+    /// Per piece of a list message that joins its neighbour's dispatch, ns.
+    piece_ns: f64,
+    /// Per dispatch beyond the pieces it carries, ns.
+    dispatch_ns: f64,
+    /// Per byte moved to or from a data server, ns.
+    byte_ns: f64,
+    /// Per byte copied in memory (the two-phase shuffle), ns.
+    copy_byte_ns: f64,
+}
+
+fn timed(f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    f()?;
+    Ok(t.elapsed().as_nanos() as f64)
+}
+
+fn calibrate(root: &std::path::Path, policy: &str) -> anyhow::Result<Params> {
+    const N: u64 = 4096;
+    let mut c = cluster(root, 1, policy)?;
+    let remote = Remote::connect(&c.addr())?;
+    let fd = remote.open("calibrate", libc::O_RDWR | libc::O_CREAT, 0o644)?;
+    let big = vec![7u8; 16 << 20];
+    remote.pwrite(fd, &big, 0)?;
+    let message_ns = timed(|| {
+        for i in 0..500u64 {
+            remote.pwrite(fd, &big[..8], i * 8)?;
+        }
+        Ok(())
+    })? / 500.0;
+    let small = vec![1u8; (N * 64) as usize];
+    let joined: Vec<(u64, u64)> = (0..N).map(|i| (i * 64, 64)).collect();
+    let apart: Vec<(u64, u64)> = (0..N).map(|i| (i * 4096, 64)).collect();
+    // Twice each, the second timed: the pages exist by then, as they do
+    // for most of a collective.
+    remote.write_list(fd, &joined, &small)?;
+    let t_joined = timed(|| Ok(remote.write_list(fd, &joined, &small).map(|_| ())?))?;
+    remote.write_list(fd, &apart, &small)?;
+    let t_apart = timed(|| Ok(remote.write_list(fd, &apart, &small).map(|_| ())?))?;
+    let byte_ns = timed(|| {
+        for i in 0..8u64 {
+            remote.pwrite(fd, &big, i * big.len() as u64)?;
+        }
+        Ok(())
+    })? / (8.0 * big.len() as f64);
+    remote.close(fd)?;
+    drop(remote);
+    c.shutdown()?;
+    let piece_ns = ((t_joined - message_ns) / N as f64).max(0.0);
+    let dispatch_ns = ((t_apart - t_joined) / N as f64).max(0.0);
+    let src = vec![1u8; 64 << 20];
+    let mut dst = vec![0u8; 64 << 20];
+    dst.copy_from_slice(&src);
+    let copy = timed(|| {
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&dst);
+        Ok(())
+    })?;
+    Ok(Params { message_ns, piece_ns, dispatch_ns, byte_ns, copy_byte_ns: copy / src.len() as f64 })
+}
+
+/// Each strategy's predicted time (module doc): the slowest data server's
+/// pieces, dispatches and bytes, plus what a rank waits for in round trips,
+/// plus the two-phase shuffle spread over the cores.
+fn predict(p: &Prepared, servers: u32, strategy: Strategy, m: &Params) -> f64 {
+    let layout = &p.spec.layout;
+    let n = servers as usize;
+    let (mut pieces, mut dispatches, mut bytes) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
+    let dispatch_bytes_max = sluice_core::Limits::default().dispatch_bytes_max;
+    let server_of = |unit: u64| p.placement.unit_server[unit as usize];
+    for piece in p.plan.pieces() {
+        bytes[server_of(piece.unit)] += piece.len;
+        if strategy != Strategy::TwoPhase {
+            pieces[server_of(piece.unit)] += 1;
+        }
+        if strategy == Strategy::Independent {
+            dispatches[server_of(piece.unit)] += piece.len.div_ceil(dispatch_bytes_max);
+        }
+    }
+    for u in 0..layout.units() {
+        dispatches[server_of(u)] += match strategy {
+            Strategy::Independent => 0,
+            Strategy::ServerDirected => layout.unit_data_bytes().div_ceil(dispatch_bytes_max),
+            Strategy::TwoPhase => layout.unit_bytes().div_ceil(collective::TRANSFER_BYTES_MAX),
+        };
+    }
+    // A server's dispatches run on its executors, as many at once as the
+    // cores allow (its queue depth is larger).
+    let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1) as f64;
+    let server_ns = (0..n)
+        .map(|s| pieces[s] as f64 * m.piece_ns + dispatches[s] as f64 * m.dispatch_ns / cores + bytes[s] as f64 * m.byte_ns)
+        .fold(0.0, f64::max);
+    // Round trips a rank waits for: its list messages, or its transfers.
+    let ranks = p.dist.ranks() as f64;
+    let messages = match strategy {
+        Strategy::TwoPhase => layout.units() as f64 * layout.unit_bytes().div_ceil(collective::TRANSFER_BYTES_MAX) as f64 / ranks,
+        _ => (p.plan.pieces().len() as f64 / sluice_proto::LIST_PIECES_MAX as f64).max(layout.units() as f64) / ranks,
+    };
+    let shuffle_ns = if strategy == Strategy::TwoPhase { p.plan.bytes() as f64 * m.copy_byte_ns / cores.min(ranks) } else { 0.0 };
+    (server_ns + messages * m.message_ns + shuffle_ns) / 1e9
+}
+
+fn spec(scale: f64, name: &str) -> anyhow::Result<ArraySpec> {
+    let (shape, chunks, shards) = geometry(scale);
+    let layout = Layout::new(shape, Dtype::F64, chunks, Some(shards))?;
+    Ok(ArraySpec { path: format!("bench/{name}"), layout, dims: vec!["z".into(), "y".into(), "x".into()], attributes: json!({}) })
+}
+
+fn dist_args(ranks: u64, strategy: &str) -> DistArgs {
+    DistArgs {
+        grid: grid(ranks),
+        ranks,
+        dist: Vec::new(),
+        strategy: strategy.to_string(),
+        hosts: None,
+        group_wait_ms: collective::GROUP_WAIT_MS_DEFAULT,
+    }
+}
+
+pub fn run(a: ArrayBenchArgs) -> anyhow::Result<()> {
+    if a.scale.is_nan() || a.scale <= 0.0 || a.ranks == 0 {
+        bail!("--scale must be positive and --ranks at least 1");
+    }
+    let scratch = a.dir.join(format!("sluice-bench-array-{}", std::process::id()));
+    let result = run_in(&a, &scratch);
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+fn run_in(a: &ArrayBenchArgs, scratch: &std::path::Path) -> anyhow::Result<()> {
+    let m = calibrate(&scratch.join("calibrate"), &a.policy)?;
+    println!(
+        "model: {:.1} us per message, {:.2} us per piece, {:.2} us per dispatch, {:.3} ns per byte, copy {:.3} ns per byte",
+        m.message_ns / 1e3,
+        m.piece_ns / 1e3,
+        m.dispatch_ns / 1e3,
+        m.byte_ns,
+        m.copy_byte_ns
+    );
+    let (mut rows, mut model) = (Vec::new(), Vec::new());
+    let mut first: Option<(Vec<u64>, Plan, Distribution)> = None;
+    for &servers in &a.servers {
+        let mut predicted = Vec::new();
+        for name in &a.strategies {
+            let strategy = Strategy::parse(name)?;
+            let root = scratch.join(format!("s{servers}-{name}"));
+            let mut c = cluster(&root, servers, &a.policy)?;
+            let addr = c.addr();
+            let remote = Arc::new(Remote::connect(&addr)?);
+            let p = Prepared::new(spec(a.scale, name)?, &dist_args(a.ranks, name), servers as usize)?;
+            let locals: Vec<Vec<u8>> = (0..p.dist.ranks()).map(|r| pattern_local(&p.dist, Dtype::F64, r)).collect();
+            collective::create(remote.clone(), &p.spec)?;
+            let w = collective::write(&p.collective(&addr), &locals)?;
+            let (back, r) = collective::read(&p.collective(&addr))?;
+            if back != locals {
+                bail!("{name} on {servers} servers: the data read back differs from what was written");
+            }
+            drop(remote);
+            let summaries = c.shutdown()?;
+            let (req, disp) = summaries.iter().fold((0, 0), |(q, d), s| (q + s.scheduler.dispatched_requests, d + s.scheduler.dispatches));
+            let pw = predict(&p, servers, strategy, &m);
+            predicted.push((name.clone(), pw, w.elapsed.as_secs_f64()));
+            let mib = p.plan.bytes() as f64 / (1 << 20) as f64;
+            rows.push(Row {
+                servers,
+                strategy: name.clone(),
+                write_s: w.elapsed.as_secs_f64(),
+                read_s: r.elapsed.as_secs_f64(),
+                write_mib_s: mib / w.elapsed.as_secs_f64(),
+                read_mib_s: mib / r.elapsed.as_secs_f64(),
+                predicted_s: pw,
+                requests_per_dispatch: req as f64 / disp.max(1) as f64,
+            });
+            if first.is_none() {
+                first = Some((p.spec.layout.shape().to_vec(), p.plan.clone(), p.dist.clone()));
+            }
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        let by = |f: fn(&(String, f64, f64)) -> f64| predicted.iter().min_by(|x, y| f(x).total_cmp(&f(y))).map(|x| x.0.clone()).unwrap_or_default();
+        let (chosen, fastest) = (by(|x| x.1), by(|x| x.2));
+        model.push(Choice { servers, params: m, chosen_was_fastest: chosen == fastest, chosen, fastest_write: fastest });
+    }
+    let (shape, plan, dist) = first.ok_or_else(|| anyhow!("no strategy ran"))?;
+    let (_, chunks, shards) = geometry(a.scale);
+    let report = Report {
+        scale: a.scale,
+        array_bytes: shape.iter().product::<u64>() * 8,
+        shape,
+        chunks,
+        shards,
+        ranks: a.ranks,
+        grid: dist.grid().to_vec(),
+        pieces: plan.pieces().len(),
+        policy: a.policy.clone(),
+        rows,
+        model,
+    };
+    print!("{}", table(&report));
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
+}
+
+fn table(r: &Report) -> String {
+    let mut out = format!(
+        "array {:?} float64 ({} MiB), chunks {:?}, shards {:?}; {} ranks, grid {:?}, BLOCK; {} pieces; policy {}\n",
+        r.shape,
+        r.array_bytes >> 20,
+        r.chunks,
+        r.shards,
+        r.ranks,
+        r.grid,
+        r.pieces,
+        r.policy
+    );
+    out.push_str(&format!(
+        "{:>7}  {:<16} {:>9} {:>11} {:>9} {:>11} {:>12} {:>9}\n",
+        "servers", "strategy", "write s", "write MiB/s", "read s", "read MiB/s", "predicted s", "req/disp"
+    ));
+    for row in &r.rows {
+        out.push_str(&format!(
+            "{:>7}  {:<16} {:>9.3} {:>11.0} {:>9.3} {:>11.0} {:>12.3} {:>9.1}\n",
+            row.servers, row.strategy, row.write_s, row.write_mib_s, row.read_s, row.read_mib_s, row.predicted_s, row.requests_per_dispatch
+        ));
+    }
+    for m in &r.model {
+        out.push_str(&format!(
+            "{} server(s): the model chose {}; the fastest write was {} ({})\n",
+            m.servers,
+            m.chosen,
+            m.fastest_write,
+            if m.chosen_was_fastest { "the model was right" } else { "the model was wrong" }
+        ));
+    }
+    out
+}
