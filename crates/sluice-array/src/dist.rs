@@ -67,11 +67,7 @@ impl Distribution {
             return Err(limit(format!("an array has 1 to {DIMS_MAX} dimensions, not {n}")));
         }
         if grid.len() != n || dists.len() != n {
-            return Err(invalid(format!(
-                "shape has {n} dimensions but the grid has {} and the distribution {}",
-                grid.len(),
-                dists.len()
-            )));
+            return Err(invalid(format!("shape has {n} dimensions but the grid has {} and the distribution {}", grid.len(), dists.len())));
         }
         if shape.contains(&0) || grid.contains(&0) {
             return Err(invalid("every extent of the shape and the grid must be at least 1"));
@@ -119,7 +115,11 @@ impl Distribution {
                 let b = n.div_ceil(p);
                 let lo = (c * b).min(n);
                 let hi = ((c + 1) * b).min(n);
-                if lo < hi { vec![(lo, hi)] } else { Vec::new() }
+                if lo < hi {
+                    vec![(lo, hi)]
+                } else {
+                    Vec::new()
+                }
             }
             Dist::Cyclic(k) => {
                 let mut v = Vec::new();

@@ -223,9 +223,7 @@ impl Layout {
         let inner = unravel(off / self.chunk_bytes(), &self.inner_grid());
         let within = unravel((off % self.chunk_bytes()) / b, &self.chunk);
         let unit = unravel(u, &self.units_grid());
-        let g: Vec<u64> = (0..self.shape.len())
-            .map(|d| unit[d] * self.unit_shape()[d] + inner[d] * self.chunk[d] + within[d])
-            .collect();
+        let g: Vec<u64> = (0..self.shape.len()).map(|d| unit[d] * self.unit_shape()[d] + inner[d] * self.chunk[d] + within[d]).collect();
         g.iter().zip(&self.shape).all(|(&x, &n)| x < n).then_some(g)
     }
 
@@ -245,8 +243,7 @@ impl Layout {
         let n: u64 = self.inner_grid().iter().product();
         let mut v = Vec::with_capacity(self.index_bytes() as usize);
         for i in 0..n {
-            let (off, len) =
-                if self.inner_present(u, i) { (i * self.chunk_bytes(), self.chunk_bytes()) } else { (u64::MAX, u64::MAX) };
+            let (off, len) = if self.inner_present(u, i) { (i * self.chunk_bytes(), self.chunk_bytes()) } else { (u64::MAX, u64::MAX) };
             v.extend_from_slice(&off.to_le_bytes());
             v.extend_from_slice(&len.to_le_bytes());
         }

@@ -74,18 +74,11 @@ pub fn place(input: &PlacementInput) -> Result<Placement, Error> {
     let local: Vec<Vec<u64>> = input
         .unit_rank_bytes
         .iter()
-        .map(|row| {
-            (0..servers)
-                .map(|s| row.iter().zip(input.rank_host).filter(|(_, &h)| h == input.server_host[s]).map(|(b, _)| b).sum())
-                .collect()
-        })
+        .map(|row| (0..servers).map(|s| row.iter().zip(input.rank_host).filter(|(_, &h)| h == input.server_host[s]).map(|(b, _)| b).sum()).collect())
         .collect();
     let caps = capacities(units, input.server_weight);
-    let (unit_server, method) = if units <= input.hungarian_units_max {
-        (hungarian(&local, &caps), PlacementMethod::Hungarian)
-    } else {
-        (greedy(&local, &caps), PlacementMethod::Greedy)
-    };
+    let (unit_server, method) =
+        if units <= input.hungarian_units_max { (hungarian(&local, &caps), PlacementMethod::Hungarian) } else { (greedy(&local, &caps), PlacementMethod::Greedy) };
     let local_bytes = unit_server.iter().enumerate().map(|(u, &s)| local[u][s]).sum();
     let total_bytes = input.unit_rank_bytes.iter().flatten().sum();
     Ok(Placement { unit_server, local_bytes, total_bytes, method })
@@ -138,11 +131,7 @@ pub fn aggregators(unit_rank_bytes: &[Vec<u64>], rank_host: &[usize], server_hos
         .iter()
         .zip(unit_server)
         .map(|(row, &s)| {
-            let best = |on_host: bool| {
-                (0..row.len())
-                    .filter(|&r| !on_host || rank_host[r] == server_host[s])
-                    .max_by_key(|&r| (row[r], std::cmp::Reverse(r)))
-            };
+            let best = |on_host: bool| (0..row.len()).filter(|&r| !on_host || rank_host[r] == server_host[s]).max_by_key(|&r| (row[r], std::cmp::Reverse(r)));
             best(true).or_else(|| best(false)).unwrap_or(0)
         })
         .collect()

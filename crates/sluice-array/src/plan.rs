@@ -85,11 +85,7 @@ impl Plan {
 /// `dist` and the files of `layout`.
 pub fn plan(dist: &Distribution, layout: &Layout, limits: &PlanLimits) -> Result<Plan, Error> {
     if dist.shape() != layout.shape() {
-        return Err(crate::invalid(format!(
-            "the distribution's shape {:?} differs from the layout's {:?}",
-            dist.shape(),
-            layout.shape()
-        )));
+        return Err(crate::invalid(format!("the distribution's shape {:?} differs from the layout's {:?}", dist.shape(), layout.shape())));
     }
     let mut plan = Plan { pieces: Vec::new(), starts: vec![0] };
     for r in 0..dist.ranks() {
@@ -144,14 +140,7 @@ fn plan_rank(dist: &Distribution, layout: &Layout, r: u64, limits: &PlanLimits, 
 
 /// Cut one box of rank `r` by the chunk grid, in the rank's memory order
 /// (rows of the box in C order, chunks along each row in turn).
-fn plan_box(
-    layout: &Layout,
-    r: u64,
-    rb: &RankBox,
-    local_shape: &[u64],
-    limits: &PlanLimits,
-    out: &mut Vec<Piece>,
-) -> Result<(), Error> {
+fn plan_box(layout: &Layout, r: u64, rb: &RankBox, local_shape: &[u64], limits: &PlanLimits, out: &mut Vec<Piece>) -> Result<(), Error> {
     let n = rb.lo.len();
     let el = layout.dtype().bytes();
     let chunk = layout.chunk();
@@ -171,8 +160,7 @@ fn plan_box(
             g[last] = x;
             local[last] = rb.local_lo[last] + (x - rb.lo[last]);
             let (unit, file_off) = layout.locate(&g);
-            let piece =
-                Piece { unit, file_off, rank: r, mem_off: ravel(&local, local_shape) * el, len: (end - x) * el };
+            let piece = Piece { unit, file_off, rank: r, mem_off: ravel(&local, local_shape) * el, len: (end - x) * el };
             push(out, piece, limits)?;
             x = end;
         }
@@ -189,10 +177,7 @@ fn push(out: &mut Vec<Piece>, p: Piece, limits: &PlanLimits) -> Result<(), Error
         }
     }
     if out.len() >= limits.pieces_max {
-        return Err(limit(format!(
-            "the plan needs more than {} pieces (pieces_max); use larger chunks or a coarser distribution",
-            limits.pieces_max
-        )));
+        return Err(limit(format!("the plan needs more than {} pieces (pieces_max); use larger chunks or a coarser distribution", limits.pieces_max)));
     }
     out.push(p);
     Ok(())

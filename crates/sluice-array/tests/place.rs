@@ -6,13 +6,7 @@ use proptest::prelude::*;
 use sluice_array::{capacities, place, PlacementInput, PlacementMethod, PLACEMENT_HUNGARIAN_UNITS_MAX};
 
 fn input<'a>(bytes: &'a [Vec<u64>], rank_host: &'a [usize], server_host: &'a [usize], w: &'a [f64]) -> PlacementInput<'a> {
-    PlacementInput {
-        unit_rank_bytes: bytes,
-        rank_host,
-        server_host,
-        server_weight: w,
-        hungarian_units_max: PLACEMENT_HUNGARIAN_UNITS_MAX,
-    }
+    PlacementInput { unit_rank_bytes: bytes, rank_host, server_host, server_weight: w, hungarian_units_max: PLACEMENT_HUNGARIAN_UNITS_MAX }
 }
 
 /// The best local bytes over every assignment that respects `caps`.

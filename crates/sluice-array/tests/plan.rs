@@ -59,10 +59,7 @@ fn arb_case() -> impl Strategy<Value = (Distribution, Layout)> {
             let grid: Vec<u64> = (0..n).map(|d| if dists[d] == Dist::Star { 1 } else { grid[d] }).collect();
             let chunk: Vec<u64> = (0..n).map(|d| chunk[d].min(shape[d])).collect();
             let shard = sharded.then(|| chunk.iter().zip(&mult).map(|(c, m)| c * m).collect());
-            (
-                Distribution::new(shape.clone(), grid, dists).unwrap(),
-                Layout::new(shape, dtype, chunk, shard).unwrap(),
-            )
+            (Distribution::new(shape.clone(), grid, dists).unwrap(), Layout::new(shape, dtype, chunk, shard).unwrap())
         })
 }
 

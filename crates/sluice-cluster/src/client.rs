@@ -401,11 +401,9 @@ impl StripedClient {
     fn sole_object<'f>(&self, f: &'f StripedFile) -> Result<(&'f Arc<Client>, Fd, u32)> {
         match f.objects.as_slice() {
             [(c, fd)] => Ok((c, *fd, f.layout.server_of(0))),
-            _ => Err(Error::new(
-                ErrorKind::Invalid,
-                libc::EINVAL,
-                format!("{:?} has {} objects: a collective needs a file of one object (stripe count 1)", f.path, f.objects.len()),
-            )),
+            _ => {
+                Err(Error::new(ErrorKind::Invalid, libc::EINVAL, format!("{:?} has {} objects: a collective needs a file of one object (stripe count 1)", f.path, f.objects.len())))
+            }
         }
     }
 

@@ -94,7 +94,8 @@ pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
     let kind = sluice_cluster::Remote::connect(&cfg.server).map_err(|e| error(FuseErrorKind::Server, e.to_string()))?.kind();
     let _endpoint = match &cfg.metrics {
         Some(addr) => {
-            let e = sluice_metrics::Endpoint::start(addr, |path| (path == "/metrics").then(|| (sluice_metrics::TEXT_FORMAT, stats::STATS.render()))).map_err(|e| error(FuseErrorKind::Runtime, e.to_string()))?;
+            let e = sluice_metrics::Endpoint::start(addr, |path| (path == "/metrics").then(|| (sluice_metrics::TEXT_FORMAT, stats::STATS.render())))
+                .map_err(|e| error(FuseErrorKind::Runtime, e.to_string()))?;
             println!("sluice: mount metrics at http://{}/metrics", e.addr());
             Some(e)
         }

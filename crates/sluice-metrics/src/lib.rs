@@ -329,7 +329,6 @@ fn parse_labels(s: &str) -> Option<Vec<(String, String)>> {
     Some(out)
 }
 
-
 /// The samples of `name` whose labels include all of `labels`, summed
 /// (`None` when there is none).
 pub fn value(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {

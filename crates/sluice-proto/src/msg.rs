@@ -6,8 +6,8 @@ use crate::error::{ProtoError, ProtoErrorKind};
 use crate::frame::{encode_header, Header, Opcode};
 use crate::wire::{put_checked, put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
 use crate::{
-    APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, GROUP_PARTICIPANTS_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC, MESSAGE_BYTES_MAX, PATH_BYTES_MAX,
-    STATS_APPS_MAX, VERSION,
+    APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, GROUP_PARTICIPANTS_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC,
+    MESSAGE_BYTES_MAX, PATH_BYTES_MAX, STATS_APPS_MAX, VERSION,
 };
 
 /// A caller's identity: user, group and supplementary groups, as the
@@ -367,9 +367,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Hello => Request::Hello(parse_hello(&mut r)?),
         Opcode::Open => Request::Open { flags: r.i32("flags")?, mode: r.u32("mode")?, path: r.path("path")? },
         Opcode::Close => Request::Close { fd: r.u64("fd")? },
-        Opcode::Read | Opcode::Write | Opcode::ReadList | Opcode::WriteList | Opcode::ReadListGroup | Opcode::WriteListGroup => {
-            parse_data_request(h.opcode, &mut r)?
-        }
+        Opcode::Read | Opcode::Write | Opcode::ReadList | Opcode::WriteList | Opcode::ReadListGroup | Opcode::WriteListGroup => parse_data_request(h.opcode, &mut r)?,
         Opcode::Fsync => Request::Fsync { fd: r.u64("fd")? },
         Opcode::Fdatasync => Request::Fdatasync { fd: r.u64("fd")? },
         Opcode::Ftruncate => Request::Ftruncate { fd: r.u64("fd")?, len: r.u64("len")? },

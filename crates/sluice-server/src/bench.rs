@@ -60,7 +60,17 @@ pub const SCRAPE_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for ServiceBenchConfig {
     fn default() -> ServiceBenchConfig {
-        ServiceBenchConfig { dir: PathBuf::from("/var/tmp"), file_bytes: 256 << 20, request_bytes: 1 << 20, window: 4, rounds: 3, rtt_requests: 20_000, direct: false, metrics: false, trace: false }
+        ServiceBenchConfig {
+            dir: PathBuf::from("/var/tmp"),
+            file_bytes: 256 << 20,
+            request_bytes: 1 << 20,
+            window: 4,
+            rounds: 3,
+            rtt_requests: 20_000,
+            direct: false,
+            metrics: false,
+            trace: false,
+        }
     }
 }
 

@@ -88,21 +88,14 @@ impl<T> Collectives<T> {
     /// checked before the message takes anything.
     pub fn check(&self, key: GroupKey, g: &Group, op: Op, bytes: u64) -> Result<(), (i32, String)> {
         match self.groups.get(&key) {
-            Some(h) if h.participants != g.participants => Err((
-                libc::EINVAL,
-                format!("collective {}: {} participants announced, {} by an earlier one", g.id, g.participants, h.participants),
-            )),
+            Some(h) if h.participants != g.participants => {
+                Err((libc::EINVAL, format!("collective {}: {} participants announced, {} by an earlier one", g.id, g.participants, h.participants)))
+            }
             Some(h) if h.op != op => Err((libc::EINVAL, format!("collective {}: reads and writes in one group", g.id))),
-            None if self.groups.len() >= self.limits.groups_max => Err((
-                libc::EAGAIN,
-                format!("{} collectives are being gathered (collectives_max)", self.limits.groups_max),
-            )),
+            None if self.groups.len() >= self.limits.groups_max => Err((libc::EAGAIN, format!("{} collectives are being gathered (collectives_max)", self.limits.groups_max))),
             _ if self.bytes + bytes > self.limits.bytes_max => Err((
                 libc::ENOBUFS,
-                format!(
-                    "collective {}: {} bytes held by collectives, {bytes} more would pass collective_bytes_max = {}",
-                    g.id, self.bytes, self.limits.bytes_max
-                ),
+                format!("collective {}: {} bytes held by collectives, {bytes} more would pass collective_bytes_max = {}", g.id, self.bytes, self.limits.bytes_max),
             )),
             _ => Ok(()),
         }
@@ -112,15 +105,7 @@ impl<T> Collectives<T> {
     pub fn join(&mut self, a: Arrival<T>, now: Instant) -> Joined<T> {
         let Arrival { key, group: g, op, app, items, bytes } = a;
         let wait = Duration::from_millis(u64::from(g.wait_ms).min(self.limits.wait_ms_max));
-        let h = self.groups.entry(key).or_insert_with(|| Held {
-            participants: g.participants,
-            arrived: 0,
-            op,
-            app,
-            items: Vec::new(),
-            bytes: 0,
-            deadline: now + wait,
-        });
+        let h = self.groups.entry(key).or_insert_with(|| Held { participants: g.participants, arrived: 0, op, app, items: Vec::new(), bytes: 0, deadline: now + wait });
         h.arrived += 1;
         h.items.extend(items);
         h.bytes += bytes;

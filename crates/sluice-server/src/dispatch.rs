@@ -64,7 +64,19 @@ impl Dispatcher {
         let learner = CostLearner::new(prior);
         sched.set_device_cost(Some(learner.model()));
         sched.set_depth(learner.depth_cap());
-        Dispatcher { sched, apps, pending: HashMap::new(), learner, sent: HashMap::new(), head: None, answered: 0, admitted: 0, device: DeviceCounters::default(), tracer, named: HashSet::new() }
+        Dispatcher {
+            sched,
+            apps,
+            pending: HashMap::new(),
+            learner,
+            sent: HashMap::new(),
+            head: None,
+            answered: 0,
+            admitted: 0,
+            device: DeviceCounters::default(),
+            tracer,
+            named: HashSet::new(),
+        }
     }
 
     /// Enqueue an admitted request; its refusal, to answer, when the
@@ -137,7 +149,11 @@ impl Dispatcher {
                     t.send(Record::App(app, table.name(app).unwrap_or(crate::state::FORGOTTEN_APPS).to_string()));
                 }
             }
-            let members = job.items.iter().map(|it| Member { app: it.req.app, client: it.req.client.0, id: it.req.id.0, offset: it.req.offset, len: it.req.len, arrival_ns: it.arrival_ns }).collect();
+            let members = job
+                .items
+                .iter()
+                .map(|it| Member { app: it.req.app, client: it.req.client.0, id: it.req.id.0, offset: it.req.offset, len: it.req.len, arrival_ns: it.arrival_ns })
+                .collect();
             let d = &job.dispatch;
             t.send(Record::Dispatch { id: d.id.0, op: d.op, file: d.file.0, offset: d.offset, len: d.len, started: job.started, service: job.service_ns, answered: now, members });
         }

@@ -196,8 +196,7 @@ impl EventLoop {
         // SAFETY: fd is a fresh descriptor nobody else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(fd) };
         let l = &shared.config.limits;
-        let collective_limits =
-            CollectiveLimits { groups_max: l.collectives_max as usize, bytes_max: l.collective_bytes_max, wait_ms_max: l.collective_wait_ms_max };
+        let collective_limits = CollectiveLimits { groups_max: l.collectives_max as usize, bytes_max: l.collective_bytes_max, wait_ms_max: l.collective_wait_ms_max };
         listener.set_nonblocking()?;
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, listener.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)?;
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
@@ -644,8 +643,9 @@ impl EventLoop {
             }
             // The body goes on past this read: hold it as it arrives.
             let tail = &bytes[i..];
-            let wait_for_bytes =
-                matches!(header.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteListGroup) && c.held > 0 && c.held + u64::from(header.body_len) > self.shared.config.limits.reply_bytes_max;
+            let wait_for_bytes = matches!(header.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteListGroup)
+                && c.held > 0
+                && c.held + u64::from(header.body_len) > self.shared.config.limits.reply_bytes_max;
             // The whole body is reserved now, allocated a chunk at a time.
             let first = n.min(BODY_CHUNK_BYTES).max(tail.len());
             let room = wait_for_bytes || !self.take_budget(n as u64);
@@ -863,9 +863,7 @@ impl EventLoop {
                 Request::ReadList { fd, pieces, group } => Kind::Io(fd, pieces, None, None, group),
                 Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len()), None, None),
                 Request::WriteList { fd, pieces, data, group } => Kind::Io(fd, pieces, Some(body.len() - data.len()), None, group),
-                Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => {
-                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
-                }
+                Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None),
                 Request::ReadLease { fd, offset, len, at } => {
                     if self.lease(c, id, fd, offset, len) {
                         return Flow::Next;
@@ -946,7 +944,18 @@ impl EventLoop {
     /// into the scheduler, or held with its collective until the group is
     /// complete (`collective.rs`).
     #[allow(clippy::too_many_arguments)]
-    fn admit(&mut self, c: &mut Conn, wire_id: u64, fd: u64, op: Op, list: bool, pieces: Vec<(u64, u64)>, total: u64, place: Place, group: Option<Group>) -> Result<(), (i32, String)> {
+    fn admit(
+        &mut self,
+        c: &mut Conn,
+        wire_id: u64,
+        fd: u64,
+        op: Op,
+        list: bool,
+        pieces: Vec<(u64, u64)>,
+        total: u64,
+        place: Place,
+        group: Option<Group>,
+    ) -> Result<(), (i32, String)> {
         let max = self.shared.config.limits.inflight_per_connection_max;
         if c.inflight >= max {
             return Err((libc::EAGAIN, format!("too many requests in flight on this connection (inflight_per_connection_max = {max})")));

@@ -25,7 +25,6 @@ use hdrhistogram::Histogram;
 use sluice_core::{AppId, DeviceCost};
 use sluice_proto::{AppStats, LATENCY_BUCKETS};
 
-
 use crate::error::{Error, Result};
 use crate::evloop::Waker;
 use crate::state::lock;
@@ -366,9 +365,7 @@ mod tests {
         let r = row(0, "we\"ird\\app\nname", 3);
         apps(&mut e, &[r], None);
         let samples = parse(&e.out).expect("every line parses");
-        let get = |name: &str, le: Option<&str>| {
-            samples.iter().find(|(n, l, _)| n == name && le.is_none_or(|le| l.iter().any(|(k, v)| k == "le" && v == le))).map(|s| s.2)
-        };
+        let get = |name: &str, le: Option<&str>| samples.iter().find(|(n, l, _)| n == name && le.is_none_or(|le| l.iter().any(|(k, v)| k == "le" && v == le))).map(|s| s.2);
         assert_eq!(samples.iter().find(|(n, _, _)| n == "sluice_app_requests_total").unwrap().1[0].1, "we\"ird\\app\nname", "label escaping round-trips");
         assert_eq!(get("sluice_app_queue_wait_seconds_bucket", Some("0.000002")), Some(3.0), "1 µs waits are at most 2 µs");
         assert_eq!(get("sluice_app_service_seconds_bucket", Some("0.000002")), Some(3.0), "2 µs services are at most 2 µs (le)");

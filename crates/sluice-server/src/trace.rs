@@ -100,7 +100,10 @@ impl Tracer {
         let full = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let (q, o, fu, d, p) = (Arc::clone(&queue), Arc::clone(&on), Arc::clone(&full), Arc::clone(&dropped), path.to_path_buf());
-        let writer = std::thread::Builder::new().name("sluice-trace".into()).spawn(move || write(q, BufWriter::new(f), p, bytes_max, o, fu, d)).map_err(|e| Error::io("spawn thread", &e))?;
+        let writer = std::thread::Builder::new()
+            .name("sluice-trace".into())
+            .spawn(move || write(q, BufWriter::new(f), p, bytes_max, o, fu, d))
+            .map_err(|e| Error::io("spawn thread", &e))?;
         Ok(Tracer { queue, on, full, dropped, writer: Some(writer) })
     }
 
@@ -274,7 +277,10 @@ mod tests {
         let ev = v["traceEvents"].as_array().unwrap();
         let names: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().unwrap()).collect();
         assert!(names.contains(&"live: device") && names.contains(&"app \"one\""), "{names:?}");
-        assert!(ev.iter().filter(|e| e["cat"] == "request").all(|e| e["pid"] == PID_APP_BASE + 1 && e["tid"] == 3), "requests on their application's process, their connection's thread");
+        assert!(
+            ev.iter().filter(|e| e["cat"] == "request").all(|e| e["pid"] == PID_APP_BASE + 1 && e["tid"] == 3),
+            "requests on their application's process, their connection's thread"
+        );
         let d = ev.iter().find(|e| e["cat"] == "dispatch" && e["ph"] == "b").unwrap();
         assert_eq!((d["name"].as_str().unwrap(), d["args"]["requests"].as_u64().unwrap(), d["ts"].as_f64().unwrap()), ("read 12 KiB x3", 3, 2.0));
         assert_eq!(ev.iter().filter(|e| e["cat"] == "request").count(), 6, "one begin and one end per member");

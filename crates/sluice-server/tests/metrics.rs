@@ -127,7 +127,10 @@ fn applications_past_the_label_bound_are_folded_into_other() {
     let c2: Vec<Client> = ["a", "b", "c"].iter().map(|a| client(&s2, a)).collect();
     c2.iter().for_each(|c| assert!(c.open("g", libc::O_CREAT | libc::O_RDWR, 0o644).is_ok()));
     let m2 = scrape(&s2);
-    assert!(value(&m2, "sluice_app_connections", &[("app", "c")]).is_some() && value(&m2, "sluice_app_connections", &[("app", OTHER_APPS)]).is_none(), "N apps at a bound of N: no fold");
+    assert!(
+        value(&m2, "sluice_app_connections", &[("app", "c")]).is_some() && value(&m2, "sluice_app_connections", &[("app", OTHER_APPS)]).is_none(),
+        "N apps at a bound of N: no fold"
+    );
 }
 
 #[test]

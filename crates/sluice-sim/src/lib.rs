@@ -58,7 +58,9 @@ pub use engine::{EventQueue, Rng, Time};
 pub use error::{Error, ErrorKind};
 pub use plot::sweep_png;
 pub use report::{jain, size, AppReport, DeviceReport, Report, RunReport};
-pub use scenario::{AioliOverrides, App, Bounds, Recorded, RecordedAccess, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Scenario, Server};
+pub use scenario::{
+    AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, Server,
+};
 pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use server::device;
 pub use trace::Trace;

@@ -111,7 +111,10 @@ impl Recording {
                         return Err(bad(format!("request {id} lacks file, client, offset or len (a trace from before sluice recorded them?)")));
                     };
                     let rid = id.trim_start_matches('r').parse().map_err(|_| bad(format!("request id {id:?}")))?;
-                    let app = e.pid.checked_sub(PID_APP_BASE).ok_or_else(|| bad(format!("request {id} on process {}, not an application's (a trace from before sluice gave each application its process?)", e.pid)))?;
+                    let app = e
+                        .pid
+                        .checked_sub(PID_APP_BASE)
+                        .ok_or_else(|| bad(format!("request {id} on process {}, not an application's (a trace from before sluice gave each application its process?)", e.pid)))?;
                     let req = Request { id: RequestId(rid), app: AppId(app), client: ClientId(client as u32), file: FileId(file), op, offset, len: len.max(1) };
                     open.insert(id, (req, ns(e.ts)));
                 }
@@ -352,14 +355,22 @@ pub fn what_if(rec: &Recording, policies: &[String], device: Device) -> Result<W
         };
         let log = replay(&mut s, &streams, service, ReplayOptions { events_max: EVENTS_MAX, check_invariants: false }).map_err(|e| bad(format!("replay under {p}: {e:?}")))?;
         let arrivals: HashMap<RequestId, u64> = log.arrivals.iter().copied().collect();
-        let answered: Vec<(Request, u64, u64)> = log.served.iter().flat_map(|sv| sv.dispatch.members.iter().map(|m| (*m, arrivals[&m.id], sv.done_ns)).collect::<Vec<_>>()).collect();
+        let answered: Vec<(Request, u64, u64)> =
+            log.served.iter().flat_map(|sv| sv.dispatch.members.iter().map(|m| (*m, arrivals[&m.id], sv.done_ns)).collect::<Vec<_>>()).collect();
         let (r, span) = outcomes(p, rec, &answered);
         rows.extend(r);
         makespan.push((p.clone(), span));
     }
     let device = match device {
         Device::Hdd7200 => "the emulated 7200 rpm disk".to_string(),
-        Device::Recorded => format!("as recorded: {:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {} (from {} dispatches)", model.dispatch_ns as f64 / 1e3, model.byte_ps as f64 / 1e3, model.seek_ns as f64 / 1e3, model.parallelism, learner.observed()),
+        Device::Recorded => format!(
+            "as recorded: {:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {} (from {} dispatches)",
+            model.dispatch_ns as f64 / 1e3,
+            model.byte_ps as f64 / 1e3,
+            model.seek_ns as f64 / 1e3,
+            model.parallelism,
+            learner.observed()
+        ),
     };
     Ok(WhatIf { device, streams: streams.len(), requests: rec.requests.len(), rows, makespan_s: makespan })
 }
@@ -406,7 +417,10 @@ mod tests {
                 let (b, e) = (t, t + 100.0);
                 ev.push(format!(r#"{{"name":"read 64 KiB","ph":"b","cat":"request","id":"r{id}","pid":{},"tid":{app},"ts":{b},"args":{{"file":{app},"client":{app},"offset":{},"len":65536}}}}"#, 1000 + app, k * 65536));
                 ev.push(format!(r#"{{"name":"read 64 KiB","ph":"e","cat":"request","id":"r{id}","pid":{},"tid":{app},"ts":{e}}}"#, 1000 + app));
-                ev.push(format!(r#"{{"name":"read 64 KiB x1","ph":"b","cat":"dispatch","id":"d{id}","pid":2,"tid":0,"ts":{b},"args":{{"file":{app},"offset":{},"len":65536,"requests":1}}}}"#, k * 65536));
+                ev.push(format!(
+                    r#"{{"name":"read 64 KiB x1","ph":"b","cat":"dispatch","id":"d{id}","pid":2,"tid":0,"ts":{b},"args":{{"file":{app},"offset":{},"len":65536,"requests":1}}}}"#,
+                    k * 65536
+                ));
                 ev.push(format!(r#"{{"name":"read 64 KiB x1","ph":"e","cat":"dispatch","id":"d{id}","pid":2,"tid":0,"ts":{e}}}"#));
                 t += 100.0;
             }

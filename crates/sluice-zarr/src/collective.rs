@@ -157,10 +157,7 @@ fn by_unit(plan: &Plan, units: u64) -> Vec<Vec<Piece>> {
 /// Run `f(rank, remote)` on one thread per rank, each with its own
 /// connection; the first error wins. `f` gets the failure flag so that a
 /// rank waiting at a barrier learns that another one failed.
-fn ranks<T: Send>(
-    c: &Collective,
-    f: impl Fn(usize, &Remote, &Phases) -> Result<T, Error> + Sync,
-) -> Result<Vec<T>, Error> {
+fn ranks<T: Send>(c: &Collective, f: impl Fn(usize, &Remote, &Phases) -> Result<T, Error> + Sync) -> Result<Vec<T>, Error> {
     let n = c.dist.ranks() as usize;
     let phases = Phases { barrier: Barrier::new(n), failed: AtomicBool::new(false) };
     let results: Vec<Result<T, Error>> = std::thread::scope(|s| {
@@ -168,9 +165,7 @@ fn ranks<T: Send>(
             .map(|r| {
                 let (f, phases) = (&f, &phases);
                 s.spawn(move || {
-                    let out = Remote::connect(c.addr)
-                        .map_err(|e| Error::client(&format!("rank {r}: connect to {}", c.addr), e))
-                        .and_then(|remote| f(r, &remote, phases));
+                    let out = Remote::connect(c.addr).map_err(|e| Error::client(&format!("rank {r}: connect to {}", c.addr), e)).and_then(|remote| f(r, &remote, phases));
                     if out.is_err() {
                         phases.failed.store(true, Ordering::SeqCst);
                     }
@@ -279,8 +274,7 @@ pub fn read(c: &Collective) -> Result<(Vec<Vec<u8>>, Transfer), Error> {
                 let staged = staged.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 for p in c.plan.rank(r as u64) {
                     let unit = staged[p.unit as usize].as_ref().ok_or_else(|| Error::new("a file was not staged"))?;
-                    local[p.mem_off as usize..(p.mem_off + p.len) as usize]
-                        .copy_from_slice(&unit[p.file_off as usize..(p.file_off + p.len) as usize]);
+                    local[p.mem_off as usize..(p.mem_off + p.len) as usize].copy_from_slice(&unit[p.file_off as usize..(p.file_off + p.len) as usize]);
                 }
             }
         }
@@ -334,9 +328,7 @@ fn close(remote: &Remote, fd: Fd, path: &str, r: Result<(), Error>) -> Result<()
 
 fn write_contiguous(remote: &Remote, fd: Fd, data: &[u8], path: &str) -> Result<(), Error> {
     for (i, part) in data.chunks(TRANSFER_BYTES_MAX as usize).enumerate() {
-        remote
-            .pwrite(fd, part, i as u64 * TRANSFER_BYTES_MAX)
-            .map_err(|e| Error::client(&format!("write {path}"), e))?;
+        remote.pwrite(fd, part, i as u64 * TRANSFER_BYTES_MAX).map_err(|e| Error::client(&format!("write {path}"), e))?;
     }
     Ok(())
 }

@@ -92,9 +92,7 @@ pub fn ls(remote: Arc<Remote>, path: &str) -> Result<String, Error> {
         let child = p.as_str().trim_end_matches('/');
         let name = child.rsplit('/').next().unwrap_or(child);
         match metadata(&store, child) {
-            Ok(m) if m["node_type"] == "array" => {
-                out.push_str(&format!("{name:<24} array  {} {}\n", m["shape"], m["data_type"].as_str().unwrap_or("?")))
-            }
+            Ok(m) if m["node_type"] == "array" => out.push_str(&format!("{name:<24} array  {} {}\n", m["shape"], m["data_type"].as_str().unwrap_or("?"))),
             Ok(_) => out.push_str(&format!("{name:<24} group\n")),
             Err(_) => {}
         }
@@ -116,7 +114,11 @@ pub fn parse_region(s: &str, shape: &[u64]) -> Result<Vec<std::ops::Range<u64>>,
         .zip(shape)
         .map(|(p, &n)| {
             let num = |t: &str, default: u64| -> Result<u64, Error> {
-                if t.is_empty() { Ok(default) } else { t.trim().parse().map_err(|_| Error::new(format!("{t:?} in region {s:?} is not an index"))) }
+                if t.is_empty() {
+                    Ok(default)
+                } else {
+                    t.trim().parse().map_err(|_| Error::new(format!("{t:?} in region {s:?} is not an index")))
+                }
             };
             let r = match p.split_once(':') {
                 Some((a, b)) => num(a, 0)?..num(b, n)?,

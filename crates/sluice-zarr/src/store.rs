@@ -13,8 +13,8 @@ use sluice_client::{ClientError, FileKind};
 use sluice_cluster::Remote;
 use zarrs::storage::byte_range::{ByteRange, ByteRangeIterator};
 use zarrs::storage::{
-    Bytes, ListableStorageTraits, MaybeBytesIterator, OffsetBytesIterator, ReadableStorageTraits, StorageError,
-    StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix, WritableStorageTraits,
+    Bytes, ListableStorageTraits, MaybeBytesIterator, OffsetBytesIterator, ReadableStorageTraits, StorageError, StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix,
+    WritableStorageTraits,
 };
 
 /// The most keys one listing returns; past it, the listing is an error
@@ -78,10 +78,7 @@ impl SluiceStore {
                 let mut buf = vec![0u8; len as usize];
                 let mut at = 0;
                 while at < buf.len() {
-                    let n = self
-                        .remote
-                        .pread(fd, &mut buf[at..], start + at as u64)
-                        .map_err(|e| storage_error(&format!("read {path}"), e))?;
+                    let n = self.remote.pread(fd, &mut buf[at..], start + at as u64).map_err(|e| storage_error(&format!("read {path}"), e))?;
                     if n == 0 {
                         return Err(StorageError::Other(format!("{path}: file shrank while read")));
                     }
@@ -112,10 +109,7 @@ impl SluiceStore {
     fn write_at(&self, key: &StoreKey, flags: i32, parts: &mut dyn Iterator<Item = (u64, Bytes)>) -> Result<(), StorageError> {
         let path = self.path(key.as_str());
         self.mkdir_parents(&path)?;
-        let fd = self
-            .remote
-            .open(&path, libc::O_WRONLY | libc::O_CREAT | flags, 0o644)
-            .map_err(|e| storage_error(&format!("create {path}"), e))?;
+        let fd = self.remote.open(&path, libc::O_WRONLY | libc::O_CREAT | flags, 0o644).map_err(|e| storage_error(&format!("create {path}"), e))?;
         let mut r = Ok(());
         for (off, data) in parts {
             r = self.remote.pwrite(fd, &data, off).map(|_| ()).map_err(|e| storage_error(&format!("write {path}"), e));
@@ -140,10 +134,7 @@ impl SluiceStore {
                 self.walk(&key, out)?;
             } else {
                 if out.len() >= self.list_keys_max {
-                    return Err(StorageError::Other(format!(
-                        "more than {} keys under {:?} (STORE_LIST_KEYS_MAX)",
-                        self.list_keys_max, self.root
-                    )));
+                    return Err(StorageError::Other(format!("more than {} keys under {:?} (STORE_LIST_KEYS_MAX)", self.list_keys_max, self.root)));
                 }
                 out.push(StoreKey::new(key).map_err(|e| StorageError::Other(e.to_string()))?);
             }

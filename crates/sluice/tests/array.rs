@@ -24,8 +24,21 @@ fn array_round_trips_on_one_server_for_every_distribution() {
     assert!(out.contains("4 ranks, grid [2, 2, 1], (BLOCK, BLOCK, *); 6 files"), "{out}");
     // CYCLIC(2) x BLOCK into shards by aggregators.
     ok(s.sluice(&[
-        "array", "write", ":run/t0/dens", "--shape", "12,10,6", "--chunks", "2,5,3", "--shards", "4,10,6",
-        "--grid", "2,1,3", "--dist", "cyclic(2),*,block", "--strategy", "two-phase",
+        "array",
+        "write",
+        ":run/t0/dens",
+        "--shape",
+        "12,10,6",
+        "--chunks",
+        "2,5,3",
+        "--shards",
+        "4,10,6",
+        "--grid",
+        "2,1,3",
+        "--dist",
+        "cyclic(2),*,block",
+        "--strategy",
+        "two-phase",
     ]));
     // Edge chunks and shards: 10 is not a multiple of 4 or 8.
     ok(s.sluice(&["array", "write", ":run/t0/edge", "--shape", "10,3", "--chunks", "4,2", "--shards", "8,2", "--ranks", "3", "--dtype", "int16"]));
@@ -63,9 +76,7 @@ fn array_collective_write_and_read_through_a_three_server_cluster() {
     let c = Cluster::start(dir.path(), 3);
     for (name, strategy) in [("a", "independent"), ("b", "two-phase"), ("c", "server-directed")] {
         let path = format!(":ts/{name}");
-        let out = ok(c.sluice(&[
-            "array", "write", &path, "--shape", "24,16,8", "--chunks", "4,8,8", "--shards", "8,16,8", "--grid", "2,2,1", "--strategy", strategy,
-        ]));
+        let out = ok(c.sluice(&["array", "write", &path, "--shape", "24,16,8", "--chunks", "4,8,8", "--shards", "8,16,8", "--grid", "2,2,1", "--strategy", strategy]));
         assert!(out.contains("3 files") && out.contains("placement by Hungarian"), "{out}");
         let r = ok(c.sluice(&["array", "read", &path, "--grid", "4,1,1", "--strategy", strategy]));
         assert!(r.contains("every rank's data matches"), "{r}");

@@ -225,4 +225,3 @@ fn the_mount_serves_its_own_metrics() {
     assert_eq!(v("sluice_mount_handles_open", &[]), 0.0, "dd and cat closed their files");
     assert!(v("sluice_mount_connections", &[]) >= 1.0);
 }
-

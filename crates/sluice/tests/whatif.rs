@@ -56,7 +56,10 @@ fn a_recorded_trace_replays_under_other_policies() {
     assert_eq!(unsafe { libc::kill(serve.id() as i32, libc::SIGINT) }, 0);
     assert!(serve.wait().unwrap().success());
     let json = dir.path().join("w.json");
-    let out = Command::new(SLUICE).args(["what-if", trace.to_str().unwrap(), "--device", "hdd7200", "--policy", "fifo", "--policy", "aioli", "--json", json.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(SLUICE)
+        .args(["what-if", trace.to_str().unwrap(), "--device", "hdd7200", "--policy", "fifo", "--policy", "aioli", "--json", json.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let w: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = w["rows"].as_array().unwrap();
@@ -102,7 +105,9 @@ fn a_darshan_dxt_log_replays_under_other_policies() {
     let log = ior_log(&python);
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("w.json");
-    let run = |extra: &[&str]| Command::new(SLUICE).args(["what-if", &log, "--policy", "fifo", "--policy", "aioli", "--device", "hdd7200"]).args(extra).env("SLUICE_PYTHON", &python).output().unwrap();
+    let run = |extra: &[&str]| {
+        Command::new(SLUICE).args(["what-if", &log, "--policy", "fifo", "--policy", "aioli", "--device", "hdd7200"]).args(extra).env("SLUICE_PYTHON", &python).output().unwrap()
+    };
     let out = run(&["--json", json.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let w: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -159,10 +164,15 @@ fn bench_custom_replays_a_darshan_log_with_real_processes() {
     let app = &r["runs"][0]["apps"][0];
     assert_eq!((app["name"].as_str(), app["procs"].as_u64(), app["bytes"].as_u64()), (Some("ior"), Some(4), Some(bytes)), "one process per rank, every byte");
     let metrics = sluice_server::metrics::get(&s.metrics, "/metrics", Duration::from_secs(10)).unwrap();
-    let sum = |name: &str| -> f64 { metrics.lines().filter(|l| l.starts_with(&format!("{name}{{app=\"ior\""))).map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).sum() };
+    let sum =
+        |name: &str| -> f64 { metrics.lines().filter(|l| l.starts_with(&format!("{name}{{app=\"ior\""))).map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap()).sum() };
     assert_eq!((sum("sluice_app_requests_total") as u64, sum("sluice_app_bytes_total") as u64), (ops, bytes), "the server saw exactly the log's accesses");
     // And with servers it starts itself, against direct POSIX.
-    let out = Command::new(SLUICE).args(["bench", "custom", "--darshan", &log, "--policies", "direct,fifo,aioli", "--json", json.to_str().unwrap()]).env("SLUICE_PYTHON", &python).output().unwrap();
+    let out = Command::new(SLUICE)
+        .args(["bench", "custom", "--darshan", &log, "--policies", "direct,fifo,aioli", "--json", json.to_str().unwrap()])
+        .env("SLUICE_PYTHON", &python)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let modes: Vec<&str> = r["runs"].as_array().unwrap().iter().map(|m| m["mode"].as_str().unwrap()).collect();

@@ -90,7 +90,10 @@ impl ReplayLog {
             if len > ACCESS_BYTES_MAX {
                 return Err(WorkloadError::usage(format!("an access of {len} bytes (at most {ACCESS_BYTES_MAX})")));
             }
-            let reach = offset.checked_add(len).filter(|&e| e <= FILE_BYTES_MAX).ok_or_else(|| WorkloadError::usage(format!("an access reaches past {FILE_BYTES_MAX} bytes (offset {offset}, length {len})")))?;
+            let reach = offset
+                .checked_add(len)
+                .filter(|&e| e <= FILE_BYTES_MAX)
+                .ok_or_else(|| WorkloadError::usage(format!("an access reaches past {FILE_BYTES_MAX} bytes (offset {offset}, length {len})")))?;
             sizes[f] = sizes[f].max(reach);
             per_rank[rank as usize].push((start, end, Access { file: f as u32, write: op == "w", offset, len, think_ns: 0 }));
         }

@@ -172,7 +172,15 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
     let files = match &spec.target {
         Target::Direct { root, direct_io } => {
             let flags = if *direct_io { libc::O_DIRECT } else { 0 };
-            let open = |f: u32| OpenOptions::new().read(true).write(true).custom_flags(flags).open(root.join(name(f))).map(|h| (f, h)).map_err(|e| WorkloadError::io(format!("open {}", name(f)), e));
+            let open = |f: u32| {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(flags)
+                    .open(root.join(name(f)))
+                    .map(|h| (f, h))
+                    .map_err(|e| WorkloadError::io(format!("open {}", name(f)), e))
+            };
             ReplayFiles::Direct(used.iter().map(|&f| open(f)).collect::<Result<_, _>>()?)
         }
         Target::Service { addr } => {

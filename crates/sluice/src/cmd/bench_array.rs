@@ -228,9 +228,7 @@ fn predict(p: &Prepared, servers: u32, strategy: Strategy, m: &Params) -> f64 {
     // A server's dispatches run on its executors, as many at once as the
     // cores allow (its queue depth is larger).
     let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1) as f64;
-    let server_ns = (0..n)
-        .map(|s| pieces[s] as f64 * m.piece_ns + dispatches[s] as f64 * m.dispatch_ns / cores + bytes[s] as f64 * m.byte_ns)
-        .fold(0.0, f64::max);
+    let server_ns = (0..n).map(|s| pieces[s] as f64 * m.piece_ns + dispatches[s] as f64 * m.dispatch_ns / cores + bytes[s] as f64 * m.byte_ns).fold(0.0, f64::max);
     // Round trips a rank waits for: its list messages, or its transfers.
     let ranks = p.dist.ranks() as f64;
     let messages = match strategy {
@@ -248,14 +246,7 @@ fn spec(scale: f64, name: &str) -> anyhow::Result<ArraySpec> {
 }
 
 fn dist_args(ranks: u64, strategy: &str) -> DistArgs {
-    DistArgs {
-        grid: grid(ranks),
-        ranks,
-        dist: Vec::new(),
-        strategy: strategy.to_string(),
-        hosts: None,
-        group_wait_ms: collective::GROUP_WAIT_MS_DEFAULT,
-    }
+    DistArgs { grid: grid(ranks), ranks, dist: Vec::new(), strategy: strategy.to_string(), hosts: None, group_wait_ms: collective::GROUP_WAIT_MS_DEFAULT }
 }
 
 pub fn run(a: ArrayBenchArgs) -> anyhow::Result<()> {

@@ -230,14 +230,25 @@ fn live(term: &mut ratatui::DefaultTerminal, a: &TopArgs, first: Scrape, interva
             };
             f.render_widget(Paragraph::new(vec![Line::from(summary(&prev, &cur)), Line::from(status)]), top);
             let rows: Vec<Row> = lines(&prev, &cur, &a.sort).iter().map(|l| Row::new(cells(l))).collect();
-            let widths = [Constraint::Min(20), Constraint::Length(9), Constraint::Length(9), Constraint::Length(9), Constraint::Length(9), Constraint::Length(8), Constraint::Length(9), Constraint::Length(10), Constraint::Length(6)];
+            let widths = [
+                Constraint::Min(20),
+                Constraint::Length(9),
+                Constraint::Length(9),
+                Constraint::Length(9),
+                Constraint::Length(9),
+                Constraint::Length(8),
+                Constraint::Length(9),
+                Constraint::Length(10),
+                Constraint::Length(6),
+            ];
             let t = Table::new(rows, widths).header(Row::new(HEADER).style(Style::new().add_modifier(Modifier::BOLD))).block(Block::bordered().title(" sluice top "));
             f.render_widget(t, table);
         })?;
         let wait = next.saturating_duration_since(Instant::now()).min(Duration::from_millis(250));
         if event::poll(wait)? {
             if let Event::Key(k) = event::read()? {
-                let quit = k.kind == KeyEventKind::Press && (matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || (k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL)));
+                let quit = k.kind == KeyEventKind::Press
+                    && (matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || (k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL)));
                 if quit {
                     return Ok(());
                 }

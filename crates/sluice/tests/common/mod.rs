@@ -164,7 +164,8 @@ impl Load {
         let threads = apps
             .iter()
             .map(|app| {
-                let c = sluice_client::Client::connect_with(addr, sluice_client::ConnectOptions { app: Some(app.to_string()), ..sluice_client::ConnectOptions::default() }).unwrap();
+                let c =
+                    sluice_client::Client::connect_with(addr, sluice_client::ConnectOptions { app: Some(app.to_string()), ..sluice_client::ConnectOptions::default() }).unwrap();
                 let (stop, name) = (std::sync::Arc::clone(&stop), app.to_string());
                 std::thread::spawn(move || {
                     let fd = c.open(&name, libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
