@@ -178,12 +178,28 @@ fn calibrate(root: &std::path::Path, policy: &str) -> anyhow::Result<Params> {
     let t_joined = timed(|| Ok(remote.write_list(fd, &joined, &small).map(|_| ())?))?;
     remote.write_list(fd, &apart, &small)?;
     let t_apart = timed(|| Ok(remote.write_list(fd, &apart, &small).map(|_| ())?))?;
+    // Bytes: as many writers at once as there are cores, as the ranks of a
+    // collective keep a server busy; 16 MiB requests.
+    let writers = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1) as u64;
+    let addr = c.addr();
     let byte_ns = timed(|| {
-        for i in 0..8u64 {
-            remote.pwrite(fd, &big, i * big.len() as u64)?;
-        }
-        Ok(())
-    })? / (8.0 * big.len() as f64);
+        std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..writers)
+                .map(|w| {
+                    let (addr, big) = (&addr, &big);
+                    sc.spawn(move || -> anyhow::Result<()> {
+                        let r = Remote::connect(addr)?;
+                        let fd = r.open(&format!("calibrate-{w}"), libc::O_WRONLY | libc::O_CREAT, 0o644)?;
+                        for i in 0..4u64 {
+                            r.pwrite(fd, big, i * big.len() as u64)?;
+                        }
+                        Ok(r.close(fd)?)
+                    })
+                })
+                .collect();
+            handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow!("a calibration writer panicked"))?)
+        })
+    })? / (4 * writers * big.len() as u64) as f64;
     remote.close(fd)?;
     drop(remote);
     c.shutdown()?;
