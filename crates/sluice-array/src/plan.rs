@@ -70,6 +70,33 @@ impl Plan {
         self.pieces.iter().map(|p| p.len).sum()
     }
 
+    /// Rank `r`'s pieces grouped by file, each group in disk order.
+    pub fn rank_files(&self, r: u64) -> Vec<Vec<Piece>> {
+        let mut mine: Vec<Piece> = self.rank(r).copied().collect();
+        mine.sort_unstable();
+        mine.chunk_by(|a, b| a.unit == b.unit).map(|g| g.to_vec()).collect()
+    }
+
+    /// For a server-directed transfer in which every rank sends its pieces
+    /// of each file as [`messages`]: `participants[u][j]` is how many ranks
+    /// have a j-th message for file `u` (the j-th messages of a file form
+    /// one group, so no rank waits on its own later message).
+    pub fn group_participants(&self, units: u64, limits: &MessageLimits) -> Vec<Vec<u32>> {
+        let mut participants: Vec<Vec<u32>> = vec![Vec::new(); units as usize];
+        for r in 0..self.starts.len() as u64 - 1 {
+            for file in self.rank_files(r) {
+                let row = &mut participants[file[0].unit as usize];
+                for j in 0..messages(&file, limits).len() {
+                    if row.len() <= j {
+                        row.push(0);
+                    }
+                    row[j] += 1;
+                }
+            }
+        }
+        participants
+    }
+
     /// `bytes[u][r]`: the bytes of file `u` that rank `r` holds, for
     /// placement.
     pub fn unit_rank_bytes(&self, units: u64, ranks: u64) -> Vec<Vec<u64>> {
@@ -181,4 +208,34 @@ fn push(out: &mut Vec<Piece>, p: Piece, limits: &PlanLimits) -> Result<(), Error
     }
     out.push(p);
     Ok(())
+}
+
+/// The most pieces and bytes of one list message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageLimits {
+    pub pieces_max: usize,
+    pub bytes_max: u64,
+}
+
+/// Cut one file's pieces (in disk order) into list messages within
+/// `limits`; a piece longer than `bytes_max` is cut too.
+pub fn messages(pieces: &[Piece], limits: &MessageLimits) -> Vec<Vec<Piece>> {
+    let (mut out, mut cur, mut bytes): (Vec<Vec<Piece>>, Vec<Piece>, u64) = (Vec::new(), Vec::new(), 0);
+    for p in pieces {
+        let mut p = *p;
+        while p.len > 0 {
+            let take = p.len.min(limits.bytes_max - bytes);
+            cur.push(Piece { len: take, ..p });
+            bytes += take;
+            p = Piece { file_off: p.file_off + take, mem_off: p.mem_off + take, len: p.len - take, ..p };
+            if bytes == limits.bytes_max || cur.len() == limits.pieces_max {
+                out.push(std::mem::take(&mut cur));
+                bytes = 0;
+            }
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
 }

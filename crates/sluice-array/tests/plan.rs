@@ -171,3 +171,18 @@ fn zarr_json_round_trips_through_from_zarr_json() {
     v["codecs"] = serde_json::json!([{"name": "bytes"}, {"name": "zstd"}]);
     assert!(Layout::from_zarr_json(&v).unwrap_err().message.contains("compressed"));
 }
+
+#[test]
+fn messages_hold_at_most_pieces_max_and_bytes_max() {
+    use sluice_array::{messages, MessageLimits, Piece};
+    let p = |i: u64, len: u64| Piece { unit: 0, file_off: i * 100, rank: 0, mem_off: i * 100, len };
+    let four: Vec<Piece> = (0..4).map(|i| p(i, 10)).collect();
+    // N pieces fit one message; N + 1 take two.
+    assert_eq!(messages(&four, &MessageLimits { pieces_max: 4, bytes_max: 1000 }).len(), 1);
+    assert_eq!(messages(&four, &MessageLimits { pieces_max: 3, bytes_max: 1000 }).len(), 2);
+    // N bytes fit one message; a piece past it is cut, its halves contiguous.
+    assert_eq!(messages(&four, &MessageLimits { pieces_max: 10, bytes_max: 40 }).len(), 1);
+    let cut = messages(&[p(0, 41)], &MessageLimits { pieces_max: 10, bytes_max: 40 });
+    assert_eq!(cut.len(), 2);
+    assert_eq!((cut[1][0].file_off, cut[1][0].mem_off, cut[1][0].len), (40, 40, 1));
+}

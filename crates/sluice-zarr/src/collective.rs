@@ -28,7 +28,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sluice_array::{Distribution, Dtype, Layout, Piece, Plan};
+use sluice_array::{Distribution, Dtype, Layout, MessageLimits, Piece, Plan};
 use sluice_client::{ClientError, Fd, Group};
 use sluice_cluster::Remote;
 use sluice_stripe::LayoutRequest;
@@ -351,35 +351,16 @@ fn read_unit(c: &Collective, remote: &Remote, u: u64) -> Result<Vec<u8>, Error> 
     Ok(buf)
 }
 
-/// Messages of at most `LIST_PIECES_MAX` pieces and
-/// [`TRANSFER_BYTES_MAX`] bytes; a longer piece is cut.
+/// List messages: at most `LIST_PIECES_MAX` pieces and
+/// [`TRANSFER_BYTES_MAX`] bytes each.
+pub const MESSAGE_LIMITS: MessageLimits = MessageLimits { pieces_max: sluice_proto::LIST_PIECES_MAX, bytes_max: TRANSFER_BYTES_MAX };
+
 fn messages(pieces: &[Piece]) -> Vec<Vec<Piece>> {
-    let (mut out, mut cur, mut bytes): (Vec<Vec<Piece>>, Vec<Piece>, u64) = (Vec::new(), Vec::new(), 0);
-    for p in pieces {
-        let mut p = *p;
-        while p.len > 0 {
-            let room = TRANSFER_BYTES_MAX - bytes;
-            let take = p.len.min(room);
-            cur.push(Piece { len: take, ..p });
-            bytes += take;
-            p = Piece { file_off: p.file_off + take, mem_off: p.mem_off + take, len: p.len - take, ..p };
-            if bytes == TRANSFER_BYTES_MAX || cur.len() == sluice_proto::LIST_PIECES_MAX {
-                out.push(std::mem::take(&mut cur));
-                bytes = 0;
-            }
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
+    sluice_array::messages(pieces, &MESSAGE_LIMITS)
 }
 
-/// Rank `r`'s pieces grouped by file, each group in disk order.
 fn rank_units(c: &Collective, r: usize) -> Vec<Vec<Piece>> {
-    let mut mine: Vec<Piece> = c.plan.rank(r as u64).copied().collect();
-    mine.sort_unstable();
-    mine.chunk_by(|a, b| a.unit == b.unit).map(|g| g.to_vec()).collect()
+    c.plan.rank_files(r as u64)
 }
 
 /// The server-directed groups of one collective: group `(u, j)` is the
@@ -396,20 +377,10 @@ struct Groups {
 
 impl Groups {
     fn new(c: &Collective) -> Groups {
-        let mut participants: Vec<Vec<u32>> = vec![Vec::new(); c.spec.layout.units() as usize];
-        if c.strategy == Strategy::ServerDirected {
-            for r in 0..c.dist.ranks() as usize {
-                for group in rank_units(c, r) {
-                    let row = &mut participants[group[0].unit as usize];
-                    for j in 0..messages(&group).len() {
-                        if row.len() <= j {
-                            row.push(0);
-                        }
-                        row[j] += 1;
-                    }
-                }
-            }
-        }
+        let participants = match c.strategy {
+            Strategy::ServerDirected => c.plan.group_participants(c.spec.layout.units(), &MESSAGE_LIMITS),
+            _ => Vec::new(),
+        };
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
         let base = clock ^ (u64::from(std::process::id()) << 40) ^ (NEXT.fetch_add(1, Ordering::Relaxed) << 20);
