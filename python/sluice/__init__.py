@@ -3,7 +3,8 @@
 ``sluice.Client`` talks to a sluice server (``sluice serve``): open files,
 read into and write from numpy arrays (any buffer) without copies through
 Python objects, list I/O. ``sluice.mpi`` gives mpi4py programs MPI-IO
-semantics over it, with collective aggregation.
+semantics over it, with collective aggregation; ``sluice.array`` writes and
+reads distributed arrays as Zarr v3, server-directed (Panda).
 
 >>> import numpy as np, os, sluice
 >>> c = sluice.Client("unix:/tmp/sluice.sock", app="analysis")   # doctest: +SKIP

@@ -5,11 +5,16 @@
 //! I/O (many pieces of a file in one request). Every call releases the GIL
 //! while it waits for the server. Errors are `OSError` with the errno the
 //! server or the client gave.
+//!
+//! `ArrayPlan` is `sluice-array`'s plan of a distributed array (HPF
+//! distribution in memory, Zarr v3 layout on disk) with the per-rank steps
+//! of a collective that `sluice.array` runs between MPI calls.
 
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use sluice_client::{Client as Inner, ClientError, ConnectOptions, Fd};
+use sluice_array::{aggregators, messages, plan, Dist, Distribution, Dtype, Layout, MessageLimits, Plan, PlanLimits};
+use sluice_client::{Client as Inner, ClientError, ConnectOptions, Fd, Group};
 
 fn os_error(e: ClientError) -> PyErr {
     PyOSError::new_err((e.posix_errno(), e.message))
@@ -173,10 +178,210 @@ impl Client {
     fn unlink(&self, py: Python<'_>, path: &str) -> PyResult<()> {
         py.allow_threads(|| self.inner.unlink(path)).map_err(os_error)
     }
+
+    /// Create directory `path`.
+    #[pyo3(signature = (path, mode = 0o755))]
+    fn mkdir(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
+        py.allow_threads(|| self.inner.mkdir(path, mode)).map_err(os_error)
+    }
+}
+
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+/// List messages as the Rust collective sends them: at most the
+/// protocol's pieces per message and 16 MiB.
+const MESSAGE_LIMITS: MessageLimits = MessageLimits { pieces_max: 4096, bytes_max: 16 << 20 };
+
+/// The plan of one distributed array: its Zarr v3 layout, its HPF
+/// distribution over a process grid (`dist`: `block`, `cyclic`,
+/// `cyclic(K)` or `*` per dimension), and every rank's pieces.
+#[pyclass(frozen, module = "sluice._sluice")]
+struct ArrayPlan {
+    layout: Layout,
+    dist: Distribution,
+    plan: Plan,
+    participants: Vec<Vec<u32>>,
+    aggregator: Vec<usize>,
+}
+
+impl ArrayPlan {
+    fn build(layout: Layout, grid: Vec<u64>, dist: Vec<String>) -> PyResult<ArrayPlan> {
+        let dists = dist.iter().map(|d| Dist::parse(d)).collect::<Result<Vec<_>, _>>().map_err(value_error)?;
+        let dist = Distribution::new(layout.shape().to_vec(), grid, dists).map_err(value_error)?;
+        let plan = plan(&dist, &layout, &PlanLimits::default()).map_err(value_error)?;
+        let participants = plan.group_participants(layout.units(), &MESSAGE_LIMITS);
+        let ranks = dist.ranks() as usize;
+        // One server: each file's aggregator is the rank holding most of it.
+        let bytes = plan.unit_rank_bytes(layout.units(), dist.ranks());
+        let aggregator = aggregators(&bytes, &vec![0; ranks], &[0], &vec![0; layout.units() as usize]);
+        Ok(ArrayPlan { layout, dist, plan, participants, aggregator })
+    }
+
+    fn unit_path(&self, path: &str, u: u64) -> String {
+        format!("{}/{}", path.trim_matches('/'), self.layout.key(u))
+    }
+}
+
+#[pymethods]
+impl ArrayPlan {
+    #[new]
+    #[pyo3(signature = (shape, dtype, chunks, grid, dist, shards = None))]
+    fn new(shape: Vec<u64>, dtype: &str, chunks: Vec<u64>, grid: Vec<u64>, dist: Vec<String>, shards: Option<Vec<u64>>) -> PyResult<ArrayPlan> {
+        let layout = Layout::new(shape, Dtype::parse(dtype).map_err(value_error)?, chunks, shards).map_err(value_error)?;
+        ArrayPlan::build(layout, grid, dist)
+    }
+
+    /// The plan of an existing array from its `zarr.json` text (one sluice
+    /// can write: uncompressed, fixed offsets).
+    #[staticmethod]
+    fn from_zarr_json(text: &str, grid: Vec<u64>, dist: Vec<String>) -> PyResult<ArrayPlan> {
+        let v: serde_json::Value = serde_json::from_str(text).map_err(value_error)?;
+        ArrayPlan::build(Layout::from_zarr_json(&v).map_err(value_error)?, grid, dist)
+    }
+
+    #[getter]
+    fn shape(&self) -> Vec<u64> {
+        self.layout.shape().to_vec()
+    }
+
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.layout.dtype().name()
+    }
+
+    #[getter]
+    fn ranks(&self) -> u64 {
+        self.dist.ranks()
+    }
+
+    /// The shape of `rank`'s local array.
+    fn local_shape(&self, rank: u64) -> Vec<u64> {
+        self.dist.local_shape(rank)
+    }
+
+    /// The array's `zarr.json`, with dimension names and attributes (JSON text).
+    fn zarr_json(&self, dims: Vec<String>, attributes: &str) -> PyResult<String> {
+        let attrs: serde_json::Value = serde_json::from_str(attributes).map_err(value_error)?;
+        Ok(serde_json::to_string_pretty(&self.layout.zarr_json(&dims, attrs)).map_err(value_error)?)
+    }
+
+    /// The directories the array's files go in, relative to the array.
+    fn unit_dirs(&self) -> Vec<String> {
+        let mut dirs: Vec<String> = (0..self.layout.units())
+            .map(|u| {
+                let k = self.layout.key(u);
+                k[..k.rfind('/').unwrap_or(0)].to_string()
+            })
+            .collect();
+        dirs.dedup();
+        dirs
+    }
+
+    /// Step 1 of a collective write, for `rank`: create the files it
+    /// aggregates under `path`, sized, with their shard index.
+    fn prepare(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64) -> PyResult<()> {
+        let inner = &client.inner;
+        py.allow_threads(|| {
+            for u in (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank) {
+                let fd = inner.open(&self.unit_path(path, u), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)?;
+                let index = self.layout.shard_index(u);
+                let r = if index.is_empty() {
+                    inner.ftruncate(fd, self.layout.unit_bytes())
+                } else {
+                    inner.pwrite(fd, &index, self.layout.unit_data_bytes()).map(|_| ())
+                };
+                let c = inner.close(fd);
+                r.and(c)?;
+            }
+            Ok(())
+        })
+        .map_err(os_error)
+    }
+
+    /// Step 2, for `rank`: move its local array (`local`, its bytes in C
+    /// order) to (`write`) or from the files, file by file as list I/O.
+    /// With `group_base` (the same on every rank) each message is a
+    /// participant of a server-directed group. The bytes moved.
+    #[pyo3(signature = (client, path, rank, local, write, group_base = None, wait_ms = 30_000))]
+    #[allow(clippy::too_many_arguments)]
+    fn transfer(
+        &self,
+        py: Python<'_>,
+        client: PyRef<'_, Client>,
+        path: &str,
+        rank: u64,
+        local: &Bound<'_, PyAny>,
+        write: bool,
+        group_base: Option<u64>,
+        wait_ms: u32,
+    ) -> PyResult<u64> {
+        if rank >= self.dist.ranks() {
+            return Err(PyValueError::new_err(format!("rank {rank} of a plan for {} ranks", self.dist.ranks())));
+        }
+        let buf = Bytes::get(local, !write)?;
+        let (addr, len) = buf.addr_len();
+        let want = (self.dist.local_elements(rank) * self.layout.dtype().bytes()) as usize;
+        if len != want {
+            return Err(PyValueError::new_err(format!("rank {rank}'s local array has {len} bytes, its share is {want}")));
+        }
+        let inner = &client.inner;
+        py.allow_threads(move || {
+            // SAFETY: the buffer stays exported (held by `buf`) for this call
+            // and is `len` contiguous bytes, writable when reading.
+            let local = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+            let mut moved = 0u64;
+            for file in self.plan.rank_files(rank) {
+                let u = file[0].unit;
+                let flags = if write { libc::O_WRONLY } else { libc::O_RDONLY };
+                let fd = inner.open(&self.unit_path(path, u), flags, 0)?;
+                let mut r = Ok(());
+                for (j, m) in messages(&file, &MESSAGE_LIMITS).into_iter().enumerate() {
+                    let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
+                    let group = group_base.map(|b| Group { id: b.wrapping_add(j as u64), participants: self.participants[u as usize][j], wait_ms });
+                    let total: usize = m.iter().map(|p| p.len as usize).sum();
+                    r = if write {
+                        let mut data = Vec::with_capacity(total);
+                        for p in &m {
+                            data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
+                        }
+                        match group {
+                            Some(g) => inner.write_list_group(fd, &ranges, &data, g),
+                            None => inner.write_list(fd, &ranges, &data),
+                        }
+                        .map(|_| ())
+                    } else {
+                        let mut data = vec![0u8; total];
+                        let got = match group {
+                            Some(g) => inner.read_list_group(fd, &ranges, &mut data, g),
+                            None => inner.read_list(fd, &ranges, &mut data),
+                        };
+                        got.map(|_| {
+                            let mut at = 0;
+                            for p in &m {
+                                local[p.mem_off as usize..(p.mem_off + p.len) as usize].copy_from_slice(&data[at..at + p.len as usize]);
+                                at += p.len as usize;
+                            }
+                        })
+                    };
+                    if r.is_err() {
+                        break;
+                    }
+                    moved += total as u64;
+                }
+                let c = inner.close(fd);
+                r.and(c)?;
+            }
+            Ok(moved)
+        })
+        .map_err(os_error)
+    }
 }
 
 #[pymodule]
 fn _sluice(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_class::<ArrayPlan>()?;
     Ok(())
 }

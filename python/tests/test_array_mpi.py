@@ -1,0 +1,89 @@
+"""sluice.array (issue 14): MPI ranks write a distributed array as Zarr v3
+through sluice, server-directed or independent; zarr-python reads it
+without sluice; the ranks read it back under another distribution; and a
+rank that never comes leaves its group's file untouched while the others
+get ETIMEDOUT."""
+
+import errno
+
+import numpy as np
+import pytest
+
+zarr = pytest.importorskip("zarr")
+sa = pytest.importorskip("sluice.array")
+
+import sluice  # noqa: E402
+
+SHAPE = (40, 36, 12)
+
+
+def owned(n, p, c, dist):
+    """The indices coordinate c of p owns in a dimension of n (HPF)."""
+    if dist == "*":
+        return np.arange(n)
+    if dist == "block":
+        b = -(-n // p)
+        return np.arange(c * b, min((c + 1) * b, n))
+    k = int(dist[len("cyclic("):-1]) if dist.startswith("cyclic(") else 1
+    g = np.arange(n)
+    return g[(g // k) % p == c]
+
+
+def block_of(a, grid, dist, rank):
+    coords = np.unravel_index(rank, grid)
+    return a[np.ix_(*[owned(n, p, c, d) for n, p, c, d in zip(a.shape, grid, coords, dist)])]
+
+
+@pytest.fixture
+def client(server, comm):
+    return sluice.Client(server[0], app="array-test", client_id=comm.Get_rank())
+
+
+@pytest.mark.parametrize("strategy", ["server-directed", "independent"])
+def test_ranks_write_zarr_read_by_zarr_python_and_back_under_another_distribution(server, comm, client, strategy):
+    if comm.Get_size() != 4:
+        pytest.skip("written for 4 ranks")
+    addr, root = server
+    rank = comm.Get_rank()
+    whole = np.arange(np.prod(SHAPE), dtype=np.float32).reshape(SHAPE) * 0.5
+    grid, dist = (2, 2, 1), ["block", "block", "*"]
+    local = block_of(whole, grid, dist, rank)
+    assert local.shape == sa.local_shape(SHAPE, grid, dist, rank)
+    path = f"mpi/{strategy}/temp"
+    moved = sa.write(comm, client, path, local, shape=SHAPE, chunks=(10, 12, 12), shards=(20, 36, 12),
+                     grid=grid, dist=dist, dims=["z", "y", "x"], attrs={"units": "K"}, strategy=strategy)
+    assert moved == local.nbytes
+    comm.Barrier()
+    z = zarr.open_array(f"{root}/{path}", mode="r")
+    assert z.attrs["units"] == "K" and z.shards == (20, 36, 12)
+    np.testing.assert_array_equal(z[...], whole)
+    grid2, dist2 = (4, 1, 1), ["cyclic(3)", "*", "*"]
+    back = sa.read(comm, client, path, grid=grid2, dist=dist2, strategy=strategy)
+    np.testing.assert_array_equal(back, block_of(whole, grid2, dist2, rank))
+
+
+def test_a_rank_that_never_comes_leaves_its_groups_file_untouched(server, comm, client):
+    if comm.Get_size() != 4:
+        pytest.skip("written for 4 ranks")
+    addr, root = server
+    rank = comm.Get_rank()
+    grid, dist = (2, 2, 1), ["block", "block", "*"]
+    zeros = np.zeros(sa.local_shape(SHAPE, grid, dist, rank), dtype=np.float64)
+    sa.write(comm, client, "mpi/dead", zeros, shape=SHAPE, chunks=(20, 36, 12), grid=grid, dist=dist)
+    # Ranks 0 and 1 share file c/0 (rows 0-19), ranks 2 and 3 file c/1.
+    # Rank 3 dies: rank 2's group times out, ranks 0 and 1 complete theirs.
+    plan = sa.ArrayPlan(list(SHAPE), "float64", [20, 36, 12], list(grid), dist)
+    base = comm.bcast(12345 if rank == 0 else None, root=0)
+    outcome = "skipped"
+    if rank != 3:
+        try:
+            plan.transfer(client, "mpi/dead", rank, np.ones_like(zeros), True, base, 500)
+            outcome = "ok"
+        except OSError as e:
+            outcome = errno.errorcode.get(e.errno, str(e.errno))
+    outcomes = comm.allgather(outcome)
+    assert outcomes == ["ok", "ok", "ETIMEDOUT", "skipped"], outcomes
+    z = zarr.open_array(f"{root}/mpi/dead", mode="r")[...]
+    assert (z[:20] == 1).all(), "the complete group was written"
+    assert (z[20:] == 0).all(), "nothing of the incomplete group was written"
+    comm.Barrier()
