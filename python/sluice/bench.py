@@ -7,7 +7,9 @@ written and read back collectively, by:
 - OpenMPI's MPI-IO (``File.Write_all``/``Read_all`` through the same view),
   on the local file system under the server's root, and with ``--mount``
   through ``sluice mount`` of the server;
-- ``sluice.mpi`` through a sluice server on that root, with each scheme.
+- ``sluice.mpi`` through a sluice server on that root, with each scheme;
+- ``sluice.array`` (the same blocks stored as a Zarr v3 array whose chunks
+  are half of x, all of y and half of z), server-directed and independent.
 
 Each mode runs ``--rounds`` times; the best time counts (the page cache is
 not dropped: the figures are what the I/O paths add, not the disk). It
@@ -29,6 +31,8 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
+from . import array as sa
+from ._sluice import Client
 from .mpi import SCHEMES, File
 
 
@@ -99,6 +103,12 @@ def collective(args) -> None:
     rows = []
     try:
         modes = [("mpi-io", None)] + ([("mpi-io", "mount")] if args.mount else []) + [("sluice", s) for s in SCHEMES]
+        modes += [("array", s) for s in sa.STRATEGIES]
+        px, py = grid(comm.Get_size())
+        agrid, adist = (px, py, 1), ["block", "block", "*"]
+        # Zarr chunks that differ from the blocks: half of x, all of y, half of z.
+        achunks = (max(args.n // 2, 1), args.n, max(args.n // 2, 1))
+        client = Client(addr, client_id=rank) if any(m == "array" for m, _ in modes) else None
         for mode, scheme in modes:
             best_w, best_r = float("inf"), float("inf")
             groups = None
@@ -119,6 +129,12 @@ def collective(args) -> None:
                         fh.Set_view(0, MPI.DOUBLE, sub)
                         fh.Read_all(back)
                         fh.Close()
+                elif mode == "array":
+                    def w():
+                        sa.write(comm, client, name, local, shape=(args.n,) * 3, chunks=achunks, grid=agrid, dist=adist, strategy=scheme)
+
+                    def r():
+                        back[...] = sa.read(comm, client, name, grid=agrid, dist=adist, strategy=scheme)
                 else:
                     def w():
                         nonlocal groups
@@ -138,8 +154,13 @@ def collective(args) -> None:
                 if not ok:
                     raise SystemExit(f"{mode} {scheme}: read back differs")
                 if rank == 0:
-                    os.unlink(f"{data_dir}/{name}")
+                    if mode == "array":
+                        shutil.rmtree(f"{data_dir}/{name}")
+                    else:
+                        os.unlink(f"{data_dir}/{name}")
             label = {None: "local fs", "mount": "sluice mount"}.get(scheme, scheme) if mode == "mpi-io" else scheme
+            if mode == "array":
+                label = f"zarr {scheme}"
             rows.append({"mode": mode, "scheme": label, "write_s": best_w, "read_s": best_r, "write_mib_s": total / best_w / 2**20, "read_mib_s": total / best_r / 2**20, "aggregators": len(groups) if groups else None})
     finally:
         comm.Barrier()
@@ -154,11 +175,11 @@ def collective(args) -> None:
     if rank == 0:
         base = rows[0]
         print(f"collective: {args.n}^3 float64 ({total / 2**20:.0f} MiB), {comm.Get_size()} ranks, best of {args.rounds}")
-        print(f"{'mode':<8} {'scheme':<12} {'write MiB/s':>12} {'read MiB/s':>11} {'write vs MPI-IO':>16} {'read vs MPI-IO':>15} {'aggregators':>12}")
+        print(f"{'mode':<8} {'scheme':<22} {'write MiB/s':>12} {'read MiB/s':>11} {'write vs MPI-IO':>16} {'read vs MPI-IO':>15} {'aggregators':>12}")
         for r in rows:
             r["write_vs_mpiio"] = base["write_s"] / r["write_s"]
             r["read_vs_mpiio"] = base["read_s"] / r["read_s"]
-            print(f"{r['mode']:<8} {r['scheme']:<12} {r['write_mib_s']:>12.0f} {r['read_mib_s']:>11.0f} {r['write_vs_mpiio']:>15.2f}x {r['read_vs_mpiio']:>14.2f}x {str(r['aggregators'] or '-'):>12}")
+            print(f"{r['mode']:<8} {r['scheme']:<22} {r['write_mib_s']:>12.0f} {r['read_mib_s']:>11.0f} {r['write_vs_mpiio']:>15.2f}x {r['read_vs_mpiio']:>14.2f}x {str(r['aggregators'] or '-'):>12}")
         if args.json:
             Path(args.json).write_text(json.dumps({"n": args.n, "ranks": comm.Get_size(), "bytes": total, "rounds": args.rounds, "rows": rows}, indent=2))
             print(f"json: {args.json}")
