@@ -10,6 +10,10 @@
 //! ```
 
 pub mod calibrate;
+pub mod cluster;
+pub mod connections;
 pub mod matrix;
+pub mod scaleout;
 pub mod scheduler;
+pub mod service;
 pub mod workload;

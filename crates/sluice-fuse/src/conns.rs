@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use sluice_client::ConnectOptions;
-use sluice_cluster::{Remote, RemoteKind};
+use sluice_remote::{Remote, RemoteKind};
 
 /// Connections kept at once.
 pub const CONNECTIONS_MAX: usize = 256;

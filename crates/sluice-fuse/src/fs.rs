@@ -15,7 +15,7 @@ use fuse3::path::prelude::*;
 use fuse3::{Errno, FileType, Result};
 use futures_util::stream;
 use sluice_client::{ClientError, Fd, FileKind, Stat};
-use sluice_cluster::{Remote, RemoteKind};
+use sluice_remote::{Remote, RemoteKind};
 
 use crate::conns::{Caller, Conns, CONNECTIONS_MAX as CONNS_MAX};
 use crate::stats::STATS;

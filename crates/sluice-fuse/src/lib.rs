@@ -13,7 +13,7 @@
 //! request sizes (up to `MAX_WRITE_BYTES` per request).
 //!
 //! Striped files: when the address is a cluster's metadata role (asked
-//! once, at mount), every call goes through `sluice_cluster::Remote` to
+//! once, at mount), every call goes through `sluice_remote::Remote` to
 //! the striped client, so programs see each striped file as one file.
 //!
 //! Identity: each calling process (the pid in the FUSE request header) gets
@@ -91,7 +91,7 @@ fn error(kind: FuseErrorKind, message: String) -> FuseError {
 pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
     // Fail early and clearly when the server is not there; learn whether
     // it is one server or a cluster.
-    let kind = sluice_cluster::Remote::connect(&cfg.server).map_err(|e| error(FuseErrorKind::Server, e.to_string()))?.kind();
+    let kind = sluice_remote::Remote::connect(&cfg.server).map_err(|e| error(FuseErrorKind::Server, e.to_string()))?.kind();
     let _endpoint = match &cfg.metrics {
         Some(addr) => {
             let e = sluice_metrics::Endpoint::start(addr, |path| (path == "/metrics").then(|| (sluice_metrics::TEXT_FORMAT, stats::STATS.render())))
@@ -105,7 +105,7 @@ pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
     rt.block_on(serve(cfg, kind))
 }
 
-async fn serve(cfg: MountConfig, kind: sluice_cluster::RemoteKind) -> Result<(), FuseError> {
+async fn serve(cfg: MountConfig, kind: sluice_remote::RemoteKind) -> Result<(), FuseError> {
     let mut opts = fuse3::MountOptions::default();
     // default_permissions: the kernel checks each caller against the mode
     // bits the server reports before a request reaches us (with

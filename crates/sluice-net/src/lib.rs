@@ -2,7 +2,8 @@
 //!
 //! The server, the client and the cluster's metadata role all speak over
 //! `unix:PATH` or `tcp:HOST:PORT`. This crate is the one place a connected
-//! socket of either kind is wrapped, so each of them calls the same methods
+//! socket of either kind is wrapped (and where both servers bind theirs:
+//! [`Listen`], [`Listener`]), so each of them calls the same methods
 //! whatever the transport. It knows nothing of frames or requests (that is
 //! `sluice-proto`'s job) and spawns no threads.
 //!
@@ -20,6 +21,9 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 pub mod key;
+mod listen;
+
+pub use listen::{Listen, Listener};
 
 /// Who is at the other end of a Unix socket, as the kernel recorded it at
 /// `connect` (`SO_PEERCRED`, `SO_PEERGROUPS`): the client cannot claim it.

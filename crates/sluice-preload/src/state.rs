@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::c_int;
 use sluice_client::{ClientError, ConnectOptions, Fd};
-use sluice_cluster::Remote;
+use sluice_remote::Remote;
 
 use crate::path;
 

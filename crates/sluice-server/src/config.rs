@@ -22,26 +22,7 @@ pub const QUEUE_DEPTH_MAX: u32 = 64;
 /// covers every logical block size in use (512 and 4096).
 pub const DIRECT_ALIGN_BYTES: usize = 4096;
 
-/// Where the server listens.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Listen {
-    Unix(PathBuf),
-    /// `HOST:PORT`; port 0 picks a free one (see `ServerHandle::addr`).
-    Tcp(String),
-}
-
-impl Listen {
-    /// Parse `unix:PATH` or `tcp:HOST:PORT`.
-    pub fn parse(s: &str) -> Result<Listen> {
-        if let Some(p) = s.strip_prefix("unix:").filter(|p| !p.is_empty()) {
-            return Ok(Listen::Unix(PathBuf::from(p)));
-        }
-        if let Some(a) = s.strip_prefix("tcp:").filter(|a| a.contains(':')) {
-            return Ok(Listen::Tcp(a.to_string()));
-        }
-        Err(Error::config(format!("bad address {s:?}: expected unix:PATH or tcp:HOST:PORT")))
-    }
-}
+pub use sluice_net::Listen;
 
 /// Which device the dispatches run against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -46,11 +46,11 @@ use crate::dispatch::Dispatcher;
 use crate::exec::{try_nowait, Job};
 use crate::ident;
 use crate::meta::{MetaDone, MetaJob};
-use crate::net::Listener;
 use crate::ops::{runs_inline, Session};
 use crate::pending::{Buf, Delivery, ListInner, ListState, Out, Pending, Reply};
 use crate::state::lock;
 use crate::Shared;
+use sluice_net::Listener;
 
 /// Bytes a body takes from the budget, and is read, at a time (1 MiB): a
 /// 64 MiB write holds no more than it has received plus one chunk.

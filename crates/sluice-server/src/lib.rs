@@ -27,8 +27,6 @@
 //! every queue and table has a named bound ([`ServerLimits`], the core's
 //! `Limits`) and going past one is an error reply, never a silent drop.
 
-pub mod bench;
-pub mod bench_conns;
 mod collective;
 mod config;
 mod conn;
@@ -48,7 +46,6 @@ mod shm;
 mod state;
 pub mod trace;
 
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -68,7 +65,7 @@ pub use meta::META_THREADS;
 use dispatch::Dispatcher;
 use evloop::{EventLoop, Waker, Workers};
 use exec::Executor;
-use net::Listener;
+use sluice_net::Listener;
 use state::{lock, AppTable, Clock, FileTable};
 
 /// State every server thread shares.
@@ -257,29 +254,22 @@ fn load_key(config: &ServerConfig) -> Result<Option<[u8; sluice_net::key::KEY_BY
 /// kernel tells the server who each peer is, and each request runs with
 /// that peer's rights, so the socket's mode no longer guards anything.
 fn bind(listen: &Listen) -> Result<(Listener, String, Option<std::path::PathBuf>)> {
-    match listen {
-        Listen::Unix(path) => {
-            if let Ok(meta) = std::fs::symlink_metadata(path) {
-                use std::os::unix::fs::FileTypeExt;
-                if !meta.file_type().is_socket() {
-                    return Err(Error::config(format!("{} exists and is not a socket", path.display())));
-                }
-                if UnixStream::connect(path).is_ok() {
-                    return Err(Error::config(format!("{} is in use by a running server", path.display())));
-                }
-                let _ = std::fs::remove_file(path);
-            }
-            let l = UnixListener::bind(path).map_err(|e| Error::io(&format!("bind {}", path.display()), &e))?;
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| Error::io(&format!("chmod {}", path.display()), &e))?;
-            Ok((Listener::Unix(l), format!("unix:{}", path.display()), Some(path.clone())))
-        }
-        Listen::Tcp(a) => {
-            let l = std::net::TcpListener::bind(a.as_str()).map_err(|e| Error::io(&format!("bind {a}"), &e))?;
-            let local = l.local_addr().map_err(|e| Error::io("local_addr", &e))?;
-            Ok((Listener::Tcp(l), format!("tcp:{local}"), None))
-        }
+    let l = Listener::bind(listen).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse | std::io::ErrorKind::AlreadyExists => Error::config(e.to_string()),
+        _ => Error::io(&format!("bind {listen:?}"), &e),
+    })?;
+    if let Listen::Unix(path) = listen {
+        // Anyone local may connect: who they are is the kernel's
+        // SO_PEERCRED, checked per request (`ident.rs`).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(|e| Error::io(&format!("chmod {}", path.display()), &e))?;
     }
+    let path = match listen {
+        Listen::Unix(p) => Some(p.clone()),
+        Listen::Tcp(_) => None,
+    };
+    let addr = l.addr();
+    Ok((l, addr, path))
 }
 
 impl ServerHandle {

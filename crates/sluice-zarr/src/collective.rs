@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use sluice_array::{Distribution, Dtype, Layout, MessageLimits, Piece, Plan};
 use sluice_client::{ClientError, Fd, Group};
-use sluice_cluster::Remote;
+use sluice_remote::Remote;
 use sluice_stripe::LayoutRequest;
 
 use crate::store::SluiceStore;

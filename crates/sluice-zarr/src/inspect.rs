@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use sluice_array::{Dtype, Layout};
-use sluice_cluster::Remote;
+use sluice_remote::Remote;
 use zarrs::array::{Array, ArrayBytes, ArraySubset};
 use zarrs::storage::{ListableStorageTraits, ReadableStorageTraits, StoreKey, StorePrefix};
 

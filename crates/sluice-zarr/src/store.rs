@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use sluice_client::{ClientError, FileKind};
-use sluice_cluster::Remote;
+use sluice_remote::Remote;
 use zarrs::storage::byte_range::{ByteRange, ByteRangeIterator};
 use zarrs::storage::{
     Bytes, ListableStorageTraits, MaybeBytesIterator, OffsetBytesIterator, ReadableStorageTraits, StorageError, StoreKey, StoreKeys, StoreKeysPrefixes, StorePrefix,

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{bytes, ok, preload_library, same, sh, Cluster, Mount, SLUICE};
-use sluice_cluster::StripedClient;
+use sluice_remote::StripedClient;
 
 #[test]
 fn cluster_setstripe_getstripe_and_clean_stop() {

@@ -17,7 +17,7 @@ use std::os::fd::AsRawFd;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sluice_cluster::{ErrorKind, LayoutRequest, StripedClient};
+use sluice_remote::{ErrorKind, LayoutRequest, StripedClient};
 
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 const SERVERS: usize = 3;

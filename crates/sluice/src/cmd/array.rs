@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use sluice_array::{aggregators, place, plan, Dist, Distribution, Dtype, Layout, Placement, PlacementInput, Plan, PlanLimits};
-use sluice_cluster::Remote;
+use sluice_remote::Remote;
 use sluice_zarr::collective::{self, pattern_local, ArraySpec, Collective, Strategy, Transfer};
 use sluice_zarr::inspect::{self, PATTERN_ATTRIBUTE};
 

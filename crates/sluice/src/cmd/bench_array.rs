@@ -24,8 +24,9 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::json;
 use sluice_array::{Distribution, Dtype, Layout, Plan};
-use sluice_cluster::{LocalCluster, LocalClusterConfig, Remote};
+use sluice_bench::cluster::{LocalCluster, LocalClusterConfig};
 use sluice_core::PolicyConfig;
+use sluice_remote::Remote;
 use sluice_zarr::collective::{self, pattern_local, ArraySpec, Strategy};
 
 use super::array::{DistArgs, Prepared};

@@ -1,10 +1,10 @@
 //! `sluice bench scaleout`: arguments and output of the striping scale-out
-//! benchmark (`sluice_cluster::bench`).
+//! benchmark (`sluice_bench::scaleout`).
 
 use std::path::PathBuf;
 
 use clap::Args;
-use sluice_cluster::bench::{scaleout, table, ScaleoutConfig};
+use sluice_bench::scaleout::{scaleout, table, ScaleoutConfig};
 
 use super::output::write_json;
 use super::size::parse_size_positive as parse_size;

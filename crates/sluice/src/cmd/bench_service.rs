@@ -1,11 +1,11 @@
 //! `sluice bench service`: arguments and output of the service-overhead
-//! benchmark (`sluice_server::bench`).
+//! benchmark (`sluice_bench::service`).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use sluice_server::bench::{self, ServiceBenchConfig};
+use sluice_bench::service::{self as bench, ServiceBenchConfig};
 
 use super::output::write_json;
 
@@ -79,7 +79,7 @@ pub struct ConnectionsArgs {
 
 /// `sluice bench connections`.
 pub fn connections(a: ConnectionsArgs) -> anyhow::Result<()> {
-    use sluice_server::bench_conns::{run, table, ConnectionsBenchConfig};
+    use sluice_bench::connections::{run, table, ConnectionsBenchConfig};
     let exe = std::env::current_exe().context("the path of this sluice binary")?;
     let r = run(&ConnectionsBenchConfig { dir: a.dir, count: a.count, rtt_requests: a.rtt_requests, server_exe: Some(exe) })?;
     print!("{}", table(&r));

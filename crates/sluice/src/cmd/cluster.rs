@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use sluice_cluster::{LocalCluster, LocalClusterConfig};
+use sluice_bench::cluster::{LocalCluster, LocalClusterConfig};
 use sluice_server::DeviceKind;
 
 #[derive(Args)]
@@ -93,9 +93,9 @@ pub fn run_meta(a: MetaArgs) -> anyhow::Result<()> {
         // SAFETY: as in `run`.
         unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
-    let store = sluice_cluster::MetaStore::open(&a.db, a.data.len() as u32)?;
+    let store = sluice_meta::MetaStore::open(&a.db, a.data.len() as u32)?;
     let listen = sluice_server::Listen::parse(&a.listen)?;
-    let mut meta = sluice_cluster::MetaServer::start_with_key(store, a.data.clone(), &listen, a.key_file.as_deref())?;
+    let mut meta = sluice_meta::MetaServer::start_with_key(store, a.data.clone(), &listen, a.key_file.as_deref())?;
     println!("sluice: metadata role for {} data servers on {}", a.data.len(), meta.addr());
     if let Some(m) = &a.metrics {
         println!("sluice: metadata metrics at http://{}/metrics", meta.serve_metrics(m)?);

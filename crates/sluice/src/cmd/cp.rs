@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use sluice_client::Fd;
-use sluice_cluster::Remote;
+use sluice_remote::Remote;
 
 use super::remote::{connect, remote_path};
 

@@ -1,7 +1,7 @@
 //! Helpers shared by the client commands: `:path` arguments and connecting.
 
 use sluice_client::server_addr;
-use sluice_cluster::Remote;
+use sluice_remote::Remote;
 
 /// The server path of a `:path` argument, or `None` for a local one.
 pub fn remote_path(arg: &str) -> Option<&str> {

@@ -5,7 +5,7 @@ use clap::Args;
 
 use super::size::parse_size;
 use sluice_client::server_addr;
-use sluice_cluster::{EntryKind, ErrorKind, LayoutRequest, StripedClient};
+use sluice_remote::{EntryKind, ErrorKind, LayoutRequest, StripedClient};
 
 #[derive(Args)]
 pub struct SetstripeArgs {

@@ -18,10 +18,10 @@ use std::time::Duration;
 use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd, Group, Stat};
 use sluice_stripe::{chunk, file_size, group, object_size_for, Layout, LayoutRequest, ObjectList};
 
+use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, ErrorKind, Result};
-use crate::meta::{Entry, EntryKind};
-use crate::net::MetaStream;
 use crate::proto::{recv, send, MetaReply, MetaRequest};
+use sluice_net::Stream as MetaStream;
 
 /// Directory of the objects on every data server; object `k` of file `id`
 /// is `objects/<id as 16 hex digits>` on server `layout.server_of(k)`.
@@ -106,7 +106,10 @@ impl StripedClient {
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<StripedClient> {
         let stream =
             MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
-        crate::net::set_timeouts(&stream, Some(Duration::from_secs(META_TIMEOUT_S))).map_err(|e| Error::io("metadata socket", &e))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(META_TIMEOUT_S)))
+            .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(META_TIMEOUT_S))))
+            .map_err(|e| Error::io("metadata socket", &e))?;
         let mut c = StripedClient { meta: Mutex::new(stream), servers: Vec::new(), data: Vec::new(), opts };
         if addr.starts_with("tcp:") {
             c.prove_key(addr)?;

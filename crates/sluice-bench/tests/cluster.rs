@@ -4,8 +4,10 @@
 
 use std::time::{Duration, Instant};
 
+use sluice_bench::cluster::*;
 use sluice_client::ConnectOptions;
-use sluice_cluster::*;
+use sluice_meta::*;
+use sluice_remote::*;
 
 /// Deterministic bytes for file offset `at` (SplitMix64 of the offset).
 fn byte_at(seed: u64, at: u64) -> u8 {

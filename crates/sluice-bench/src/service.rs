@@ -30,8 +30,7 @@ use std::time::Instant;
 use serde::Serialize;
 use sluice_client::{Client, ConnectOptions};
 
-use crate::error::{Error, Result};
-use crate::{Listen, Server, ServerConfig, DIRECT_ALIGN_BYTES};
+use sluice_server::{Error, ErrorKind, Listen, Result, Server, ServerConfig, DIRECT_ALIGN_BYTES};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -125,7 +124,7 @@ fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
 }
 
 fn client_err(e: sluice_client::ClientError) -> Error {
-    Error::new(crate::ErrorKind::Io, e.errno, e.message)
+    Error::new(ErrorKind::Io, e.errno, e.message)
 }
 
 /// A buffer aligned for O_DIRECT, carved out of a larger `Vec`.
@@ -268,7 +267,7 @@ fn ping_pong_floor(round_trips: u32) -> Result<f64> {
         libc::waitpid(pid, std::ptr::null_mut(), 0);
     }
     if !ok {
-        return Err(Error::new(crate::ErrorKind::Io, libc::EPIPE, "the ping-pong child went away"));
+        return Err(Error::new(ErrorKind::Io, libc::EPIPE, "the ping-pong child went away"));
     }
     Ok(us)
 }
@@ -356,7 +355,7 @@ impl Scraper {
         let thread = std::thread::spawn(move || {
             let mut answered = 0;
             while !s.load(Ordering::Relaxed) {
-                if crate::metrics::get(&addr.to_string(), "/metrics", crate::metrics::IO_TIMEOUT).is_ok() {
+                if sluice_metrics::get(&addr.to_string(), "/metrics", sluice_metrics::IO_TIMEOUT).is_ok() {
                     answered += 1;
                 }
                 let t = std::time::Instant::now();

@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 use sluice_core::PolicyConfig;
 use sluice_server::{DeviceKind, Listen, Server, ServerConfig, ServerHandle, Summary};
 
-use crate::client::OBJECTS_DIR;
-use crate::error::{Error, ErrorKind, Result};
-use crate::meta::MetaStore;
-use crate::server::{MetaHandle, MetaServer};
+use sluice_meta::{MetaHandle, MetaServer, MetaStore};
+use sluice_remote::{Error, ErrorKind, Result, OBJECTS_DIR};
 
 /// The metadata role's socket, under the cluster root.
 pub const META_SOCKET: &str = "meta.sock";

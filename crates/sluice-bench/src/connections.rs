@@ -20,8 +20,7 @@ use serde::Serialize;
 use sluice_client::{Client, ConnectOptions};
 use sluice_proto::{check_header, encode_request, Hello, Request, FRAME_BYTES_MAX, HEADER_BYTES, VERSION};
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::{Listen, Server, ServerConfig};
+use sluice_server::{Error, ErrorKind, Listen, Result, Server, ServerConfig};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -119,7 +118,7 @@ fn idle_client(path: &std::path::Path, i: u32) -> Result<UnixStream> {
 
 /// Run the benchmark. See the module documentation.
 pub fn run(cfg: &ConnectionsBenchConfig) -> Result<ConnectionsBenchReport> {
-    let limit = crate::raise_fd_limit();
+    let limit = sluice_server::raise_fd_limit();
     let per_conn = if cfg.server_exe.is_some() { 1 } else { 2 };
     let need = u64::from(cfg.count) * per_conn + FD_MARGIN;
     if need > limit {

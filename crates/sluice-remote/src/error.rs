@@ -41,16 +41,16 @@ impl Error {
         Error { kind, errno, message: message.into() }
     }
 
-    pub(crate) fn invalid(message: impl Into<String>) -> Error {
+    pub fn invalid(message: impl Into<String>) -> Error {
         Error::new(ErrorKind::Invalid, libc::EINVAL, message)
     }
 
-    pub(crate) fn io(what: &str, e: &std::io::Error) -> Error {
+    pub fn io(what: &str, e: &std::io::Error) -> Error {
         Error::new(ErrorKind::Io, e.raw_os_error().unwrap_or(libc::EIO), format!("{what}: {e}"))
     }
 
-    pub(crate) fn store(e: impl Into<redb::Error>) -> Error {
-        Error::new(ErrorKind::Store, libc::EIO, format!("metadata database: {}", e.into()))
+    pub fn store(e: impl std::fmt::Display) -> Error {
+        Error::new(ErrorKind::Store, libc::EIO, format!("metadata database: {e}"))
     }
 
     /// The POSIX errno equivalent.

@@ -10,10 +10,9 @@
 use std::path::Path;
 
 use redb::{Database, ReadableTable, TableDefinition};
-use serde::{Deserialize, Serialize};
-use sluice_stripe::{Layout, LayoutRequest, SERVERS_MAX};
+use sluice_stripe::{LayoutRequest, SERVERS_MAX};
 
-use crate::error::{Error, ErrorKind, Result};
+use sluice_remote::{normalize, Entry, EntryKind, Error, ErrorKind, Result};
 
 /// Path (no leading `/`; the root is `""`) → JSON-encoded [`Entry`].
 const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
@@ -27,34 +26,9 @@ const SERVERS_KEY: &str = "servers";
 /// Most entries `readdir` returns for one directory; past it, an error
 /// (the wire frame and the caller's memory stay bounded).
 pub const META_DIR_ENTRIES_MAX: usize = 4096;
-/// Longest path the namespace accepts, in bytes.
-pub const META_PATH_BYTES_MAX: usize = 4096;
 /// Most entries one `rename` of a directory moves (the directory's whole
 /// subtree, in one transaction); past it, an error and nothing moved.
 pub const META_RENAME_ENTRIES_MAX: usize = 65_536;
-
-/// Directory or file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum EntryKind {
-    Dir,
-    File,
-}
-
-/// One namespace entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Entry {
-    pub kind: EntryKind,
-    /// File id (names the objects); 0 for directories.
-    pub id: u64,
-    /// The file's layout; `None` for directories.
-    pub layout: Option<Layout>,
-    /// A directory's default for new files and subdirectories.
-    pub default: Option<LayoutRequest>,
-    /// Last change of the entry (a directory: of its list of names), in
-    /// ns since the epoch; 0 in stores written before it was recorded.
-    #[serde(default)]
-    pub mtime_ns: i64,
-}
 
 /// The namespace and layouts of one cluster.
 pub struct MetaStore {
@@ -62,19 +36,6 @@ pub struct MetaStore {
     servers: u32,
     dir_entries_max: usize,
     rename_entries_max: usize,
-}
-
-/// `a/b/c` from `/a//b/./c/` (`.` is the root); refuses `..` and
-/// over-long paths.
-pub fn normalize(path: &str) -> Result<String> {
-    if path.len() > META_PATH_BYTES_MAX {
-        return Err(Error::new(ErrorKind::Limit, libc::ENAMETOOLONG, format!("path of {} bytes exceeds {META_PATH_BYTES_MAX}", path.len())));
-    }
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
-    if parts.contains(&"..") {
-        return Err(Error::invalid(format!("path {path:?}: .. is not allowed")));
-    }
-    Ok(parts.join("/"))
 }
 
 fn parent_of(path: &str) -> &str {

@@ -24,8 +24,8 @@ use sluice_stripe::{file_size, Layout};
 
 use crate::ahead::{Budget, OpenFile, READ_AHEAD_TOTAL_MAX};
 use crate::client::StripedClient;
+use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, ErrorKind};
-use crate::meta::{Entry, EntryKind};
 use crate::proto::CLUSTER_ERRNO;
 
 /// Open files (and directories) of one cluster `Remote` at once.
@@ -118,7 +118,7 @@ pub fn file_stat(id: u64, layout: &Layout, objects: &[Stat]) -> Stat {
 /// never a file id).
 fn dir_stat(path: &str, e: &Entry) -> Stat {
     // FNV-1a: stable across runs and processes.
-    let path = crate::meta::normalize(path).unwrap_or_default();
+    let path = crate::entry::normalize(path).unwrap_or_default();
     let hash = path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     // SAFETY: geteuid/getegid have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };

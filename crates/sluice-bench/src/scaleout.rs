@@ -16,9 +16,9 @@ use sluice_client::ConnectOptions;
 use sluice_core::PolicyConfig;
 use sluice_server::DeviceKind;
 
-use crate::client::StripedClient;
-use crate::error::{Error, Result};
-use crate::local::{LocalCluster, LocalClusterConfig};
+use sluice_remote::{Error, Result, StripedClient, StripedFile};
+
+use crate::cluster::{LocalCluster, LocalClusterConfig};
 use sluice_stripe::LayoutRequest;
 
 /// What to run.
@@ -147,7 +147,7 @@ fn one_run(cfg: &ScaleoutConfig, cluster: &LocalCluster) -> Result<f64> {
 }
 
 /// Read requests `lane`, `lane + lanes`, … of `[start, end)` and check them.
-fn read_lane(c: &StripedClient, f: &crate::client::StripedFile, start: u64, end: u64, request: u64, lane: u64, lanes: u64) -> Result<()> {
+fn read_lane(c: &StripedClient, f: &StripedFile, start: u64, end: u64, request: u64, lane: u64, lanes: u64) -> Result<()> {
     let mut buf = vec![0u8; request as usize];
     let mut at = start + lane * request;
     while at < end {

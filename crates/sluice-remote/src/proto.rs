@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sluice_stripe::LayoutRequest;
 
+use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, ErrorKind, Result};
-use crate::meta::{Entry, EntryKind};
 
 /// Largest frame body, in bytes: a full `readdir` reply
 /// (`META_DIR_ENTRIES_MAX` entries of a few hundred bytes) fits.
@@ -161,7 +161,7 @@ pub fn sluice_hello(body: &[u8]) -> Option<u64> {
 /// `CLUSTER_ERRNO`, so that a client that tried the data protocol knows to
 /// switch to the striped client (`Remote::connect` does).
 pub fn refuse_sluice_hello(w: &mut impl Write, request_id: u64) -> std::io::Result<()> {
-    let message = "this address is a sluice cluster's metadata role: use the striped client (sluice_cluster::Remote)";
+    let message = "this address is a sluice cluster's metadata role: use the striped client (sluice_remote::Remote)";
     let mut out = Vec::new();
     sluice_proto::encode_response(request_id, &sluice_proto::Response::Error { errno: CLUSTER_ERRNO, message }, &mut out);
     w.write_all(&out)

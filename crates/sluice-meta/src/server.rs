@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use sluice_metrics::{AtomicHistogram, Expo};
-use sluice_server::Listen;
+use sluice_net::Listen;
 
-use crate::error::{Error, Result};
-use crate::meta::MetaStore;
-use crate::net::{MetaListener, MetaStream};
-use crate::proto::{hex, parse, recv_body, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, META_AUTH_CONTEXT};
+use crate::store::MetaStore;
+use sluice_net::{Listener as MetaListener, Stream as MetaStream};
+use sluice_remote::proto::{hex, parse, recv_body, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, META_AUTH_CONTEXT};
+use sluice_remote::{Error, Result};
 
 /// Connections the metadata role serves at once; one more is answered
 /// EMFILE and closed. Each is one thread.

@@ -1,0 +1,14 @@
+//! # sluice-meta: a cluster's metadata role
+//!
+//! [`MetaStore`] keeps the namespace and each file's layout in a `redb`
+//! database (each change one committed transaction); [`MetaServer`] serves
+//! it over the metadata protocol (`sluice_remote::proto`) on a Unix or TCP
+//! socket (TCP clients prove the shared key first). Clients are in
+//! `sluice-remote`; a whole cluster in one process is
+//! `sluice_bench::cluster::LocalCluster`.
+
+mod server;
+mod store;
+
+pub use server::{MetaHandle, MetaServer, META_CONNECTIONS_MAX};
+pub use store::{MetaStore, META_DIR_ENTRIES_MAX, META_RENAME_ENTRIES_MAX};

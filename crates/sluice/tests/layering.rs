@@ -1,0 +1,74 @@
+//! The layering (issue 18), from `cargo metadata`: the code injected into
+//! every program (the interposer) and the FUSE mount link neither the
+//! server nor the metadata database; and docs/architecture.md's code map
+//! names exactly the workspace's crates, with exactly their dependencies on
+//! each other.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// Each workspace package's normal (not dev, not build) dependencies,
+/// by name, as its manifest declares them (`--no-deps`: nothing to fetch).
+/// A dependency outside the workspace is a leaf here; that is enough,
+/// since no crate from a registry depends on ours or on redb.
+fn graph() -> (BTreeSet<String>, BTreeMap<String, BTreeSet<String>>) {
+    let cargo = option_env!("CARGO").unwrap_or("cargo");
+    let o = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline", "--manifest-path"])
+        .arg(Path::new(ROOT).join("Cargo.toml"))
+        .output()
+        .expect("cargo runs");
+    assert!(o.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut members = BTreeSet::new();
+    let mut deps = BTreeMap::new();
+    for p in v["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap().to_string();
+        let normal: BTreeSet<String> = p["dependencies"].as_array().unwrap().iter().filter(|d| d["kind"].is_null()).map(|d| d["name"].as_str().unwrap().to_string()).collect();
+        members.insert(name.clone());
+        deps.insert(name, normal);
+    }
+    (members, deps)
+}
+
+fn closure(deps: &BTreeMap<String, BTreeSet<String>>, from: &str) -> BTreeSet<String> {
+    let (mut seen, mut todo) = (BTreeSet::new(), vec![from.to_string()]);
+    while let Some(p) = todo.pop() {
+        for d in deps.get(&p).into_iter().flatten() {
+            if seen.insert(d.clone()) {
+                todo.push(d.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_interposer_and_the_mount_link_no_server_and_no_database() {
+    let (_, deps) = graph();
+    for front in ["sluice-preload", "sluice-fuse"] {
+        let all = closure(&deps, front);
+        for banned in ["sluice-server", "sluice-meta", "redb", "sluice-bench", "sluice-sim"] {
+            assert!(!all.contains(banned), "{front} depends on {banned}, directly or not: {all:?}");
+        }
+        assert!(all.contains("sluice-remote") && all.contains("sluice-client"), "{front}: {all:?}");
+    }
+}
+
+#[test]
+fn the_architecture_map_names_every_crate_and_its_edges() {
+    let (members, deps) = graph();
+    let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/architecture.md")).unwrap();
+    let sections: BTreeSet<String> = doc.lines().filter_map(|l| l.strip_prefix("### `crates/")).map(|l| l.split('`').next().unwrap().to_string()).collect();
+    assert_eq!(sections, members, "docs/architecture.md has a `### `crates/NAME`` section per workspace crate");
+    // The edge list between workspace crates, as the doc's table has it.
+    let mut want = String::new();
+    for m in &members {
+        let inner: Vec<&str> = deps[m].iter().filter(|d| members.contains(*d)).map(String::as_str).collect();
+        want.push_str(&format!("| `{m}` | {} |\n", if inner.is_empty() { "—".to_string() } else { inner.join(", ") }));
+    }
+    assert!(doc.contains(&want), "docs/architecture.md's crate dependency table differs from cargo metadata; it should read:\n{want}");
+}
