@@ -15,12 +15,13 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use sluice_net::Stream;
 use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, DirEntry, HelloOk, Opcode, Request, Response, WireStat, FRAME_BYTES_MAX, HEADER_BYTES};
 
+use crate::lock;
 use crate::error::{ClientError, ClientErrorKind, Result};
 
 /// Bytes of the reply read buffer.
@@ -192,10 +193,6 @@ pub(crate) struct Conn {
     read: Mutex<ReadSide>,
     id_next: AtomicU64,
     patience: std::sync::Arc<Patience>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Open a socket to `addr` (`unix:PATH` or `tcp:HOST:PORT`).

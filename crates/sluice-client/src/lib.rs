@@ -386,7 +386,11 @@ pub struct Client {
     reconnects: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// Lock `m`, using the data of a mutex poisoned by a panicking thread as
+/// it is: every table it guards stays consistent between statements, so a
+/// panic elsewhere must not take the client (or the process that
+/// preloads it) down with it. The one such helper of the client side.
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 

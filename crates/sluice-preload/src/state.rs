@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::c_int;
-use sluice_client::{ClientError, ConnectOptions, Fd};
+use sluice_client::{lock, ClientError, ConnectOptions, Fd};
 use sluice_remote::Remote;
 
 use crate::path;
@@ -117,10 +117,6 @@ pub fn last_errno() -> Errno {
 static GENERATION: AtomicU32 = AtomicU32::new(1);
 static SESSION: Mutex<Option<(u32, Arc<Remote>)>> = Mutex::new(None);
 static WARNED: AtomicBool = AtomicBool::new(false);
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 pub fn generation() -> u32 {
     GENERATION.load(Ordering::Acquire)
