@@ -21,8 +21,8 @@ use std::time::Duration;
 use sluice_net::Stream;
 use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, DirEntry, HelloOk, Opcode, Request, Response, WireStat, FRAME_BYTES_MAX, HEADER_BYTES};
 
-use crate::lock;
 use crate::error::{ClientError, ClientErrorKind, Result};
+use crate::lock;
 
 /// Bytes of the reply read buffer.
 const READ_BUFFER_BYTES: usize = 64 << 10;

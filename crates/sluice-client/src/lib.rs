@@ -104,6 +104,16 @@ pub struct Ticket {
     local: Option<Arc<Lent>>,
 }
 
+/// A list read or write in flight ([`Client::submit_read_list`],
+/// [`Client::submit_write_list`]).
+pub struct ListTicket {
+    id: u64,
+    session: Arc<Session>,
+    fd: Fd,
+    /// A read's pieces, to send it again on a new connection.
+    pieces: Option<Vec<(u64, u64)>>,
+}
+
 impl std::fmt::Debug for Ticket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Ticket({} on connection {})", self.id, self.session.gen)
@@ -858,6 +868,76 @@ impl Client {
     /// SFIO's mwrite: `data` holds the pieces back to back.
     pub fn write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> Result<usize> {
         self.write_list_in(fd, pieces, data, None)
+    }
+
+    /// Start a list read ([`Client::read_list`]); finish it with
+    /// [`Client::wait_read_list`]. One thread may keep several in flight,
+    /// on one server or many (the striped client does).
+    pub fn submit_read_list(&self, fd: Fd, pieces: &[(u64, u64)]) -> Result<ListTicket> {
+        self.on_fd(fd, true, |s, server| {
+            let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec(), group: None })?;
+            Ok(ListTicket { id, session: Arc::clone(s), fd, pieces: Some(pieces.to_vec()) })
+        })
+    }
+
+    /// The bytes of a submitted list read, back to back in `buf`. A read
+    /// whose connection broke is sent again on the next one.
+    pub fn wait_read_list(&self, t: ListTicket, buf: &mut [u8]) -> Result<usize> {
+        match t.session.conn.wait(t.id, Some(&mut *buf)) {
+            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
+                self.recover(&t.session)?;
+                let pieces = t.pieces.unwrap_or_default();
+                self.read_list(t.fd, &pieces, buf)
+            }
+            r => data_into("read list", r?, buf),
+        }
+    }
+
+    /// Start an `fstat`; finish it with [`Client::wait_fstat`] (so one
+    /// thread can ask every object of a striped file at once).
+    pub fn submit_fstat(&self, fd: Fd) -> Result<ListTicket> {
+        self.on_fd(fd, true, |s, server| {
+            let id = s.conn.send(&Request::Fstat { fd: server })?;
+            Ok(ListTicket { id, session: Arc::clone(s), fd, pieces: None })
+        })
+    }
+
+    /// The answer of a submitted `fstat` (asked again on a new connection
+    /// if this one broke).
+    pub fn wait_fstat(&self, t: ListTicket) -> Result<Stat> {
+        match t.session.conn.wait(t.id, None) {
+            Ok(Reply::Stat(st)) => Ok(st),
+            Ok(r) => Err(unexpected("fstat", &r)),
+            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
+                self.recover(&t.session)?;
+                self.fstat(t.fd)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Start a list write ([`Client::write_list`]); finish it with
+    /// [`Client::wait_write_list`].
+    pub fn submit_write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> Result<ListTicket> {
+        self.on_fd(fd, false, |s, server| {
+            let id = s.conn.send(&Request::WriteList { fd: server, pieces: pieces.to_vec(), data, group: None })?;
+            Ok(ListTicket { id, session: Arc::clone(s), fd, pieces: None })
+        })
+    }
+
+    /// The bytes a submitted list write wrote. A write whose connection
+    /// broke is not sent again (it may have been carried out): EIO.
+    pub fn wait_write_list(&self, t: ListTicket) -> Result<usize> {
+        match t.session.conn.wait(t.id, None) {
+            Ok(Reply::Count(n)) => Ok(n as usize),
+            Ok(r) => Err(unexpected("write list", &r)),
+            Err(e) => {
+                if e.kind == ClientErrorKind::Disconnected {
+                    self.recover(&t.session)?;
+                }
+                Err(e)
+            }
+        }
     }
 
     /// `read_list` as one participant of a server-directed collective: the

@@ -32,6 +32,11 @@ pub const STRIPED_LIST_PIECES_MAX: usize = 4096;
 /// `io_bytes_max` (64 MiB by default), and large enough that one message
 /// per server carries a 1 MiB-per-server request whole.
 pub const STRIPED_LIST_BYTES_MAX: u64 = 8 << 20;
+/// List messages in flight on one data-server connection at once: with
+/// `STRIPED_LIST_BYTES_MAX` each, 32 MiB, well under a server's
+/// `reply_bytes_max` (128 MiB), so the server never stops reading a
+/// connection whose client is busy sending.
+pub const MESSAGES_IN_FLIGHT_MAX: usize = 4;
 /// Seconds a metadata call may wait for its reply before failing.
 pub const META_TIMEOUT_S: u64 = 10;
 
@@ -287,9 +292,20 @@ impl StripedClient {
         results.into_iter().enumerate().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k as u32), what, e))).collect()
     }
 
-    /// Every object's `fstat`, in object order.
+    /// Every object's `fstat`, in object order: all asked at once from
+    /// this thread, then each answer taken.
     pub fn object_fstats(&self, f: &StripedFile) -> Result<Vec<Stat>> {
-        self.per_object(f, "fstat", |c, fd, _| c.fstat(fd))
+        let err = |k: usize, e| self.data_error(f.layout.server_of(k as u32), "fstat", e);
+        let tickets: Vec<_> = f.objects.iter().map(|(c, fd)| c.submit_fstat(*fd)).collect();
+        let mut out = Vec::with_capacity(tickets.len());
+        let mut first = None;
+        for (k, (t, (c, _))) in tickets.into_iter().zip(&f.objects).enumerate() {
+            match t.and_then(|t| c.wait_fstat(t)) {
+                Ok(st) => out.push(st),
+                Err(e) => first = first.or(Some(err(k, e))),
+            }
+        }
+        first.map_or(Ok(out), Err)
     }
 
     /// Every object's `stat` by name, in object order, without opening
@@ -349,30 +365,79 @@ impl StripedClient {
     }
 
     /// Send each object's messages, in parallel across objects.
-    fn run_messages<T: Send>(
+    /// Carry out every message of `plan` from this thread: up to
+    /// [`MESSAGES_IN_FLIGHT_MAX`] at once on each data server's connection,
+    /// all servers at once, each answered in turn (`submit` sends one,
+    /// `wait` takes its answer). After an error the messages already sent
+    /// are still waited for (their answers must not be left on the
+    /// connection), then the first error is returned.
+    fn run_messages<T, K>(
         &self,
         f: &StripedFile,
         what: &str,
         plan: &[Vec<ObjectList>],
-        op: impl Fn(&Client, Fd, &ObjectList) -> sluice_client::Result<T> + Sync,
+        submit: impl Fn(&Client, Fd, &ObjectList) -> sluice_client::Result<K>,
+        wait: impl Fn(&Client, K, &ObjectList) -> sluice_client::Result<T>,
     ) -> Result<Vec<Vec<T>>> {
-        let one = |msgs: &Vec<ObjectList>| -> (u32, sluice_client::Result<Vec<T>>) {
-            let object = msgs.first().map_or(0, |m| m.object);
-            let (c, fd) = &f.objects[object as usize];
-            (object, msgs.iter().map(|m| op(c, *fd, m)).collect())
+        let mut out: Vec<Vec<Option<T>>> = plan.iter().map(|msgs| msgs.iter().map(|_| None).collect()).collect();
+        let mut next = vec![0usize; plan.len()];
+        let mut flying: Vec<std::collections::VecDeque<(usize, K)>> = plan.iter().map(|_| Default::default()).collect();
+        let mut first: Option<Error> = None;
+        let fail = |first: &mut Option<Error>, k: u32, e| {
+            if first.is_none() {
+                *first = Some(self.data_error(f.layout.server_of(k), what, e));
+            }
         };
-        in_parallel(plan.len(), |i| one(&plan[i])).into_iter().map(|(k, r)| r.map_err(|e| self.data_error(f.layout.server_of(k), what, e))).collect()
+        loop {
+            // Fill every server's window first, then take one answer from
+            // each: all servers work at once.
+            for (i, msgs) in plan.iter().enumerate() {
+                while first.is_none() && next[i] < msgs.len() && flying[i].len() < MESSAGES_IN_FLIGHT_MAX {
+                    let m = &msgs[next[i]];
+                    let (c, fd) = &f.objects[m.object as usize];
+                    match submit(c, *fd, m) {
+                        Ok(t) => flying[i].push_back((next[i], t)),
+                        Err(e) => fail(&mut first, m.object, e),
+                    }
+                    next[i] += 1;
+                }
+            }
+            let mut busy = false;
+            for (i, msgs) in plan.iter().enumerate() {
+                if let Some((j, t)) = flying[i].pop_front() {
+                    busy = true;
+                    let m = &msgs[j];
+                    match wait(&f.objects[m.object as usize].0, t, m) {
+                        Ok(v) => out[i][j] = Some(v),
+                        Err(e) => fail(&mut first, m.object, e),
+                    }
+                }
+            }
+            if !busy {
+                break;
+            }
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(out.into_iter().map(|msgs| msgs.into_iter().map(|v| v.expect("every message answered")).collect()).collect()),
+        }
     }
 
     /// List I/O read: every `(offset, len)` range, back to back, into
     /// `buf`; holes and bytes past end of file read as zeros.
     pub fn read_list(&self, f: &StripedFile, ranges: &[(u64, u64)], buf: &mut [u8]) -> Result<usize> {
         let (plan, total) = Self::plan(f, ranges, buf.len())?;
-        let got = self.run_messages(f, &format!("read of {:?}", f.path), &plan, |c, fd, m| {
-            let mut tmp = vec![0u8; m.bytes() as usize];
-            c.read_list(fd, &m.pieces, &mut tmp)?;
-            Ok(tmp)
-        })?;
+        let got = self.run_messages(
+            f,
+            &format!("read of {:?}", f.path),
+            &plan,
+            |c, fd, m| c.submit_read_list(fd, &m.pieces),
+            |c, t, m| {
+                let mut tmp = vec![0u8; m.bytes() as usize];
+                c.wait_read_list(t, &mut tmp)?;
+                Ok(tmp)
+            },
+        )?;
         for (msgs, datas) in plan.iter().zip(got) {
             for (m, data) in msgs.iter().zip(datas) {
                 let mut at = 0usize;
@@ -389,13 +454,19 @@ impl StripedClient {
     /// Returns once every server acknowledged its part.
     pub fn write_list(&self, f: &StripedFile, ranges: &[(u64, u64)], data: &[u8]) -> Result<usize> {
         let (plan, total) = Self::plan(f, ranges, data.len())?;
-        self.run_messages(f, &format!("write of {:?}", f.path), &plan, |c, fd, m| {
-            let mut tmp = Vec::with_capacity(m.bytes() as usize);
-            for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
-                tmp.extend_from_slice(&data[b as usize..(b + len) as usize]);
-            }
-            c.write_list(fd, &m.pieces, &tmp)
-        })?;
+        self.run_messages(
+            f,
+            &format!("write of {:?}", f.path),
+            &plan,
+            |c, fd, m| {
+                let mut tmp = Vec::with_capacity(m.bytes() as usize);
+                for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
+                    tmp.extend_from_slice(&data[b as usize..(b + len) as usize]);
+                }
+                c.submit_write_list(fd, &m.pieces, &tmp)
+            },
+            |c, t, _| c.wait_write_list(t),
+        )?;
         Ok(total)
     }
 

@@ -32,7 +32,7 @@ pub mod proto;
 mod remote;
 
 pub use ahead::{READ_AHEAD_BYTES_MAX, READ_AHEAD_TOTAL_MAX, READ_AHEAD_TTL};
-pub use client::{ObjectInfo, StripedClient, StripedFile, OBJECTS_DIR};
+pub use client::{ObjectInfo, StripedClient, StripedFile, MESSAGES_IN_FLIGHT_MAX, OBJECTS_DIR, STRIPED_LIST_BYTES_MAX, STRIPED_LIST_PIECES_MAX};
 pub use entry::{normalize, Entry, EntryKind, META_PATH_BYTES_MAX};
 pub use error::{Error, ErrorKind, Result};
 pub use proto::{MetaReply, MetaRequest, CLUSTER_ERRNO, META_FRAME_BYTES_MAX};
