@@ -169,12 +169,45 @@ impl Remote {
         }
     }
 
-    /// The single-server client, for its pipelined calls (`submit_read`).
-    pub fn as_server(&self) -> Option<&Client> {
-        match self {
-            Remote::Server(c) => Some(c),
-            Remote::Cluster(_) => None,
+    /// Read all of `buf` from `offset` (fewer bytes only at end of file)
+    /// with several requests in flight: one server gets `chunk`-byte reads
+    /// all submitted before the first is waited for; a cluster's striped
+    /// read already keeps every data server busy.
+    pub fn read_pipelined(&self, fd: Fd, buf: &mut [u8], offset: u64, chunk: usize) -> RemoteResult<usize> {
+        let Remote::Server(c) = self else {
+            let mut n = 0;
+            while n < buf.len() {
+                let got = self.pread(fd, &mut buf[n..], offset + n as u64)?;
+                if got == 0 {
+                    break;
+                }
+                n += got;
+            }
+            return Ok(n);
+        };
+        let chunk = chunk.max(1);
+        let tickets: Vec<_> = buf.chunks(chunk).enumerate().map(|(i, ch)| c.submit_read(fd, ch.len(), offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
+        let (mut total, mut short) = (0, false);
+        for (t, ch) in tickets.into_iter().zip(buf.chunks_mut(chunk)) {
+            let n = c.wait_read(t, ch)?;
+            if !short {
+                total += n;
+                short = n < ch.len();
+            }
         }
+        Ok(total)
+    }
+
+    /// Write all of `data` at `offset` with several requests in flight
+    /// (as [`Remote::read_pipelined`]).
+    pub fn write_pipelined(&self, fd: Fd, data: &[u8], offset: u64, chunk: usize) -> RemoteResult<()> {
+        let Remote::Server(c) = self else {
+            return self.pwrite(fd, data, offset).map(|_| ());
+        };
+        let chunk = chunk.max(1);
+        let tickets: Vec<_> = data.chunks(chunk).enumerate().map(|(i, ch)| c.submit_write(fd, ch, offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
+        // Every write is waited for, even after an error: the first error wins.
+        tickets.into_iter().map(|t| c.wait_write(t)).fold(Ok(()), |acc, r| acc.and(r.map(|_| ())))
     }
 
     /// Open `path` with `open(2)` flags.

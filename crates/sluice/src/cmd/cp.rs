@@ -44,39 +44,14 @@ impl End<'_> {
     fn read_batch(&self, buf: &mut [u8], at: u64) -> anyhow::Result<usize> {
         match self {
             End::Local(f) => fill(buf, at, |b, o| Ok(f.read_at(b, o)?)),
-            End::Remote(r, fd) => {
-                let Some(c) = r.as_server() else {
-                    return fill(buf, at, |b, o| Ok(r.pread(*fd, b, o)?));
-                };
-                let tickets: Vec<_> = buf.chunks(CHUNK_BYTES).enumerate().map(|(i, ch)| c.submit_read(*fd, ch.len(), at + (i * CHUNK_BYTES) as u64)).collect::<Result<_, _>>()?;
-                let mut total = 0;
-                let mut short = false;
-                for (t, ch) in tickets.into_iter().zip(buf.chunks_mut(CHUNK_BYTES)) {
-                    let n = c.wait_read(t, ch)?;
-                    if !short {
-                        total += n;
-                        short = n < ch.len();
-                    }
-                }
-                Ok(total)
-            }
+            End::Remote(r, fd) => Ok(r.read_pipelined(*fd, buf, at, CHUNK_BYTES)?),
         }
     }
 
     fn write_batch(&self, data: &[u8], at: u64) -> anyhow::Result<()> {
         match self {
             End::Local(f) => Ok(f.write_all_at(data, at)?),
-            End::Remote(r, fd) => {
-                let Some(c) = r.as_server() else {
-                    r.pwrite(*fd, data, at)?;
-                    return Ok(());
-                };
-                let tickets: Vec<_> = data.chunks(CHUNK_BYTES).enumerate().map(|(i, ch)| c.submit_write(*fd, ch, at + (i * CHUNK_BYTES) as u64)).collect::<Result<_, _>>()?;
-                for t in tickets {
-                    c.wait_write(t)?;
-                }
-                Ok(())
-            }
+            End::Remote(r, fd) => Ok(r.write_pipelined(*fd, data, at, CHUNK_BYTES)?),
         }
     }
 }
