@@ -141,6 +141,31 @@ pub fn check_header(buf: &[u8], frame_bytes_max: u32) -> Result<Option<Header>, 
     Ok(Some(Header { body_len, opcode, request_id: u64::from_le_bytes(id) }))
 }
 
+/// The request id of a whole header, whatever else is wrong with it: what
+/// a server answers its error to when [`check_header`] refuses the frame.
+pub fn request_id_of(header: &[u8; HEADER_BYTES]) -> u64 {
+    u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"))
+}
+
+/// A data-protocol `Hello` as a reader of another length-prefixed protocol
+/// sees it when it took the frame's first 4 bytes (the body length) as its
+/// own length prefix: `rest` is what follows them (opcode, flags, request
+/// id, then the `Hello` body, which starts with [`crate::MAGIC`]). Its
+/// request id if it is one, so that the metadata role can answer a data
+/// client in the client's own protocol.
+pub fn hello_after_length(rest: &[u8]) -> Option<u64> {
+    if rest.len() < HEADER_BYTES {
+        return None;
+    }
+    let mut header = [0u8; HEADER_BYTES];
+    header[4..].copy_from_slice(&rest[..HEADER_BYTES - 4]);
+    let magic = rest[HEADER_BYTES - 4..HEADER_BYTES] == crate::MAGIC.to_le_bytes();
+    match check_header(&header, u32::MAX) {
+        Ok(Some(h)) if h.opcode == Opcode::Hello && magic => Some(h.request_id),
+        _ => None,
+    }
+}
+
 /// Append a header for a body of `body_len` bytes.
 pub fn encode_header(opcode: Opcode, request_id: u64, body_len: u32, out: &mut Vec<u8>) {
     out.extend_from_slice(&body_len.to_le_bytes());

@@ -30,12 +30,13 @@
 mod auth;
 mod error;
 mod frame;
+pub mod meta;
 mod msg;
 mod wire;
 
 pub use auth::{auth_mac, auth_verify};
 pub use error::{ProtoError, ProtoErrorKind};
-pub use frame::{check_header, encode_header, Header, Opcode};
+pub use frame::{check_header, encode_header, hello_after_length, request_id_of, Header, Opcode};
 pub use msg::{
     encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, Cred, DirEntry, FileKind, Group, Hello, HelloOk, Request,
     Response, WireStat,

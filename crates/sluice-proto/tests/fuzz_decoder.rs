@@ -225,3 +225,17 @@ fn group_participants_are_bounded_at_n_and_n_plus_1() {
     assert!(parse(0, 1).is_err(), "a group of nobody");
     assert!(parse(1, 0).is_err(), "a wait of zero");
 }
+
+#[test]
+fn a_hello_is_recognised_after_a_foreign_length_prefix_and_nothing_else_is() {
+    let hello = Request::Hello(Hello { version: VERSION, app: "a", weight: 1, client_id: 7, cred: None });
+    let mut frame = Vec::new();
+    encode_request(42, &hello, &mut frame).unwrap();
+    assert_eq!(hello_after_length(&frame[4..]), Some(42));
+    assert_eq!(request_id_of(frame[..HEADER_BYTES].try_into().unwrap()), 42);
+    let mut stat = Vec::new();
+    encode_request(43, &Request::Stat { path: "x" }, &mut stat).unwrap();
+    assert_eq!(hello_after_length(&stat[4..]), None, "another request");
+    assert_eq!(hello_after_length(br#"{"Lookup":{"path":"a"}}"#), None, "JSON");
+    assert_eq!(hello_after_length(&frame[4..10]), None, "too short");
+}

@@ -18,10 +18,10 @@ use std::time::Duration;
 use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd, Group, Stat};
 use sluice_stripe::{chunk, file_size, group, object_size_for, Layout, LayoutRequest, ObjectList};
 
-use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, ErrorKind, Result};
 use crate::proto::{recv, send, MetaReply, MetaRequest};
 use sluice_net::Stream as MetaStream;
+use sluice_proto::meta::{Entry, EntryKind};
 
 /// Directory of the objects on every data server; object `k` of file `id`
 /// is `objects/<id as 16 hex digits>` on server `layout.server_of(k)`.

@@ -24,9 +24,9 @@ use sluice_stripe::{file_size, Layout};
 
 use crate::ahead::{Budget, OpenFile, READ_AHEAD_TOTAL_MAX};
 use crate::client::StripedClient;
-use crate::entry::{Entry, EntryKind};
 use crate::error::{Error, ErrorKind};
 use crate::proto::CLUSTER_ERRNO;
+use sluice_proto::meta::{Entry, EntryKind};
 
 /// Open files (and directories) of one cluster `Remote` at once.
 pub const REMOTE_FILES_MAX: usize = 65_536;
@@ -207,7 +207,13 @@ impl Remote {
         let chunk = chunk.max(1);
         let tickets: Vec<_> = data.chunks(chunk).enumerate().map(|(i, ch)| c.submit_write(fd, ch, offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
         // Every write is waited for, even after an error: the first error wins.
-        tickets.into_iter().map(|t| c.wait_write(t)).fold(Ok(()), |acc, r| acc.and(r.map(|_| ())))
+        let mut first = Ok(());
+        for t in tickets {
+            if let (Err(e), Ok(())) = (c.wait_write(t), &first) {
+                first = Err(e);
+            }
+        }
+        first
     }
 
     /// Open `path` with `open(2)` flags.

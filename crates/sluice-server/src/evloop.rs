@@ -622,7 +622,7 @@ impl EventLoop {
             };
             c.rx = Rx::Idle;
             let frame_start = i - HEADER_BYTES.min(i);
-            let id = u64::from_le_bytes(raw[8..16].try_into().expect("8 bytes"));
+            let id = sluice_proto::request_id_of(&raw);
             let header = match check_header(&raw, self.shared.config.limits.frame_bytes_max) {
                 Ok(Some(h)) => h,
                 Ok(None) => unreachable!("a whole header"),
