@@ -874,8 +874,18 @@ impl Client {
     /// [`Client::wait_read_list`]. One thread may keep several in flight,
     /// on one server or many (the striped client does).
     pub fn submit_read_list(&self, fd: Fd, pieces: &[(u64, u64)]) -> Result<ListTicket> {
+        self.submit_read_list_in(fd, pieces, None)
+    }
+
+    /// [`Client::submit_read_list`] as one participant of a
+    /// server-directed collective ([`Client::read_list_group`]).
+    pub fn submit_read_list_group(&self, fd: Fd, pieces: &[(u64, u64)], group: Group) -> Result<ListTicket> {
+        self.submit_read_list_in(fd, pieces, Some(group))
+    }
+
+    fn submit_read_list_in(&self, fd: Fd, pieces: &[(u64, u64)], group: Option<Group>) -> Result<ListTicket> {
         self.on_fd(fd, true, |s, server| {
-            let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec(), group: None })?;
+            let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec(), group })?;
             Ok(ListTicket { id, session: Arc::clone(s), fd, pieces: Some(pieces.to_vec()) })
         })
     }
@@ -919,8 +929,18 @@ impl Client {
     /// Start a list write ([`Client::write_list`]); finish it with
     /// [`Client::wait_write_list`].
     pub fn submit_write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> Result<ListTicket> {
+        self.submit_write_list_in(fd, pieces, data, None)
+    }
+
+    /// [`Client::submit_write_list`] as one participant of a
+    /// server-directed collective ([`Client::write_list_group`]).
+    pub fn submit_write_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8], group: Group) -> Result<ListTicket> {
+        self.submit_write_list_in(fd, pieces, data, Some(group))
+    }
+
+    fn submit_write_list_in(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8], group: Option<Group>) -> Result<ListTicket> {
         self.on_fd(fd, false, |s, server| {
-            let id = s.conn.send(&Request::WriteList { fd: server, pieces: pieces.to_vec(), data, group: None })?;
+            let id = s.conn.send(&Request::WriteList { fd: server, pieces: pieces.to_vec(), data, group })?;
             Ok(ListTicket { id, session: Arc::clone(s), fd, pieces: None })
         })
     }

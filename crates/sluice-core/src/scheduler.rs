@@ -112,6 +112,15 @@ impl Scheduler {
         &self.config
     }
 
+    /// Room left in the queue: requests and bytes that `enqueue` would
+    /// still accept now (a driver that admits a batch at once checks it).
+    pub fn room(&self) -> (u64, u64) {
+        let l = &self.limits;
+        let requests = u64::from(l.queued_requests_max).saturating_sub(self.stats.queued + self.stats.blocked);
+        let bytes = l.queued_bytes_max.saturating_sub(self.store.queued_bytes + self.blocked_bytes);
+        (requests, bytes)
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.limits
     }

@@ -472,6 +472,12 @@ impl StripedClient {
 
     /// The one object of `f`, for a collective: a server-directed group is
     /// gathered by one data server, so the file must not be striped.
+    /// The client and handle of `f`'s one object, for a collective's
+    /// pipelined calls (`Remote::submit_list_group`).
+    pub fn sole_object_client(&self, f: &StripedFile) -> Result<(Arc<Client>, Fd)> {
+        self.sole_object(f).map(|(c, fd, _)| (Arc::clone(c), fd))
+    }
+
     fn sole_object<'f>(&self, f: &'f StripedFile) -> Result<(&'f Arc<Client>, Fd, u32)> {
         match f.objects.as_slice() {
             [(c, fd)] => Ok((c, *fd, f.layout.server_of(0))),

@@ -36,6 +36,6 @@ pub use client::{ObjectInfo, StripedClient, StripedFile, MESSAGES_IN_FLIGHT_MAX,
 pub use entry::{normalize, META_PATH_BYTES_MAX};
 pub use error::{Error, ErrorKind, Result};
 pub use proto::{MetaReply, MetaRequest, CLUSTER_ERRNO, META_FRAME_BYTES_MAX};
-pub use remote::{file_stat, Cluster, Remote, RemoteKind, RemoteResult, REMOTE_FILES_MAX, STRIPED_BLKSIZE_MAX};
+pub use remote::{file_stat, Cluster, GroupTicket, Remote, RemoteKind, RemoteResult, REMOTE_FILES_MAX, STRIPED_BLKSIZE_MAX};
 pub use sluice_proto::meta::{Entry, EntryKind};
 pub use sluice_stripe::{Layout, LayoutRequest};

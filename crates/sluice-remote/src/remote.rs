@@ -34,6 +34,14 @@ pub const REMOTE_FILES_MAX: usize = 65_536;
 /// (a read of it reaches every server at once), at most this.
 pub const STRIPED_BLKSIZE_MAX: u64 = 16 << 20;
 
+/// A collective list message in flight ([`Remote::submit_list_group`]).
+pub struct GroupTicket {
+    /// A cluster file's object client (`None`: the one server's).
+    client: Option<Arc<Client>>,
+    ticket: sluice_client::ListTicket,
+    write: bool,
+}
+
 /// The result type of `Remote`: the single-server client's error.
 pub type RemoteResult<T> = std::result::Result<T, ClientError>;
 
@@ -287,6 +295,50 @@ impl Remote {
                 f.invalidate(&k.ahead);
                 Ok(k.client.write_list(&f.file, pieces, data)?)
             }
+        }
+    }
+
+    /// Start a list message of a server-directed collective (a write when
+    /// `data` is given, else a read); finish it with
+    /// [`Remote::wait_list_group`]. One thread may keep several in flight
+    /// (Panda's overlap: the server has the next group while it serves
+    /// this one). On a cluster the file must have one object.
+    pub fn submit_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: Option<&[u8]>, group: Group) -> RemoteResult<GroupTicket> {
+        let (client, fd) = match self {
+            Remote::Server(_) => (None, fd),
+            Remote::Cluster(k) => {
+                let f = k.file(fd)?;
+                if data.is_some() {
+                    f.invalidate(&k.ahead);
+                }
+                let (c, ofd) = k.client.sole_object_client(&f.file)?;
+                (Some(c), ofd)
+            }
+        };
+        let c: &Client = match (&client, self) {
+            (Some(c), _) => c,
+            (None, Remote::Server(c)) => c,
+            (None, Remote::Cluster(_)) => unreachable!("a cluster file's client is its object's"),
+        };
+        let ticket = match data {
+            Some(d) => c.submit_write_list_group(fd, pieces, d, group)?,
+            None => c.submit_read_list_group(fd, pieces, group)?,
+        };
+        Ok(GroupTicket { client, ticket, write: data.is_some() })
+    }
+
+    /// The answer of a submitted collective message: the bytes written, or
+    /// read into `buf` (pass an empty `buf` for a write).
+    pub fn wait_list_group(&self, t: GroupTicket, buf: &mut [u8]) -> RemoteResult<usize> {
+        let c: &Client = match (&t.client, self) {
+            (Some(c), _) => c,
+            (None, Remote::Server(c)) => c,
+            (None, Remote::Cluster(_)) => return Err(err(libc::EINVAL, "a ticket of another connection")),
+        };
+        if t.write {
+            c.wait_write_list(t.ticket)
+        } else {
+            c.wait_read_list(t.ticket, buf)
         }
     }
 

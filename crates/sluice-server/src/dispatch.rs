@@ -205,6 +205,17 @@ impl Dispatcher {
         self.sched.is_empty()
     }
 
+    /// Requests and bytes the scheduler's queue still takes now.
+    pub fn room(&self) -> (u64, u64) {
+        self.sched.room()
+    }
+
+    /// The most requests and bytes its queue ever takes.
+    pub fn capacity(&self) -> (u64, u64) {
+        let l = self.sched.limits();
+        (u64::from(l.queued_requests_max), l.queued_bytes_max)
+    }
+
     /// Check the shutdown invariants; the scheduler's counters and the
     /// learned model.
     pub fn finish(self) -> (sluice_core::Stats, Option<DeviceCost>) {

@@ -170,6 +170,10 @@ pub(crate) struct EventLoop {
     stopping: bool,
     /// Server-directed collectives still gathering their participants.
     collectives: Collectives<Pending>,
+    /// Complete collectives waiting, in order, for room in the scheduler's
+    /// queue (each enters whole; at most `collectives_max` of them, since
+    /// each was a gathering group).
+    ready: std::collections::VecDeque<(sluice_core::AppId, Vec<Pending>)>,
 }
 
 fn epoll_ctl(ep: &OwnedFd, op: libc::c_int, fd: libc::c_int, events: u32, token: u64) -> io::Result<()> {
@@ -225,6 +229,7 @@ impl EventLoop {
             next_sweep: None,
             stopping: false,
             collectives: Collectives::new(collective_limits),
+            ready: std::collections::VecDeque::new(),
         })
     }
 
@@ -245,6 +250,13 @@ impl EventLoop {
                 }
             }
             self.take_back();
+            if !self.ready.is_empty() {
+                self.release_ready();
+                let deferred: Vec<Delivery> = std::mem::take(&mut self.deferred);
+                for d in deferred {
+                    self.deliver(d);
+                }
+            }
             if self.shared.stopping.load(Ordering::SeqCst) && !self.stopping {
                 self.begin_stop();
             }
@@ -298,7 +310,7 @@ impl EventLoop {
     }
 
     fn drained(&self) -> bool {
-        self.disp.is_empty() && self.exec_out == 0 && self.meta_out == 0 && self.conns.values().all(|c| c.finished() || !c.has_output())
+        self.disp.is_empty() && self.ready.is_empty() && self.exec_out == 0 && self.meta_out == 0 && self.conns.values().all(|c| c.finished() || !c.has_output())
     }
 
     // ---- connections come and go -------------------------------------
@@ -1027,9 +1039,10 @@ impl EventLoop {
                     items.sort_unstable_by_key(|p| p.req.offset);
                     for p in &mut items {
                         p.req.app = app;
-                        p.arrival_ns = now;
                     }
-                    items
+                    self.ready.push_back((app, items));
+                    self.release_ready();
+                    return Ok(());
                 }
             },
         };
@@ -1254,6 +1267,38 @@ impl EventLoop {
             next = Some(next.map_or(d, |n: Instant| n.min(d)));
         }
         self.next_sweep = next;
+    }
+
+    /// Admit complete collectives, oldest first, each whole and only when
+    /// the scheduler's queue has room for all of it (its dispatches make
+    /// room); one larger than the queue itself is refused (E2BIG).
+    fn release_ready(&mut self) {
+        let (cap_requests, cap_bytes) = self.disp.capacity();
+        while let Some((_, items)) = self.ready.front() {
+            let (n, bytes) = (items.len() as u64, items.iter().map(|p| p.req.len).sum::<u64>());
+            if n > cap_requests || bytes > cap_bytes {
+                let (_, items) = self.ready.pop_front().expect("looked at");
+                let msg = format!("a collective of {n} pieces and {bytes} bytes exceeds the scheduler's queue ({cap_requests} requests, {cap_bytes} bytes)");
+                for p in items {
+                    if let Some(d) = p.answer_with(Err((libc::E2BIG, msg.clone()))) {
+                        self.deferred.push(d);
+                    }
+                }
+                continue;
+            }
+            let (room_requests, room_bytes) = self.disp.room();
+            if n > room_requests || bytes > room_bytes {
+                return;
+            }
+            let (_, items) = self.ready.pop_front().expect("looked at");
+            let now = self.shared.clock.now();
+            for mut p in items {
+                p.arrival_ns = now;
+                if let Some(d) = self.disp.submit(p, now) {
+                    self.deferred.push(d);
+                }
+            }
+        }
     }
 
     /// Answer every participant of each collective past its deadline (all

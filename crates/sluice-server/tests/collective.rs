@@ -147,3 +147,34 @@ fn a_participant_that_disagrees_is_refused_and_collectives_max_holds_at_n_and_n_
     assert_eq!(c.write_list_group(fd, &[(0, 4)], b"done", Group { id: 9, participants: 1, wait_ms: 500 }).unwrap(), 4);
     assert_eq!(std::fs::read(s.path("e")).unwrap(), b"done");
 }
+
+#[test]
+fn a_group_enters_the_queue_whole_or_is_refused_whole() {
+    // A queue of 8 requests: a complete group of 8 pieces enters (and is
+    // written), one of 9 can never fit and is refused E2BIG with nothing
+    // written.
+    let s = TestServer::start(|c| c.sched_limits.queued_requests_max = 8);
+    let run = |id: u64, pieces_per_rank: u64| -> Vec<i32> {
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = (0..2u64)
+                .map(|r| {
+                    let s = &s;
+                    sc.spawn(move || {
+                        let c = s.client("job");
+                        let fd = open(&c, "q");
+                        let pieces: Vec<(u64, u64)> = (0..pieces_per_rank).map(|i| ((id * 100 + i * 2 + r) * 8, 8)).collect();
+                        let data = vec![id as u8; pieces.len() * 8];
+                        c.write_list_group(fd, &pieces, &data, Group { id, participants: 2, wait_ms: 5_000 }).map(|_| 0).unwrap_or_else(|e| e.posix_errno())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    };
+    assert_eq!(run(1, 4), vec![0, 0], "8 pieces fit a queue of 8");
+    let five = run(2, 5);
+    assert_eq!(five, vec![libc::E2BIG, libc::E2BIG], "10 pieces never fit");
+    let bytes = std::fs::read(s.path("q")).unwrap();
+    assert_eq!(bytes.len(), 864, "nothing past the first group");
+    assert!(bytes[800..864].iter().all(|&b| b == 1), "the first group was written");
+}

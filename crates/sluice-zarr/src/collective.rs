@@ -21,7 +21,10 @@
 //!   (`sluice-server/src/collective.rs`). Nothing of a group is done unless
 //!   all of it arrives in time. A rank whose share of a file needs several
 //!   messages sends them as successive groups (the j-th messages of every
-//!   rank form group j), so no rank waits on its own later message.
+//!   rank form group j), and may keep up to `GROUPS_IN_FLIGHT_MAX` of its
+//!   messages in flight (`group_window`), so the server has the next groups
+//!   while it serves one (Panda's overlap of communication and disk; on the
+//!   2-core VM it measured slower, so the default window is 1).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -96,6 +99,9 @@ pub struct Collective<'a> {
     pub strategy: Strategy,
     /// Server-directed: each group's wait for its last participant.
     pub group_wait_ms: u32,
+    /// Server-directed: messages a rank keeps in flight (1 to
+    /// [`GROUPS_IN_FLIGHT_MAX`]; 1 waits for each answer before the next).
+    pub group_window: usize,
 }
 
 /// Write the group metadata of every ancestor of `spec.path` that has
@@ -363,6 +369,107 @@ fn rank_units(c: &Collective, r: usize) -> Vec<Vec<Piece>> {
     c.plan.rank_files(r as u64)
 }
 
+/// The most server-directed messages a rank keeps in flight at once
+/// (`Collective::group_window`; Panda's overlap: the server holds the next
+/// groups while it serves one). With messages of at most
+/// `TRANSFER_BYTES_MAX`, 64 MiB: within a server's `reply_bytes_max` (128
+/// MiB), so it never stops reading a rank's connection. No deadlock: every
+/// rank sends its messages in the same order (file, then j), so the
+/// oldest incomplete group always has every participant's message in
+/// flight or sent.
+pub const GROUPS_IN_FLIGHT_MAX: usize = 4;
+
+/// The direction of a pipelined collective, with the rank's memory.
+enum Side<'a> {
+    Write(&'a [u8]),
+    Read(&'a mut [u8]),
+}
+
+/// One rank's server-directed transfer: its messages in (file, j) order,
+/// up to [`GROUPS_IN_FLIGHT_MAX`] in flight, each file opened before its
+/// first message and closed after its last answer. After an error the
+/// messages in flight are still waited for, then the first error wins.
+fn pipelined(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: &Groups) -> Result<(), Error> {
+    use sluice_remote::GroupTicket;
+    use std::collections::VecDeque;
+    struct Flying {
+        file: usize,
+        ticket: GroupTicket,
+        pieces: Vec<Piece>,
+    }
+    let files = rank_units(c, r);
+    let msgs: Vec<Vec<Vec<Piece>>> = files.iter().map(|f| messages(f)).collect();
+    let mut fds: Vec<Option<Fd>> = vec![None; files.len()];
+    let mut left: Vec<usize> = msgs.iter().map(|m| m.len()).collect();
+    let order: Vec<(usize, usize)> = msgs.iter().enumerate().flat_map(|(i, m)| (0..m.len()).map(move |j| (i, j))).collect();
+    let (mut flying, mut next, mut first): (VecDeque<Flying>, usize, Option<Error>) = (VecDeque::new(), 0, None);
+    let flags = if matches!(side, Side::Write(_)) { libc::O_WRONLY } else { libc::O_RDONLY };
+    loop {
+        while first.is_none() && next < order.len() && flying.len() < c.group_window.clamp(1, GROUPS_IN_FLIGHT_MAX) {
+            let (i, j) = order[next];
+            next += 1;
+            let path = unit_path(c, files[i][0].unit);
+            let fd = match fds[i] {
+                Some(fd) => fd,
+                None => match remote.open(&path, flags, 0) {
+                    Ok(fd) => *fds[i].insert(fd),
+                    Err(e) => {
+                        first = Some(Error::client(&format!("open {path}"), e));
+                        break;
+                    }
+                },
+            };
+            let m = &msgs[i][j];
+            let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
+            let tag = groups.tag(files[i][0].unit, j).expect("server-directed");
+            let sent = match &side {
+                Side::Write(local) => {
+                    let mut data = Vec::with_capacity(m.iter().map(|p| p.len as usize).sum());
+                    for p in m {
+                        data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
+                    }
+                    remote.submit_list_group(fd, &ranges, Some(&data), tag)
+                }
+                Side::Read(_) => remote.submit_list_group(fd, &ranges, None, tag),
+            };
+            match sent {
+                Ok(ticket) => flying.push_back(Flying { file: i, ticket, pieces: m.clone() }),
+                Err(e) => first = Some(Error::client(&format!("send to {path}"), e)),
+            }
+        }
+        let Some(f) = flying.pop_front() else { break };
+        let path = unit_path(c, files[f.file][0].unit);
+        let total: usize = f.pieces.iter().map(|p| p.len as usize).sum();
+        let mut data = vec![0u8; if matches!(side, Side::Read(_)) { total } else { 0 }];
+        match remote.wait_list_group(f.ticket, &mut data) {
+            Ok(_) => {
+                if let Side::Read(local) = &mut side {
+                    let mut at = 0;
+                    for p in &f.pieces {
+                        local[p.mem_off as usize..(p.mem_off + p.len) as usize].copy_from_slice(&data[at..at + p.len as usize]);
+                        at += p.len as usize;
+                    }
+                }
+            }
+            Err(e) => {
+                first.get_or_insert(Error::client(&format!("transfer of {path}"), e));
+            }
+        }
+        left[f.file] -= 1;
+        if left[f.file] == 0 || (first.is_some() && !flying.iter().any(|g| g.file == f.file)) {
+            if let Some(fd) = fds[f.file].take() {
+                if let Err(e) = remote.close(fd) {
+                    first.get_or_insert(Error::client(&format!("close {path}"), e));
+                }
+            }
+        }
+    }
+    for fd in fds.into_iter().flatten() {
+        let _ = remote.close(fd);
+    }
+    first.map_or(Ok(()), Err)
+}
+
 /// The server-directed groups of one collective: group `(u, j)` is the
 /// j-th message of every rank that has one for file `u`.
 struct Groups {
@@ -394,21 +501,20 @@ impl Groups {
 }
 
 fn write_pieces(c: &Collective, remote: &Remote, r: usize, local: &[u8], groups: &Groups) -> Result<(), Error> {
+    if groups.on {
+        return pipelined(c, remote, r, Side::Write(local), groups);
+    }
     for group in rank_units(c, r) {
         let path = unit_path(c, group[0].unit);
         let fd = remote.open(&path, libc::O_WRONLY, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
         let mut res = Ok(());
-        for (j, m) in messages(&group).into_iter().enumerate() {
+        for m in messages(&group) {
             let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
             let mut data = Vec::with_capacity(m.iter().map(|p| p.len as usize).sum());
             for p in &m {
                 data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
             }
-            let sent = match groups.tag(group[0].unit, j) {
-                Some(g) => remote.write_list_group(fd, &ranges, &data, g),
-                None => remote.write_list(fd, &ranges, &data),
-            };
-            res = sent.map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e));
+            res = remote.write_list(fd, &ranges, &data).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e));
             if res.is_err() {
                 break;
             }
@@ -419,18 +525,17 @@ fn write_pieces(c: &Collective, remote: &Remote, r: usize, local: &[u8], groups:
 }
 
 fn read_pieces(c: &Collective, remote: &Remote, r: usize, local: &mut [u8], groups: &Groups) -> Result<(), Error> {
+    if groups.on {
+        return pipelined(c, remote, r, Side::Read(local), groups);
+    }
     for group in rank_units(c, r) {
         let path = unit_path(c, group[0].unit);
         let fd = remote.open(&path, libc::O_RDONLY, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
         let mut res = Ok(());
-        for (j, m) in messages(&group).into_iter().enumerate() {
+        for m in messages(&group) {
             let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
             let mut data = vec![0u8; m.iter().map(|p| p.len as usize).sum()];
-            let got = match groups.tag(group[0].unit, j) {
-                Some(g) => remote.read_list_group(fd, &ranges, &mut data, g),
-                None => remote.read_list(fd, &ranges, &mut data),
-            };
-            res = got.map(|_| ()).map_err(|e| Error::client(&format!("read {path}"), e));
+            res = remote.read_list(fd, &ranges, &mut data).map(|_| ()).map_err(|e| Error::client(&format!("read {path}"), e));
             if res.is_err() {
                 break;
             }

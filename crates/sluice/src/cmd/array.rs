@@ -67,6 +67,9 @@ pub struct DistArgs {
     /// Server-directed: how long the server waits for the last rank of a group (it clamps this to its own bound).
     #[arg(long, default_value_t = collective::GROUP_WAIT_MS_DEFAULT)]
     pub group_wait_ms: u32,
+    /// Server-directed: messages a rank keeps in flight (1 to 4; more overlaps sending with the server's work).
+    #[arg(long, default_value_t = 1)]
+    pub group_window: usize,
     /// Hosts the ranks and servers are spread over, for placement: rank r and server s on hosts r % H and s % H (default: one per server).
     #[arg(long)]
     pub hosts: Option<usize>,
@@ -148,6 +151,7 @@ pub struct Prepared {
     pub aggregator: Vec<usize>,
     pub strategy: Strategy,
     pub group_wait_ms: u32,
+    pub group_window: usize,
 }
 
 impl Prepared {
@@ -182,7 +186,7 @@ impl Prepared {
         })?;
         let aggregator = aggregators(&bytes, &rank_host, &server_host, &placement.unit_server);
         let strategy = Strategy::parse(&d.strategy)?;
-        Ok(Prepared { spec, dist, plan, placement, aggregator, strategy, group_wait_ms: d.group_wait_ms })
+        Ok(Prepared { spec, dist, plan, placement, aggregator, strategy, group_wait_ms: d.group_wait_ms, group_window: d.group_window })
     }
 
     pub fn collective<'a>(&'a self, addr: &'a str) -> Collective<'a> {
@@ -195,6 +199,7 @@ impl Prepared {
             unit_aggregator: &self.aggregator,
             strategy: self.strategy,
             group_wait_ms: self.group_wait_ms,
+            group_window: self.group_window,
         }
     }
 

@@ -49,6 +49,9 @@ pub struct ArrayBenchArgs {
     /// Scheduling policy of every data server.
     #[arg(long, default_value = "aioli")]
     policy: String,
+    /// Server-directed: messages a rank keeps in flight (1 to 4).
+    #[arg(long, default_value_t = 1)]
+    group_window: usize,
     /// Directory for the clusters' files.
     #[arg(long, default_value = "/var/tmp")]
     dir: PathBuf,
@@ -262,8 +265,8 @@ fn spec(scale: f64, name: &str) -> anyhow::Result<ArraySpec> {
     Ok(ArraySpec { path: format!("bench/{name}"), layout, dims: vec!["z".into(), "y".into(), "x".into()], attributes: json!({}) })
 }
 
-fn dist_args(ranks: u64, strategy: &str) -> DistArgs {
-    DistArgs { grid: grid(ranks), ranks, dist: Vec::new(), strategy: strategy.to_string(), hosts: None, group_wait_ms: collective::GROUP_WAIT_MS_DEFAULT }
+fn dist_args(ranks: u64, strategy: &str, group_window: usize) -> DistArgs {
+    DistArgs { grid: grid(ranks), ranks, dist: Vec::new(), strategy: strategy.to_string(), hosts: None, group_wait_ms: collective::GROUP_WAIT_MS_DEFAULT, group_window }
 }
 
 pub fn run(a: ArrayBenchArgs) -> anyhow::Result<()> {
@@ -296,7 +299,7 @@ fn run_in(a: &ArrayBenchArgs, scratch: &std::path::Path) -> anyhow::Result<()> {
             let mut c = cluster(&root, servers, &a.policy)?;
             let addr = c.addr();
             let remote = Arc::new(Remote::connect(&addr)?);
-            let p = Prepared::new(spec(a.scale, name)?, &dist_args(a.ranks, name), servers as usize)?;
+            let p = Prepared::new(spec(a.scale, name)?, &dist_args(a.ranks, name, a.group_window), servers as usize)?;
             let locals: Vec<Vec<u8>> = (0..p.dist.ranks()).map(|r| pattern_local(&p.dist, Dtype::F64, r)).collect();
             collective::create(remote.clone(), &p.spec)?;
             let w = collective::write(&p.collective(&addr), &locals)?;
