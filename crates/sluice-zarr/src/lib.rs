@@ -13,6 +13,7 @@
 
 pub mod collective;
 pub mod inspect;
+pub mod model;
 mod store;
 
 pub use store::{SluiceStore, STORE_LIST_KEYS_MAX};

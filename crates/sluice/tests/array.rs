@@ -68,6 +68,16 @@ fn array_round_trips_on_one_server_for_every_distribution() {
     assert!(ls.contains("temp") && ls.contains("[12,10,6] float64") && ls.contains("edge"), "{ls}");
     assert_eq!(ok(s.sluice(&["array", "cat", ":run/t0/edge", "--region", "9,:"])).trim(), "27 28 29");
     assert_eq!(ok(s.sluice(&["array", "cat", ":run/t0/temp", "--region", "11,9,4:"])).trim(), "718 719");
+    // --strategy auto: the cost model is measured against the server, says
+    // what it predicts and what it took, and leaves no scratch file.
+    let out = ok(s.sluice(&["array", "write", ":run/t1/auto", "--shape", "24,10,6", "--chunks", "6,10,6", "--grid", "2,2,1", "--strategy", "auto"]));
+    let line = out.lines().find(|l| l.starts_with("strategy auto: ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("predicted: independent") && line.contains("two-phase") && line.contains("server-directed"), "{line}");
+    let chosen = line["strategy auto: ".len()..].split(' ').next().unwrap();
+    assert!(out.contains(&format!("write ({chosen})")), "{out}");
+    assert!(ok(s.sluice(&["array", "verify", ":run/t1/auto"])).contains("every element matches"));
+    let left: Vec<String> = std::fs::read_dir(root.join("run/t1")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(left.len(), 2, "only auto/ and zarr.json: {left:?}");
 }
 
 #[test]

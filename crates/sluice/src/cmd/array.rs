@@ -61,7 +61,7 @@ pub struct DistArgs {
     /// HPF distribution per dimension: block, cyclic, cyclic(K) or * (default: block where the grid has more than one process, else *).
     #[arg(long, value_delimiter = ',')]
     pub dist: Vec<String>,
-    /// Collective strategy: independent (each rank's list I/O), two-phase (aggregators move whole files) or server-directed (the server gathers each file's pieces from every rank and serves them in disk order).
+    /// Collective strategy: independent (each rank's list I/O), two-phase (aggregators move whole files), server-directed (the server gathers each file's pieces from every rank and serves them in disk order), or auto (the cost model, measured against the server first, chooses).
     #[arg(long, default_value = "independent")]
     pub strategy: String,
     /// Server-directed: how long the server waits for the last rank of a group (it clamps this to its own bound).
@@ -185,7 +185,8 @@ impl Prepared {
             hungarian_units_max: sluice_array::PLACEMENT_HUNGARIAN_UNITS_MAX,
         })?;
         let aggregator = aggregators(&bytes, &rank_host, &server_host, &placement.unit_server);
-        let strategy = Strategy::parse(&d.strategy)?;
+        // `auto` is resolved by `Prepared::choose`, once the plan exists.
+        let strategy = if d.strategy == "auto" { Strategy::Independent } else { Strategy::parse(&d.strategy)? };
         Ok(Prepared { spec, dist, plan, placement, aggregator, strategy, group_wait_ms: d.group_wait_ms, group_window: d.group_window })
     }
 
@@ -201,6 +202,22 @@ impl Prepared {
             group_wait_ms: self.group_wait_ms,
             group_window: self.group_window,
         }
+    }
+
+    /// What the cost model needs of this collective.
+    pub fn shape(&self, servers: usize) -> sluice_zarr::model::Shape<'_> {
+        sluice_zarr::model::Shape { plan: &self.plan, layout: &self.spec.layout, dist: &self.dist, unit_server: &self.placement.unit_server, servers }
+    }
+
+    /// With `--strategy auto`: measure the model's parameters against
+    /// `addr` and take the strategy it predicts fastest, saying so.
+    pub fn choose(&mut self, addr: &str, servers: usize) -> anyhow::Result<()> {
+        let m = sluice_zarr::model::calibrate(addr, &format!("{}.sluice", self.spec.path), sluice_zarr::model::CalibrateOptions::QUICK)?;
+        let (best, all) = sluice_zarr::model::choose(&self.shape(servers), &m);
+        let list: Vec<String> = all.iter().map(|(s, t)| format!("{} {:.2} ms", s.name(), t * 1e3)).collect();
+        println!("strategy auto: {} (predicted: {})", best.name(), list.join(", "));
+        self.strategy = best;
+        Ok(())
     }
 
     pub fn describe(&self) -> String {
@@ -241,10 +258,13 @@ fn write(a: WriteArgs) -> anyhow::Result<()> {
         bail!("--dims names {} dimensions, the shape has {}", dims.len(), a.shape.len());
     }
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: json!({ PATTERN_ATTRIBUTE: "linear-index" }) };
-    let p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
+    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
     println!("{path}: {}", p.describe());
+    collective::create(remote.clone(), &p.spec).with_context(|| format!("create {path}"))?;
+    if a.dist.strategy == "auto" {
+        p.choose(&addr, servers_of(&remote))?;
+    }
     let locals: Vec<Vec<u8>> = (0..p.dist.ranks()).map(|r| pattern_local(&p.dist, p.spec.layout.dtype(), r)).collect();
-    collective::create(remote, &p.spec).with_context(|| format!("create {path}"))?;
     let t = collective::write(&p.collective(&addr), &locals)?;
     println!("write ({}): {}", p.strategy.name(), rate(&t));
     Ok(())
@@ -257,8 +277,11 @@ fn read(a: ReadArgs) -> anyhow::Result<()> {
     let layout = Layout::from_zarr_json(&meta)?;
     let dims = meta["dimension_names"].as_array().map(|v| v.iter().map(|d| d.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default();
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: meta["attributes"].clone() };
-    let p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
+    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
     println!("{path}: {}", p.describe());
+    if a.dist.strategy == "auto" {
+        p.choose(&addr, servers_of(&remote))?;
+    }
     let (locals, t) = collective::read(&p.collective(&addr))?;
     println!("read ({}): {}", p.strategy.name(), rate(&t));
     if meta["attributes"][PATTERN_ATTRIBUTE] == "linear-index" {

@@ -4,20 +4,11 @@
 //! parameters predicts each strategy's time and chooses one, and the table
 //! says whether its choice was the fastest.
 //!
-//! The model (docs/arrays.md) has five parameters, measured before the
-//! runs through one data server and in memory: a message's round trip, the
-//! cost of a list piece that joins its neighbour's dispatch, the extra cost
-//! of a dispatch (run on as many executors as there are cores), the cost
-//! per byte, and the in-memory copy rate. A strategy's time is the slowest
-//! data server's pieces, dispatches and bytes, plus the round trips a rank
-//! waits for, plus (two-phase) the shuffle spread over the cores.
-//! Independent list I/O is assumed to get one dispatch per piece (no
-//! merging across ranks); server-directed one per shard, cut at the
-//! scheduler's dispatch bound; two-phase one per contiguous transfer.
+//! The model is `sluice_zarr::model` (docs/arrays.md); its parameters are
+//! measured before the runs through one data server of a fresh cluster.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{anyhow, bail};
 use clap::Args;
@@ -28,6 +19,7 @@ use sluice_bench::cluster::{LocalCluster, LocalClusterConfig};
 use sluice_core::PolicyConfig;
 use sluice_remote::Remote;
 use sluice_zarr::collective::{self, pattern_local, ArraySpec, Strategy};
+use sluice_zarr::model::{self, CalibrateOptions, Params};
 
 use super::array::{DistArgs, Prepared};
 use super::output::write_json;
@@ -138,127 +130,6 @@ fn cluster(root: &std::path::Path, servers: u32, policy: &str) -> anyhow::Result
     Ok(LocalCluster::start(cfg)?)
 }
 
-/// The model's parameters, measured through one data server of a local
-/// cluster and in memory (module doc).
-#[derive(Clone, Copy, Serialize)]
-struct Params {
-    /// A message's round trip (an 8-byte write), ns.
-    message_ns: f64,
-    /// Per piece of a list message that joins its neighbour's dispatch, ns.
-    piece_ns: f64,
-    /// Per dispatch beyond the pieces it carries, ns.
-    dispatch_ns: f64,
-    /// Per byte moved to or from a data server, ns.
-    byte_ns: f64,
-    /// Per byte copied in memory (the two-phase shuffle), ns.
-    copy_byte_ns: f64,
-}
-
-fn timed(f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
-    let t = Instant::now();
-    f()?;
-    Ok(t.elapsed().as_nanos() as f64)
-}
-
-fn calibrate(root: &std::path::Path, policy: &str) -> anyhow::Result<Params> {
-    const N: u64 = 4096;
-    let mut c = cluster(root, 1, policy)?;
-    let remote = Remote::connect(&c.addr())?;
-    let fd = remote.open("calibrate", libc::O_RDWR | libc::O_CREAT, 0o644)?;
-    let big = vec![7u8; 16 << 20];
-    remote.pwrite(fd, &big, 0)?;
-    let message_ns = timed(|| {
-        for i in 0..500u64 {
-            remote.pwrite(fd, &big[..8], i * 8)?;
-        }
-        Ok(())
-    })? / 500.0;
-    let small = vec![1u8; (N * 64) as usize];
-    let joined: Vec<(u64, u64)> = (0..N).map(|i| (i * 64, 64)).collect();
-    let apart: Vec<(u64, u64)> = (0..N).map(|i| (i * 4096, 64)).collect();
-    // Twice each, the second timed: the pages exist by then, as they do
-    // for most of a collective.
-    remote.write_list(fd, &joined, &small)?;
-    let t_joined = timed(|| Ok(remote.write_list(fd, &joined, &small).map(|_| ())?))?;
-    remote.write_list(fd, &apart, &small)?;
-    let t_apart = timed(|| Ok(remote.write_list(fd, &apart, &small).map(|_| ())?))?;
-    // Bytes: as many writers at once as there are cores, as the ranks of a
-    // collective keep a server busy; 16 MiB requests.
-    let writers = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1) as u64;
-    let addr = c.addr();
-    let byte_ns = timed(|| {
-        std::thread::scope(|sc| {
-            let handles: Vec<_> = (0..writers)
-                .map(|w| {
-                    let (addr, big) = (&addr, &big);
-                    sc.spawn(move || -> anyhow::Result<()> {
-                        let r = Remote::connect(addr)?;
-                        let fd = r.open(&format!("calibrate-{w}"), libc::O_WRONLY | libc::O_CREAT, 0o644)?;
-                        for i in 0..4u64 {
-                            r.pwrite(fd, big, i * big.len() as u64)?;
-                        }
-                        Ok(r.close(fd)?)
-                    })
-                })
-                .collect();
-            handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow!("a calibration writer panicked"))?)
-        })
-    })? / (4 * writers * big.len() as u64) as f64;
-    remote.close(fd)?;
-    drop(remote);
-    c.shutdown()?;
-    let piece_ns = ((t_joined - message_ns) / N as f64).max(0.0);
-    let dispatch_ns = ((t_apart - t_joined) / N as f64).max(0.0);
-    let src = vec![1u8; 64 << 20];
-    let mut dst = vec![0u8; 64 << 20];
-    dst.copy_from_slice(&src);
-    let copy = timed(|| {
-        dst.copy_from_slice(&src);
-        std::hint::black_box(&dst);
-        Ok(())
-    })?;
-    Ok(Params { message_ns, piece_ns, dispatch_ns, byte_ns, copy_byte_ns: copy / src.len() as f64 })
-}
-
-/// Each strategy's predicted time (module doc): the slowest data server's
-/// pieces, dispatches and bytes, plus what a rank waits for in round trips,
-/// plus the two-phase shuffle spread over the cores.
-fn predict(p: &Prepared, servers: u32, strategy: Strategy, m: &Params) -> f64 {
-    let layout = &p.spec.layout;
-    let n = servers as usize;
-    let (mut pieces, mut dispatches, mut bytes) = (vec![0u64; n], vec![0u64; n], vec![0u64; n]);
-    let dispatch_bytes_max = sluice_core::Limits::default().dispatch_bytes_max;
-    let server_of = |unit: u64| p.placement.unit_server[unit as usize];
-    for piece in p.plan.pieces() {
-        bytes[server_of(piece.unit)] += piece.len;
-        if strategy != Strategy::TwoPhase {
-            pieces[server_of(piece.unit)] += 1;
-        }
-        if strategy == Strategy::Independent {
-            dispatches[server_of(piece.unit)] += piece.len.div_ceil(dispatch_bytes_max);
-        }
-    }
-    for u in 0..layout.units() {
-        dispatches[server_of(u)] += match strategy {
-            Strategy::Independent => 0,
-            Strategy::ServerDirected => layout.unit_data_bytes().div_ceil(dispatch_bytes_max),
-            Strategy::TwoPhase => layout.unit_bytes().div_ceil(collective::TRANSFER_BYTES_MAX),
-        };
-    }
-    // A server's dispatches run on its executors, as many at once as the
-    // cores allow (its queue depth is larger).
-    let cores = std::thread::available_parallelism().map(|c| c.get()).unwrap_or(1) as f64;
-    let server_ns = (0..n).map(|s| pieces[s] as f64 * m.piece_ns + dispatches[s] as f64 * m.dispatch_ns / cores + bytes[s] as f64 * m.byte_ns).fold(0.0, f64::max);
-    // Round trips a rank waits for: its list messages, or its transfers.
-    let ranks = p.dist.ranks() as f64;
-    let messages = match strategy {
-        Strategy::TwoPhase => layout.units() as f64 * layout.unit_bytes().div_ceil(collective::TRANSFER_BYTES_MAX) as f64 / ranks,
-        _ => (p.plan.pieces().len() as f64 / sluice_proto::LIST_PIECES_MAX as f64).max(layout.units() as f64) / ranks,
-    };
-    let shuffle_ns = if strategy == Strategy::TwoPhase { p.plan.bytes() as f64 * m.copy_byte_ns / cores.min(ranks) } else { 0.0 };
-    (server_ns + messages * m.message_ns + shuffle_ns) / 1e9
-}
-
 fn spec(scale: f64, name: &str) -> anyhow::Result<ArraySpec> {
     let (shape, chunks, shards) = geometry(scale);
     let layout = Layout::new(shape, Dtype::F64, chunks, Some(shards))?;
@@ -280,7 +151,13 @@ pub fn run(a: ArrayBenchArgs) -> anyhow::Result<()> {
 }
 
 fn run_in(a: &ArrayBenchArgs, scratch: &std::path::Path) -> anyhow::Result<()> {
-    let m = calibrate(&scratch.join("calibrate"), &a.policy)?;
+    // The parameters, measured through one data server of a fresh cluster.
+    let m = {
+        let mut c = cluster(&scratch.join("calibrate"), 1, &a.policy)?;
+        let m = model::calibrate(&c.addr(), "bench", CalibrateOptions::BENCH);
+        c.shutdown()?;
+        m?
+    };
     println!(
         "model: {:.1} us per message, {:.2} us per piece, {:.2} us per dispatch, {:.3} ns per byte, copy {:.3} ns per byte",
         m.message_ns / 1e3,
@@ -310,7 +187,7 @@ fn run_in(a: &ArrayBenchArgs, scratch: &std::path::Path) -> anyhow::Result<()> {
             drop(remote);
             let summaries = c.shutdown()?;
             let (req, disp) = summaries.iter().fold((0, 0), |(q, d), s| (q + s.scheduler.dispatched_requests, d + s.scheduler.dispatches));
-            let pw = predict(&p, servers, strategy, &m);
+            let pw = model::predict(&p.shape(servers as usize), strategy, &m);
             predicted.push((name.clone(), pw, w.elapsed.as_secs_f64()));
             let mib = p.plan.bytes() as f64 / (1 << 20) as f64;
             rows.push(Row {
