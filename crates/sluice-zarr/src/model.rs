@@ -125,6 +125,35 @@ pub fn calibrate(addr: &str, prefix: &str, opts: CalibrateOptions) -> Result<Par
     Ok(Params { message_ns, piece_ns, dispatch_ns, byte_ns, copy_byte_ns: copy / src.len() as f64 })
 }
 
+/// Each data server's write bandwidth (bytes per second) behind `addr`:
+/// a file of one object on each server in turn (scratch files named
+/// `prefix-weigh-S`, removed), 2 writes of 4 MiB. One server: `[its]`.
+/// For placement's shares on heterogeneous servers (Panda's balancing).
+pub fn server_bandwidths(addr: &str, prefix: &str) -> Result<Vec<f64>, Error> {
+    let remote = Remote::connect(addr).map_err(client("connect"))?;
+    let servers = match &remote {
+        Remote::Server(_) => 1,
+        Remote::Cluster(k) => k.striped().servers().len(),
+    };
+    let data = vec![5u8; 4 << 20];
+    let mut out = Vec::with_capacity(servers);
+    for s in 0..servers {
+        let path = format!("{prefix}-weigh-{s}");
+        if let Remote::Cluster(k) = &remote {
+            let req = sluice_stripe::LayoutRequest { stripe_bytes: 0, count: 1, start: s as i32 };
+            let f = k.striped().create(&path, req).map_err(|e| Error::client("weigh", e.into()))?;
+            k.striped().close(&f).map_err(|e| Error::client("weigh", e.into()))?;
+        }
+        let fd = remote.open(&path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o600).map_err(client("weigh"))?;
+        remote.pwrite(fd, &data, 0).map_err(client("weigh"))?;
+        let t = timed(|| remote.pwrite(fd, &data, data.len() as u64).map(|_| ()).map_err(client("weigh")));
+        let _ = remote.close(fd);
+        let _ = remote.unlink(&path);
+        out.push(data.len() as f64 / (t? / 1e9).max(1e-9));
+    }
+    Ok(out)
+}
+
 /// What a strategy's prediction needs to know of the collective.
 pub struct Shape<'a> {
     pub plan: &'a Plan,

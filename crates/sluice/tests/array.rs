@@ -135,3 +135,24 @@ fn bench_array_runs_every_strategy_and_reports_the_models_choice() {
     }
     assert!(out.contains("the model chose"), "{out}");
 }
+
+#[test]
+fn server_weights_give_shares_of_the_files() {
+    // Panda's heterogeneous disks: a server with three times the weight
+    // gets three times the shards; `measure` weighs them by their write
+    // bandwidth first.
+    let dir = tempfile::Builder::new().prefix("sluice-array-w-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let c = Cluster::start(dir.path(), 2);
+    ok(c.sluice(&["array", "write", ":w", "--shape", "64,8", "--chunks", "8,8", "--ranks", "4", "--server-weights", "1,3"]));
+    let info = ok(c.sluice(&["array", "info", ":w"]));
+    let placement = info.lines().find(|l| l.starts_with("placement")).unwrap_or_else(|| panic!("{info}"));
+    assert!(placement.contains("(25%)") && placement.contains("(75%)"), "{placement}");
+    let out = ok(c.sluice(&["array", "write", ":m", "--shape", "64,8", "--chunks", "8,8", "--ranks", "4", "--server-weights", "measure"]));
+    assert!(out.contains("server weights (measured write bandwidth): ") && out.matches("MiB/s").count() >= 2, "{out}");
+    assert!(ok(c.sluice(&["array", "verify", ":m"])).contains("every element matches"));
+    fails(c.sluice(&["array", "write", ":x", "--shape", "8", "--server-weights", "1"]), "1 weights for 2 data servers");
+    fails(c.sluice(&["array", "write", ":x", "--shape", "8", "--server-weights", "1,-2"]), "positive numbers");
+    // The scratch files of `measure` are gone.
+    let ls = ok(c.sluice(&["ls", ":"]));
+    assert!(!ls.contains("weigh"), "{ls}");
+}

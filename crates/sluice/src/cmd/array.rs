@@ -73,6 +73,9 @@ pub struct DistArgs {
     /// Hosts the ranks and servers are spread over, for placement: rank r and server s on hosts r % H and s % H (default: one per server).
     #[arg(long)]
     pub hosts: Option<usize>,
+    /// Each data server's share of the files, e.g. 1,1,2 for a server twice as fast, or `measure` (each server's write bandwidth, measured first); default: equal.
+    #[arg(long, value_delimiter = ',')]
+    pub server_weights: Vec<String>,
 }
 
 #[derive(Args)]
@@ -155,7 +158,8 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    pub fn new(spec: ArraySpec, d: &DistArgs, servers: usize) -> anyhow::Result<Prepared> {
+    /// `weights`: each data server's share (empty: equal).
+    pub fn new(spec: ArraySpec, d: &DistArgs, servers: usize, weights: &[f64]) -> anyhow::Result<Prepared> {
         let shape = spec.layout.shape().to_vec();
         let n = shape.len();
         let grid = if d.grid.is_empty() {
@@ -176,7 +180,10 @@ impl Prepared {
         let rank_host: Vec<usize> = (0..dist.ranks() as usize).map(|r| r % hosts).collect();
         let server_host: Vec<usize> = (0..servers).map(|s| s % hosts).collect();
         let bytes = plan.unit_rank_bytes(spec.layout.units(), dist.ranks());
-        let weights = vec![1.0; servers];
+        let weights = if weights.is_empty() { vec![1.0; servers] } else { weights.to_vec() };
+        if weights.len() != servers {
+            bail!("{} server weights for {servers} data servers", weights.len());
+        }
         let placement = place(&PlacementInput {
             unit_rank_bytes: &bytes,
             rank_host: &rank_host,
@@ -235,6 +242,28 @@ impl Prepared {
     }
 }
 
+/// The data servers' shares from `--server-weights`: given, measured, or
+/// (empty) equal.
+fn server_weights(remote: &Remote, addr: &str, arg: &[String], path: &str) -> anyhow::Result<Vec<f64>> {
+    match arg {
+        [] => Ok(Vec::new()),
+        [m] if m == "measure" => {
+            let w = sluice_zarr::model::server_bandwidths(addr, &format!("{path}.sluice"))?;
+            let shown: Vec<String> = w.iter().map(|b| format!("{:.0} MiB/s", b / (1 << 20) as f64)).collect();
+            println!("server weights (measured write bandwidth): {}", shown.join(", "));
+            Ok(w)
+        }
+        given => {
+            let w = given.iter().map(|x| x.parse::<f64>().ok().filter(|w| w.is_finite() && *w > 0.0)).collect::<Option<Vec<f64>>>();
+            let w = w.ok_or_else(|| anyhow!("--server-weights takes positive numbers, one per data server, or `measure`"))?;
+            if w.len() != servers_of(remote) {
+                bail!("--server-weights gives {} weights for {} data servers", w.len(), servers_of(remote));
+            }
+            Ok(w)
+        }
+    }
+}
+
 /// Servers behind a sluice address (1 for a single server).
 pub fn servers_of(remote: &Remote) -> usize {
     match remote {
@@ -258,7 +287,8 @@ fn write(a: WriteArgs) -> anyhow::Result<()> {
         bail!("--dims names {} dimensions, the shape has {}", dims.len(), a.shape.len());
     }
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: json!({ PATTERN_ATTRIBUTE: "linear-index" }) };
-    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
+    let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path)?;
+    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights)?;
     println!("{path}: {}", p.describe());
     collective::create(remote.clone(), &p.spec).with_context(|| format!("create {path}"))?;
     if a.dist.strategy == "auto" {
@@ -277,7 +307,8 @@ fn read(a: ReadArgs) -> anyhow::Result<()> {
     let layout = Layout::from_zarr_json(&meta)?;
     let dims = meta["dimension_names"].as_array().map(|v| v.iter().map(|d| d.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default();
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: meta["attributes"].clone() };
-    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote))?;
+    let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path)?;
+    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights)?;
     println!("{path}: {}", p.describe());
     if a.dist.strategy == "auto" {
         p.choose(&addr, servers_of(&remote))?;

@@ -137,7 +137,16 @@ fn spec(scale: f64, name: &str) -> anyhow::Result<ArraySpec> {
 }
 
 fn dist_args(ranks: u64, strategy: &str, group_window: usize) -> DistArgs {
-    DistArgs { grid: grid(ranks), ranks, dist: Vec::new(), strategy: strategy.to_string(), hosts: None, group_wait_ms: collective::GROUP_WAIT_MS_DEFAULT, group_window }
+    DistArgs {
+        grid: grid(ranks),
+        ranks,
+        dist: Vec::new(),
+        strategy: strategy.to_string(),
+        hosts: None,
+        server_weights: Vec::new(),
+        group_wait_ms: collective::GROUP_WAIT_MS_DEFAULT,
+        group_window,
+    }
 }
 
 pub fn run(a: ArrayBenchArgs) -> anyhow::Result<()> {
@@ -176,7 +185,7 @@ fn run_in(a: &ArrayBenchArgs, scratch: &std::path::Path) -> anyhow::Result<()> {
             let mut c = cluster(&root, servers, &a.policy)?;
             let addr = c.addr();
             let remote = Arc::new(Remote::connect(&addr)?);
-            let p = Prepared::new(spec(a.scale, name)?, &dist_args(a.ranks, name, a.group_window), servers as usize)?;
+            let p = Prepared::new(spec(a.scale, name)?, &dist_args(a.ranks, name, a.group_window), servers as usize, &[])?;
             let locals: Vec<Vec<u8>> = (0..p.dist.ranks()).map(|r| pattern_local(&p.dist, Dtype::F64, r)).collect();
             collective::create(remote.clone(), &p.spec)?;
             let w = collective::write(&p.collective(&addr), &locals)?;
