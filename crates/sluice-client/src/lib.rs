@@ -110,7 +110,8 @@ pub struct ListTicket {
     id: u64,
     session: Arc<Session>,
     fd: Fd,
-    /// A read's pieces, to send it again on a new connection.
+    /// A read's pieces, to send it again on a new connection (never for a
+    /// collective's: sent again, it would count twice in its group).
     pieces: Option<Vec<(u64, u64)>>,
 }
 
@@ -884,9 +885,10 @@ impl Client {
     }
 
     fn submit_read_list_in(&self, fd: Fd, pieces: &[(u64, u64)], group: Option<Group>) -> Result<ListTicket> {
-        self.on_fd(fd, true, |s, server| {
+        self.on_fd(fd, group.is_none(), |s, server| {
             let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec(), group })?;
-            Ok(ListTicket { id, session: Arc::clone(s), fd, pieces: Some(pieces.to_vec()) })
+            let again = group.is_none().then(|| pieces.to_vec());
+            Ok(ListTicket { id, session: Arc::clone(s), fd, pieces: again })
         })
     }
 
@@ -896,8 +898,10 @@ impl Client {
         match t.session.conn.wait(t.id, Some(&mut *buf)) {
             Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
                 self.recover(&t.session)?;
-                let pieces = t.pieces.unwrap_or_default();
-                self.read_list(t.fd, &pieces, buf)
+                match t.pieces {
+                    Some(pieces) => self.read_list(t.fd, &pieces, buf),
+                    None => Err(e),
+                }
             }
             r => data_into("read list", r?, buf),
         }
@@ -979,7 +983,9 @@ impl Client {
         if total > buf.len() as u64 {
             return Err(ClientError::invalid(format!("buffer of {} bytes cannot hold {total} bytes of pieces", buf.len())));
         }
-        self.on_fd(fd, true, |s, server| {
+        // A collective's read is not sent again after a break: it would
+        // count twice in its group.
+        self.on_fd(fd, group.is_none(), |s, server| {
             let id = s.conn.send(&Request::ReadList { fd: server, pieces: pieces.to_vec(), group })?;
             let r = s.conn.wait(id, Some(&mut *buf))?;
             data_into("read list", r, buf)

@@ -85,15 +85,21 @@ impl<T> Collectives<T> {
     }
 
     /// Whether a participant of `g` moving `bytes` of write data may join:
-    /// checked before the message takes anything.
-    pub fn check(&self, key: GroupKey, g: &Group, op: Op, bytes: u64) -> Result<(), (i32, String)> {
+    /// checked before the message takes anything. `elsewhere`: complete
+    /// groups (and their write bytes) still waiting for the scheduler's
+    /// queue, which count against the same bounds.
+    pub fn check(&self, key: GroupKey, g: &Group, op: Op, bytes: u64, elsewhere: (usize, u64)) -> Result<(), (i32, String)> {
+        let (groups_elsewhere, bytes_elsewhere) = elsewhere;
+        let held = self.bytes + bytes_elsewhere;
         match self.groups.get(&key) {
             Some(h) if h.participants != g.participants => {
                 Err((libc::EINVAL, format!("collective {}: {} participants announced, {} by an earlier one", g.id, g.participants, h.participants)))
             }
             Some(h) if h.op != op => Err((libc::EINVAL, format!("collective {}: reads and writes in one group", g.id))),
-            None if self.groups.len() >= self.limits.groups_max => Err((libc::EAGAIN, format!("{} collectives are being gathered (collectives_max)", self.limits.groups_max))),
-            _ if self.bytes + bytes > self.limits.bytes_max => Err((
+            None if self.groups.len() + groups_elsewhere >= self.limits.groups_max => {
+                Err((libc::EAGAIN, format!("{} collectives are being gathered (collectives_max)", self.limits.groups_max)))
+            }
+            _ if held + bytes > self.limits.bytes_max => Err((
                 libc::ENOBUFS,
                 format!("collective {}: {} bytes held by collectives, {bytes} more would pass collective_bytes_max = {}", g.id, self.bytes, self.limits.bytes_max),
             )),
@@ -178,12 +184,12 @@ mod tests {
         let mut t: Collectives<u32> = Collectives::new(limits());
         let now = Instant::now();
         for id in 0..2 {
-            assert!(t.check((FileId(1), id), &g(id, 2), Op::Read, 0).is_ok());
+            assert!(t.check((FileId(1), id), &g(id, 2), Op::Read, 0, (0, 0)).is_ok());
             let _ = t.join(Arrival { key: (FileId(1), id), group: g(id, 2), op: Op::Read, app: AppId(1), items: vec![], bytes: 0 }, now);
         }
-        assert_eq!(t.check((FileId(1), 2), &g(2, 2), Op::Read, 0).unwrap_err().0, libc::EAGAIN);
+        assert_eq!(t.check((FileId(1), 2), &g(2, 2), Op::Read, 0, (0, 0)).unwrap_err().0, libc::EAGAIN);
         // A participant of a group already held still joins.
-        assert!(t.check((FileId(1), 1), &g(1, 2), Op::Read, 0).is_ok());
+        assert!(t.check((FileId(1), 1), &g(1, 2), Op::Read, 0, (0, 0)).is_ok());
     }
 
     #[test]
@@ -192,8 +198,21 @@ mod tests {
         let now = Instant::now();
         let k = (FileId(1), 1);
         let _ = t.join(Arrival { key: k, group: g(1, 3), op: Op::Write, app: AppId(1), items: vec![], bytes: 60 }, now);
-        assert!(t.check(k, &g(1, 3), Op::Write, 40).is_ok());
-        assert_eq!(t.check(k, &g(1, 3), Op::Write, 41).unwrap_err().0, libc::ENOBUFS);
+        assert!(t.check(k, &g(1, 3), Op::Write, 40, (0, 0)).is_ok());
+        assert_eq!(t.check(k, &g(1, 3), Op::Write, 41, (0, 0)).unwrap_err().0, libc::ENOBUFS);
+    }
+
+    #[test]
+    fn complete_groups_waiting_for_the_queue_count_against_both_bounds() {
+        let mut t: Collectives<u32> = Collectives::new(limits());
+        let now = Instant::now();
+        let _ = t.join(Arrival { key: (FileId(1), 1), group: g(1, 2), op: Op::Write, app: AppId(1), items: vec![], bytes: 10 }, now);
+        // One gathering and one waiting elsewhere: a third group is one too many.
+        assert!(t.check((FileId(1), 2), &g(2, 2), Op::Write, 0, (0, 0)).is_ok());
+        assert_eq!(t.check((FileId(1), 2), &g(2, 2), Op::Write, 0, (1, 0)).unwrap_err().0, libc::EAGAIN);
+        // 10 held here and 50 waiting: 40 more fit, 41 do not.
+        assert!(t.check((FileId(1), 1), &g(1, 2), Op::Write, 40, (0, 50)).is_ok());
+        assert_eq!(t.check((FileId(1), 1), &g(1, 2), Op::Write, 41, (0, 50)).unwrap_err().0, libc::ENOBUFS);
     }
 
     #[test]
@@ -201,10 +220,10 @@ mod tests {
         let mut t: Collectives<u32> = Collectives::new(limits());
         let k = (FileId(1), 1);
         let _ = t.join(Arrival { key: k, group: g(1, 3), op: Op::Write, app: AppId(1), items: vec![], bytes: 0 }, Instant::now());
-        assert_eq!(t.check(k, &g(1, 4), Op::Write, 0).unwrap_err().0, libc::EINVAL);
-        assert_eq!(t.check(k, &g(1, 3), Op::Read, 0).unwrap_err().0, libc::EINVAL);
+        assert_eq!(t.check(k, &g(1, 4), Op::Write, 0, (0, 0)).unwrap_err().0, libc::EINVAL);
+        assert_eq!(t.check(k, &g(1, 3), Op::Read, 0, (0, 0)).unwrap_err().0, libc::EINVAL);
         // The same id on another file is another group.
-        assert!(t.check((FileId(2), 1), &g(1, 4), Op::Read, 0).is_ok());
+        assert!(t.check((FileId(2), 1), &g(1, 4), Op::Read, 0, (0, 0)).is_ok());
     }
 
     #[test]

@@ -171,8 +171,8 @@ pub(crate) struct EventLoop {
     /// Server-directed collectives still gathering their participants.
     collectives: Collectives<Pending>,
     /// Complete collectives waiting, in order, for room in the scheduler's
-    /// queue (each enters whole; at most `collectives_max` of them, since
-    /// each was a gathering group).
+    /// queue (each enters whole). They count against `collectives_max` and
+    /// `collective_bytes_max` with the gathering ones (`Collectives::check`).
     ready: std::collections::VecDeque<(sluice_core::AppId, Vec<Pending>)>,
 }
 
@@ -261,6 +261,19 @@ impl EventLoop {
                 self.begin_stop();
             }
             wake_at = self.pump();
+            // A pump that served everything on the loop made room that no
+            // worker will wake us for: admit waiting collectives now.
+            while !self.ready.is_empty() {
+                let waiting = self.ready.len();
+                self.release_ready();
+                for d in std::mem::take(&mut self.deferred) {
+                    self.deliver(d);
+                }
+                wake_at = self.pump();
+                if self.ready.len() == waiting {
+                    break;
+                }
+            }
             self.flush_dirty();
             if self.shared.view.wanted() {
                 self.shared.view.publish(self.disp.view());
@@ -981,7 +994,8 @@ impl EventLoop {
         let (app, client) = (session.app, session.client);
         let held_bytes = if op == Op::Write { total } else { 0 };
         if let Some(g) = &group {
-            self.collectives.check((file.id, g.id), g, op, held_bytes)?;
+            let ready_bytes: u64 = self.ready.iter().map(|(_, items)| items.iter().filter(|p| p.req.op == Op::Write).map(|p| p.req.len).sum::<u64>()).sum();
+            self.collectives.check((file.id, g.id), g, op, held_bytes, (self.ready.len(), ready_bytes))?;
         }
         let reserved = REPLY_FRAME_BYTES + if matches!(place, Place::Shm(..)) { 0 } else { total };
         c.take(reserved, &self.shared.reply_bytes);
@@ -1201,6 +1215,9 @@ impl EventLoop {
     /// Enforce every connection's deadline; find the next one.
     fn sweep(&mut self) {
         let now = Instant::now();
+        // First, so that a connection whose last message expired here gets
+        // its idle deadline from the loop below.
+        self.expire_collectives(Some(now));
         let l = self.shared.config.limits.clone();
         let (handshake, idle, stall, write) =
             (Duration::from_millis(l.handshake_timeout_ms), Duration::from_secs(l.idle_timeout_s), Duration::from_millis(l.frame_stall_ms), Duration::from_secs(l.write_timeout_s));
@@ -1262,7 +1279,6 @@ impl EventLoop {
             }
             self.put_back(c);
         }
-        self.expire_collectives(Some(now));
         if let Some(d) = self.collectives.next_deadline() {
             next = Some(next.map_or(d, |n: Instant| n.min(d)));
         }

@@ -371,9 +371,12 @@ fn rank_units(c: &Collective, r: usize) -> Vec<Vec<Piece>> {
 
 /// The most server-directed messages a rank keeps in flight at once
 /// (`Collective::group_window`; Panda's overlap: the server holds the next
-/// groups while it serves one). With messages of at most
-/// `TRANSFER_BYTES_MAX`, 64 MiB: within a server's `reply_bytes_max` (128
-/// MiB), so it never stops reading a rank's connection. No deadlock: every
+/// groups while it serves one). Four messages of at most
+/// `TRANSFER_BYTES_MAX` (16 MiB) are 64 MiB in all, within a server's
+/// `reply_bytes_max` (128 MiB), so it never stops reading a rank's
+/// connection. A group's wait starts at its first message, so with a
+/// window above 1 a rank far ahead starts its groups' clocks early: keep
+/// `group_wait_ms` well above the time a window of groups takes. No deadlock: every
 /// rank sends its messages in the same order (file, then j), so the
 /// oldest incomplete group always has every participant's message in
 /// flight or sent.
