@@ -13,7 +13,7 @@
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use sluice_array::{aggregators, messages, plan, Dist, Distribution, Dtype, Layout, MessageLimits, Plan, PlanLimits};
+use sluice_array::{aggregators, gather, messages, plan, scatter, Dist, Distribution, Dtype, Layout, MessageLimits, Plan, PlanLimits};
 use sluice_client::{Client as Inner, ClientError, ConnectOptions, Fd, Group};
 
 fn os_error(e: ClientError) -> PyErr {
@@ -190,9 +190,8 @@ fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
 }
 
-/// List messages as the Rust collective sends them: at most the
-/// protocol's pieces per message and 16 MiB.
-const MESSAGE_LIMITS: MessageLimits = MessageLimits { pieces_max: 4096, bytes_max: 16 << 20 };
+/// List messages as the Rust collective sends them.
+const MESSAGE_LIMITS: MessageLimits = MessageLimits::COLLECTIVE;
 
 /// The plan of one distributed array: its Zarr v3 layout, its HPF
 /// distribution over a process grid (`dist`: `block`, `cyclic`,
@@ -342,10 +341,7 @@ impl ArrayPlan {
                     let group = group_base.map(|b| Group { id: b.wrapping_add(j as u64), participants: self.participants[u as usize][j], wait_ms });
                     let total: usize = m.iter().map(|p| p.len as usize).sum();
                     r = if write {
-                        let mut data = Vec::with_capacity(total);
-                        for p in &m {
-                            data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
-                        }
+                        let data = gather(&m, local);
                         match group {
                             Some(g) => inner.write_list_group(fd, &ranges, &data, g),
                             None => inner.write_list(fd, &ranges, &data),
@@ -357,13 +353,7 @@ impl ArrayPlan {
                             Some(g) => inner.read_list_group(fd, &ranges, &mut data, g),
                             None => inner.read_list(fd, &ranges, &mut data),
                         };
-                        got.map(|_| {
-                            let mut at = 0;
-                            for p in &m {
-                                local[p.mem_off as usize..(p.mem_off + p.len) as usize].copy_from_slice(&data[at..at + p.len as usize]);
-                                at += p.len as usize;
-                            }
-                        })
+                        got.map(|_| scatter(&m, &data, local))
                     };
                     if r.is_err() {
                         break;

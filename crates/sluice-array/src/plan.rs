@@ -217,6 +217,33 @@ pub struct MessageLimits {
     pub bytes_max: u64,
 }
 
+impl MessageLimits {
+    /// A collective's list messages (the Rust collective and the Python
+    /// binding alike): the protocol's `LIST_PIECES_MAX` (4,096, checked in
+    /// `sluice-zarr`) and 16 MiB, large enough that a message's fixed cost
+    /// is small, small enough that several are in flight per server.
+    pub const COLLECTIVE: MessageLimits = MessageLimits { pieces_max: 4096, bytes_max: 16 << 20 };
+}
+
+/// The memory side of a message: `pieces`' bytes of a rank's `local`
+/// array, back to back, as a list write sends them.
+pub fn gather(pieces: &[Piece], local: &[u8]) -> Vec<u8> {
+    let mut data = Vec::with_capacity(pieces.iter().map(|p| p.len as usize).sum());
+    for p in pieces {
+        data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
+    }
+    data
+}
+
+/// The reverse of [`gather`]: a list read's `data` into `local`.
+pub fn scatter(pieces: &[Piece], data: &[u8], local: &mut [u8]) {
+    let mut at = 0;
+    for p in pieces {
+        local[p.mem_off as usize..(p.mem_off + p.len) as usize].copy_from_slice(&data[at..at + p.len as usize]);
+        at += p.len as usize;
+    }
+}
+
 /// Cut one file's pieces (in disk order) into list messages within
 /// `limits`; a piece longer than `bytes_max` is cut too.
 pub fn messages(pieces: &[Piece], limits: &MessageLimits) -> Vec<Vec<Piece>> {

@@ -173,7 +173,9 @@ pub(crate) struct EventLoop {
     /// Complete collectives waiting, in order, for room in the scheduler's
     /// queue (each enters whole). They count against `collectives_max` and
     /// `collective_bytes_max` with the gathering ones (`Collectives::check`).
-    ready: std::collections::VecDeque<(sluice_core::AppId, Vec<Pending>)>,
+    ready: std::collections::VecDeque<Vec<Pending>>,
+    /// Bytes of write data in `ready`.
+    ready_write_bytes: u64,
 }
 
 fn epoll_ctl(ep: &OwnedFd, op: libc::c_int, fd: libc::c_int, events: u32, token: u64) -> io::Result<()> {
@@ -230,6 +232,7 @@ impl EventLoop {
             stopping: false,
             collectives: Collectives::new(collective_limits),
             ready: std::collections::VecDeque::new(),
+            ready_write_bytes: 0,
         })
     }
 
@@ -250,19 +253,13 @@ impl EventLoop {
                 }
             }
             self.take_back();
-            if !self.ready.is_empty() {
-                self.release_ready();
-                let deferred: Vec<Delivery> = std::mem::take(&mut self.deferred);
-                for d in deferred {
-                    self.deliver(d);
-                }
-            }
             if self.shared.stopping.load(Ordering::SeqCst) && !self.stopping {
                 self.begin_stop();
             }
             wake_at = self.pump();
-            // A pump that served everything on the loop made room that no
-            // worker will wake us for: admit waiting collectives now.
+            // Admit complete collectives waiting for room: the turn's
+            // completions made some, and a pump that served everything on
+            // the loop made more, which no worker will wake us for.
             while !self.ready.is_empty() {
                 let waiting = self.ready.len();
                 self.release_ready();
@@ -994,8 +991,7 @@ impl EventLoop {
         let (app, client) = (session.app, session.client);
         let held_bytes = if op == Op::Write { total } else { 0 };
         if let Some(g) = &group {
-            let ready_bytes: u64 = self.ready.iter().map(|(_, items)| items.iter().filter(|p| p.req.op == Op::Write).map(|p| p.req.len).sum::<u64>()).sum();
-            self.collectives.check((file.id, g.id), g, op, held_bytes, (self.ready.len(), ready_bytes))?;
+            self.collectives.check((file.id, g.id), g, op, held_bytes, (self.ready.len(), self.ready_write_bytes))?;
         }
         let reserved = REPLY_FRAME_BYTES + if matches!(place, Place::Shm(..)) { 0 } else { total };
         c.take(reserved, &self.shared.reply_bytes);
@@ -1054,7 +1050,10 @@ impl EventLoop {
                     for p in &mut items {
                         p.req.app = app;
                     }
-                    self.ready.push_back((app, items));
+                    if op == Op::Write {
+                        self.ready_write_bytes += items.iter().map(|p| p.req.len).sum::<u64>();
+                    }
+                    self.ready.push_back(items);
                     self.release_ready();
                     return Ok(());
                 }
@@ -1290,10 +1289,12 @@ impl EventLoop {
     /// room); one larger than the queue itself is refused (E2BIG).
     fn release_ready(&mut self) {
         let (cap_requests, cap_bytes) = self.disp.capacity();
-        while let Some((_, items)) = self.ready.front() {
+        while let Some(items) = self.ready.front() {
             let (n, bytes) = (items.len() as u64, items.iter().map(|p| p.req.len).sum::<u64>());
+            let write_bytes = if items.first().is_some_and(|p| p.req.op == Op::Write) { bytes } else { 0 };
             if n > cap_requests || bytes > cap_bytes {
-                let (_, items) = self.ready.pop_front().expect("looked at");
+                let items = self.ready.pop_front().expect("looked at");
+                self.ready_write_bytes -= write_bytes;
                 let msg = format!("a collective of {n} pieces and {bytes} bytes exceeds the scheduler's queue ({cap_requests} requests, {cap_bytes} bytes)");
                 for p in items {
                     if let Some(d) = p.answer_with(Err((libc::E2BIG, msg.clone()))) {
@@ -1306,7 +1307,8 @@ impl EventLoop {
             if n > room_requests || bytes > room_bytes {
                 return;
             }
-            let (_, items) = self.ready.pop_front().expect("looked at");
+            let items = self.ready.pop_front().expect("looked at");
+            self.ready_write_bytes -= write_bytes;
             let now = self.shared.clock.now();
             for mut p in items {
                 p.arrival_ns = now;

@@ -31,7 +31,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sluice_array::{Distribution, Dtype, Layout, MessageLimits, Piece, Plan};
+use sluice_array::{gather, scatter, Distribution, Dtype, Layout, MessageLimits, Piece, Plan};
 use sluice_client::{ClientError, Fd, Group};
 use sluice_remote::Remote;
 use sluice_stripe::LayoutRequest;
@@ -42,7 +42,7 @@ use crate::Error;
 /// Bytes per list-I/O message or contiguous request. Large enough that a
 /// request's fixed cost is small against its transfer, small enough that
 /// several are in flight per server (the protocol allows 64 MiB).
-pub const TRANSFER_BYTES_MAX: u64 = 16 << 20;
+pub const TRANSFER_BYTES_MAX: u64 = MessageLimits::COLLECTIVE.bytes_max;
 
 /// How a collective moves its pieces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,7 +359,7 @@ fn read_unit(c: &Collective, remote: &Remote, u: u64) -> Result<Vec<u8>, Error> 
 
 /// List messages: at most `LIST_PIECES_MAX` pieces and
 /// [`TRANSFER_BYTES_MAX`] bytes each.
-pub const MESSAGE_LIMITS: MessageLimits = MessageLimits { pieces_max: sluice_proto::LIST_PIECES_MAX, bytes_max: TRANSFER_BYTES_MAX };
+pub const MESSAGE_LIMITS: MessageLimits = MessageLimits::COLLECTIVE;
 
 fn messages(pieces: &[Piece]) -> Vec<Vec<Piece>> {
     sluice_array::messages(pieces, &MESSAGE_LIMITS)
@@ -426,13 +426,7 @@ fn pipelined(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: 
             let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
             let tag = groups.tag(files[i][0].unit, j).expect("server-directed");
             let sent = match &side {
-                Side::Write(local) => {
-                    let mut data = Vec::with_capacity(m.iter().map(|p| p.len as usize).sum());
-                    for p in m {
-                        data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
-                    }
-                    remote.submit_list_group(fd, &ranges, Some(&data), tag)
-                }
+                Side::Write(local) => remote.submit_list_group(fd, &ranges, Some(&gather(m, local)), tag),
                 Side::Read(_) => remote.submit_list_group(fd, &ranges, None, tag),
             };
             match sent {
@@ -447,11 +441,7 @@ fn pipelined(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: 
         match remote.wait_list_group(f.ticket, &mut data) {
             Ok(_) => {
                 if let Side::Read(local) = &mut side {
-                    let mut at = 0;
-                    for p in &f.pieces {
-                        local[p.mem_off as usize..(p.mem_off + p.len) as usize].copy_from_slice(&data[at..at + p.len as usize]);
-                        at += p.len as usize;
-                    }
+                    scatter(&f.pieces, &data, local);
                 }
             }
             Err(e) => {
@@ -513,11 +503,7 @@ fn write_pieces(c: &Collective, remote: &Remote, r: usize, local: &[u8], groups:
         let mut res = Ok(());
         for m in messages(&group) {
             let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
-            let mut data = Vec::with_capacity(m.iter().map(|p| p.len as usize).sum());
-            for p in &m {
-                data.extend_from_slice(&local[p.mem_off as usize..(p.mem_off + p.len) as usize]);
-            }
-            res = remote.write_list(fd, &ranges, &data).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e));
+            res = remote.write_list(fd, &ranges, &gather(&m, local)).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e));
             if res.is_err() {
                 break;
             }
@@ -542,11 +528,7 @@ fn read_pieces(c: &Collective, remote: &Remote, r: usize, local: &mut [u8], grou
             if res.is_err() {
                 break;
             }
-            let mut at = 0;
-            for p in &m {
-                local[p.mem_off as usize..(p.mem_off + p.len) as usize].copy_from_slice(&data[at..at + p.len as usize]);
-                at += p.len as usize;
-            }
+            scatter(&m, &data, local);
         }
         close(remote, fd, &path, res)?;
     }
@@ -588,4 +570,13 @@ pub fn pattern_local(dist: &Distribution, dtype: Dtype, r: u64) -> Vec<u8> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn collective_messages_fit_the_protocol() {
+        assert_eq!(super::MESSAGE_LIMITS.pieces_max, sluice_proto::LIST_PIECES_MAX);
+        assert!(super::MESSAGE_LIMITS.bytes_max <= u64::from(sluice_proto::IO_BYTES_MAX));
+    }
 }
