@@ -131,6 +131,11 @@ impl LazyFifo {
         None
     }
 
+    /// The oldest live slot, leaving dead ones in place (for checks).
+    pub fn peek(&self, store: &Store) -> Option<Slot> {
+        self.q.iter().find(|&&(seq, s)| store.live(s, seq)).map(|&(_, s)| s)
+    }
+
     pub fn len(&self) -> usize {
         self.q.len()
     }

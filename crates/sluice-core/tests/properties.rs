@@ -27,14 +27,22 @@ fn arb_stream(first_id: u64) -> impl Strategy<Value = Stream> {
     })
 }
 
-fn arb_world() -> impl Strategy<Value = (Vec<Stream>, u64, u32)> {
+/// Streams, the device's seed, the dispatches in flight, and the QoS
+/// weights of applications 0-3.
+type World = (Vec<Stream>, u64, u32, [u32; 4]);
+
+fn arb_world() -> impl Strategy<Value = World> {
     let streams = (1usize..6).prop_flat_map(|n| (0..n).map(|i| arb_stream(i as u64 * 100)).collect::<Vec<_>>());
-    (streams, any::<u64>(), 1u32..4)
+    (streams, any::<u64>(), 1u32..4, [1u32..4, 1u32..4, 1u32..4, 1u32..4])
 }
 
-fn run_world(policy: &str, streams: &[Stream], seed: u64, depth: u32) -> Log {
+fn run_world(policy: &str, (streams, seed, depth, weights): &World) -> Log {
+    let (seed, depth) = (*seed, *depth);
     let limits = Limits { dispatches_inflight_max: depth, request_expire_ns: EXPIRE_NS, dispatch_bytes_max: 6 * 1024, ..Limits::default() };
     let mut s = Scheduler::new(PolicyConfig::from_name(policy).unwrap(), limits);
+    for (app, &w) in weights.iter().enumerate() {
+        s.set_app_weight(AppId(app as u32), w).unwrap();
+    }
     let mut rng = seed | 1;
     let service = move |_: &Dispatch| {
         rng ^= rng << 13;
@@ -96,17 +104,17 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn every_policy_keeps_every_invariant((streams, seed, depth) in arb_world()) {
+    fn every_policy_keeps_every_invariant(world in arb_world()) {
         for policy in POLICY_NAMES {
-            let log = run_world(policy, &streams, seed, depth);
-            check(policy, &streams, &log);
+            let log = run_world(policy, &world);
+            check(policy, &world.0, &log);
         }
     }
 
     #[test]
-    fn every_policy_is_deterministic((streams, seed, depth) in arb_world()) {
+    fn every_policy_is_deterministic(world in arb_world()) {
         for policy in POLICY_NAMES {
-            prop_assert_eq!(run_world(policy, &streams, seed, depth), run_world(policy, &streams, seed, depth));
+            prop_assert_eq!(run_world(policy, &world), run_world(policy, &world));
         }
     }
 }

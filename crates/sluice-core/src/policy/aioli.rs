@@ -59,8 +59,12 @@
 //! wait), growth on hand-out rather than on a clock tick, and adaptive
 //! rather than fixed window lengths.
 //!
-//! Cost: O(log n) per request for the store indices, plus O(applications
-//! backlogged) once per turn.
+//! Cost: O(log n) per request for the store indices and the index of the
+//! applications' oldest requests, and O(distinct weights) per turn: the
+//! quanta grow lazily, from a count of turns handed out, instead of one
+//! by one at every turn.
+
+use std::collections::BTreeSet;
 
 use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
@@ -80,10 +84,17 @@ const RECENT_PIECES_MAX: usize = 4_096;
 
 struct App {
     weight: u32,
+    /// The quantum when `since` turns had been handed out; while the
+    /// application is backlogged it grows by `weight` times the minimum
+    /// for every turn handed out since (`Aioli::quantum_now`).
     quantum: u64,
+    since: u64,
     fifo: LazyFifo,
     live: usize,
     forgotten: bool,
+    /// While backlogged: the arrival of its oldest request, its key in
+    /// `Aioli::heads`.
+    head: Option<Nanos>,
 }
 
 #[derive(Clone, Copy)]
@@ -138,6 +149,12 @@ pub(crate) struct Aioli {
     p: AioliParams,
     dispatch_max: u64,
     apps: FxHashMap<AppId, App>,
+    /// The backlogged applications by weight, each class ordered by the
+    /// arrival of their oldest request: the longest weighted wait is the
+    /// first of one class (bounded by the weights in use, `weight_max`).
+    heads: Vec<(u32, BTreeSet<(Nanos, AppId)>)>,
+    /// Turns handed out so far: the clock of the lazy quantum growth.
+    turns: u64,
     turn: Option<Turn>,
     /// Keyed by `stream_key(app, client)`.
     streams: FxHashMap<u64, Stream>,
@@ -172,6 +189,8 @@ impl Aioli {
             dispatch_max: limits.dispatch_bytes_max,
             p,
             apps: FxHashMap::default(),
+            heads: Vec::new(),
+            turns: 0,
             turn: None,
             streams: FxHashMap::default(),
             files: FxHashMap::default(),
@@ -190,7 +209,49 @@ impl Aioli {
 
     fn app(&mut self, id: AppId) -> &mut App {
         let q = self.p.quantum_bytes_min;
-        self.apps.entry(id).or_insert_with(|| App { weight: 1, quantum: q, fifo: LazyFifo::default(), live: 0, forgotten: false })
+        self.apps.entry(id).or_insert_with(|| App { weight: 1, quantum: q, since: 0, fifo: LazyFifo::default(), live: 0, forgotten: false, head: None })
+    }
+
+    /// `a`'s quantum after `turns` turns handed out: what it was at
+    /// `a.since`, grown by its weight times the minimum per turn while it
+    /// was backlogged, up to the maximum. The same figure as growing every
+    /// backlogged application at every turn, in O(1).
+    fn quantum_now((min, max): (u64, u64), a: &App, turns: u64) -> u64 {
+        if a.live == 0 {
+            return a.quantum;
+        }
+        let step = min.saturating_mul(u64::from(a.weight));
+        a.quantum.saturating_add(step.saturating_mul(turns - a.since)).min(max)
+    }
+
+    fn quanta(&self) -> (u64, u64) {
+        (self.p.quantum_bytes_min, self.p.quantum_bytes_max)
+    }
+
+    /// Move `id`'s entry in `heads` to the arrival of its oldest request
+    /// (none once it has nothing queued).
+    fn reindex_head(&mut self, store: &Store, id: AppId) {
+        let Some(a) = self.apps.get_mut(&id) else { return };
+        let head = if a.live > 0 { a.fifo.front(store).map(|s| store.entry(s).arrival) } else { None };
+        if head == a.head {
+            return;
+        }
+        let (old, weight) = (std::mem::replace(&mut a.head, head), a.weight);
+        if let Some(at) = old {
+            let class = self.heads.iter_mut().find(|(w, _)| *w == weight).expect("an indexed application's weight has a class");
+            class.1.remove(&(at, id));
+        }
+        if let Some(at) = head {
+            let i = match self.heads.iter().position(|(w, _)| *w == weight) {
+                Some(i) => i,
+                None => {
+                    self.heads.push((weight, BTreeSet::new()));
+                    self.heads.len() - 1
+                }
+            };
+            self.heads[i].1.insert((at, id));
+        }
+        self.heads.retain(|(_, set)| !set.is_empty());
     }
 
     fn stream(&mut self, app: AppId, client: ClientId) -> &mut Stream {
@@ -217,27 +278,45 @@ impl Aioli {
         f
     }
 
-    /// Hand the device to the backlogged application that waited longest,
-    /// weighted (ties to the lowest id), and grow every other backlogged
-    /// application's quantum.
-    fn new_turn(&mut self, store: &Store, now: Nanos) -> Option<Turn> {
+    /// The backlogged application whose oldest request waited longest,
+    /// weighted; ties to the lowest id. Within a weight class the earliest
+    /// arrival (then the lowest id) waited longest, so only each class's
+    /// first entry is compared.
+    fn longest_waiting(&self, now: Nanos) -> Option<AppId> {
         let mut best: Option<(u128, AppId)> = None;
-        for (&id, a) in self.apps.iter_mut().filter(|(_, a)| a.live > 0) {
-            let head = a.fifo.front(store).expect("live application has a queued request");
+        for (weight, set) in &self.heads {
+            let &(arrival, id) = set.first().expect("empty classes are dropped");
+            let waited = u128::from(now.saturating_sub(arrival) + 1) * u128::from(*weight);
+            if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
+                best = Some((waited, id));
+            }
+        }
+        best.map(|(_, id)| id)
+    }
+
+    /// `longest_waiting` by a scan of every application (for `check`).
+    fn longest_waiting_by_scan(&self, store: &Store, now: Nanos) -> Option<AppId> {
+        let mut best: Option<(u128, AppId)> = None;
+        for (&id, a) in self.apps.iter().filter(|(_, a)| a.live > 0) {
+            let head = a.fifo.peek(store).expect("live application has a queued request");
             let waited = u128::from(now.saturating_sub(store.entry(head).arrival) + 1) * u128::from(a.weight);
             if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
                 best = Some((waited, id));
             }
         }
-        let (_, chosen) = best?;
-        let (min, max) = (self.p.quantum_bytes_min, self.p.quantum_bytes_max);
-        for (&id, a) in self.apps.iter_mut().filter(|(_, a)| a.live > 0) {
-            if id != chosen {
-                a.quantum = a.quantum.saturating_add(min.saturating_mul(u64::from(a.weight))).min(max);
-            }
-        }
+        best.map(|(_, id)| id)
+    }
+
+    /// Hand the device to the backlogged application that waited longest,
+    /// weighted (ties to the lowest id), and grow every other backlogged
+    /// application's quantum (lazily: one more turn handed out).
+    fn new_turn(&mut self, store: &Store, now: Nanos) -> Option<Turn> {
+        let chosen = self.longest_waiting(now)?;
+        let (before, bounds) = (self.turns, self.quanta());
+        self.turns += 1;
         let a = self.apps.get_mut(&chosen).expect("chosen application exists");
-        let remaining = std::mem::replace(&mut a.quantum, min);
+        let remaining = Self::quantum_now(bounds, a, before);
+        (a.quantum, a.since) = (self.p.quantum_bytes_min, self.turns);
         let head = *store.entry(a.fifo.front(store).expect("chosen application is backlogged"));
         Some(Turn { app: chosen, remaining, started: now, file: head.req.file, op: head.req.op, next_offset: head.req.offset })
     }
@@ -364,11 +443,17 @@ impl Policy for Aioli {
     fn enqueued(&mut self, store: &Store, slot: Slot, now: Nanos) {
         let e = *store.entry(slot);
         let r = e.req;
+        let turns = self.turns;
         let a = self.app(r.app);
         let live = a.live;
         a.fifo.push(&e, slot, store, live);
         a.live += 1;
+        if live == 0 {
+            // Its quantum grows again from now on.
+            a.since = turns;
+        }
         self.backlogged += usize::from(live == 0);
+        self.reindex_head(store, r.app);
 
         let hits_min = self.p.sync_hits_min;
         let s = self.stream(r.app, r.client);
@@ -424,10 +509,17 @@ impl Policy for Aioli {
     fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
         self.inflight += 1;
         for m in &d.members {
+            let (turns, bounds) = (self.turns, self.quanta());
             let a = self.app(m.app);
+            if a.live == 1 {
+                // Its quantum stops growing: keep what it reached.
+                a.quantum = Self::quantum_now(bounds, a, turns);
+                a.since = turns;
+            }
             a.live -= 1;
             let (live, forgotten) = (a.live, a.forgotten);
             a.fifo.shrink(store, live);
+            self.reindex_head(store, m.app);
             if live == 0 {
                 self.backlogged -= 1;
                 if forgotten {
@@ -498,9 +590,31 @@ impl Policy for Aioli {
     }
 
     fn set_weight(&mut self, app: AppId, weight: u32) {
+        let (turns, bounds) = (self.turns, self.quanta());
         let a = self.app(app);
-        a.weight = weight;
+        // Growth so far at the old weight, from here at the new one.
+        (a.quantum, a.since) = (Self::quantum_now(bounds, a, turns), turns);
+        let indexed = a.head.take();
         a.forgotten = false;
+        if let Some(at) = indexed {
+            let old = a.weight;
+            if let Some(class) = self.heads.iter_mut().find(|(w, _)| *w == old) {
+                class.1.remove(&(at, app));
+            }
+            self.heads.retain(|(_, set)| !set.is_empty());
+        }
+        self.app(app).weight = weight;
+        // Indexed again under its new weight (`reindex_head` needs the
+        // store; the arrival is unchanged).
+        if let Some(at) = indexed {
+            self.app(app).head = Some(at);
+            match self.heads.iter_mut().find(|(w, _)| *w == weight) {
+                Some(class) => {
+                    class.1.insert((at, app));
+                }
+                None => self.heads.push((weight, BTreeSet::from([(at, app)]))),
+            }
+        }
     }
 
     fn windows_opened(&self) -> u64 {
@@ -508,7 +622,7 @@ impl Policy for Aioli {
     }
 
     fn quantum(&self, app: AppId) -> Option<u64> {
-        self.apps.get(&app).map(|a| a.quantum)
+        self.apps.get(&app).map(|a| Self::quantum_now(self.quanta(), a, self.turns))
     }
 
     fn forget_app(&mut self, app: AppId) {
@@ -527,7 +641,22 @@ impl Policy for Aioli {
         assert_eq!(self.apps.values().filter(|a| a.live > 0).count(), self.backlogged, "aioli backlogged count");
         for (id, a) in &self.apps {
             assert!(a.fifo.len() <= 2 * a.live + 65, "aioli fifo of {id:?} unbounded");
-            assert!(a.quantum >= self.p.quantum_bytes_min && a.quantum <= self.p.quantum_bytes_max, "aioli quantum of {id:?}");
+            let q = Self::quantum_now(self.quanta(), a, self.turns);
+            assert!(q >= self.p.quantum_bytes_min && q <= self.p.quantum_bytes_max, "aioli quantum of {id:?}");
+            let head = (a.live > 0).then(|| a.fifo.peek(store).map(|s| store.entry(s).arrival)).flatten();
+            assert_eq!(a.head, head, "aioli head index of {id:?}");
+            let listed = self.heads.iter().filter(|(w, set)| *w == a.weight && a.head.is_some_and(|at| set.contains(&(at, *id)))).count();
+            assert_eq!(listed, usize::from(a.head.is_some()), "aioli heads entry of {id:?}");
+        }
+        let indexed: usize = self.heads.iter().map(|(_, set)| set.len()).sum();
+        assert_eq!(indexed, self.backlogged, "aioli heads index size");
+        assert!(self.heads.iter().all(|(_, set)| !set.is_empty()), "aioli empty weight class kept");
+        // The index chooses what a scan of every application would, now
+        // and much later (weighted waits can change their order).
+        if let Some(latest) = self.heads.iter().filter_map(|(_, set)| set.last()).map(|&(at, _)| at).max() {
+            for now in [latest, latest + 1_000_000, latest + 1_000_000_000] {
+                assert_eq!(self.longest_waiting(now), self.longest_waiting_by_scan(store, now), "aioli turn choice at {now}");
+            }
         }
         assert!(self.streams.len() <= self.p.streams_max as usize, "aioli streams table over bound");
         assert!(self.files.len() <= self.p.file_histories_max as usize, "aioli file table over bound");
@@ -535,5 +664,73 @@ impl Policy for Aioli {
         for f in self.files.values() {
             assert!(f.target >= self.p.file_target_bytes_min && f.target <= self.p.file_target_bytes_max, "aioli file target");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{AioliParams, AppId, ClientId, Decision, FileId, Limits, Op, PolicyConfig, Request, RequestId, Scheduler};
+
+    const MIB: u64 = 1 << 20;
+
+    /// One 1 MiB read of application `app` (its own file), more than the
+    /// minimum quantum, so that each dispatch is one turn.
+    fn read(id: u64, app: u32, k: u64) -> Request {
+        Request { id: RequestId(id), app: AppId(app), client: ClientId(0), file: FileId(u64::from(app)), op: Op::Read, offset: 2 * k * MIB, len: MIB }
+    }
+
+    fn p_max() -> u64 {
+        AioliParams::default().quantum_bytes_max
+    }
+
+    fn turn(s: &mut Scheduler, now: u64) -> AppId {
+        let Decision::Dispatch(d) = s.next(now) else { panic!("a dispatch") };
+        s.complete(d.id, now).unwrap();
+        s.check_invariants();
+        d.members[0].app
+    }
+
+    #[test]
+    fn quanta_grow_per_turn_waited_and_follow_a_weight_change() {
+        let p = AioliParams { sync_window_ns_max: 0, ..AioliParams::default() };
+        let min = p.quantum_bytes_min;
+        let mut s = Scheduler::new(PolicyConfig::Aioli(p), Limits { dispatches_inflight_max: 1, ..Limits::default() });
+        // Applications 1, 2 and 3 take turns sending, one request per
+        // nanosecond: their oldest requests arrived at 0, 1 and 2.
+        for k in 0..4 {
+            for app in 1..=3 {
+                let id = k * 3 + u64::from(app) - 1;
+                s.enqueue(read(id, app, k), id).unwrap();
+            }
+        }
+        let q = |s: &Scheduler, app: u32| s.quantum(AppId(app)).unwrap();
+        assert_eq!(turn(&mut s, 12), AppId(1));
+        // Every application that waited a turn grew by the minimum.
+        assert_eq!((q(&s, 1), q(&s, 2), q(&s, 3)), (min, 2 * min, 2 * min));
+        // Weight 3 while backlogged: what it grew so far stays, and its
+        // wait now counts three times, which puts it before application 2
+        // (3 x 11 against 12).
+        s.set_app_weight(AppId(3), 3).unwrap();
+        s.check_invariants();
+        assert_eq!(q(&s, 3), 2 * min);
+        assert_eq!(turn(&mut s, 12), AppId(3));
+        assert_eq!((q(&s, 1), q(&s, 2), q(&s, 3)), (2 * min, 3 * min, min));
+        while !s.is_empty() {
+            turn(&mut s, 14);
+        }
+        // Idle applications keep what they reached, and do not grow.
+        let kept = (q(&s, 2), q(&s, 3));
+        s.enqueue(read(100, 1, 10), 20).unwrap();
+        assert_eq!(turn(&mut s, 21), AppId(1));
+        assert_eq!((q(&s, 2), q(&s, 3)), kept);
+
+        // A weight-3 application that waits a turn grows three minimums.
+        s.enqueue(read(101, 1, 11), 30).unwrap();
+        s.enqueue(read(102, 1, 12), 31).unwrap();
+        s.enqueue(read(103, 3, 13), 100).unwrap();
+        let before = q(&s, 3);
+        // 1 x 71 against 3 x 1.
+        assert_eq!(turn(&mut s, 100), AppId(1));
+        assert_eq!(q(&s, 3), (before + 3 * min).min(p_max()));
     }
 }
