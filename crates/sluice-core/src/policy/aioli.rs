@@ -64,7 +64,7 @@
 //! quanta grow lazily, from a count of turns handed out, instead of one
 //! by one at every turn.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
@@ -79,7 +79,8 @@ const TURN_SCAN_MAX: usize = 32;
 /// Streams remembered per file for the active-stream count.
 const FILE_STREAMS_MAX: usize = 256;
 /// Recently dispatched ranges remembered (by start and by end) to spot
-/// interleaved neighbours; both tables are cleared when they reach it.
+/// interleaved neighbours. Ranges older than the interleaving window are
+/// forgotten as they age; past this many the oldest goes first.
 const RECENT_PIECES_MAX: usize = 4_096;
 
 struct App {
@@ -164,6 +165,9 @@ pub(crate) struct Aioli {
     /// the dispatch that carried each and when.
     recent_by_start: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
     recent_by_end: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
+    /// The same ranges in dispatch order, (file, start, end, dispatch,
+    /// when), for aging them out (at most `RECENT_PIECES_MAX`).
+    recent: VecDeque<(FileId, u64, u64, DispatchId, Nanos)>,
     /// Applications with at least one eligible request.
     backlogged: usize,
     /// What the device charges, when the driver knows; holds, windows and
@@ -197,6 +201,7 @@ impl Aioli {
             window: None,
             recent_by_start: FxHashMap::default(),
             recent_by_end: FxHashMap::default(),
+            recent: VecDeque::new(),
             backlogged: 0,
             cost: None,
             depth: limits.dispatches_inflight_max,
@@ -428,12 +433,25 @@ impl Aioli {
 
     /// Remember where a dispatch began and ended. An aggregate is one
     /// contiguous range, so a later request can only sit next to its outer
-    /// boundaries: the members' inner ones need no entry.
+    /// boundaries: the members' inner ones need no entry. Ranges older
+    /// than the window `grow_on_interleaving` looks back are dropped
+    /// first (they can no longer count), then the oldest past the bound.
     fn remember_pieces(&mut self, d: &Dispatch, now: Nanos) {
-        if self.recent_by_start.len() >= RECENT_PIECES_MAX || self.recent_by_end.len() >= RECENT_PIECES_MAX {
-            self.recent_by_start.clear();
-            self.recent_by_end.clear();
+        let window_ns = 2 * self.p.hold_ns_max;
+        while let Some(&(file, start, end, id, when)) = self.recent.front() {
+            if now.saturating_sub(when) <= window_ns && self.recent.len() < RECENT_PIECES_MAX {
+                break;
+            }
+            self.recent.pop_front();
+            // A later dispatch may have taken the key over: keep its entry.
+            if self.recent_by_start.get(&(file, start)).is_some_and(|&(d, _)| d == id) {
+                self.recent_by_start.remove(&(file, start));
+            }
+            if self.recent_by_end.get(&(file, end)).is_some_and(|&(d, _)| d == id) {
+                self.recent_by_end.remove(&(file, end));
+            }
         }
+        self.recent.push_back((d.file, d.offset, d.end(), d.id, now));
         self.recent_by_start.insert((d.file, d.offset), (d.id, now));
         self.recent_by_end.insert((d.file, d.end()), (d.id, now));
     }
@@ -660,7 +678,8 @@ impl Policy for Aioli {
         }
         assert!(self.streams.len() <= self.p.streams_max as usize, "aioli streams table over bound");
         assert!(self.files.len() <= self.p.file_histories_max as usize, "aioli file table over bound");
-        assert!(self.recent_by_start.len() <= RECENT_PIECES_MAX && self.recent_by_end.len() <= RECENT_PIECES_MAX, "aioli recent pieces over bound");
+        assert!(self.recent.len() <= RECENT_PIECES_MAX, "aioli recent pieces over bound");
+        assert!(self.recent_by_start.len() <= self.recent.len() && self.recent_by_end.len() <= self.recent.len(), "aioli recent tables outlive their list");
         for f in self.files.values() {
             assert!(f.target >= self.p.file_target_bytes_min && f.target <= self.p.file_target_bytes_max, "aioli file target");
         }
@@ -669,7 +688,8 @@ impl Policy for Aioli {
 
 #[cfg(test)]
 mod tests {
-    use crate::{AioliParams, AppId, ClientId, Decision, FileId, Limits, Op, PolicyConfig, Request, RequestId, Scheduler};
+    use super::{Aioli, RECENT_PIECES_MAX};
+    use crate::{AioliParams, AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Limits, Op, PolicyConfig, Request, RequestId, Scheduler};
 
     const MIB: u64 = 1 << 20;
 
@@ -732,5 +752,34 @@ mod tests {
         // 1 x 71 against 3 x 1.
         assert_eq!(turn(&mut s, 100), AppId(1));
         assert_eq!(q(&s, 3), (before + 3 * min).min(p_max()));
+    }
+
+    fn dispatch(id: u64, offset: u64) -> Dispatch {
+        Dispatch { id: DispatchId(id), file: FileId(1), op: Op::Read, offset, len: 4096, members: Vec::new() }
+    }
+
+    #[test]
+    fn recent_pieces_bound_at_n_and_n_plus_one_and_aging() {
+        let p = AioliParams::default();
+        let window_ns = 2 * p.hold_ns_max;
+        let mut a = Aioli::new(p, &Limits::default());
+        let n = RECENT_PIECES_MAX as u64;
+        for i in 0..n {
+            a.remember_pieces(&dispatch(i, i * 8192), 0);
+        }
+        assert_eq!((a.recent.len(), a.recent_by_start.len(), a.recent_by_end.len()), (RECENT_PIECES_MAX, RECENT_PIECES_MAX, RECENT_PIECES_MAX));
+        assert!(a.recent_by_start.contains_key(&(FileId(1), 0)));
+        // One more: the oldest goes.
+        a.remember_pieces(&dispatch(n, n * 8192), 0);
+        assert_eq!((a.recent.len(), a.recent_by_start.len(), a.recent_by_end.len()), (RECENT_PIECES_MAX, RECENT_PIECES_MAX, RECENT_PIECES_MAX));
+        assert!(!a.recent_by_start.contains_key(&(FileId(1), 0)) && a.recent_by_start.contains_key(&(FileId(1), 8192)));
+        // Past the window every earlier range ages out at once, except a
+        // key a later dispatch took over.
+        a.remember_pieces(&dispatch(n + 1, 8192), window_ns);
+        assert_eq!(a.recent.len(), RECENT_PIECES_MAX);
+        a.remember_pieces(&dispatch(n + 2, 1 << 40), window_ns + 1);
+        assert_eq!(a.recent.len(), 2);
+        assert_eq!(a.recent_by_start.get(&(FileId(1), 8192)), Some(&(DispatchId(n + 1), window_ns)));
+        assert_eq!(a.recent_by_start.len(), 2);
     }
 }
