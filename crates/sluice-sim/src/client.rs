@@ -18,7 +18,7 @@ use sluice_core::Op;
 use crate::engine::Time;
 use crate::error::Error;
 use crate::scenario::Interface;
-use crate::sim::{Ev, MsgKind, Piece, World};
+use crate::state::{Ev, MsgKind, Piece, World};
 use crate::workload::{stripe_map, TwoPhase};
 
 impl World {

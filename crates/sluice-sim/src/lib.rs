@@ -50,19 +50,22 @@ mod scenario;
 mod server;
 mod sim;
 mod slab;
+mod state;
 mod trace;
+mod units;
 pub mod whatif;
 mod workload;
 
 pub use engine::{EventQueue, Rng, Time};
 pub use error::{Error, ErrorKind};
 pub use plot::sweep_png;
-pub use report::{jain, size, AppReport, DeviceReport, Report, RunReport};
+pub use report::{jain, AppReport, DeviceReport, Report, RunReport};
 pub use scenario::{
     AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, Server,
 };
 pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
-pub use server::device;
+pub use state::device;
+pub use units::size;
 pub use trace::Trace;
 pub use workload::{stripe_map, Layout, TwoPhase};
 

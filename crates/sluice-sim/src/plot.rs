@@ -8,7 +8,8 @@ use std::path::Path;
 use plotters::prelude::*;
 
 use crate::error::{Error, ErrorKind};
-use crate::report::{size, Report};
+use crate::report::Report;
+use crate::units::size;
 
 /// Plot width and height in pixels.
 const PLOT_PX: (u32, u32) = (800, 600);

@@ -8,7 +8,8 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
-use crate::server::DevStats;
+use crate::state::DevStats;
+use crate::units::size;
 
 const MIB: f64 = 1_048_576.0;
 
@@ -194,17 +195,6 @@ fn secs(s: f64) -> String {
     }
 }
 
-/// `8 KiB`, `4 MiB`, or bytes.
-pub fn size(b: u64) -> String {
-    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
-        format!("{} MiB", b >> 20)
-    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
-        format!("{} KiB", b >> 10)
-    } else {
-        format!("{b} B")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,8 +207,4 @@ mod tests {
         assert_eq!(jain(&[]), 1.0);
     }
 
-    #[test]
-    fn sizes() {
-        assert_eq!((size(8192), size(4 << 20), size(5120), size(100)), ("8 KiB".into(), "4 MiB".into(), "5 KiB".into(), "100 B".into()));
-    }
 }

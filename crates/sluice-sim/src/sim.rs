@@ -1,213 +1,23 @@
-//! One run: the world (network, servers, processes) and its event loop.
+//! One run: the event loop over the world of `state.rs`.
 //!
 //! Components never call each other across time: a component that needs
 //! another one later schedules an event. Each event is handled by one
 //! short method in `client.rs` (processes, MPI-IO) or `server.rs` (cache
-//! layer, scheduler, device); this file owns the loop, the messages and
-//! the bounds.
+//! layer, scheduler, device), or here (a message crossing a hop of the
+//! network, or delivered); this file owns the loop, the bounds, the end
+//! of run check and the report.
 
 use std::time::Instant;
 
-use sluice_core::{AppId, ClientId};
-
-use crate::engine::{EventQueue, Rng, Time};
+use crate::engine::Time;
 use crate::error::{Error, ErrorKind};
-use crate::net::{Net, HOPS};
+use crate::net::HOPS;
 use crate::report::{AppReport, RunReport};
-use crate::scenario::{Interface, Mode, Scenario};
-use crate::server::ServerState;
-use crate::slab::Slab;
+use crate::scenario::{Mode, Scenario};
+use crate::state::{Ev, MsgKind, World};
 use crate::trace::Trace;
-use crate::workload::{Layout, TwoPhase};
-
-/// Pieces of cache fills and backlogged requests a run may hold beyond
-/// the processes' own pieces in flight.
-const FILL_PIECES_MAX: usize = 1 << 20;
-
-/// An event: which component, which record.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Ev {
-    /// A process starts (after its application's start and jitter).
-    Start(u32),
-    /// A process finished thinking and issues its next request.
-    Ready(u32),
-    /// An MPI-IO application starts its next collective round.
-    Round(u32),
-    /// A message's head reaches its next hop.
-    Hop(u32),
-    /// A message's tail reached its destination.
-    Deliver(u32),
-    /// A server's device finished its dispatch.
-    DevDone(u32),
-    /// A server's scheduler asked to be polled again (`WaitUntil`).
-    Wake(u32),
-}
-
-/// What a message carries.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum MsgKind {
-    /// A piece's request to its server.
-    #[default]
-    ToServer,
-    /// The server's answer to a piece.
-    Reply,
-    /// Two-phase read: an aggregator's data for a process.
-    ToProc,
-    /// Two-phase write: a process's data for an aggregator.
-    ToAgg,
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Msg {
-    pub kind: MsgKind,
-    /// The piece (requests, replies) or the receiving process.
-    pub id: u32,
-    pub src: u32,
-    pub dst: u32,
-    pub bytes: u64,
-    pub hop: u8,
-    pub tail_at: Time,
-}
-
-/// One access sent to one server: a piece of an application request, or
-/// (with `fill`) an aggregation-cache block read.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Piece {
-    pub proc: u32,
-    pub app: u32,
-    pub server: u32,
-    pub file: u64,
-    pub write: bool,
-    pub fill: bool,
-    /// Offset in the server's local object.
-    pub offset: u64,
-    pub len: u64,
-    /// Write-behind acknowledged it on arrival.
-    pub acked: bool,
-    /// Aggregation cache blocks still being read for it.
-    pub missing: u32,
-    /// When its process sent it (for the trace).
-    pub sent_at: Time,
-}
-
-/// One application during a run.
-pub(crate) struct AppRun {
-    pub name: String,
-    pub procs: u64,
-    pub first: u32,
-    pub write: bool,
-    pub interface: Interface,
-    pub layout: Layout,
-    pub two_phase: TwoPhase,
-    pub think_ns: u64,
-    pub start_ns: u64,
-    pub file: u64,
-    /// Recorded accesses replayed instead of the layout.
-    pub recorded: Option<std::sync::Arc<crate::scenario::Recorded>>,
-    pub started: u64,
-    pub finished: u64,
-    pub round: u64,
-    pub pending: u64,
-    pub done_at: Option<Time>,
-}
-
-/// One process during a run. Its current request is `[cursor, end)` of
-/// the application's file still to send, with `inflight` pieces out.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Proc {
-    pub app: u32,
-    pub rank: u64,
-    pub node: u32,
-    pub next: u64,
-    pub start: u64,
-    pub cursor: u64,
-    pub end: u64,
-    pub inflight: u32,
-    pub req_at: Time,
-    /// The current request's direction and file.
-    pub write: bool,
-    pub file: u64,
-    /// Two-phase messages received in the current round.
-    pub recv: u64,
-}
-
-/// Everything one run mutates.
-pub(crate) struct World {
-    pub q: EventQueue<Ev>,
-    pub sc: Scenario,
-    pub mode: Mode,
-    pub net: Net,
-    pub apps: Vec<AppRun>,
-    pub procs: Vec<Proc>,
-    pub servers: Vec<ServerState>,
-    pub pieces: Slab<Piece>,
-    pub msgs: Slab<Msg>,
-    pub trace: Option<Trace>,
-    pub compute_nodes: u32,
-}
 
 impl World {
-    /// Build the world for `sc` (already scaled and swept) in `mode`.
-    pub fn new(sc: &Scenario, mode: &Mode, trace: Option<Trace>) -> Result<World, Error> {
-        let nodes = (sc.cluster.compute_nodes + sc.server.count) as usize;
-        let procs_total: u64 = sc.apps.iter().map(|a| a.procs).sum();
-        let own = (procs_total * sc.client.pieces_inflight_max) as usize;
-        let aggs: u64 = sc.apps.iter().map(|a| a.procs * a.aggregators).sum();
-        let servers = (0..sc.server.count).map(|_| ServerState::new(sc, mode)).collect::<Result<Vec<_>, _>>()?;
-        let mut w = World {
-            q: EventQueue::new(sc.bounds.events_pending_max as usize),
-            sc: sc.clone(),
-            mode: mode.clone(),
-            net: Net::new(&sc.network, nodes),
-            apps: Vec::with_capacity(sc.apps.len()),
-            procs: Vec::with_capacity(procs_total as usize),
-            servers,
-            pieces: Slab::new(own + FILL_PIECES_MAX, "pieces"),
-            msgs: Slab::new(own + FILL_PIECES_MAX + aggs as usize, "messages"),
-            trace,
-            compute_nodes: sc.cluster.compute_nodes as u32,
-        };
-        w.build_apps()?;
-        Ok(w)
-    }
-
-    fn build_apps(&mut self) -> Result<(), Error> {
-        let mut rng = Rng::new(self.sc.seed);
-        let jitter = self.sc.client.start_jitter_ns;
-        for (i, a) in self.sc.apps.clone().iter().enumerate() {
-            let first = self.procs.len() as u32;
-            let layout = Layout { bytes: a.bytes, procs: a.procs, granularity: a.granularity_bytes, strided: a.pattern == crate::scenario::Pattern::Strided };
-            let two_phase = TwoPhase { bytes: a.bytes, aggregators: a.aggregators, cb_bytes: self.sc.client.cb_buffer_bytes };
-            for rank in 0..a.procs {
-                let node = (first as u64 + rank) % u64::from(self.compute_nodes);
-                // The application's direction and file; a recorded
-                // application's processes set theirs per request.
-                let (write, file) = (a.op == crate::scenario::OpName::Write, i as u64 + 1);
-                self.procs.push(Proc { app: i as u32, rank, node: node as u32, write, file, ..Proc::default() });
-                self.q.push(a.start_ns + rng.below(jitter + 1), Ev::Start(first + rank as u32))?;
-            }
-            self.apps.push(AppRun {
-                name: a.name.clone(),
-                procs: a.procs,
-                first,
-                write: a.op == crate::scenario::OpName::Write,
-                interface: a.interface,
-                layout,
-                two_phase,
-                think_ns: a.think_ns,
-                start_ns: a.start_ns,
-                file: i as u64 + 1,
-                recorded: a.recorded.clone(),
-                started: 0,
-                finished: 0,
-                round: 0,
-                pending: 0,
-                done_at: None,
-            });
-        }
-        Ok(())
-    }
-
     /// Run until no event is left; fail on a bound or on unfinished work.
     pub fn run(&mut self) -> Result<(), Error> {
         let (events_max, sim_max) = (self.sc.bounds.events_max, self.sc.bounds.sim_ns_max);
@@ -248,15 +58,6 @@ impl World {
         Ok(())
     }
 
-    /// Send a message of `bytes` from node `src` to node `dst` now.
-    pub fn send(&mut self, kind: MsgKind, id: u32, src: u32, dst: u32, bytes: u64, now: Time) -> Result<(), Error> {
-        let m = self.msgs.insert(Msg { kind, id, src, dst, bytes, hop: 0, tail_at: now })?;
-        if src == dst {
-            return self.q.push(now, Ev::Deliver(m));
-        }
-        self.q.push(now, Ev::Hop(m))
-    }
-
     fn hop(&mut self, m: u32, now: Time) -> Result<(), Error> {
         let msg = *self.msgs.get(m);
         let c = self.net.cross(now, msg.tail_at, msg.hop, msg.src as usize, msg.dst as usize, msg.bytes);
@@ -278,16 +79,6 @@ impl World {
             MsgKind::ToProc => self.exchange_to_proc(msg.id, now),
             MsgKind::ToAgg => self.exchange_to_agg(msg.id, now),
         }
-    }
-
-    /// The node a server runs on.
-    pub fn server_node(&self, s: u32) -> u32 {
-        self.compute_nodes + s
-    }
-
-    /// The scheduler's names for a process.
-    pub fn ids(&self, p: &Piece) -> (AppId, ClientId) {
-        (AppId(p.app + 1), ClientId(p.proc))
     }
 
     /// The per-run report.

@@ -52,7 +52,7 @@ impl Trace {
     pub(crate) fn for_run(&self, label: &str, granularity: Option<u64>) -> Trace {
         let pid = 2 * self.runs + 1;
         let mut t = Trace { events: Vec::new(), max: self.max.saturating_sub(self.events.len()), dropped: 0, runs: 0, pid_procs: pid };
-        let at = granularity.map(|g| format!(" @ {}", crate::report::size(g))).unwrap_or_default();
+        let at = granularity.map(|g| format!(" @ {}", crate::units::size(g))).unwrap_or_default();
         t.meta(pid, &format!("{label}{at}: processes"));
         t.meta(pid + 1, &format!("{label}{at}: devices"));
         t
@@ -80,7 +80,7 @@ impl Trace {
 
     /// Process `p` had an application request in flight over `[start, end)`.
     pub(crate) fn process_span(&mut self, p: u32, start: Time, end: Time, op: Op, bytes: u64) {
-        let name = format!("{} {}", if op == Op::Read { "read" } else { "write" }, crate::report::size(bytes));
+        let name = format!("{} {}", if op == Op::Read { "read" } else { "write" }, crate::units::size(bytes));
         let (ts, dur) = (start as f64 / 1e3, (end - start) as f64 / 1e3);
         self.push(Event { name, ph: "X", pid: self.pid_procs, tid: p, ts, dur: Some(dur), cat: None, id: None, args: None });
     }
@@ -93,7 +93,7 @@ impl Trace {
             self.dropped += 2;
             return;
         }
-        let name = format!("piece {} @ server {server}", crate::report::size(bytes));
+        let name = format!("piece {} @ server {server}", crate::units::size(bytes));
         let id = Some(format!("{}.{p}.{piece}.{start}", self.pid_procs));
         for (ph, at) in [("b", start), ("e", end)] {
             let ev = Event { name: name.clone(), ph, pid: self.pid_procs, tid: p, ts: at as f64 / 1e3, dur: None, cat: Some("piece"), id: id.clone(), args: None };
@@ -103,7 +103,7 @@ impl Trace {
 
     /// Server `s`'s device served `d` over `[start, end)`.
     pub(crate) fn device_span(&mut self, s: u32, start: Time, end: Time, d: &Dispatch) {
-        let name = format!("{} {} x{}", if d.op == Op::Read { "read" } else { "write" }, crate::report::size(d.len), d.members.len());
+        let name = format!("{} {} x{}", if d.op == Op::Read { "read" } else { "write" }, crate::units::size(d.len), d.members.len());
         let args = serde_json::json!({ "file": d.file.0, "offset": d.offset, "len": d.len, "requests": d.members.len() });
         let (ts, dur) = (start as f64 / 1e3, (end - start) as f64 / 1e3);
         self.push(Event { name, ph: "X", pid: self.pid_procs + 1, tid: s, ts, dur: Some(dur), cat: None, id: None, args: Some(args) });

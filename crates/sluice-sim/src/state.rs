@@ -1,0 +1,365 @@
+//! What a run is made of: the world every event handler mutates —
+//! applications, processes, pieces and messages in flight, the I/O
+//! servers (each with its scheduler, device model, cache layer and
+//! backlog) — and the few operations on it that every handler shares
+//! (sending a message, naming a process to the scheduler).
+//!
+//! The crate reads one way: `engine`, `net`, `slab`, `scenario`,
+//! `workload` and `units` are leaves; `trace` uses `units`; this module
+//! uses them; the handlers (`client.rs` for processes and MPI-IO,
+//! `server.rs` for cache layers, schedulers and devices) use this module;
+//! `sim.rs` owns the loop, hands each event to its handler, and builds the
+//! report (`report.rs`, which needs only this module's counters).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+
+use sluice_core::{AppId, ClientId, DeviceCost, Dispatch, ErrorKind as CoreKind, Limits, PolicyConfig, Request, Scheduler};
+use sluice_device::{DeviceModel, Hdd, Ssd};
+
+use crate::engine::{EventQueue, Rng, Time};
+use crate::error::{Error, ErrorKind};
+use crate::net::Net;
+use crate::scenario::{Cache, Interface, Mode, Scenario};
+use crate::slab::Slab;
+use crate::trace::Trace;
+use crate::workload::{Layout, TwoPhase};
+
+/// Pieces of cache fills and backlogged requests a run may hold beyond
+/// the processes' own pieces in flight.
+const FILL_PIECES_MAX: usize = 1 << 20;
+
+/// An event: which component, which record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Ev {
+    /// A process starts (after its application's start and jitter).
+    Start(u32),
+    /// A process finished thinking and issues its next request.
+    Ready(u32),
+    /// An MPI-IO application starts its next collective round.
+    Round(u32),
+    /// A message's head reaches its next hop.
+    Hop(u32),
+    /// A message's tail reached its destination.
+    Deliver(u32),
+    /// A server's device finished its dispatch.
+    DevDone(u32),
+    /// A server's scheduler asked to be polled again (`WaitUntil`).
+    Wake(u32),
+}
+
+/// What a message carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum MsgKind {
+    /// A piece's request to its server.
+    #[default]
+    ToServer,
+    /// The server's answer to a piece.
+    Reply,
+    /// Two-phase read: an aggregator's data for a process.
+    ToProc,
+    /// Two-phase write: a process's data for an aggregator.
+    ToAgg,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Msg {
+    pub kind: MsgKind,
+    /// The piece (requests, replies) or the receiving process.
+    pub id: u32,
+    pub src: u32,
+    pub dst: u32,
+    pub bytes: u64,
+    pub hop: u8,
+    pub tail_at: Time,
+}
+
+/// One access sent to one server: a piece of an application request, or
+/// (with `fill`) an aggregation-cache block read.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Piece {
+    pub proc: u32,
+    pub app: u32,
+    pub server: u32,
+    pub file: u64,
+    pub write: bool,
+    pub fill: bool,
+    /// Offset in the server's local object.
+    pub offset: u64,
+    pub len: u64,
+    /// Write-behind acknowledged it on arrival.
+    pub acked: bool,
+    /// Aggregation cache blocks still being read for it.
+    pub missing: u32,
+    /// When its process sent it (for the trace).
+    pub sent_at: Time,
+}
+
+/// One application during a run.
+pub(crate) struct AppRun {
+    pub name: String,
+    pub procs: u64,
+    pub first: u32,
+    pub write: bool,
+    pub interface: Interface,
+    pub layout: Layout,
+    pub two_phase: TwoPhase,
+    pub think_ns: u64,
+    pub start_ns: u64,
+    pub file: u64,
+    /// Recorded accesses replayed instead of the layout.
+    pub recorded: Option<std::sync::Arc<crate::scenario::Recorded>>,
+    pub started: u64,
+    pub finished: u64,
+    pub round: u64,
+    pub pending: u64,
+    pub done_at: Option<Time>,
+}
+
+/// One process during a run. Its current request is `[cursor, end)` of
+/// the application's file still to send, with `inflight` pieces out.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Proc {
+    pub app: u32,
+    pub rank: u64,
+    pub node: u32,
+    pub next: u64,
+    pub start: u64,
+    pub cursor: u64,
+    pub end: u64,
+    pub inflight: u32,
+    pub req_at: Time,
+    /// The current request's direction and file.
+    pub write: bool,
+    pub file: u64,
+    /// Two-phase messages received in the current round.
+    pub recv: u64,
+}
+
+/// Everything one run mutates.
+pub(crate) struct World {
+    pub q: EventQueue<Ev>,
+    pub sc: Scenario,
+    pub mode: Mode,
+    pub net: Net,
+    pub apps: Vec<AppRun>,
+    pub procs: Vec<Proc>,
+    pub servers: Vec<ServerState>,
+    pub pieces: Slab<Piece>,
+    pub msgs: Slab<Msg>,
+    pub trace: Option<Trace>,
+    pub compute_nodes: u32,
+}
+
+impl World {
+    /// Build the world for `sc` (already scaled and swept) in `mode`.
+    pub fn new(sc: &Scenario, mode: &Mode, trace: Option<Trace>) -> Result<World, Error> {
+        let nodes = (sc.cluster.compute_nodes + sc.server.count) as usize;
+        let procs_total: u64 = sc.apps.iter().map(|a| a.procs).sum();
+        let own = (procs_total * sc.client.pieces_inflight_max) as usize;
+        let aggs: u64 = sc.apps.iter().map(|a| a.procs * a.aggregators).sum();
+        let servers = (0..sc.server.count).map(|_| ServerState::new(sc, mode)).collect::<Result<Vec<_>, _>>()?;
+        let mut w = World {
+            q: EventQueue::new(sc.bounds.events_pending_max as usize),
+            sc: sc.clone(),
+            mode: mode.clone(),
+            net: Net::new(&sc.network, nodes),
+            apps: Vec::with_capacity(sc.apps.len()),
+            procs: Vec::with_capacity(procs_total as usize),
+            servers,
+            pieces: Slab::new(own + FILL_PIECES_MAX, "pieces"),
+            msgs: Slab::new(own + FILL_PIECES_MAX + aggs as usize, "messages"),
+            trace,
+            compute_nodes: sc.cluster.compute_nodes as u32,
+        };
+        w.build_apps()?;
+        Ok(w)
+    }
+
+    fn build_apps(&mut self) -> Result<(), Error> {
+        let mut rng = Rng::new(self.sc.seed);
+        let jitter = self.sc.client.start_jitter_ns;
+        for (i, a) in self.sc.apps.clone().iter().enumerate() {
+            let first = self.procs.len() as u32;
+            let layout = Layout { bytes: a.bytes, procs: a.procs, granularity: a.granularity_bytes, strided: a.pattern == crate::scenario::Pattern::Strided };
+            let two_phase = TwoPhase { bytes: a.bytes, aggregators: a.aggregators, cb_bytes: self.sc.client.cb_buffer_bytes };
+            for rank in 0..a.procs {
+                let node = (first as u64 + rank) % u64::from(self.compute_nodes);
+                // The application's direction and file; a recorded
+                // application's processes set theirs per request.
+                let (write, file) = (a.op == crate::scenario::OpName::Write, i as u64 + 1);
+                self.procs.push(Proc { app: i as u32, rank, node: node as u32, write, file, ..Proc::default() });
+                self.q.push(a.start_ns + rng.below(jitter + 1), Ev::Start(first + rank as u32))?;
+            }
+            self.apps.push(AppRun {
+                name: a.name.clone(),
+                procs: a.procs,
+                first,
+                write: a.op == crate::scenario::OpName::Write,
+                interface: a.interface,
+                layout,
+                two_phase,
+                think_ns: a.think_ns,
+                start_ns: a.start_ns,
+                file: i as u64 + 1,
+                recorded: a.recorded.clone(),
+                started: 0,
+                finished: 0,
+                round: 0,
+                pending: 0,
+                done_at: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Send a message of `bytes` from node `src` to node `dst` now.
+    pub fn send(&mut self, kind: MsgKind, id: u32, src: u32, dst: u32, bytes: u64, now: Time) -> Result<(), Error> {
+        let m = self.msgs.insert(Msg { kind, id, src, dst, bytes, hop: 0, tail_at: now })?;
+        if src == dst {
+            return self.q.push(now, Ev::Deliver(m));
+        }
+        self.q.push(now, Ev::Hop(m))
+    }
+
+    /// The node a server runs on.
+    pub fn server_node(&self, s: u32) -> u32 {
+        self.compute_nodes + s
+    }
+
+    /// The scheduler's names for a process.
+    pub fn ids(&self, p: &Piece) -> (AppId, ClientId) {
+        (AppId(p.app + 1), ClientId(p.proc))
+    }
+}
+
+/// Device counters of one server.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DevStats {
+    pub seeks_none: u64,
+    pub seeks_near: u64,
+    pub seeks_far: u64,
+    pub busy_ns: u64,
+    pub bytes: u64,
+    pub cache_hits: u64,
+}
+
+/// The aggregation cache's blocks: present (FIFO-evicted) and being read.
+#[derive(Default)]
+pub(crate) struct Blocks {
+    pub block: u64,
+    pub max: usize,
+    pub present: HashSet<(u64, u64)>,
+    pub order: VecDeque<(u64, u64)>,
+    pub filling: HashMap<(u64, u64), Vec<u32>>,
+}
+
+pub(crate) struct ServerState {
+    pub sched: Scheduler,
+    pub dev: Box<dyn DeviceModel>,
+    pub busy: Option<(Dispatch, Time)>,
+    pub wake_at: Option<Time>,
+    pub backlog: VecDeque<Request>,
+    pub backlog_max: usize,
+    pub dirty: u64,
+    pub cache: Cache,
+    pub cache_bytes: u64,
+    pub blocks: Blocks,
+    pub stats: DevStats,
+}
+
+/// The device model a scenario names.
+pub fn device(sc: &Scenario) -> Box<dyn DeviceModel> {
+    let s = &sc.server;
+    match (s.device.as_str(), &s.hdd, &s.profile) {
+        ("hdd", Some(h), _) => {
+            let mut d = Hdd::hdd7200();
+            (d.seek_far_ns, d.seek_near_ns, d.near_bytes, d.rotation_ns, d.bytes_per_s) = (h.seek_far_ns, h.seek_near_ns, h.near_bytes, h.rotation_ns, h.bytes_per_s);
+            Box::new(d)
+        }
+        ("profile", _, Some(p)) => Box::new(Ssd::calibrated(p.access_ns, p.bytes_per_s, p.seek_ns)),
+        ("ssd", _, _) => Box::new(Ssd::sata()),
+        _ => Box::new(Hdd::hdd7200()),
+    }
+}
+
+impl ServerState {
+    pub fn new(sc: &Scenario, mode: &Mode) -> Result<ServerState, Error> {
+        let policy = match PolicyConfig::from_name(&mode.policy) {
+            Some(PolicyConfig::Aioli(_)) => PolicyConfig::Aioli(sc.aioli.params_for(&sc.server.device)),
+            Some(p) => p,
+            None => return Err(Error::new(ErrorKind::UnknownMode, mode.policy.clone())),
+        };
+        let limits = Limits { dispatches_inflight_max: 1, ..Limits::default() };
+        let block = if sc.server.cache_block_bytes == 0 { sc.server.stripe_bytes } else { sc.server.cache_block_bytes };
+        let dev = device(sc);
+        let mut sched = Scheduler::new(policy, limits);
+        // The simulator knows its device: the same numbers the daemon
+        // learns reach the policies here exactly (one dispatch at a time).
+        let c = dev.cost_parts();
+        sched.set_device_cost(Some(DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)));
+        Ok(ServerState {
+            sched,
+            dev,
+            busy: None,
+            wake_at: None,
+            backlog: VecDeque::new(),
+            backlog_max: sc.server.backlog_max as usize,
+            dirty: 0,
+            cache: mode.cache,
+            cache_bytes: sc.server.cache_bytes,
+            blocks: Blocks { block, max: (sc.server.cache_bytes / block) as usize, ..Blocks::default() },
+            stats: DevStats::default(),
+        })
+    }
+
+    pub fn wake_fired(&mut self, now: Time) {
+        if self.wake_at == Some(now) {
+            self.wake_at = None;
+        }
+    }
+
+    /// Fail unless everything was served and the scheduler's own
+    /// invariants hold.
+    pub fn check_drained(&self) -> Result<(), Error> {
+        self.sched.check_invariants();
+        if !self.sched.is_empty() || !self.backlog.is_empty() || self.busy.is_some() || self.dirty != 0 || !self.blocks.filling.is_empty() {
+            return Err(Error::new(ErrorKind::Stuck, format!("server not drained: {:?}", self.sched.stats())));
+        }
+        Ok(())
+    }
+
+    /// Admit `req`, or park it in the backlog when the scheduler is full.
+    pub fn submit(&mut self, req: Request, now: Time) -> Result<(), Error> {
+        if !self.backlog.is_empty() {
+            return self.park(req);
+        }
+        match self.sched.enqueue(req, now) {
+            Ok(()) => Ok(()),
+            Err(e) if matches!(e.kind, CoreKind::QueueFull | CoreKind::QueueBytesFull) => self.park(req),
+            Err(e) => Err(Error::new(ErrorKind::Scheduler, e.to_string())),
+        }
+    }
+
+    fn park(&mut self, req: Request) -> Result<(), Error> {
+        if self.backlog.len() >= self.backlog_max {
+            return Err(Error::new(ErrorKind::Bound, format!("server backlog over backlog_max = {}", self.backlog_max)));
+        }
+        self.backlog.push_back(req);
+        Ok(())
+    }
+
+    /// Move backlogged requests into the scheduler while it accepts them.
+    pub fn drain_backlog(&mut self, now: Time) -> Result<(), Error> {
+        while let Some(&req) = self.backlog.front() {
+            match self.sched.enqueue(req, now) {
+                Ok(()) => {
+                    self.backlog.pop_front();
+                }
+                Err(e) if matches!(e.kind, CoreKind::QueueFull | CoreKind::QueueBytesFull) => return Ok(()),
+                Err(e) => return Err(Error::new(ErrorKind::Scheduler, e.to_string())),
+            }
+        }
+        Ok(())
+    }
+}
+
