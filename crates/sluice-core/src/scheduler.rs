@@ -60,7 +60,9 @@ pub struct Scheduler {
     config: PolicyConfig,
     policy: Box<dyn Policy + Send>,
     store: Store,
-    inflight: FxHashMap<DispatchId, Dispatch>,
+    /// Dispatches in flight, in no order: at most `depth`, a few, so a
+    /// scan finds one faster than a hash lookup.
+    inflight: Vec<Dispatch>,
     apps: FxHashMap<AppId, u32>,
     blocked_bytes: u64,
     /// The last `WaitUntil` time handed out (counts `Stats::holds`).
@@ -90,7 +92,7 @@ impl Scheduler {
             config,
             limits,
             store: Store::default(),
-            inflight: FxHashMap::default(),
+            inflight: Vec::new(),
             apps: FxHashMap::default(),
             blocked_bytes: 0,
             wait_last: 0,
@@ -290,14 +292,15 @@ impl Scheduler {
         (self.scratch_run, self.scratch_entries) = (run, entries);
         let mut kept = self.members_pool.pop().unwrap_or_default();
         kept.clone_from(&d.members);
-        self.inflight.insert(id, Dispatch { members: kept, ..d.clone_header() });
+        self.inflight.push(Dispatch { members: kept, ..d.clone_header() });
         debug_assert!(self.counters_consistent());
         d
     }
 
     /// The device finished dispatch `id` at `now`.
     pub fn complete(&mut self, id: DispatchId, now: Nanos) -> Result<(), Error> {
-        let d = self.inflight.remove(&id).ok_or(Error::new(ErrorKind::UnknownDispatch, 0))?;
+        let at = self.inflight.iter().position(|d| d.id == id).ok_or(Error::new(ErrorKind::UnknownDispatch, 0))?;
+        let d = self.inflight.swap_remove(at);
         let fq = self.store.files.get_mut(&d.file).expect("file of an in-flight dispatch");
         fq.inflight.retain(|f| f.id != id);
         if d.op == crate::types::Op::Write {
@@ -359,7 +362,7 @@ impl Scheduler {
             assert_eq!(fq.is_idle(), fq.idle_cached, "file {file:?} idle state");
             active += usize::from(!fq.is_idle());
             let writes = fq.maps[1].len() + fq.blocked.iter().filter(|b| b.req.op == crate::types::Op::Write).count();
-            let inflight_writes: u64 = self.inflight.values().filter(|d| d.file == *file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
+            let inflight_writes: u64 = self.inflight.iter().filter(|d| d.file == *file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
             assert_eq!(u64::from(fq.writes), writes as u64 + inflight_writes, "file {file:?} write count");
             queued += fq.count() as u64;
             let fb: u64 = fq.maps.iter().flat_map(|m| m.values()).map(|&s| self.store.entry(s).req.len).sum();
