@@ -471,7 +471,11 @@ impl Policy for Aioli {
             a.since = turns;
         }
         self.backlogged += usize::from(live == 0);
-        self.reindex_head(store, r.app);
+        // Only a request older than the head moves it (the first one, or
+        // one released from behind a conflict).
+        if self.apps[&r.app].head.is_none_or(|h| e.arrival < h) {
+            self.reindex_head(store, r.app);
+        }
 
         let hits_min = self.p.sync_hits_min;
         let s = self.stream(r.app, r.client);
@@ -526,7 +530,7 @@ impl Policy for Aioli {
 
     fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
         self.inflight += 1;
-        for m in &d.members {
+        for (m, e) in d.members.iter().zip(members) {
             let (turns, bounds) = (self.turns, self.quanta());
             let a = self.app(m.app);
             if a.live == 1 {
@@ -537,7 +541,10 @@ impl Policy for Aioli {
             a.live -= 1;
             let (live, forgotten) = (a.live, a.forgotten);
             a.fifo.shrink(store, live);
-            self.reindex_head(store, m.app);
+            // The head is the oldest arrival: a later member leaves it.
+            if live == 0 || a.head.is_some_and(|h| e.arrival <= h) {
+                self.reindex_head(store, m.app);
+            }
             if live == 0 {
                 self.backlogged -= 1;
                 if forgotten {
