@@ -22,6 +22,15 @@ use crate::trace::{Member, Record, Tracer};
 /// (the depth at every one).
 const MODEL_EVERY: u64 = 32;
 
+/// What the event loop hands back when it ends.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Ended {
+    pub scheduler: sluice_core::Stats,
+    pub device_model: Option<DeviceCost>,
+    /// Sum of the dispatches' service times (overlapping ones each count).
+    pub device_busy_ns: u64,
+}
+
 pub struct Dispatcher {
     pub sched: Scheduler,
     apps: Arc<Mutex<AppTable>>,
@@ -216,12 +225,12 @@ impl Dispatcher {
         (u64::from(l.queued_requests_max), l.queued_bytes_max)
     }
 
-    /// Check the shutdown invariants; the scheduler's counters and the
-    /// learned model.
-    pub fn finish(self) -> (sluice_core::Stats, Option<DeviceCost>) {
+    /// Check the shutdown invariants; the scheduler's counters, the
+    /// learned model and the device's busy time.
+    pub fn finish(self) -> Ended {
         self.sched.check_invariants();
         assert!(self.pending.is_empty(), "{} requests pending at shutdown", self.pending.len());
         assert_eq!(self.admitted, self.answered, "admitted and answered requests differ at shutdown");
-        (self.sched.stats(), (self.learner.observed() > 0).then(|| self.learner.model()))
+        Ended { scheduler: self.sched.stats(), device_model: (self.learner.observed() > 0).then(|| self.learner.model()), device_busy_ns: self.device.busy_ns }
     }
 }

@@ -237,7 +237,7 @@ impl EventLoop {
     }
 
     /// Serve until the server stops and everything admitted is answered.
-    pub fn run(mut self) -> (sluice_core::Stats, Option<sluice_core::DeviceCost>) {
+    pub fn run(mut self) -> crate::dispatch::Ended {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX];
         let mut wake_at: Option<u64> = None;
         loop {

@@ -102,6 +102,8 @@ pub struct Summary {
     pub scheduler: sluice_core::Stats,
     /// The device cost model learned (or given and refined), if any.
     pub device_model: Option<sluice_core::DeviceCost>,
+    /// Sum of the dispatches' service times (overlapping ones each count).
+    pub device_busy_ns: u64,
 }
 
 /// The service. See the crate documentation.
@@ -112,7 +114,7 @@ pub struct ServerHandle {
     shared: Arc<Shared>,
     addr: String,
     waker: Arc<Waker>,
-    event_loop: Option<JoinHandle<(sluice_core::Stats, Option<sluice_core::DeviceCost>)>>,
+    event_loop: Option<JoinHandle<dispatch::Ended>>,
     workers: Vec<JoinHandle<()>>,
     socket_path: Option<std::path::PathBuf>,
     metrics: Option<metrics::Endpoint>,
@@ -176,7 +178,7 @@ impl Server {
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
-                    (sluice_core::Stats::default(), None)
+                    dispatch::Ended::default()
                 }
             }
         })?;
@@ -341,15 +343,15 @@ impl ServerHandle {
         self.metrics = None;
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.waker.wake();
-        let (scheduler, device_model) = match self.event_loop.take() {
+        let ended = match self.event_loop.take() {
             Some(l) => l.join().map_err(|_| Error::new(ErrorKind::Io, libc::EIO, "the event loop failed its shutdown checks"))?,
-            None => (sluice_core::Stats::default(), None),
+            None => dispatch::Ended::default(),
         };
         if let Some(p) = self.socket_path.take() {
             let _ = std::fs::remove_file(p);
         }
         self.workers.drain(..).for_each(|w| drop(w.join()));
-        Ok(Summary { apps: self.stats(), scheduler, device_model })
+        Ok(Summary { apps: self.stats(), scheduler: ended.scheduler, device_model: ended.device_model, device_busy_ns: ended.device_busy_ns })
     }
 }
 

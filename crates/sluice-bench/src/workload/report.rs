@@ -32,6 +32,12 @@ pub struct RunReport {
     /// The device cost model the server learned during the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_model: Option<DeviceModel>,
+    /// The server's device: dispatches, and the sum of their service
+    /// times in seconds (overlapping ones each count). None for `direct`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dispatches: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_busy_s: Option<f64>,
 }
 
 /// A device cost model (`sluice_core::DeviceCost`), as reported.
