@@ -16,4 +16,5 @@ pub mod matrix;
 pub mod scaleout;
 pub mod scheduler;
 pub mod service;
+pub mod validate;
 pub mod workload;

@@ -105,3 +105,41 @@ fn calibrate_writes_a_model_that_sim_loads() {
     let out = Command::new(SLUICE).args(["sim", &scenario("mix10.toml"), "--device-model"]).arg(&bad).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("parallelism"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn validate_runs_each_workload_for_real_and_in_the_simulator() {
+    // O_DIRECT needs a disk file system: /var/tmp, not a tmpfs /tmp.
+    let dir = Scratch(PathBuf::from("/var/tmp").join(format!("sluice-validate-test-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let model = dir.0.join("model.toml");
+    std::fs::write(&model, "dispatch_ns = 80000\nbyte_ps = 800\nseek_ns = 10000\nparallelism = 8\n").unwrap();
+    let json = dir.0.join("validate.json");
+    let scratch = dir.0.join("runs");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let out = Command::new(SLUICE)
+        .args(["sim", "--validate", "--validate-scale", "0.05", "--validate-runs", "1", "--device-model"])
+        .arg(&model)
+        .arg("--dir")
+        .arg(&scratch)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sluice sim --validate failed: {}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("mix10") && table.contains("interference") && table.contains("O_DIRECT") && table.contains("error"), "{table}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "three workloads under fifo and aioli");
+    for r in rows {
+        let (real, sim) = (r["real_s"].as_f64().unwrap(), r["sim_s"].as_f64().unwrap());
+        assert!(real > 0.0 && sim > 0.0 && real.is_finite() && sim.is_finite(), "{r}");
+        let error = r["error"].as_f64().unwrap();
+        assert!((error - (sim - real) / real).abs() < 1e-9, "error is (sim - real) / real: {r}");
+        // Every real run went through a server that counted its device.
+        assert!(r["real_dispatches"].as_u64().unwrap() > 0 && r["sim_dispatches"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["cause"].as_str().unwrap().is_empty(), error.abs() <= 0.05, "a cause exactly when over 5%: {r}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    assert!(left.is_empty(), "the real runs' files were not removed: {left:?}");
+}

@@ -1,7 +1,8 @@
 //! `sluice sim SCENARIO.toml`: run a scenario in the simulator, print the
 //! per-application table per mode, write JSON, a trace and a sweep plot on
 //! request.
-//! `sluice sim --bench` measures the engine's speed instead.
+//! `sluice sim --bench` measures the engine's speed instead, and
+//! `sluice sim --validate` compares real runs with their simulated twins.
 
 use std::path::PathBuf;
 
@@ -13,7 +14,7 @@ use super::output::write_json;
 #[derive(Args)]
 pub struct SimArgs {
     /// Scenario file (see docs/sim.md and scenarios/).
-    #[arg(required_unless_present = "bench")]
+    #[arg(required_unless_present_any = ["bench", "validate"])]
     scenario: Option<PathBuf>,
     /// Mode to run: a policy, or policy/cache (cache: none, write-behind,
     /// aggregation). Repeat for several; default: the scenario's modes.
@@ -56,9 +57,55 @@ pub struct SimArgs {
     /// Requests per process of the benchmark scenario.
     #[arg(long, default_value_t = 200)]
     bench_requests: u64,
+    /// Run three workloads for real (mix10 and interference on the
+    /// emulated disk, the 64 KiB decomposition on this disk with O_DIRECT)
+    /// and in the simulator, and print both with the error (default
+    /// policies: fifo and aioli). The real disk's model comes from
+    /// `--device-model`, else from a short `sluice calibrate --direct`.
+    #[arg(long, conflicts_with_all = ["bench", "darshan", "scenario"])]
+    validate: bool,
+    /// Multiply the validation workloads' sizes by this.
+    #[arg(long, default_value_t = 1.0, requires = "validate")]
+    validate_scale: f64,
+    /// Real runs of each validation workload (the median is compared).
+    #[arg(long, default_value_t = 3, requires = "validate")]
+    validate_runs: u32,
+    /// Scratch directory of the validation's real runs (default /var/tmp;
+    /// O_DIRECT needs a disk file system, not tmpfs).
+    #[arg(long, requires = "validate")]
+    dir: Option<PathBuf>,
+}
+
+fn validate(a: &SimArgs) -> anyhow::Result<()> {
+    use sluice_bench::{calibrate, validate};
+    let root = a.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-validate-{}", std::process::id()));
+    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    let model = match &a.device_model {
+        Some(p) => calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?,
+        None => {
+            eprintln!("validate: calibrating {} with O_DIRECT (sluice calibrate --direct --cell-ms 500)", root.display());
+            let cfg = calibrate::CalibrateConfig { root: root.clone(), direct: true, file_bytes: 256 << 20, cell_ms: 500 };
+            calibrate::run(&cfg).map_err(anyhow::Error::msg)?
+        }
+    };
+    let exe = std::env::current_exe().context("locating the sluice executable")?;
+    let policies = if a.policies.is_empty() { vec!["fifo".into(), "aioli".into()] } else { a.policies.clone() };
+    let cfg = validate::Config { workloads: validate::workloads(a.validate_scale), policies, root: root.clone(), exe, model: Some(model), seed: a.seed.unwrap_or(1), runs: a.validate_runs, progress: true };
+    let report = validate::run(&cfg);
+    let _ = std::fs::remove_dir_all(&root);
+    let report = report.map_err(anyhow::Error::msg)?;
+    print!("{}", validate::table(&report));
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
 }
 
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
+    if a.validate {
+        return validate(&a);
+    }
     let scenario = match (&a.scenario, a.bench) {
         (_, true) => sluice_sim::bench_scenario(a.bench_procs, a.bench_requests),
         (Some(path), false) => {

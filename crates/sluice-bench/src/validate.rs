@@ -1,0 +1,366 @@
+//! `sluice sim --validate`: each workload runs twice, for real (the
+//! bench's processes against a started server) and in the simulator (its
+//! twin: the same applications, one server, the same policy and device
+//! model), and the two makespans are compared.
+//!
+//! The twin of a run on this machine:
+//! - one host: every process on its own node, linked to the server by a
+//!   fast, short link (`ONE_HOST`: the Unix socket's round trip here is
+//!   about 50 µs, and data moves by copies of several GB/s);
+//! - requests cut at the client's 1 MiB shared-memory slot, each process
+//!   synchronous, no think time, a common start (the bench's barrier);
+//! - the device: the emulated 7200 rpm disk (the same model the server
+//!   emulates), or for the real disk the model `sluice calibrate`
+//!   measured, with its access and seek costs divided by the parallelism
+//!   it found (the simulated device serves one dispatch at a time, the
+//!   real one several: this keeps the throughput, not the latency).
+//!
+//! Where the makespans differ, the report splits the gap: the device (the
+//! real server's summed service time against the twin's), the schedule
+//! (dispatch counts that differ: the real server learns its device model
+//! online, the twin is handed it), and the rest, which is time neither
+//! device nor schedule explain: the per-request cost of the service
+//! (network, server and client CPU on two shared cores).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+use sluice_server::DeviceKind;
+use sluice_sim::{AioliOverrides, App, Bounds, Client, Cluster, Interface, Network, OpName, ProfileFigures, Server};
+
+use crate::calibrate::ModelFile;
+use crate::workload::pattern::{AppSpec, Dir, Pattern};
+use crate::workload::runner::{self, RunConfig};
+use crate::workload::scenario::{self, Scenario};
+
+/// The link of one host (see the module documentation).
+const ONE_HOST: Network =
+    Network { nic_bytes_per_s: 10_000_000_000, nic_latency_ns: 12_000, switch_bytes_per_s: 100_000_000_000, switch_latency_ns: 1_000, packet_bytes: 65_536, header_bytes: 64 };
+/// The client cuts a request at its shared-memory slot.
+const SLOT_BYTES: u64 = 1 << 20;
+/// The error the issue accepts.
+pub const TARGET: f64 = 0.05;
+/// How far apart the twin's processes start: the bench releases its
+/// workers from a barrier, but on two cores ninety processes take
+/// milliseconds to all get running, in no fixed order.
+const START_JITTER_NS: u64 = 1_000_000;
+/// Seeds of the twin per policy (its makespan is their median).
+pub const SIM_SEEDS: u64 = 5;
+
+/// One workload to validate.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub name: String,
+    pub scenario: Scenario,
+    pub device: DeviceKind,
+    pub direct_io: bool,
+}
+
+/// The three workloads of issue 17: mix10 on the emulated disk, the
+/// decomposition with 64 KiB pieces on the real disk with O_DIRECT, and
+/// interference (decomposition plus `cat`) on the emulated disk. `scale`
+/// multiplies the sizes chosen to take seconds here.
+pub fn workloads(scale: f64) -> Vec<Workload> {
+    let k = 1024;
+    vec![
+        Workload { name: "mix10 (hdd7200)".into(), scenario: scenario::mix10(scale / 64.0), device: DeviceKind::Hdd7200, direct_io: false },
+        Workload {
+            name: "decomposition 64 KiB x 32 (O_DIRECT)".into(),
+            scenario: scenario::decomposition(32, 64 * k, Dir::Read, scale / 16.0),
+            device: DeviceKind::Real,
+            direct_io: true,
+        },
+        Workload { name: "interference (hdd7200)".into(), scenario: scenario::interference(16, 32 * k, scale / 64.0), device: DeviceKind::Hdd7200, direct_io: false },
+    ]
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub workloads: Vec<Workload>,
+    pub policies: Vec<String>,
+    /// Scratch directory for the real runs.
+    pub root: PathBuf,
+    /// The `sluice` executable the bench starts its workers with.
+    pub exe: PathBuf,
+    /// The real disk's model (`sluice calibrate --direct`), for workloads
+    /// on the real disk.
+    pub model: Option<ModelFile>,
+    pub seed: u64,
+    /// Real runs per workload; the row shows the median.
+    pub runs: u32,
+    pub progress: bool,
+}
+
+/// One workload under one policy.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub workload: String,
+    pub policy: String,
+    /// Medians: of the real runs, and of the twin over `SIM_SEEDS` seeds.
+    pub real_s: f64,
+    pub sim_s: f64,
+    /// The spread of each: (min, max).
+    pub real_range_s: (f64, f64),
+    pub sim_range_s: (f64, f64),
+    /// (sim - real) / real, of the medians.
+    pub error: f64,
+    /// The application with the largest error, and that error.
+    pub worst_app: String,
+    pub worst_app_error: f64,
+    pub real_dispatches: Option<u64>,
+    pub sim_dispatches: u64,
+    pub real_device_busy_s: Option<f64>,
+    pub sim_device_busy_s: f64,
+    /// The share of `error` the device's busy time explains (sim - real,
+    /// over the real makespan; on a device that serves P dispatches at
+    /// once, the real busy time over P); the rest is `error - device`.
+    pub device: Option<f64>,
+    /// Where the gap comes from, in words (empty when within `TARGET`).
+    pub cause: String,
+}
+
+/// The whole report (`--json`).
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub target: f64,
+    pub rows: Vec<Row>,
+}
+
+/// The simulated twin of `w` (see the module documentation).
+pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scenario, String> {
+    let procs: u64 = w.scenario.apps.iter().map(|a| u64::from(a.procs)).sum();
+    let apps = w.scenario.apps.iter().map(twin_app).collect::<Result<Vec<_>, _>>()?;
+    let (device, profile) = match w.device {
+        DeviceKind::Hdd7200 => ("hdd7200".to_string(), None),
+        DeviceKind::Real => {
+            let m = model.ok_or_else(|| format!("{}: the real disk needs its calibrated model (sluice calibrate --direct)", w.name))?;
+            let p = u64::from(m.parallelism.max(1));
+            let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
+            ("profile".to_string(), Some(ProfileFigures { access_ns: m.dispatch_ns / p, bytes_per_s, seek_ns: m.seek_ns / p }))
+        }
+    };
+    let sc = sluice_sim::Scenario {
+        name: format!("twin of {}", w.name),
+        description: "the simulated twin of a real run on this machine".into(),
+        seed: 1,
+        scale: 1.0,
+        modes: vec!["fifo".into(), "aioli".into()],
+        sweep_granularity_bytes: Vec::new(),
+        network: ONE_HOST,
+        cluster: Cluster { compute_nodes: procs.max(1) },
+        server: Server {
+            count: 1,
+            device,
+            hdd: None,
+            profile,
+            stripe_bytes: 1 << 40,
+            stripe_count: 1,
+            cache_bytes: 0,
+            cache_block_bytes: 0,
+            backlog_max: 1 << 20,
+        },
+        client: Client { fs_piece_bytes: SLOT_BYTES, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: START_JITTER_NS },
+        apps,
+        bounds: Bounds::default(),
+        aioli: AioliOverrides::default(),
+    };
+    sc.validate().map_err(|e| e.to_string())?;
+    Ok(sc)
+}
+
+fn twin_app(a: &AppSpec) -> Result<App, String> {
+    let pattern = match a.pattern {
+        Pattern::Contiguous => sluice_sim::Pattern::Contiguous,
+        Pattern::Strided => sluice_sim::Pattern::Strided,
+        Pattern::Random => return Err(format!("{}: the simulator has no random pattern", a.name)),
+    };
+    if !a.shared_file || a.replay.is_some() {
+        return Err(format!("{}: only shared-file pattern applications have a twin", a.name));
+    }
+    Ok(App {
+        name: a.name.clone(),
+        procs: u64::from(a.procs),
+        op: if a.op == Dir::Write { OpName::Write } else { OpName::Read },
+        pattern,
+        bytes: a.bytes(),
+        granularity_bytes: a.granularity,
+        interface: Interface::Posix,
+        aggregators: 1,
+        think_ns: 0,
+        start_ns: 0,
+        sweep: false,
+        recorded: None,
+    })
+}
+
+/// Run every workload for real and in the simulator.
+pub fn run(cfg: &Config) -> Result<Report, String> {
+    let mut rows = Vec::new();
+    for w in &cfg.workloads {
+        let sc = twin(w, cfg.model.as_ref())?;
+        let run_cfg = RunConfig {
+            scenario: w.scenario.clone(),
+            modes: cfg.policies.clone(),
+            direct_io: w.direct_io,
+            device: w.device,
+            root: cfg.root.join(w.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
+            server: None,
+            queue_depth: (w.device == DeviceKind::Hdd7200).then_some(1),
+            alone: false,
+            seed: cfg.seed,
+            exe: cfg.exe.clone(),
+            scale: 1.0,
+            granularity: None,
+            progress: cfg.progress,
+        };
+        let mut real = Vec::new();
+        for i in 0..cfg.runs.max(1) {
+            if cfg.progress {
+                eprintln!("validate: {} for real, run {} of {} ({})", w.name, i + 1, cfg.runs.max(1), cfg.policies.join(", "));
+            }
+            let r = runner::run(&run_cfg).map_err(|e| e.to_string());
+            let _ = std::fs::remove_dir_all(&run_cfg.root);
+            real.push(r?);
+        }
+        let mut sim = Vec::new();
+        for seed in 1..=SIM_SEEDS {
+            let opts = sluice_sim::RunOptions { modes: cfg.policies.clone(), seed: Some(seed), ..sluice_sim::RunOptions::default() };
+            sim.push(sluice_sim::run(&sc, &opts).map_err(|e| e.to_string())?.0);
+        }
+        // The real device's busy time sums overlapping dispatches; the
+        // twin's device serves one at a time with the throughput of P.
+        let parallel = match w.device {
+            DeviceKind::Real => f64::from(cfg.model.as_ref().map_or(1, |m| m.parallelism.max(1))),
+            DeviceKind::Hdd7200 => 1.0,
+        };
+        for (i, policy) in cfg.policies.iter().enumerate() {
+            let real_runs: Vec<_> = real.iter().map(|r| &r.runs[i]).collect();
+            let sim_runs: Vec<_> = sim.iter().map(|r| &r.runs[i]).collect();
+            let r = median_by(&real_runs, |r| r.makespan_s);
+            let s = median_by(&sim_runs, |s| s.makespan_s);
+            debug_assert_eq!((&r.mode, &s.mode), (policy, policy));
+            let mut row = row(&w.name, r, s, parallel);
+            row.real_range_s = range(real_runs.iter().map(|r| r.makespan_s));
+            row.sim_range_s = range(sim_runs.iter().map(|s| s.makespan_s));
+            rows.push(row);
+        }
+    }
+    Ok(Report { target: TARGET, rows })
+}
+
+/// The element of `xs` with the median key (the lower one of an even
+/// count).
+fn median_by<'a, T>(xs: &[&'a T], key: impl Fn(&T) -> f64) -> &'a T {
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    sorted[(sorted.len() - 1) / 2]
+}
+
+fn range(xs: impl Iterator<Item = f64>) -> (f64, f64) {
+    xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)))
+}
+
+fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::RunReport, parallel: f64) -> Row {
+    let error = (s.makespan_s - r.makespan_s) / r.makespan_s.max(1e-9);
+    let (worst_app, worst_app_error) = r
+        .apps
+        .iter()
+        .filter_map(|a| s.app(&a.name).map(|b| (a.name.clone(), (b.completion_s - a.completion_s) / a.completion_s.max(1e-9))))
+        .fold((String::new(), 0.0f64), |best, x| if x.1.abs() > best.1.abs() { x } else { best });
+    let sim_busy = s.device_stats.busy_s;
+    let device = r.device_busy_s.map(|b| (sim_busy - b / parallel) / r.makespan_s.max(1e-9));
+    let schedule = r.dispatches.map(|d| (s.device_stats.dispatches as f64 - d as f64) / (d.max(1) as f64));
+    Row {
+        workload: workload.into(),
+        policy: r.mode.clone(),
+        real_s: r.makespan_s,
+        sim_s: s.makespan_s,
+        real_range_s: (r.makespan_s, r.makespan_s),
+        sim_range_s: (s.makespan_s, s.makespan_s),
+        error,
+        worst_app,
+        worst_app_error,
+        real_dispatches: r.dispatches,
+        sim_dispatches: s.device_stats.dispatches,
+        real_device_busy_s: r.device_busy_s,
+        sim_device_busy_s: sim_busy,
+        device,
+        cause: cause(error, device, schedule),
+    }
+}
+
+/// Name the component the gap comes from: the device when its busy-time
+/// difference explains most of the gap, the schedule when the dispatch
+/// counts differ by more than a tenth, else the per-request costs the
+/// twin does not model.
+pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>) -> String {
+    if error.abs() <= TARGET {
+        return String::new();
+    }
+    let mut parts = Vec::new();
+    if let Some(d) = device {
+        if d.abs() >= error.abs() / 2.0 {
+            parts.push(format!("device ({:+.0}% of the makespan in service time)", d * 100.0));
+        }
+    }
+    if let Some(q) = schedule.filter(|q| q.abs() > 0.1) {
+        parts.push(format!("schedule ({:+.0}% dispatches)", q * 100.0));
+    }
+    let rest = error - device.unwrap_or(0.0);
+    if rest.abs() >= error.abs() / 2.0 || parts.is_empty() {
+        let what = if rest < 0.0 { "the real run spends it outside the device: network, server and client CPU" } else { "the twin waits longer outside the device" };
+        parts.push(format!("{:+.0}% not in device time ({what})", rest * 100.0));
+    }
+    parts.join("; ")
+}
+
+/// The report as a table.
+pub fn table(r: &Report) -> String {
+    let mut out = format!("{:<38} {:<7} {:>21} {:>21} {:>8}  {}\n", "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "where the gap comes from");
+    let cell = |m: f64, (lo, hi): (f64, f64)| format!("{m:.3} ({lo:.2}-{hi:.2})");
+    for row in &r.rows {
+        let within = if row.error.abs() <= r.target { "within 5%".to_string() } else { row.cause.clone() };
+        out += &format!(
+            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}%  {within}\n",
+            row.workload,
+            row.policy,
+            cell(row.real_s, row.real_range_s),
+            cell(row.sim_s, row.sim_range_s),
+            row.error * 100.0
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_workload_has_a_twin_that_the_simulator_accepts() {
+        let model = ModelFile { dispatch_ns: 80_000, byte_ps: 800, seek_ns: 10_000, parallelism: 8, measured: None };
+        for w in workloads(1.0) {
+            let sc = twin(&w, Some(&model)).unwrap();
+            assert_eq!(sc.apps.len(), w.scenario.apps.len());
+            let bytes: u64 = sc.apps.iter().map(|a| a.bytes).sum();
+            assert_eq!(bytes, w.scenario.apps.iter().map(AppSpec::bytes).sum::<u64>(), "{}: the twin moves the same bytes", w.name);
+        }
+        // The real disk needs its model.
+        let direct = workloads(1.0).into_iter().find(|w| w.device == DeviceKind::Real).unwrap();
+        assert!(twin(&direct, None).unwrap_err().contains("calibrate"));
+        // Parallelism divides the latency, not the bandwidth.
+        let sc = twin(&direct, Some(&model)).unwrap();
+        let p = sc.server.profile.unwrap();
+        assert_eq!((p.access_ns, p.seek_ns, p.bytes_per_s), (10_000, 1_250, 1_250_000_000));
+    }
+
+    #[test]
+    fn the_cause_names_the_larger_share() {
+        assert_eq!(cause(0.03, Some(0.5), Some(0.5)), "");
+        assert!(cause(-0.30, Some(-0.25), Some(0.0)).starts_with("device (-25%"));
+        let c = cause(-0.30, Some(0.0), Some(0.0));
+        assert!(c.starts_with("-30% not in device time") && c.contains("CPU"), "{c}");
+        assert!(cause(0.20, Some(0.02), Some(0.5)).contains("schedule (+50% dispatches)"));
+    }
+}
