@@ -109,16 +109,40 @@ struct Turn {
     next_offset: u64,
 }
 
-#[derive(Default)]
+/// One (application, client) stream. Its table is the policy's largest
+/// (a server sees every process), so the record is kept to 56 bytes:
+/// `NONE` stands for an absent offset, time or dispatch (none of them can
+/// reach `u64::MAX`).
 struct Stream {
-    /// Where the stream's next request would start if it is sequential.
-    expected: Option<(FileId, u64)>,
-    hits: u32,
+    /// Where the stream's next request would start if it is sequential
+    /// (offset `NONE`: unknown).
+    expected_file: FileId,
+    expected_offset: u64,
     think_ns: u64,
-    last_complete: Option<Nanos>,
-    /// The last dispatch the stream had a request in.
-    last_dispatch: Option<DispatchId>,
+    /// When its last request completed (`NONE`: never).
+    last_complete: Nanos,
+    /// The last dispatch the stream had a request in (`NONE`: none).
+    last_dispatch: u64,
     used: u64,
+    hits: u32,
+}
+
+const NONE: u64 = u64::MAX;
+
+impl Default for Stream {
+    fn default() -> Stream {
+        Stream { expected_file: FileId(0), expected_offset: NONE, think_ns: 0, last_complete: NONE, last_dispatch: NONE, used: 0, hits: 0 }
+    }
+}
+
+impl Stream {
+    fn expects(&self, file: FileId, offset: u64) -> bool {
+        self.expected_offset != NONE && (self.expected_file, self.expected_offset) == (file, offset)
+    }
+
+    fn last_dispatch(&self) -> Option<DispatchId> {
+        (self.last_dispatch != NONE).then_some(DispatchId(self.last_dispatch))
+    }
 }
 
 struct FileHist {
@@ -397,13 +421,13 @@ impl Aioli {
     /// that *another* stream had dispatched moments ago could have left in
     /// the same aggregate: the file's target grows by its length. (Holds
     /// that expire shrink it back, see `dispatched`.)
-    fn grow_on_interleaving(&mut self, r: &crate::types::Request, now: Nanos) {
+    /// `mine`: the last dispatch the request's stream was part of.
+    fn grow_on_interleaving(&mut self, r: &crate::types::Request, mine: Option<DispatchId>, now: Nanos) {
         let (window_ns, max, hold_max) = (2 * self.p.hold_ns_max, self.p.file_target_bytes_max.min(self.dispatch_max), self.p.hold_ns_max);
         // A neighbour that left in a dispatch this stream was part of says
         // nothing: this request is the stream's *next* one and could not
         // have joined it.
         let key = stream_key(r.app, r.client);
-        let mine = self.streams.get(&key).and_then(|s| s.last_dispatch);
         let near =
             |t: &FxHashMap<(FileId, u64), (DispatchId, Nanos)>, at: u64| t.get(&(r.file, at)).is_some_and(|&(d, when)| Some(d) != mine && now.saturating_sub(when) <= window_ns);
         let interleaved = near(&self.recent_by_end, r.offset) || near(&self.recent_by_start, r.end());
@@ -479,18 +503,19 @@ impl Policy for Aioli {
 
         let hits_min = self.p.sync_hits_min;
         let s = self.stream(r.app, r.client);
-        if s.expected == Some((r.file, r.offset)) {
+        if s.expects(r.file, r.offset) {
             s.hits = (s.hits + 1).min(hits_min.max(1) * 4);
-            if let Some(done) = s.last_complete {
-                let think = now.saturating_sub(done);
+            if s.last_complete != NONE {
+                let think = now.saturating_sub(s.last_complete);
                 s.think_ns = if s.think_ns == 0 { think } else { (3 * s.think_ns + think) / 4 };
             }
         } else {
             s.hits = 0;
         }
-        s.expected = None;
+        s.expected_offset = NONE;
+        let mine = s.last_dispatch();
 
-        self.grow_on_interleaving(&r, now);
+        self.grow_on_interleaving(&r, mine, now);
     }
 
     fn pick(&mut self, store: &Store, now: Nanos) -> Pick {
@@ -552,8 +577,8 @@ impl Policy for Aioli {
                 }
             }
             let s = self.stream(m.app, m.client);
-            s.expected = Some((d.file, m.end()));
-            s.last_dispatch = Some(d.id);
+            (s.expected_file, s.expected_offset) = (d.file, m.end());
+            s.last_dispatch = d.id.0;
         }
         if let Some(t) = &mut self.turn {
             t.remaining = t.remaining.saturating_sub(d.len);
@@ -585,27 +610,26 @@ impl Policy for Aioli {
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
         self.inflight = self.inflight.saturating_sub(1);
+        // A window for the first synchronous reader of the turn's
+        // application among the members, unless windows are off (a zero
+        // maximum: devices where moving to another file costs nothing) or
+        // the turn is over; the cost model may refuse it (moving to
+        // another file costs less than the idle time), which ends the
+        // search. Every member's stream learns its completion time.
+        let turn = self.turn.filter(|t| self.window.is_none() && self.p.sync_window_ns_max != 0 && now.saturating_sub(t.started) < self.p.turn_ns_max);
+        let (hits_min, wmin, wmax, cost) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max, self.cost);
+        let mut searching = turn.is_some();
         for m in &d.members {
-            self.stream(m.app, m.client).last_complete = Some(now);
-        }
-        let Some(t) = self.turn else { return };
-        // A zero maximum turns windows off (devices where moving to
-        // another file costs nothing).
-        if self.window.is_some() || self.p.sync_window_ns_max == 0 || now.saturating_sub(t.started) >= self.p.turn_ns_max {
-            return;
-        }
-        let (hits_min, wmin, wmax) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max);
-        for m in d.members.iter().filter(|m| m.app == t.app) {
             let s = self.stream(m.app, m.client);
-            if s.hits >= hits_min && store.starting_at(d.file, m.end()).is_none() {
-                let len = (2 * s.think_ns).clamp(wmin, wmax.max(wmin));
-                if self.cost.is_some_and(|c| !c.window_pays(len)) {
-                    // Moving to another file costs less than the idle time.
-                    return;
-                }
+            s.last_complete = now;
+            if !searching || turn.is_none_or(|t| m.app != t.app) || s.hits < hits_min || store.starting_at(d.file, m.end()).is_some() {
+                continue;
+            }
+            searching = false;
+            let len = (2 * s.think_ns).clamp(wmin, wmax.max(wmin));
+            if cost.is_none_or(|c| c.window_pays(len)) {
                 self.windows += 1;
                 self.window = Some(SyncWindow { app: m.app, client: m.client, file: d.file, offset: m.end(), until: now + len.max(1) });
-                return;
             }
         }
     }
@@ -684,6 +708,7 @@ impl Policy for Aioli {
             }
         }
         assert!(self.streams.len() <= self.p.streams_max as usize, "aioli streams table over bound");
+        const { assert!(std::mem::size_of::<Stream>() <= 56) };
         assert!(self.files.len() <= self.p.file_histories_max as usize, "aioli file table over bound");
         assert!(self.recent.len() <= RECENT_PIECES_MAX, "aioli recent pieces over bound");
         assert!(self.recent_by_start.len() <= self.recent.len() && self.recent_by_end.len() <= self.recent.len(), "aioli recent tables outlive their list");
