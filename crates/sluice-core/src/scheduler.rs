@@ -72,7 +72,8 @@ pub struct Scheduler {
     /// Dispatches kept in flight: at most `dispatches_inflight_max`.
     depth: u32,
     /// Reused buffers: the run being built, its entries, and member lists
-    /// of completed dispatches (at most `dispatches_inflight_max` kept).
+    /// of completed or recycled dispatches (at most twice
+    /// `dispatches_inflight_max` kept).
     scratch_run: Vec<u32>,
     scratch_entries: Vec<Entry>,
     members_pool: Vec<Vec<Request>>,
@@ -278,7 +279,10 @@ impl Scheduler {
         let end = entries.iter().map(|e| e.req.end()).max().expect("a run is never empty");
         let id = DispatchId(self.dispatch_next);
         self.dispatch_next += 1;
-        let d = Dispatch { id, file: first.file, op: first.op, offset, len: end - offset, members: entries.iter().map(|e| e.req).collect() };
+        let mut members = self.members_pool.pop().unwrap_or_default();
+        members.clear();
+        members.extend(entries.iter().map(|e| e.req));
+        let d = Dispatch { id, file: first.file, op: first.op, offset, len: end - offset, members };
         self.store.files.get_mut(&d.file).expect("file of a dispatch").inflight.push(InFlight { id, op: d.op, offset, end });
         let n = d.members.len() as u64;
         self.stats.queued -= n;
@@ -314,11 +318,24 @@ impl Scheduler {
         self.policy.completed(&self.store, &d, now);
         self.release_blocked(d.file, now);
         self.store.settle(d.file);
-        if self.members_pool.len() < self.limits.dispatches_inflight_max as usize {
-            self.members_pool.push(d.members);
-        }
+        self.recycle_members(d.members);
         debug_assert!(self.counters_consistent());
         Ok(())
+    }
+
+    /// Give back a dispatch the driver is done with (after `complete`):
+    /// its member list serves a later dispatch instead of a new
+    /// allocation. Optional; a dispatch simply dropped costs nothing else.
+    pub fn recycle(&mut self, d: Dispatch) {
+        self.recycle_members(d.members);
+    }
+
+    /// Keep a member list for reuse, at most two per dispatch in flight
+    /// (the one kept here and the one handed out).
+    fn recycle_members(&mut self, members: Vec<Request>) {
+        if self.members_pool.len() < 2 * self.limits.dispatches_inflight_max as usize {
+            self.members_pool.push(members);
+        }
     }
 
     /// Admit, in arrival order, every blocked request of `file` whose
@@ -387,6 +404,7 @@ impl Scheduler {
         assert_eq!(live, idle, "one live idle-list entry per idle file");
         assert!(idle <= crate::store::FILES_IDLE_CACHED_MAX && listed <= 2 * idle + 65, "idle cache bound");
         assert!(self.apps.len() <= self.limits.apps_max as usize);
+        assert!(self.members_pool.len() <= 2 * self.limits.dispatches_inflight_max as usize, "member list pool over its bound");
         assert!(queued + blocked <= u64::from(self.limits.queued_requests_max));
         self.policy.check(&self.store);
     }

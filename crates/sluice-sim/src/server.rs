@@ -92,6 +92,7 @@ impl World {
         for m in &d.members {
             self.piece_done(m.id.0 as u32, now)?;
         }
+        self.servers[s as usize].sched.recycle(d);
         self.poll(s, now)
     }
 

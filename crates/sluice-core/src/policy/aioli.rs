@@ -192,6 +192,8 @@ pub(crate) struct Aioli {
     /// The same ranges in dispatch order, (file, start, end, dispatch,
     /// when), for aging them out (at most `RECENT_PIECES_MAX`).
     recent: VecDeque<(FileId, u64, u64, DispatchId, Nanos)>,
+    /// When the oldest of `recent` was dispatched (its front's time).
+    recent_oldest: Nanos,
     /// Applications with at least one eligible request.
     backlogged: usize,
     /// What the device charges, when the driver knows; holds, windows and
@@ -226,6 +228,7 @@ impl Aioli {
             recent_by_start: FxHashMap::default(),
             recent_by_end: FxHashMap::default(),
             recent: VecDeque::new(),
+            recent_oldest: 0,
             backlogged: 0,
             cost: None,
             depth: limits.dispatches_inflight_max,
@@ -462,11 +465,11 @@ impl Aioli {
     /// first (they can no longer count), then the oldest past the bound.
     fn remember_pieces(&mut self, d: &Dispatch, now: Nanos) {
         let window_ns = 2 * self.p.hold_ns_max;
-        while let Some(&(file, start, end, id, when)) = self.recent.front() {
-            if now.saturating_sub(when) <= window_ns && self.recent.len() < RECENT_PIECES_MAX {
-                break;
-            }
-            self.recent.pop_front();
+        // The oldest range's time is kept beside the list, so that the
+        // common case (nothing to age out) does not touch it.
+        while now.saturating_sub(self.recent_oldest) > window_ns || self.recent.len() >= RECENT_PIECES_MAX {
+            let Some((file, start, end, id, _)) = self.recent.pop_front() else { break };
+            self.recent_oldest = self.recent.front().map_or(now, |r| r.4);
             // A later dispatch may have taken the key over: keep its entry.
             if self.recent_by_start.get(&(file, start)).is_some_and(|&(d, _)| d == id) {
                 self.recent_by_start.remove(&(file, start));
@@ -474,6 +477,9 @@ impl Aioli {
             if self.recent_by_end.get(&(file, end)).is_some_and(|&(d, _)| d == id) {
                 self.recent_by_end.remove(&(file, end));
             }
+        }
+        if self.recent.is_empty() {
+            self.recent_oldest = now;
         }
         self.recent.push_back((d.file, d.offset, d.end(), d.id, now));
         self.recent_by_start.insert((d.file, d.offset), (d.id, now));
@@ -711,6 +717,7 @@ impl Policy for Aioli {
         const { assert!(std::mem::size_of::<Stream>() <= 56) };
         assert!(self.files.len() <= self.p.file_histories_max as usize, "aioli file table over bound");
         assert!(self.recent.len() <= RECENT_PIECES_MAX, "aioli recent pieces over bound");
+        assert!(self.recent.front().is_none_or(|r| r.4 == self.recent_oldest), "aioli oldest recent piece");
         assert!(self.recent_by_start.len() <= self.recent.len() && self.recent_by_end.len() <= self.recent.len(), "aioli recent tables outlive their list");
         for f in self.files.values() {
             assert!(f.target >= self.p.file_target_bytes_min && f.target <= self.p.file_target_bytes_max, "aioli file target");
