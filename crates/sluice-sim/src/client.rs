@@ -50,38 +50,61 @@ impl World {
         let pr = self.procs[p as usize];
         let app = &mut self.apps[pr.app as usize];
         let next = match &app.recorded {
-            Some(r) => r.ranks.get(pr.rank as usize).and_then(|v| v.get(pr.next as usize)).map(|a| (a.offset, a.len, a.write, (app.file << 20) | u64::from(a.file))),
+            Some(r) => r.ranks.get(pr.rank as usize).and_then(|v| v.get(pr.next as usize)).map(|a| (a.offset, a.len, a.write, (app.file << 20) | u64::from(a.file), (0, 0))),
             None => (pr.next < app.layout.requests(pr.rank)).then(|| {
-                let (off, len) = app.layout.request(pr.rank, pr.next);
-                (off, len, app.write, app.file)
+                let (first, count) = app.layout.call(pr.rank, pr.next);
+                let (off, len) = app.layout.request(pr.rank, first);
+                (off, len, app.write, app.file, (first + 1, first + count))
             }),
         };
-        let Some((off, len, write, file)) = next else {
+        let Some((off, len, write, file, blocks)) = next else {
             app.finished += 1;
             if app.finished == app.procs {
                 app.done_at = Some(now);
             }
             return Ok(());
         };
+        let layout = app.layout;
         let pr = &mut self.procs[p as usize];
         (pr.write, pr.file) = (write, file);
-        self.begin_request(p, off, len, now)
+        let more: u64 = (blocks.0..blocks.1).map(|b| layout.request(pr.rank, b).1).sum();
+        self.begin_call(p, off, len, blocks, len + more, now)
     }
 
+    /// Start a request of one contiguous range.
     fn begin_request(&mut self, p: u32, off: u64, len: u64, now: Time) -> Result<(), Error> {
+        self.begin_call(p, off, len, (0, 0), len, now)
+    }
+
+    /// Start a call: the range `[off, off + len)`, then (a list call) the
+    /// rank's blocks `blocks.0..blocks.1`, `bytes` in all.
+    fn begin_call(&mut self, p: u32, off: u64, len: u64, blocks: (u64, u64), bytes: u64, now: Time) -> Result<(), Error> {
         let pr = &mut self.procs[p as usize];
         pr.next += 1;
         (pr.start, pr.cursor, pr.end, pr.req_at) = (off, off, off + len, now);
+        (pr.block, pr.block_end, pr.req_bytes) = (blocks.0, blocks.1, bytes);
         self.pump(p, now)
     }
 
-    /// Send pieces of the current request while the slot table allows.
+    /// Send pieces of the current request while the slot table allows,
+    /// moving on to a list call's next block when one is sent whole.
     fn pump(&mut self, p: u32, now: Time) -> Result<(), Error> {
         let max = self.sc.client.pieces_inflight_max as u32;
-        while self.procs[p as usize].inflight < max && self.procs[p as usize].cursor < self.procs[p as usize].end {
+        loop {
+            let pr = &mut self.procs[p as usize];
+            if pr.inflight >= max {
+                return Ok(());
+            }
+            if pr.cursor >= pr.end {
+                if pr.block >= pr.block_end {
+                    return Ok(());
+                }
+                let (off, len) = self.apps[pr.app as usize].layout.request(pr.rank, pr.block);
+                pr.block += 1;
+                (pr.cursor, pr.end) = (off, off + len);
+            }
             self.send_piece(p, now)?;
         }
-        Ok(())
     }
 
     fn send_piece(&mut self, p: u32, now: Time) -> Result<(), Error> {
@@ -113,7 +136,7 @@ impl World {
         self.procs[p as usize].inflight -= 1;
         self.pump(p, now)?;
         let pr = self.procs[p as usize];
-        if pr.inflight > 0 || pr.cursor < pr.end {
+        if pr.inflight > 0 || pr.cursor < pr.end || pr.block < pr.block_end {
             return Ok(());
         }
         self.request_done(p, now)
@@ -126,7 +149,7 @@ impl World {
         let think = self.think_before(p);
         if let Some(t) = self.trace.as_mut() {
             let op = if pr.write { Op::Write } else { Op::Read };
-            t.process_span(p, pr.req_at, now, op, pr.end - pr.start);
+            t.process_span(p, pr.req_at, now, op, pr.req_bytes);
         }
         match interface {
             Interface::Posix if think > 0 => self.q.push(now + think, Ev::Ready(p)),

@@ -151,6 +151,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             aggregators: 1,
             think_ns: 100_000,
             start_ns: 0,
+            blocks_per_call: 1,
             sweep: false,
             recorded: None,
         })

@@ -14,6 +14,8 @@ use crate::error::{Error, ErrorKind};
 pub const PROCS_MAX: u64 = 1 << 20;
 /// I/O servers in one scenario.
 pub const SIM_SERVERS_MAX: u64 = 65_536;
+/// Blocks one list call may name (`blocks_per_call`).
+pub const BLOCKS_PER_CALL_MAX: u64 = 1 << 16;
 /// Compute nodes in one scenario.
 pub const NODES_MAX: u64 = 1 << 20;
 /// Applications in one scenario (the core's `apps_max` default).
@@ -271,6 +273,13 @@ pub struct App {
     pub think_ns: u64,
     #[serde(default)]
     pub start_ns: u64,
+    /// Blocks of `granularity_bytes` per call of a strided POSIX process:
+    /// one call lists this many of its blocks (non-contiguous list I/O,
+    /// PIOsimHD's "100 blocks"), sent as separate pieces, up to
+    /// `pieces_inflight_max` at a time; the call returns when all are
+    /// done. 1: one block per call.
+    #[serde(default = "one")]
+    pub blocks_per_call: u64,
     /// Whether the scenario's granularity sweep applies to this application.
     #[serde(default)]
     pub sweep: bool,
@@ -413,6 +422,12 @@ impl App {
         }
         if self.interface == Interface::Mpiio && (self.aggregators == 0 || self.aggregators > self.procs) {
             return bad("aggregators must be 1..=procs");
+        }
+        if self.blocks_per_call == 0 || self.blocks_per_call > BLOCKS_PER_CALL_MAX {
+            return bad(&format!("blocks_per_call must be 1..={BLOCKS_PER_CALL_MAX}"));
+        }
+        if self.blocks_per_call > 1 && (self.pattern != Pattern::Strided || self.interface != Interface::Posix) {
+            return bad("blocks_per_call > 1 needs the strided pattern and the POSIX interface");
         }
         Ok(())
     }

@@ -133,6 +133,12 @@ pub(crate) struct Proc {
     pub file: u64,
     /// Two-phase messages received in the current round.
     pub recv: u64,
+    /// A list call's blocks still to send after `[cursor, end)`: indices
+    /// `block..block_end` of the rank's blocks (none for one block).
+    pub block: u64,
+    pub block_end: u64,
+    /// Bytes of the current call, all blocks.
+    pub req_bytes: u64,
 }
 
 /// Everything one run mutates.
@@ -180,7 +186,8 @@ impl World {
         let jitter = self.sc.client.start_jitter_ns;
         for (i, a) in self.sc.apps.clone().iter().enumerate() {
             let first = self.procs.len() as u32;
-            let layout = Layout { bytes: a.bytes, procs: a.procs, granularity: a.granularity_bytes, strided: a.pattern == crate::scenario::Pattern::Strided };
+            let strided = a.pattern == crate::scenario::Pattern::Strided;
+            let layout = Layout { bytes: a.bytes, procs: a.procs, granularity: a.granularity_bytes, strided, blocks: a.blocks_per_call };
             let two_phase = TwoPhase { bytes: a.bytes, aggregators: a.aggregators, cb_bytes: self.sc.client.cb_buffer_bytes };
             for rank in 0..a.procs {
                 let node = (first as u64 + rank) % u64::from(self.compute_nodes);

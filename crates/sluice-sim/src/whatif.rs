@@ -221,6 +221,7 @@ impl Recording {
             aggregators: 1,
             think_ns: 0,
             start_ns: 0,
+            blocks_per_call: 1,
             sweep: false,
             recorded: Some(std::sync::Arc::new(recorded)),
         })

@@ -10,11 +10,18 @@ pub struct Layout {
     pub procs: u64,
     pub granularity: u64,
     pub strided: bool,
+    /// Blocks per call (strided only; 1 otherwise).
+    pub blocks: u64,
 }
 
 impl Layout {
-    /// Requests process `rank` issues.
+    /// Requests (calls) process `rank` issues.
     pub fn requests(&self, rank: u64) -> u64 {
+        self.blocks_of(rank).div_ceil(self.blocks.max(1))
+    }
+
+    /// Blocks of `granularity` process `rank` accesses in all.
+    fn blocks_of(&self, rank: u64) -> u64 {
         if self.strided {
             let n = self.bytes.div_ceil(self.granularity);
             if rank < n {
@@ -35,7 +42,16 @@ impl Layout {
         (lo, (lo + share).min(self.bytes))
     }
 
-    /// Offset and length of request `j` of process `rank`.
+    /// The blocks of call `j` of process `rank`: the first block's index
+    /// in the rank's sequence (for `block`), and how many.
+    pub fn call(&self, rank: u64, j: u64) -> (u64, u64) {
+        let b = self.blocks.max(1);
+        let first = j * b;
+        (first, b.min(self.blocks_of(rank).saturating_sub(first)))
+    }
+
+    /// Offset and length of block `j` of process `rank` (with one block
+    /// per call, request `j`).
     pub fn request(&self, rank: u64, j: u64) -> (u64, u64) {
         let off = if self.strided { (rank + j * self.procs) * self.granularity } else { self.share(rank).0 + j * self.granularity };
         let end = if self.strided { self.bytes } else { self.share(rank).1 };
@@ -105,9 +121,13 @@ mod tests {
         let mut hits = vec![0u64; l.bytes as usize];
         for r in 0..l.procs {
             for j in 0..l.requests(r) {
-                let (o, n) = l.request(r, j);
-                assert!(n > 0);
-                hits[o as usize..(o + n) as usize].iter_mut().for_each(|h| *h += 1);
+                let (first, count) = l.call(r, j);
+                assert!(count > 0 && count <= l.blocks, "{l:?}: call {j} of rank {r} has {count} blocks");
+                for b in first..first + count {
+                    let (o, n) = l.request(r, b);
+                    assert!(n > 0);
+                    hits[o as usize..(o + n) as usize].iter_mut().for_each(|h| *h += 1);
+                }
             }
         }
         hits
@@ -115,17 +135,20 @@ mod tests {
 
     #[test]
     fn every_byte_exactly_once() {
-        for strided in [true, false] {
+        for (strided, blocks) in [(true, 1), (false, 1), (true, 3), (true, 100)] {
             for (bytes, procs, g) in [(1000, 3, 7), (4096, 4, 512), (10, 32, 4), (1 << 12, 1, 100)] {
-                let l = Layout { bytes, procs, granularity: g, strided };
+                let l = Layout { bytes, procs, granularity: g, strided, blocks };
                 assert!(covered(&l).iter().all(|&h| h == 1), "{l:?}");
             }
         }
+        // Calls of 3 blocks: the rank's blocks in order, the last call short.
+        let l = Layout { bytes: 10 << 10, procs: 2, granularity: 1 << 10, strided: true, blocks: 3 };
+        assert_eq!((l.requests(0), l.call(0, 0), l.call(0, 1)), (2, (0, 3), (3, 2)));
     }
 
     #[test]
     fn strided_is_round_robin() {
-        let l = Layout { bytes: 8 << 10, procs: 4, granularity: 1 << 10, strided: true };
+        let l = Layout { bytes: 8 << 10, procs: 4, granularity: 1 << 10, strided: true, blocks: 1 };
         assert_eq!(l.request(1, 0), (1 << 10, 1 << 10));
         assert_eq!(l.request(1, 1), (5 << 10, 1 << 10));
     }
