@@ -189,6 +189,7 @@ fn twin_app(a: &AppSpec) -> Result<App, String> {
         aggregators: 1,
         think_ns: 0,
         start_ns: 0,
+        blocks_per_call: 1,
         sweep: false,
         recorded: None,
     })
