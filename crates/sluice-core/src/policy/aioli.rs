@@ -64,7 +64,6 @@
 //! quanta grow lazily, from a count of turns handed out, instead of one
 //! by one at every turn.
 
-use std::collections::{BTreeSet, VecDeque};
 
 use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
@@ -79,9 +78,12 @@ const TURN_SCAN_MAX: usize = 32;
 /// Streams remembered per file for the active-stream count.
 const FILE_STREAMS_MAX: usize = 256;
 /// Recently dispatched ranges remembered (by start and by end) to spot
-/// interleaved neighbours. Ranges older than the interleaving window are
-/// forgotten as they age; past this many the oldest goes first.
+/// interleaved neighbours: at most this many. Ranges older than the
+/// evidence window are swept out when the tables reach twice what the
+/// last sweep kept; when more than half the bound is recent, both tables
+/// are cleared.
 const RECENT_PIECES_MAX: usize = 4_096;
+const RECENT_SWEEP_MIN: usize = 64;
 
 struct App {
     weight: u32,
@@ -93,9 +95,10 @@ struct App {
     fifo: LazyFifo,
     live: usize,
     forgotten: bool,
-    /// While backlogged: the arrival of its oldest request, its key in
-    /// `Aioli::heads`.
+    /// While backlogged: the arrival of its oldest request, and its index
+    /// in `Aioli::backlog`.
     head: Option<Nanos>,
+    at: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -174,10 +177,11 @@ pub(crate) struct Aioli {
     p: AioliParams,
     dispatch_max: u64,
     apps: FxHashMap<AppId, App>,
-    /// The backlogged applications by weight, each class ordered by the
-    /// arrival of their oldest request: the longest weighted wait is the
-    /// first of one class (bounded by the weights in use, `weight_max`).
-    heads: Vec<(u32, BTreeSet<(Nanos, AppId)>)>,
+    /// The backlogged applications, in no order: the arrival of each one's
+    /// oldest request, its weight, its id. A turn scans this dense array
+    /// (no lookups; at most `apps_max` entries), and an application's
+    /// entry moves only when its oldest request changes.
+    backlog: Vec<(Nanos, u32, AppId)>,
     /// Turns handed out so far: the clock of the lazy quantum growth.
     turns: u64,
     turn: Option<Turn>,
@@ -189,11 +193,10 @@ pub(crate) struct Aioli {
     /// the dispatch that carried each and when.
     recent_by_start: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
     recent_by_end: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
-    /// The same ranges in dispatch order, (file, start, end, dispatch,
-    /// when), for aging them out (at most `RECENT_PIECES_MAX`).
-    recent: VecDeque<(FileId, u64, u64, DispatchId, Nanos)>,
-    /// When the oldest of `recent` was dispatched (its front's time).
-    recent_oldest: Nanos,
+    /// The tables' size at which the next sweep drops ranges older than
+    /// the evidence window: twice what the last sweep kept (plus 64), at
+    /// most `RECENT_PIECES_MAX`.
+    recent_sweep_at: usize,
     /// Applications with at least one eligible request.
     backlogged: usize,
     /// What the device charges, when the driver knows; holds, windows and
@@ -219,7 +222,7 @@ impl Aioli {
             dispatch_max: limits.dispatch_bytes_max,
             p,
             apps: FxHashMap::default(),
-            heads: Vec::new(),
+            backlog: Vec::new(),
             turns: 0,
             turn: None,
             streams: FxHashMap::default(),
@@ -227,8 +230,7 @@ impl Aioli {
             window: None,
             recent_by_start: FxHashMap::default(),
             recent_by_end: FxHashMap::default(),
-            recent: VecDeque::new(),
-            recent_oldest: 0,
+            recent_sweep_at: RECENT_SWEEP_MIN,
             backlogged: 0,
             cost: None,
             depth: limits.dispatches_inflight_max,
@@ -241,7 +243,7 @@ impl Aioli {
 
     fn app(&mut self, id: AppId) -> &mut App {
         let q = self.p.quantum_bytes_min;
-        self.apps.entry(id).or_insert_with(|| App { weight: 1, quantum: q, since: 0, fifo: LazyFifo::default(), live: 0, forgotten: false, head: None })
+        self.apps.entry(id).or_insert_with(|| App { weight: 1, quantum: q, since: 0, fifo: LazyFifo::default(), live: 0, forgotten: false, head: None, at: 0 })
     }
 
     /// `a`'s quantum after `turns` turns handed out: what it was at
@@ -260,30 +262,31 @@ impl Aioli {
         (self.p.quantum_bytes_min, self.p.quantum_bytes_max)
     }
 
-    /// Move `id`'s entry in `heads` to the arrival of its oldest request
-    /// (none once it has nothing queued).
+    /// Keep `id`'s entry in `backlog` at the arrival of its oldest
+    /// request; none once it has nothing queued.
     fn reindex_head(&mut self, store: &Store, id: AppId) {
         let Some(a) = self.apps.get_mut(&id) else { return };
         let head = if a.live > 0 { a.fifo.front(store).map(|s| store.entry(s).arrival) } else { None };
-        if head == a.head {
-            return;
+        let moved = match (a.head, head) {
+            (Some(_), Some(t)) => {
+                self.backlog[a.at].0 = t;
+                None
+            }
+            (None, Some(t)) => {
+                a.at = self.backlog.len();
+                self.backlog.push((t, a.weight, id));
+                None
+            }
+            (Some(_), None) => {
+                self.backlog.swap_remove(a.at);
+                self.backlog.get(a.at).map(|&(_, _, other)| (other, a.at))
+            }
+            (None, None) => None,
+        };
+        a.head = head;
+        if let Some((other, at)) = moved {
+            self.apps.get_mut(&other).expect("a backlogged application exists").at = at;
         }
-        let (old, weight) = (std::mem::replace(&mut a.head, head), a.weight);
-        if let Some(at) = old {
-            let class = self.heads.iter_mut().find(|(w, _)| *w == weight).expect("an indexed application's weight has a class");
-            class.1.remove(&(at, id));
-        }
-        if let Some(at) = head {
-            let i = match self.heads.iter().position(|(w, _)| *w == weight) {
-                Some(i) => i,
-                None => {
-                    self.heads.push((weight, BTreeSet::new()));
-                    self.heads.len() - 1
-                }
-            };
-            self.heads[i].1.insert((at, id));
-        }
-        self.heads.retain(|(_, set)| !set.is_empty());
     }
 
     fn stream(&mut self, app: AppId, client: ClientId) -> &mut Stream {
@@ -311,14 +314,11 @@ impl Aioli {
     }
 
     /// The backlogged application whose oldest request waited longest,
-    /// weighted; ties to the lowest id. Within a weight class the earliest
-    /// arrival (then the lowest id) waited longest, so only each class's
-    /// first entry is compared.
+    /// weighted; ties to the lowest id.
     fn longest_waiting(&self, now: Nanos) -> Option<AppId> {
         let mut best: Option<(u128, AppId)> = None;
-        for (weight, set) in &self.heads {
-            let &(arrival, id) = set.first().expect("empty classes are dropped");
-            let waited = u128::from(now.saturating_sub(arrival) + 1) * u128::from(*weight);
+        for &(arrival, weight, id) in &self.backlog {
+            let waited = u128::from(now.saturating_sub(arrival) + 1) * u128::from(weight);
             if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
                 best = Some((waited, id));
             }
@@ -461,27 +461,25 @@ impl Aioli {
     /// Remember where a dispatch began and ended. An aggregate is one
     /// contiguous range, so a later request can only sit next to its outer
     /// boundaries: the members' inner ones need no entry. Ranges older
-    /// than the window `grow_on_interleaving` looks back are dropped
-    /// first (they can no longer count), then the oldest past the bound.
+    /// than the window `grow_on_interleaving` looks back can no longer
+    /// count: a sweep drops them once the tables doubled since the last
+    /// one (amortised O(1) a dispatch), so the tables stay near the number
+    /// of ranges the window holds.
     fn remember_pieces(&mut self, d: &Dispatch, now: Nanos) {
-        let window_ns = 2 * self.p.hold_ns_max;
-        // The oldest range's time is kept beside the list, so that the
-        // common case (nothing to age out) does not touch it.
-        while now.saturating_sub(self.recent_oldest) > window_ns || self.recent.len() >= RECENT_PIECES_MAX {
-            let Some((file, start, end, id, _)) = self.recent.pop_front() else { break };
-            self.recent_oldest = self.recent.front().map_or(now, |r| r.4);
-            // A later dispatch may have taken the key over: keep its entry.
-            if self.recent_by_start.get(&(file, start)).is_some_and(|&(d, _)| d == id) {
-                self.recent_by_start.remove(&(file, start));
+        let len = self.recent_by_start.len().max(self.recent_by_end.len());
+        if len >= self.recent_sweep_at {
+            let window_ns = 2 * self.p.hold_ns_max;
+            self.recent_by_start.retain(|_, &mut (_, when)| now.saturating_sub(when) <= window_ns);
+            self.recent_by_end.retain(|_, &mut (_, when)| now.saturating_sub(when) <= window_ns);
+            let mut kept = self.recent_by_start.len().max(self.recent_by_end.len());
+            if kept >= RECENT_PIECES_MAX / 2 {
+                // Dispatches come faster than the window ages them.
+                self.recent_by_start.clear();
+                self.recent_by_end.clear();
+                kept = 0;
             }
-            if self.recent_by_end.get(&(file, end)).is_some_and(|&(d, _)| d == id) {
-                self.recent_by_end.remove(&(file, end));
-            }
+            self.recent_sweep_at = (2 * kept + RECENT_SWEEP_MIN).min(RECENT_PIECES_MAX);
         }
-        if self.recent.is_empty() {
-            self.recent_oldest = now;
-        }
-        self.recent.push_back((d.file, d.offset, d.end(), d.id, now));
         self.recent_by_start.insert((d.file, d.offset), (d.id, now));
         self.recent_by_end.insert((d.file, d.end()), (d.id, now));
     }
@@ -649,26 +647,11 @@ impl Policy for Aioli {
         let a = self.app(app);
         // Growth so far at the old weight, from here at the new one.
         (a.quantum, a.since) = (Self::quantum_now(bounds, a, turns), turns);
-        let indexed = a.head.take();
         a.forgotten = false;
-        if let Some(at) = indexed {
-            let old = a.weight;
-            if let Some(class) = self.heads.iter_mut().find(|(w, _)| *w == old) {
-                class.1.remove(&(at, app));
-            }
-            self.heads.retain(|(_, set)| !set.is_empty());
-        }
-        self.app(app).weight = weight;
-        // Indexed again under its new weight (`reindex_head` needs the
-        // store; the arrival is unchanged).
-        if let Some(at) = indexed {
-            self.app(app).head = Some(at);
-            match self.heads.iter_mut().find(|(w, _)| *w == weight) {
-                Some(class) => {
-                    class.1.insert((at, app));
-                }
-                None => self.heads.push((weight, BTreeSet::from([(at, app)]))),
-            }
+        a.weight = weight;
+        if a.head.is_some() {
+            let at = a.at;
+            self.backlog[at].1 = weight;
         }
     }
 
@@ -700,15 +683,14 @@ impl Policy for Aioli {
             assert!(q >= self.p.quantum_bytes_min && q <= self.p.quantum_bytes_max, "aioli quantum of {id:?}");
             let head = (a.live > 0).then(|| a.fifo.peek(store).map(|s| store.entry(s).arrival)).flatten();
             assert_eq!(a.head, head, "aioli head index of {id:?}");
-            let listed = self.heads.iter().filter(|(w, set)| *w == a.weight && a.head.is_some_and(|at| set.contains(&(at, *id)))).count();
-            assert_eq!(listed, usize::from(a.head.is_some()), "aioli heads entry of {id:?}");
+            if let Some(at) = a.head {
+                assert_eq!(self.backlog.get(a.at), Some(&(at, a.weight, *id)), "aioli backlog entry of {id:?}");
+            }
         }
-        let indexed: usize = self.heads.iter().map(|(_, set)| set.len()).sum();
-        assert_eq!(indexed, self.backlogged, "aioli heads index size");
-        assert!(self.heads.iter().all(|(_, set)| !set.is_empty()), "aioli empty weight class kept");
+        assert_eq!(self.backlog.len(), self.backlogged, "aioli backlog size");
         // The index chooses what a scan of every application would, now
         // and much later (weighted waits can change their order).
-        if let Some(latest) = self.heads.iter().filter_map(|(_, set)| set.last()).map(|&(at, _)| at).max() {
+        if let Some(latest) = self.apps.values().filter_map(|a| a.head).max() {
             for now in [latest, latest + 1_000_000, latest + 1_000_000_000] {
                 assert_eq!(self.longest_waiting(now), self.longest_waiting_by_scan(store, now), "aioli turn choice at {now}");
             }
@@ -716,9 +698,8 @@ impl Policy for Aioli {
         assert!(self.streams.len() <= self.p.streams_max as usize, "aioli streams table over bound");
         const { assert!(std::mem::size_of::<Stream>() <= 56) };
         assert!(self.files.len() <= self.p.file_histories_max as usize, "aioli file table over bound");
-        assert!(self.recent.len() <= RECENT_PIECES_MAX, "aioli recent pieces over bound");
-        assert!(self.recent.front().is_none_or(|r| r.4 == self.recent_oldest), "aioli oldest recent piece");
-        assert!(self.recent_by_start.len() <= self.recent.len() && self.recent_by_end.len() <= self.recent.len(), "aioli recent tables outlive their list");
+        assert!(self.recent_by_start.len() <= RECENT_PIECES_MAX && self.recent_by_end.len() <= RECENT_PIECES_MAX, "aioli recent pieces over bound");
+        assert!(self.recent_sweep_at <= RECENT_PIECES_MAX, "aioli recent sweep point over bound");
         for f in self.files.values() {
             assert!(f.target >= self.p.file_target_bytes_min && f.target <= self.p.file_target_bytes_max, "aioli file target");
         }
@@ -727,7 +708,7 @@ impl Policy for Aioli {
 
 #[cfg(test)]
 mod tests {
-    use super::{Aioli, RECENT_PIECES_MAX};
+    use super::{Aioli, RECENT_PIECES_MAX, RECENT_SWEEP_MIN};
     use crate::{AioliParams, AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Limits, Op, PolicyConfig, Request, RequestId, Scheduler};
 
     const MIB: u64 = 1 << 20;
@@ -803,22 +784,33 @@ mod tests {
         let window_ns = 2 * p.hold_ns_max;
         let mut a = Aioli::new(p, &Limits::default());
         let n = RECENT_PIECES_MAX as u64;
+        // Ranges that all stay recent, with the sweep point at the bound
+        // (where twice 2,047 kept ranges put it): the tables reach it (N)...
+        a.recent_sweep_at = RECENT_PIECES_MAX;
         for i in 0..n {
             a.remember_pieces(&dispatch(i, i * 8192), 0);
         }
-        assert_eq!((a.recent.len(), a.recent_by_start.len(), a.recent_by_end.len()), (RECENT_PIECES_MAX, RECENT_PIECES_MAX, RECENT_PIECES_MAX));
-        assert!(a.recent_by_start.contains_key(&(FileId(1), 0)));
-        // One more: the oldest goes.
-        a.remember_pieces(&dispatch(n, n * 8192), 0);
-        assert_eq!((a.recent.len(), a.recent_by_start.len(), a.recent_by_end.len()), (RECENT_PIECES_MAX, RECENT_PIECES_MAX, RECENT_PIECES_MAX));
-        assert!(!a.recent_by_start.contains_key(&(FileId(1), 0)) && a.recent_by_start.contains_key(&(FileId(1), 8192)));
-        // Past the window every earlier range ages out at once, except a
-        // key a later dispatch took over.
-        a.remember_pieces(&dispatch(n + 1, 8192), window_ns);
-        assert_eq!(a.recent.len(), RECENT_PIECES_MAX);
-        a.remember_pieces(&dispatch(n + 2, 1 << 40), window_ns + 1);
-        assert_eq!(a.recent.len(), 2);
-        assert_eq!(a.recent_by_start.get(&(FileId(1), 8192)), Some(&(DispatchId(n + 1), window_ns)));
-        assert_eq!(a.recent_by_start.len(), 2);
+        assert_eq!((a.recent_by_start.len(), a.recent_by_end.len()), (RECENT_PIECES_MAX, RECENT_PIECES_MAX));
+        // ...and the next one (N+1) finds them all recent: cleared, then it.
+        a.remember_pieces(&dispatch(n, n * 8192), 1);
+        assert_eq!((a.recent_by_start.len(), a.recent_by_end.len()), (1, 1));
+        assert_eq!(a.recent_sweep_at, RECENT_SWEEP_MIN);
+        // Ranges older than the window are swept out at the next sweep
+        // point, the recent ones kept: the tables follow the window.
+        for i in 1..RECENT_SWEEP_MIN as u64 {
+            a.remember_pieces(&dispatch(n + i, (n + i) * 8192), 2);
+        }
+        assert_eq!(a.recent_by_start.len(), RECENT_SWEEP_MIN);
+        a.remember_pieces(&dispatch(2 * n, 1 << 40), window_ns + 2);
+        // The sweep dropped the range of t = 1, kept the 63 of t = 2.
+        assert_eq!(a.recent_by_start.len(), RECENT_SWEEP_MIN);
+        a.remember_pieces(&dispatch(2 * n + 1, 1 << 41), window_ns + 3);
+        assert!(a.recent_by_start.len() <= 2 * RECENT_SWEEP_MIN + RECENT_SWEEP_MIN);
+        let late = 3 * window_ns;
+        for i in 0..(3 * RECENT_SWEEP_MIN) as u64 {
+            a.remember_pieces(&dispatch(3 * n + i, (1 << 42) + i * 8192), late);
+        }
+        assert!(a.recent_by_start.values().all(|&(_, when)| when == late), "old ranges outlived a sweep");
+        assert!(!a.recent_by_start.contains_key(&(FileId(1), 1 << 40)), "a range older than the window was swept");
     }
 }
