@@ -240,7 +240,9 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             let sim_runs: Vec<_> = sim.iter().map(|r| &r.runs[i]).collect();
             let r = median_by(&real_runs, |r| r.makespan_s);
             let s = median_by(&sim_runs, |s| s.makespan_s);
-            debug_assert_eq!((&r.mode, &s.mode), (policy, policy));
+            if (&r.mode, &s.mode) != (policy, policy) {
+                return Err(format!("{}: the real run ({}) and its twin ({}) are not both {policy}", w.name, r.mode, s.mode));
+            }
             let mut row = row(&w.name, r, s, parallel);
             row.real_range_s = range(real_runs.iter().map(|r| r.makespan_s));
             row.sim_range_s = range(sim_runs.iter().map(|s| s.makespan_s));

@@ -143,3 +143,19 @@ fn validate_runs_each_workload_for_real_and_in_the_simulator() {
     let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
     assert!(left.is_empty(), "the real runs' files were not removed: {left:?}");
 }
+
+#[test]
+fn validate_refuses_cache_modes_and_cleans_up_after_an_error() {
+    let dir = Scratch(std::env::temp_dir().join(format!("sluice-validate-bad-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let out = Command::new(SLUICE).args(["sim", "--validate", "--policy", "aioli/aggregation", "--dir"]).arg(&dir.0).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("without a cache layer"), "{err}");
+    let missing = dir.0.join("missing.toml");
+    let out = Command::new(SLUICE).args(["sim", "--validate", "--device-model"]).arg(&missing).arg("--dir").arg(&dir.0).output().unwrap();
+    assert!(!out.status.success(), "a missing model file is an error");
+    let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    assert!(left.is_empty(), "the scratch directory outlived the error: {left:?}");
+    let out = Command::new(SLUICE).args(["sim", "--validate", "--seed", "3"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "--seed has no meaning for --validate");
+}

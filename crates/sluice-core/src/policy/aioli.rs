@@ -59,10 +59,10 @@
 //! wait), growth on hand-out rather than on a clock tick, and adaptive
 //! rather than fixed window lengths.
 //!
-//! Cost: O(log n) per request for the store indices and the index of the
-//! applications' oldest requests, and O(distinct weights) per turn: the
-//! quanta grow lazily, from a count of turns handed out, instead of one
-//! by one at every turn.
+//! Cost: O(log n) per request for the store indices, and O(backlogged
+//! applications) per turn: a scan of a dense array of their oldest
+//! arrivals (no lookups). The quanta grow lazily, from a count of turns
+//! handed out, instead of one by one at every turn.
 
 
 use super::{Pick, Policy};

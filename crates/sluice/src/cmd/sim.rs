@@ -62,7 +62,7 @@ pub struct SimArgs {
     /// and in the simulator, and print both with the error (default
     /// policies: fifo and aioli). The real disk's model comes from
     /// `--device-model`, else from a short `sluice calibrate --direct`.
-    #[arg(long, conflicts_with_all = ["bench", "darshan", "scenario"])]
+    #[arg(long, conflicts_with_all = ["bench", "darshan", "scenario", "scale", "seed", "trace", "plot"])]
     validate: bool,
     /// Multiply the validation workloads' sizes by this.
     #[arg(long, default_value_t = 1.0, requires = "validate")]
@@ -76,24 +76,37 @@ pub struct SimArgs {
     dir: Option<PathBuf>,
 }
 
+/// Removes the validation's scratch directory however `validate` ends.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 fn validate(a: &SimArgs) -> anyhow::Result<()> {
     use sluice_bench::{calibrate, validate};
-    let root = a.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-validate-{}", std::process::id()));
-    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+    let policies = if a.policies.is_empty() { vec!["fifo".into(), "aioli".into()] } else { a.policies.clone() };
+    // The real server has no cache layers: plain policies only, checked
+    // before anything runs.
+    if let Some(bad) = policies.iter().find(|p| sluice_core::PolicyConfig::from_name(p).is_none()) {
+        anyhow::bail!("--validate runs policies without a cache layer; {bad:?} is not one of {}", sluice_core::POLICY_NAMES.join(", "));
+    }
+    let exe = std::env::current_exe().context("locating the sluice executable")?;
+    let root = Scratch(a.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-validate-{}", std::process::id())));
+    std::fs::create_dir_all(&root.0).with_context(|| format!("creating {}", root.0.display()))?;
     let model = match &a.device_model {
         Some(p) => calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?,
         None => {
-            eprintln!("validate: calibrating {} with O_DIRECT (sluice calibrate --direct --cell-ms 500)", root.display());
-            let cfg = calibrate::CalibrateConfig { root: root.clone(), direct: true, file_bytes: 256 << 20, cell_ms: 500 };
+            eprintln!("validate: calibrating {} with O_DIRECT (sluice calibrate --direct --cell-ms 500)", root.0.display());
+            let cfg = calibrate::CalibrateConfig { root: root.0.clone(), direct: true, file_bytes: 256 << 20, cell_ms: 500 };
             calibrate::run(&cfg).map_err(anyhow::Error::msg)?
         }
     };
-    let exe = std::env::current_exe().context("locating the sluice executable")?;
-    let policies = if a.policies.is_empty() { vec!["fifo".into(), "aioli".into()] } else { a.policies.clone() };
-    let cfg = validate::Config { workloads: validate::workloads(a.validate_scale), policies, root: root.clone(), exe, model: Some(model), seed: a.seed.unwrap_or(1), runs: a.validate_runs, progress: true };
-    let report = validate::run(&cfg);
-    let _ = std::fs::remove_dir_all(&root);
-    let report = report.map_err(anyhow::Error::msg)?;
+    let cfg = validate::Config { workloads: validate::workloads(a.validate_scale), policies, root: root.0.clone(), exe, model: Some(model), seed: 1, runs: a.validate_runs, progress: true };
+    let report = validate::run(&cfg).map_err(anyhow::Error::msg)?;
+    drop(root);
     print!("{}", validate::table(&report));
     if let Some(path) = &a.json {
         write_json(path, &report)?;
