@@ -243,10 +243,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             if (&r.mode, &s.mode) != (policy, policy) {
                 return Err(format!("{}: the real run ({}) and its twin ({}) are not both {policy}", w.name, r.mode, s.mode));
             }
-            let mut row = row(&w.name, r, s, parallel);
-            row.real_range_s = range(real_runs.iter().map(|r| r.makespan_s));
-            row.sim_range_s = range(sim_runs.iter().map(|s| s.makespan_s));
-            rows.push(row);
+            let ranges = (range(real_runs.iter().map(|r| r.makespan_s)), range(sim_runs.iter().map(|s| s.makespan_s)));
+            rows.push(row(&w.name, r, s, ranges, parallel));
         }
     }
     Ok(Report { target: TARGET, rows })
@@ -264,7 +262,9 @@ fn range(xs: impl Iterator<Item = f64>) -> (f64, f64) {
     xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| (lo.min(x), hi.max(x)))
 }
 
-fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::RunReport, parallel: f64) -> Row {
+/// The row of the median real run `r` and twin run `s`, with the
+/// ranges (real, twin) of their makespans.
+fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::RunReport, (real_range_s, sim_range_s): ((f64, f64), (f64, f64)), parallel: f64) -> Row {
     let error = (s.makespan_s - r.makespan_s) / r.makespan_s.max(1e-9);
     let (worst_app, worst_app_error) = r
         .apps
@@ -279,8 +279,8 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         policy: r.mode.clone(),
         real_s: r.makespan_s,
         sim_s: s.makespan_s,
-        real_range_s: (r.makespan_s, r.makespan_s),
-        sim_range_s: (s.makespan_s, s.makespan_s),
+        real_range_s,
+        sim_range_s,
         error,
         worst_app,
         worst_app_error,

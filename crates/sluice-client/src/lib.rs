@@ -793,12 +793,19 @@ impl Client {
         if let (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) = (t.slot.take(), &r) {
             sl.release();
         }
+        self.written("write", &t.session, r)
+    }
+
+    /// The count a write's answer carries. A write whose connection broke
+    /// is not sent again (it may have been carried out): the session
+    /// reconnects for later calls and the write fails.
+    fn written(&self, what: &str, session: &Session, r: Result<Reply>) -> Result<usize> {
         match r {
             Ok(Reply::Count(n)) => Ok(n as usize),
-            Ok(r) => Err(unexpected("write", &r)),
+            Ok(r) => Err(unexpected(what, &r)),
             Err(e) => {
                 if e.kind == ClientErrorKind::Disconnected {
-                    self.recover(&t.session)?;
+                    self.recover(session)?;
                 }
                 Err(e)
             }
@@ -952,16 +959,7 @@ impl Client {
     /// The bytes a submitted list write wrote. A write whose connection
     /// broke is not sent again (it may have been carried out): EIO.
     pub fn wait_write_list(&self, t: ListTicket) -> Result<usize> {
-        match t.session.conn.wait(t.id, None) {
-            Ok(Reply::Count(n)) => Ok(n as usize),
-            Ok(r) => Err(unexpected("write list", &r)),
-            Err(e) => {
-                if e.kind == ClientErrorKind::Disconnected {
-                    self.recover(&t.session)?;
-                }
-                Err(e)
-            }
-        }
+        self.written("write list", &t.session, t.session.conn.wait(t.id, None))
     }
 
     /// `read_list` as one participant of a server-directed collective: the

@@ -234,7 +234,7 @@ pub fn write(c: &Collective, locals: &[Vec<u8>]) -> Result<Transfer, Error> {
                 prepared = prepared.and_then(|()| prepare_unit(c, remote, u));
             }
             phases.next(prepared)?;
-            write_pieces(c, remote, r, &locals[r], &groups)
+            transfer_pieces(c, remote, r, Side::Write(&locals[r]), &groups)
         }
         Strategy::TwoPhase => {
             for u in aggregated(c, r) {
@@ -266,7 +266,7 @@ pub fn read(c: &Collective) -> Result<(Vec<Vec<u8>>, Transfer), Error> {
     let locals = ranks(c, |r, remote, phases| {
         let mut local = vec![0u8; (c.dist.local_elements(r as u64) * el) as usize];
         match c.strategy {
-            Strategy::Independent | Strategy::ServerDirected => read_pieces(c, remote, r, &mut local, &groups)?,
+            Strategy::Independent | Strategy::ServerDirected => transfer_pieces(c, remote, r, Side::Read(&mut local), &groups)?,
             Strategy::TwoPhase => {
                 let mut staged_ok = Ok(());
                 for u in aggregated(c, r) {
@@ -493,42 +493,29 @@ impl Groups {
     }
 }
 
-fn write_pieces(c: &Collective, remote: &Remote, r: usize, local: &[u8], groups: &Groups) -> Result<(), Error> {
+/// One rank's pieces, file by file, one list message at a time (and
+/// server-directed, through [`pipelined`]).
+fn transfer_pieces(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: &Groups) -> Result<(), Error> {
     if groups.on {
-        return pipelined(c, remote, r, Side::Write(local), groups);
+        return pipelined(c, remote, r, side, groups);
     }
+    let flags = if matches!(side, Side::Write(_)) { libc::O_WRONLY } else { libc::O_RDONLY };
     for group in rank_units(c, r) {
         let path = unit_path(c, group[0].unit);
-        let fd = remote.open(&path, libc::O_WRONLY, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
+        let fd = remote.open(&path, flags, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
         let mut res = Ok(());
         for m in messages(&group) {
             let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
-            res = remote.write_list(fd, &ranges, &gather(&m, local)).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e));
+            res = match &mut side {
+                Side::Write(local) => remote.write_list(fd, &ranges, &gather(&m, local)).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e)),
+                Side::Read(local) => {
+                    let mut data = vec![0u8; m.iter().map(|p| p.len as usize).sum()];
+                    remote.read_list(fd, &ranges, &mut data).map(|_| scatter(&m, &data, local)).map_err(|e| Error::client(&format!("read {path}"), e))
+                }
+            };
             if res.is_err() {
                 break;
             }
-        }
-        close(remote, fd, &path, res)?;
-    }
-    Ok(())
-}
-
-fn read_pieces(c: &Collective, remote: &Remote, r: usize, local: &mut [u8], groups: &Groups) -> Result<(), Error> {
-    if groups.on {
-        return pipelined(c, remote, r, Side::Read(local), groups);
-    }
-    for group in rank_units(c, r) {
-        let path = unit_path(c, group[0].unit);
-        let fd = remote.open(&path, libc::O_RDONLY, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
-        let mut res = Ok(());
-        for m in messages(&group) {
-            let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
-            let mut data = vec![0u8; m.iter().map(|p| p.len as usize).sum()];
-            res = remote.read_list(fd, &ranges, &mut data).map(|_| ()).map_err(|e| Error::client(&format!("read {path}"), e));
-            if res.is_err() {
-                break;
-            }
-            scatter(&m, &data, local);
         }
         close(remote, fd, &path, res)?;
     }

@@ -498,10 +498,11 @@ impl Policy for Aioli {
             // Its quantum grows again from now on.
             a.since = turns;
         }
-        self.backlogged += usize::from(live == 0);
         // Only a request older than the head moves it (the first one, or
         // one released from behind a conflict).
-        if self.apps[&r.app].head.is_none_or(|h| e.arrival < h) {
+        let moves_head = a.head.is_none_or(|h| e.arrival < h);
+        self.backlogged += usize::from(live == 0);
+        if moves_head {
             self.reindex_head(store, r.app);
         }
 
