@@ -12,6 +12,12 @@
 //! direct POSIX. `quick` runs a smaller matrix at smaller sizes (under
 //! three minutes on two cores).
 //!
+//! Each row runs `runs` times (default 3), the modes' order rotating from
+//! one run to the next, and is judged by each mode's median makespan: on
+//! a shared machine two runs of one mode differ by tens of percent, and a
+//! single run judged rows by that noise. The larger pieces get larger
+//! files, so that no row lasts only a few hundredths of a second.
+//!
 //! ```no_run
 //! let cfg = sluice_bench::matrix::MatrixConfig::new(true, "/usr/bin/sluice".into(), "/var/tmp/m".into());
 //! let report = sluice_bench::matrix::run(&cfg).unwrap();
@@ -46,12 +52,21 @@ pub struct MatrixConfig {
     pub root: PathBuf,
     /// The policy judged; `DEFAULT_POLICY` unless told.
     pub default_policy: String,
+    /// Runs of every row; modes are judged by their median makespan.
+    pub runs: u32,
+    /// Only the rows whose workload contains this text.
+    pub only: Option<String>,
     pub progress: bool,
 }
 
+/// Runs per row unless told.
+pub const RUNS_DEFAULT: u32 = 3;
+/// At most this many runs per row (the full matrix takes minutes a run).
+pub const RUNS_MAX: u32 = 15;
+
 impl MatrixConfig {
     pub fn new(quick: bool, exe: PathBuf, root: PathBuf) -> MatrixConfig {
-        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), progress: true }
+        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, progress: true }
     }
 }
 
@@ -61,8 +76,10 @@ pub struct MatrixRow {
     pub workload: String,
     pub device: String,
     pub direct_io: bool,
-    /// Makespan in seconds per mode (`direct`, `fifo`, `fifo-merge`, the default).
+    /// Median makespan in seconds per mode (`direct`, `fifo`, `fifo-merge`, the default).
     pub makespan_s: BTreeMap<String, f64>,
+    /// Every run's makespan per mode, in run order.
+    pub runs_s: BTreeMap<String, Vec<f64>>,
     /// Which of fifo and fifo-merge was faster.
     pub best_baseline: String,
     /// The default's makespan over the best baseline's (target <= 1.05).
@@ -80,6 +97,7 @@ pub struct MatrixRow {
 pub struct MatrixReport {
     pub quick: bool,
     pub default_policy: String,
+    pub runs: u32,
     pub rows: Vec<MatrixRow>,
     /// Rows whose `default_over_best` exceeds `DEFAULT_RATIO_MAX`.
     pub rows_over_target: usize,
@@ -94,11 +112,25 @@ struct Cell {
     scale: f64,
 }
 
+/// The file for `g`-byte pieces, as a fraction of the seed's 4 GiB: 128
+/// MiB of 4 KiB pieces already take 0.3-1 s here, while 64 KiB and 1 MiB
+/// pieces read that in under 0.1 s, so they get four times as much (a
+/// quarter of that in the quick matrix).
+fn decomposition_scale(quick: bool, g: u64) -> f64 {
+    let full = if g >= 64 << 10 { 1.0 / 8.0 } else { 1.0 / 32.0 };
+    if quick {
+        full / 4.0
+    } else {
+        full
+    }
+}
+
 fn cells(quick: bool) -> Vec<Cell> {
-    let (procs, scale): (&[u32], f64) = if quick { (&[8, 32], 1.0 / 64.0) } else { (&[8, 32, 128], 1.0 / 32.0) };
+    let procs: &[u32] = if quick { &[8, 32] } else { &[8, 32, 128] };
     let mut out = Vec::new();
     for direct_io in [true, false] {
         for g in [4u64 << 10, 64 << 10, 1 << 20] {
+            let scale = decomposition_scale(quick, g);
             for &p in procs {
                 // The quick matrix keeps the page-cache rows at 32 processes.
                 if quick && !direct_io && p != 32 {
@@ -122,7 +154,8 @@ fn modes(cfg: &MatrixConfig, device: DeviceKind) -> Vec<String> {
 }
 
 /// Judge one row from its makespans (and, for mix10, per-app times).
-fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool, makespan_s: BTreeMap<String, f64>, slower: Option<usize>) -> MatrixRow {
+fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool, runs_s: BTreeMap<String, Vec<f64>>, slower: Option<usize>) -> MatrixRow {
+    let makespan_s: BTreeMap<String, f64> = runs_s.iter().map(|(m, v)| (m.clone(), median(v))).collect();
     let (best_baseline, best) =
         BASELINES.iter().filter_map(|b| makespan_s.get(*b).map(|&m| (b.to_string(), m))).fold((String::new(), f64::MAX), |a, b| if b.1 < a.1 { b } else { a });
     let default = makespan_s.get(&cfg.default_policy).copied().unwrap_or(f64::NAN);
@@ -138,14 +171,36 @@ fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool,
         default_over_best: default / best,
         best_baseline,
         makespan_s,
+        runs_s,
         apps_slower_than_fifo: slower,
     }
 }
 
+/// The median of `v` (the mean of the middle two for an even count); NaN
+/// when empty.
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+/// Run `r` of a row runs the modes rotated by `r`, so that no mode always
+/// runs first (after the files were made) or last.
+fn rotated(modes: &[String], r: usize) -> Vec<String> {
+    let mut m = modes.to_vec();
+    let n = m.len().max(1);
+    m.rotate_left(r % n);
+    m
+}
+
 fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, WorkloadError> {
-    let rc = RunConfig {
+    let mut rc = RunConfig {
         scenario: cell.scenario,
-        modes: modes(cfg, cell.device),
+        modes: Vec::new(),
         direct_io: cell.direct_io,
         device: cell.device,
         root: cfg.root.join(format!("cell-{index}")),
@@ -158,15 +213,35 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         granularity: None,
         progress: false,
     };
-    let report = run_workload(&rc);
+    let modes = modes(cfg, cell.device);
+    let mut runs_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // Per mode, per application: every run's completion time.
+    let mut apps_s: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
+    // The files are made by the first run and kept by the others.
+    let mut result = Ok(());
+    for r in 0..cfg.runs.max(1) as usize {
+        rc.modes = rotated(&modes, r);
+        match run_workload(&rc) {
+            Ok(report) => {
+                for run in report.runs {
+                    runs_s.entry(run.mode.clone()).or_default().push(run.makespan_s);
+                    let per_app = apps_s.entry(run.mode).or_insert_with(|| vec![Vec::new(); run.apps.len()]);
+                    per_app.iter_mut().zip(&run.apps).for_each(|(v, a)| v.push(a.completion_s));
+                }
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&rc.root);
-    let report = report?;
-    let makespan_s: BTreeMap<String, f64> = report.runs.iter().map(|r| (r.mode.clone(), r.makespan_s)).collect();
+    result?;
     let slower = (cell.device == DeviceKind::Hdd7200).then(|| {
-        let by_mode = |m: &str| report.runs.iter().find(|r| r.mode == m).map(|r| r.apps.iter().map(|a| a.completion_s).collect::<Vec<_>>()).unwrap_or_default();
+        let by_mode = |m: &str| apps_s.get(m).map(|v| v.iter().map(|t| median(t)).collect::<Vec<_>>()).unwrap_or_default();
         by_mode(&cfg.default_policy).iter().zip(by_mode("fifo")).filter(|(d, f)| *d > f).count()
     });
-    Ok(judge(cfg, cell.label, cell.device, cell.direct_io, makespan_s, slower))
+    Ok(judge(cfg, cell.label, cell.device, cell.direct_io, runs_s, slower))
 }
 
 /// The simulator's benchmark scenario (SSD servers) under each policy.
@@ -176,8 +251,9 @@ fn sim_row(cfg: &MatrixConfig) -> Result<MatrixRow, WorkloadError> {
     let modes: Vec<String> = BASELINES.iter().map(|s| s.to_string()).chain([cfg.default_policy.clone()]).collect();
     let opts = sluice_sim::RunOptions { modes, seed: Some(1), scale: None, trace: false };
     let (report, _) = sluice_sim::run(&sc, &opts).map_err(|e| WorkloadError::usage(format!("sim: {e}")))?;
-    let makespan_s = report.runs.iter().map(|r| (r.mode.clone(), r.makespan_s)).collect();
-    let mut row = judge(cfg, format!("sim --bench ({procs} procs)"), DeviceKind::Real, false, makespan_s, None);
+    // Deterministic: one run says it all.
+    let runs_s = report.runs.iter().map(|r| (r.mode.clone(), vec![r.makespan_s])).collect();
+    let mut row = judge(cfg, format!("sim --bench ({procs} procs)"), DeviceKind::Real, false, runs_s, None);
     row.device = "sim".into();
     Ok(row)
 }
@@ -185,8 +261,13 @@ fn sim_row(cfg: &MatrixConfig) -> Result<MatrixRow, WorkloadError> {
 /// Run every row. See the module documentation.
 pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
     std::fs::create_dir_all(&cfg.root).map_err(|e| WorkloadError::io(format!("create {}", cfg.root.display()), e))?;
-    let cells = cells(cfg.quick);
-    let total = cells.len() + 1;
+    let wanted = |label: &str| cfg.only.as_deref().is_none_or(|o| label.contains(o));
+    let cells: Vec<Cell> = cells(cfg.quick).into_iter().filter(|c| wanted(&c.label)).collect();
+    let sim = wanted("sim --bench");
+    if cells.is_empty() && !sim {
+        return Err(WorkloadError::usage(format!("no row's workload contains {:?}", cfg.only.as_deref().unwrap_or(""))));
+    }
+    let total = cells.len() + usize::from(sim);
     let mut rows = Vec::with_capacity(total);
     for (i, cell) in cells.into_iter().enumerate() {
         if cfg.progress {
@@ -194,13 +275,15 @@ pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
         }
         rows.push(run_cell(cfg, cell, i)?);
     }
-    if cfg.progress {
-        eprintln!("matrix: [{total}/{total}] sim --bench");
+    if sim {
+        if cfg.progress {
+            eprintln!("matrix: [{total}/{total}] sim --bench");
+        }
+        rows.push(sim_row(cfg)?);
     }
-    rows.push(sim_row(cfg)?);
     // A ratio that is not a number (a mode missing) counts as over.
     let rows_over_target = rows.iter().filter(|r| r.default_over_best.is_nan() || r.default_over_best > DEFAULT_RATIO_MAX).count();
-    Ok(MatrixReport { quick: cfg.quick, default_policy: cfg.default_policy.clone(), rows, rows_over_target })
+    Ok(MatrixReport { quick: cfg.quick, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target })
 }
 
 /// One line per row: each mode's makespan, then the verdicts.
@@ -237,6 +320,7 @@ pub fn table(r: &MatrixReport) -> String {
             out += &format!("{:<28} {n} application(s) slower under {d} than under fifo\n", "");
         }
     }
+    out += &format!("makespans are medians of {} run(s) per row (the simulator's row: one, it is deterministic)\n", r.runs);
     out += &format!("rows where {d} is over {DEFAULT_RATIO_MAX}x the best of fifo and fifo-merge (marked !): {} of {}\n", r.rows_over_target, r.rows.len());
     out
 }
@@ -252,11 +336,12 @@ mod tests {
     #[test]
     fn a_row_is_judged_against_the_better_baseline_and_direct() {
         let m: BTreeMap<String, f64> = [("direct", 1.0), ("fifo", 4.0), ("fifo-merge", 2.0), ("aioli", 2.1)].map(|(k, v)| (k.to_string(), v)).into();
-        let row = judge(&cfg(), "w".into(), DeviceKind::Real, true, m, None);
+        let runs: BTreeMap<String, Vec<f64>> = m.into_iter().map(|(k, v)| (k, vec![v])).collect();
+        let row = judge(&cfg(), "w".into(), DeviceKind::Real, true, runs, None);
         assert_eq!(row.best_baseline, "fifo-merge");
         assert!((row.default_over_best - 1.05).abs() < 1e-12, "at the target");
         assert!((row.speedup_over_direct.unwrap() - 1.0 / 2.1).abs() < 1e-12);
-        let report = MatrixReport { quick: true, default_policy: "aioli".into(), rows_over_target: 0, rows: vec![row] };
+        let report = MatrixReport { quick: true, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows: vec![row] };
         let t = table(&report);
         assert!(t.contains("1.05 ") && !t.contains("1.05!"), "1.05 is within the target: {t}");
     }
@@ -270,5 +355,30 @@ mod tests {
         assert_eq!(full.iter().filter(|c| c.label.starts_with("decomposition")).count(), 18, "3 sizes x 3 process counts x 2 I/O modes");
         assert!(full.iter().any(|c| c.label == "decomposition 4K x128"));
         assert_eq!(modes(&cfg(), DeviceKind::Hdd7200), ["fifo", "fifo-merge", "aioli"], "no direct mode on the emulated disk");
+        let size = |c: &Cell| c.scenario.apps[0].files().iter().map(|f| f.1).sum::<u64>();
+        let file = |g: &str| size(full.iter().find(|c| c.label == format!("decomposition {g} x8")).unwrap());
+        assert_eq!((file("4K"), file("64K"), file("1024K")), (128 << 20, 512 << 20, 512 << 20), "larger pieces, larger files");
+    }
+
+    #[test]
+    fn a_row_is_judged_by_each_modes_median_over_runs() {
+        let runs: BTreeMap<String, Vec<f64>> =
+            [("fifo", vec![1.0, 9.0, 1.2]), ("fifo-merge", vec![2.0, 2.0]), ("aioli", vec![1.1, 1.3, 5.0, 1.2])].map(|(k, v)| (k.to_string(), v)).into();
+        let row = judge(&cfg(), "w".into(), DeviceKind::Real, true, runs, None);
+        assert_eq!(row.makespan_s["fifo"], 1.2, "one slow run does not move the median");
+        assert_eq!(row.makespan_s["aioli"], 1.25, "an even count takes the middle two");
+        assert_eq!(row.best_baseline, "fifo");
+        assert!((row.default_over_best - 1.25 / 1.2).abs() < 1e-12);
+        assert_eq!(row.runs_s["fifo"], [1.0, 9.0, 1.2], "every run is kept, in order");
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn each_run_starts_the_modes_at_a_different_one() {
+        let m: Vec<String> = ["direct", "fifo", "fifo-merge", "aioli"].map(String::from).into();
+        assert_eq!(rotated(&m, 0), m);
+        assert_eq!(rotated(&m, 1), ["fifo", "fifo-merge", "aioli", "direct"]);
+        assert_eq!(rotated(&m, 5), rotated(&m, 1));
+        assert!(rotated(&[], 3).is_empty());
     }
 }

@@ -19,16 +19,25 @@ pub struct MatrixArgs {
     /// Scratch directory on the file system to measure (default: a new one under /var/tmp, removed after).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Runs per row; every mode is judged by its median makespan (1 to 15).
+    #[arg(long, default_value_t = sluice_bench::matrix::RUNS_DEFAULT)]
+    runs: u32,
+    /// Only the rows whose workload contains this text (for example "64K x32" or "mix10").
+    #[arg(long)]
+    only: Option<String>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
 }
 
 pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
+    anyhow::ensure!((1..=sluice_bench::matrix::RUNS_MAX).contains(&a.runs), "--runs {}: give 1 to {}", a.runs, sluice_bench::matrix::RUNS_MAX);
     let root = a.dir.unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-bench-matrix-{}", std::process::id()));
     let exe = std::env::current_exe().context("locating the sluice executable")?;
     let mut cfg = sluice_bench::matrix::MatrixConfig::new(a.quick, exe, root.clone());
     cfg.default_policy = a.policy;
+    cfg.runs = a.runs;
+    cfg.only = a.only;
     let report = sluice_bench::matrix::run(&cfg);
     let _ = std::fs::remove_dir_all(&root);
     let report = report.map_err(|e| anyhow::anyhow!("{e}"))?;
