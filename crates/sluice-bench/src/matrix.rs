@@ -206,6 +206,7 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         root: cfg.root.join(format!("cell-{index}")),
         server: None,
         queue_depth: (cell.device == DeviceKind::Hdd7200).then_some(1),
+        uring: true,
         alone: false,
         seed: 1,
         exe: cfg.exe.clone(),

@@ -208,6 +208,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             root: cfg.root.join(w.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
             server: None,
             queue_depth: (w.device == DeviceKind::Hdd7200).then_some(1),
+            uring: true,
             alone: false,
             seed: cfg.seed,
             exe: cfg.exe.clone(),

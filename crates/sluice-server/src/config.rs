@@ -205,6 +205,10 @@ pub struct ServerConfig {
     /// a fault-injecting `Storage` here; dispatches then never run on the
     /// event loop (whose `RWF_NOWAIT` path calls the kernel directly).
     pub storage: Option<StorageRef>,
+    /// Hand dispatches that would block to the kernel from the event loop
+    /// through io_uring (`ring.rs`) instead of waking an executor worker
+    /// for each; where the kernel refuses io_uring, workers serve anyway.
+    pub uring: bool,
 }
 
 /// A shared `Storage`, as `ServerConfig` holds it.
@@ -235,6 +239,7 @@ impl ServerConfig {
             metrics: None,
             trace: None,
             storage: None,
+            uring: true,
         }
     }
 

@@ -44,6 +44,7 @@ use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
 use crate::conn::{Conn, Pause, Phase, Rx, SCRATCH_BYTES, SEND_BUFFER_BYTES};
 use crate::dispatch::Dispatcher;
 use crate::exec::{try_nowait, Job};
+use crate::ring::{Reaped, Ring};
 use crate::ident;
 use crate::meta::{MetaDone, MetaJob};
 use crate::ops::{runs_inline, Session};
@@ -165,6 +166,10 @@ pub(crate) struct EventLoop {
     request_next: u64,
     /// Page-cache dispatches may run on this thread (`RWF_NOWAIT`).
     inline: bool,
+    /// Dispatches that would block, handed to the kernel from this thread
+    /// (`ring.rs`); `None`: workers carry them out.
+    ring: Option<Ring>,
+    ring_reaped: Vec<Reaped>,
     /// The earliest deadline of any connection or collective.
     next_sweep: Option<Instant>,
     stopping: bool,
@@ -208,6 +213,10 @@ impl EventLoop {
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
         let c = &shared.config;
         let inline = !c.direct && c.device == crate::DeviceKind::Real && c.storage.is_none();
+        // The ring serves the real device's calls; an emulated disk (which
+        // holds a worker for the modelled time) or a test's storage keep
+        // the workers. Where the kernel refuses io_uring, workers serve.
+        let ring = (c.uring && c.device == crate::DeviceKind::Real && c.storage.is_none()).then(|| Ring::new(c.queue_depth, waker.fd.as_raw_fd(), c.direct).ok()).flatten();
         let budget = Budget { held: 0, max: c.limits.partial_bytes_max, allocated: 0 };
         Ok(EventLoop {
             shared,
@@ -228,12 +237,19 @@ impl EventLoop {
             deferred: Vec::new(),
             request_next: 0,
             inline,
+            ring,
+            ring_reaped: Vec::new(),
             next_sweep: None,
             stopping: false,
             collectives: Collectives::new(collective_limits),
             ready: std::collections::VecDeque::new(),
             ready_write_bytes: 0,
         })
+    }
+
+    /// Whether dispatches that would block go through io_uring.
+    pub fn uses_ring(&self) -> bool {
+        self.ring.is_some()
     }
 
     /// Serve until the server stops and everything admitted is answered.
@@ -307,6 +323,10 @@ impl EventLoop {
         if !self.dirty.is_empty() {
             // Connections changed after the turn's flush: look again now.
             return 0;
+        }
+        if self.ring.as_ref().is_some_and(Ring::pending) {
+            // Submissions the kernel did not take yet: try again soon.
+            t = Some(t.map_or(1, |x| x.min(1)));
         }
         if self.stopping {
             // Draining: look again often (executors and pool wake us too).
@@ -1160,6 +1180,28 @@ impl EventLoop {
                 self.deliver(d);
             }
         }
+        if let Some(ring) = self.ring.as_mut() {
+            let mut reaped = std::mem::take(&mut self.ring_reaped);
+            ring.reap(&mut reaped);
+            for r in reaped.drain(..) {
+                match r {
+                    Reaped::Done(mut job) => {
+                        self.exec_out -= 1;
+                        job.service_ns = now.saturating_sub(job.started);
+                        for d in self.disp.done(job, now) {
+                            self.deliver(d);
+                        }
+                    }
+                    // Short or failed: a worker does it again, whole (it
+                    // stays counted in `exec_out`).
+                    Reaped::Redo(job) => {
+                        self.exec_out -= 1;
+                        self.to_worker(job, now);
+                    }
+                }
+            }
+            self.ring_reaped = reaped;
+        }
         for m in meta {
             self.meta_out -= 1;
             let Some(mut c) = self.conns.remove(&m.conn) else { continue };
@@ -1192,19 +1234,44 @@ impl EventLoop {
                         }
                         continue;
                     }
-                    let workers = self.workers.as_ref().expect("workers live while the loop runs");
-                    match workers.jobs.send(job) {
-                        Ok(()) => self.exec_out += 1,
-                        Err(e) => {
-                            let mut job = e.0;
-                            job.items.iter_mut().for_each(|it| it.result = Err(libc::EIO));
-                            for d in self.disp.done(job, now) {
-                                self.deliver(d);
+                    let job = match self.ring.as_mut() {
+                        Some(ring) => {
+                            job.started = now;
+                            match ring.push(job) {
+                                Ok(()) => {
+                                    self.exec_out += 1;
+                                    continue;
+                                }
+                                Err(job) => job,
                             }
                         }
-                    }
+                        None => job,
+                    };
+                    self.to_worker(job, now);
                 }
-                Err(wake) => return wake,
+                Err(wake) => {
+                    if let Some(ring) = self.ring.as_mut() {
+                        // One system call for the pass's submissions; on
+                        // failure they stay queued (`timeout_ms`).
+                        let _ = ring.flush();
+                    }
+                    return wake;
+                }
+            }
+        }
+    }
+
+    /// Hand `job` to an executor worker (all of them gone: fail it).
+    fn to_worker(&mut self, job: Job, now: u64) {
+        let workers = self.workers.as_ref().expect("workers live while the loop runs");
+        match workers.jobs.send(job) {
+            Ok(()) => self.exec_out += 1,
+            Err(e) => {
+                let mut job = e.0;
+                job.items.iter_mut().for_each(|it| it.result = Err(libc::EIO));
+                for d in self.disp.done(job, now) {
+                    self.deliver(d);
+                }
             }
         }
     }

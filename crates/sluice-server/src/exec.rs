@@ -367,6 +367,33 @@ pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<Receiver<Job>>>, clock: crate
     }
 }
 
+/// The iovecs of a job the event loop may hand to the kernel as one
+/// asynchronous `readv`/`writev` (`ring.rs`), or `None` when it needs an
+/// executor worker: more than `IOV_MAX` members, members that do not tile
+/// the range (overlapping reads share a temporary buffer), or, under
+/// O_DIRECT, anything but a read straight into block-aligned slots (a
+/// bounce buffer, or a write, which takes the direct-write lock and may
+/// read-modify-write its edge blocks).
+pub fn ring_iovecs(job: &mut Job, direct: bool) -> Option<Vec<libc::iovec>> {
+    let d = &job.dispatch;
+    if d.members.len() > IOV_MAX || !tiles(d) {
+        return None;
+    }
+    if direct && (d.op != Op::Read || !direct_in_place(d, &mut job.items, Op::Read)) {
+        return None;
+    }
+    Some(match d.op {
+        Op::Read => job.items.iter_mut().map(|it| iov_mut(it.buf.read_buf())).collect(),
+        Op::Write => job.items.iter().map(|it| iov_const(it.buf.data())).collect(),
+    })
+}
+
+/// Settle a job whose whole range was moved by one call (`ring.rs`).
+pub fn settle_whole(job: &mut Job) {
+    let len = job.dispatch.len;
+    settle(&job.dispatch, &mut job.items, len, None);
+}
+
 /// Carry out a page-cache job on the calling thread if it can be done
 /// without blocking: one `preadv2`/`pwritev2` with `RWF_NOWAIT`, which the
 /// kernel refuses (`EAGAIN`) when the data is not in the page cache or the

@@ -41,6 +41,7 @@ pub mod metrics;
 mod net;
 mod ops;
 mod pending;
+mod ring;
 pub mod root;
 mod shm;
 mod state;
@@ -120,6 +121,8 @@ pub struct ServerHandle {
     metrics: Option<metrics::Endpoint>,
     /// The live trace's switch and its full flag (`ServerConfig::trace`).
     tracing: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
+    /// Whether the event loop hands blocking dispatches to io_uring.
+    uring: bool,
 }
 
 impl Server {
@@ -162,7 +165,7 @@ impl Server {
         workers.extend(spawn_meta(&shared, meta_rx, meta_done, &waker)?);
         let loop_workers = Workers { jobs, done: done_rx, meta, meta_done: meta_done_rx };
         // The scheduler is built on the loop's thread: it is not `Send`.
-        let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<()>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<bool>>();
         let tracer = match &shared.config.trace {
             Some(p) => Some(trace::Tracer::start(p, shared.config.limits.trace_bytes_max)?),
             None => None,
@@ -173,7 +176,7 @@ impl Server {
             let disp = Dispatcher::new(Scheduler::new(policy, limits), prior, apps, tracer);
             match EventLoop::new(s, listener, w, disp, loop_workers) {
                 Ok(l) => {
-                    let _ = ready_tx.send(Ok(()));
+                    let _ = ready_tx.send(Ok(l.uses_ring()));
                     l.run()
                 }
                 Err(e) => {
@@ -182,12 +185,12 @@ impl Server {
                 }
             }
         })?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => {}
+        let uring = match ready_rx.recv() {
+            Ok(Ok(ring)) => ring,
             Ok(Err(e)) => return Err(Error::io("start the event loop", &e)),
             Err(_) => return Err(Error::new(ErrorKind::Io, libc::EIO, "the event loop failed to start")),
-        }
-        let mut handle = ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path, metrics: None, tracing };
+        };
+        let mut handle = ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path, metrics: None, tracing, uring };
         if let Some(m) = handle.shared.config.metrics.clone() {
             handle.metrics = Some(metrics::start(&handle.shared, &handle.waker, &m)?);
         }
@@ -278,6 +281,13 @@ impl ServerHandle {
     /// `unix:PATH` or `tcp:IP:PORT` (the bound port when 0 was asked for).
     pub fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// Whether dispatches that would block go to the kernel through
+    /// io_uring from the event loop (`ServerConfig::uring`, and the kernel
+    /// allowed it) rather than to executor workers.
+    pub fn uring(&self) -> bool {
+        self.uring
     }
 
     /// The metrics endpoint's address (`ServerConfig::metrics`), when one

@@ -35,6 +35,9 @@ pub struct RunConfig {
     /// An external server: no server is started, files are made through it.
     pub server: Option<String>,
     pub queue_depth: Option<u32>,
+    /// The started servers hand blocking dispatches to io_uring
+    /// (`ServerConfig::uring`).
+    pub uring: bool,
     /// Also run every application alone, for slowdowns.
     pub alone: bool,
     pub seed: u64,
@@ -198,6 +201,7 @@ fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHa
     sc.policy = config;
     sc.direct = cfg.direct_io;
     sc.device = cfg.device;
+    sc.uring = cfg.uring;
     if let Some(q) = cfg.queue_depth {
         sc.queue_depth = q;
     }

@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// busy as the learned device model gains from (the rest wait in it).
     #[arg(long, default_value_t = QUEUE_DEPTH_DEFAULT)]
     queue_depth: u32,
+    /// Hand every dispatch to executor threads, never to io_uring from the
+    /// event loop (which is the default where the kernel allows it).
+    #[arg(long)]
+    no_uring: bool,
     /// Start the device cost model from this file (`sluice calibrate
     /// --out`); it is refined from every dispatch either way.
     #[arg(long)]
@@ -99,6 +103,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.direct = a.direct;
     cfg.device = DeviceKind::parse(&a.device)?;
     cfg.queue_depth = a.queue_depth;
+    cfg.uring = !a.no_uring;
     if let Some(p) = &a.device_model {
         cfg.device_model = Some(sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?.cost());
     }
@@ -114,13 +119,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     install_signal_handlers();
     let mut server = Server::start(cfg)?;
     println!(
-        "sluice: serving {} on {} (policy {}, queue depth {}, device {}, direct {})",
+        "sluice: serving {} on {} (policy {}, queue depth {}, device {}, direct {}, io_uring {})",
         a.root.display(),
         server.addr(),
         a.policy,
         a.queue_depth,
         a.device,
-        if a.direct { "on" } else { "off" }
+        if a.direct { "on" } else { "off" },
+        if server.uring() { "on" } else { "off" }
     );
     if let Some(m) = server.metrics_addr() {
         println!("sluice: metrics at http://{m}/metrics, dashboard at http://{m}/");

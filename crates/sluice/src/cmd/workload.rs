@@ -40,6 +40,10 @@ pub struct Common {
     /// second dispatch would be chosen long before the arm is free).
     #[arg(long)]
     queue_depth: Option<u32>,
+    /// The started servers hand every dispatch to executor threads, never
+    /// to io_uring (to compare).
+    #[arg(long)]
+    no_uring: bool,
     /// Also run each application alone, to report slowdowns.
     #[arg(long)]
     alone: bool,
@@ -199,6 +203,7 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
             root: root.clone(),
             server: c.server.clone(),
             queue_depth: c.queue_depth.or((device == DeviceKind::Hdd7200).then_some(1)),
+            uring: !c.no_uring,
             alone: c.alone,
             seed: c.seed,
             exe: std::env::current_exe().context("locating the sluice executable")?,
