@@ -19,7 +19,13 @@
 //!   device (in flight at most the current parallelism), with older ones
 //!   decaying, and the prior model (a calibration, else [`GENERIC`]) as a
 //!   few fixed pseudo-observations, so the fit stays determined when every
-//!   dispatch has the same length;
+//!   dispatch has the same length. The points fitted are not the
+//!   latencies themselves but, per power-of-two length and seek or not,
+//!   the lower edge of that class's latencies ([`Edge`]): what the host
+//!   adds to a latency (a busy event loop, a thread waiting for a core
+//!   among a hundred runnable processes) only ever lengthens it, often by
+//!   more than the device took, and a fit of the mean put that into the
+//!   fixed cost (0.3-0.9 ms learned for a 76 µs device on the 2-core VM);
 //! - `parallelism` from the throughput at each depth, Little's law: depth
 //!   over the mean slowdown (latency over the model's prediction) there;
 //!   the smallest depth that reaches `PARALLEL_GAIN_PCT` of the best one.
@@ -121,8 +127,45 @@ const PRIOR_WEIGHT: f64 = 2.0;
 /// Per observation, older ones keep this much of their weight.
 const DECAY: f64 = 1.0 - 1.0 / 1_024.0;
 
-/// Least squares of latency against (1, length, seek), with exponentially
-/// decayed sums: the normal equations X'X b = X'y.
+/// Length classes the learner keeps a lower edge for: one per power of two
+/// (lengths past 2^39 share the last).
+const EDGE_CLASSES: usize = 40;
+/// How fast an edge follows a latency below it (1/8 of the way) and one
+/// above it (1/256): it settles near the low end of what it sees, so that
+/// latencies the host delayed barely move it, and still rises, slowly,
+/// when the device itself gets slower.
+const EDGE_DOWN: f64 = 1.0 / 8.0;
+const EDGE_UP: f64 = 1.0 / 256.0;
+/// A class's weight in the fit: its decayed count of observations, at
+/// most this.
+const EDGE_WEIGHT_MAX: f64 = 256.0;
+
+/// The lower edge of one length class's latencies.
+#[derive(Clone, Copy, Debug, Default)]
+struct Edge {
+    /// Mean length seen (moving), the point's abscissa.
+    len: f64,
+    /// The edge itself, nanoseconds.
+    latency: f64,
+    /// Decayed count of observations.
+    weight: f64,
+}
+
+impl Edge {
+    fn add(&mut self, len: f64, latency: f64) {
+        if self.weight == 0.0 {
+            (self.len, self.latency) = (len, latency);
+        } else {
+            self.len += (len - self.len) / 8.0;
+            let rate = if latency < self.latency { EDGE_DOWN } else { EDGE_UP };
+            self.latency += (latency - self.latency) * rate;
+        }
+        self.weight += 1.0;
+    }
+}
+
+/// Weighted least squares of latency against (1, length, seek): the
+/// normal equations X'X b = X'y.
 #[derive(Clone, Debug, Default)]
 struct Fit {
     xx: [[f64; 3]; 3],
@@ -138,11 +181,6 @@ impl Fit {
             }
             self.xy[i] += w * x[i] * y;
         }
-    }
-
-    fn decay(&mut self) {
-        self.xx.iter_mut().flatten().for_each(|v| *v *= DECAY);
-        self.xy.iter_mut().for_each(|v| *v *= DECAY);
     }
 
     /// (intercept, slope per byte, seek) by Cramer's rule; `None` when the
@@ -192,7 +230,8 @@ pub struct CostLearner {
     /// Pseudo-observations of the prior model, at 4 KiB and 1 MiB,
     /// continuing and seeking.
     prior: Fit,
-    fit: Fit,
+    /// Lower edges per (length class, seek).
+    edges: Vec<[Edge; 2]>,
     model: DeviceCost,
     /// Per depth (index depth - 1): latency over the model's prediction.
     slowdown: Vec<Avg>,
@@ -216,7 +255,7 @@ impl CostLearner {
                 pf.add(len as f64, f64::from(u8::from(seek)), start.service_ns(len, seek) as f64, PRIOR_WEIGHT);
             }
         }
-        CostLearner { prior: pf, fit: Fit::default(), model: start, slowdown: vec![Avg::default(); DEPTH_MAX as usize], observed: 0 }
+        CostLearner { prior: pf, edges: vec![[Edge::default(); 2]; EDGE_CLASSES], model: start, slowdown: vec![Avg::default(); DEPTH_MAX as usize], observed: 0 }
     }
 
     /// Dispatches observed so far.
@@ -232,9 +271,14 @@ impl CostLearner {
         self.slowdown[depth as usize - 1].add(o.latency_ns as f64 / predicted);
         // Only dispatches that did not queue in the device tell its costs.
         if depth <= self.model.parallelism {
-            self.fit.decay();
-            self.fit.add(o.len as f64, f64::from(u8::from(o.seek)), o.latency_ns as f64, 1.0);
-            if let Some([a, b, c]) = self.fit.solve(&self.prior) {
+            let class = (64 - o.len.leading_zeros() as usize).min(EDGE_CLASSES - 1);
+            self.edges.iter_mut().flatten().for_each(|e| e.weight *= DECAY);
+            self.edges[class][usize::from(o.seek)].add(o.len as f64, o.latency_ns as f64);
+            let mut fit = Fit::default();
+            for (seek, e) in self.edges.iter().flat_map(|pair| pair.iter().enumerate()).filter(|(_, e)| e.weight > 0.0) {
+                fit.add(e.len, seek as f64, e.latency, e.weight.min(EDGE_WEIGHT_MAX));
+            }
+            if let Some([a, b, c]) = fit.solve(&self.prior) {
                 let clamp = |v: f64| if v.is_finite() { v.clamp(0.0, 1e12) as u64 } else { 0 };
                 (self.model.dispatch_ns, self.model.byte_ps, self.model.seek_ns) = (clamp(a), clamp(b * 1_000.0), clamp(c));
             }
