@@ -187,6 +187,21 @@ mod tests {
         Job { dispatch, items, started: 0, service_ns: 0 }
     }
 
+    /// A scratch directory, an eventfd, a ring of `entries` and file `f`
+    /// there holding `content`; `None` where the kernel has no io_uring
+    /// (the loop then uses its workers: nothing to test).
+    fn setup(entries: u32, content: &[u8]) -> Option<(tempfile::TempDir, OwnedFd, Ring, Arc<OpenFile>)> {
+        let dir = tempfile::tempdir().unwrap();
+        let efd = eventfd();
+        let Ok(ring) = Ring::new(entries, efd.as_raw_fd(), false) else {
+            eprintln!("no io_uring here: the loop uses its workers; nothing to test");
+            return None;
+        };
+        std::fs::write(dir.path().join("f"), content).unwrap();
+        let f = open(&dir.path().join("f"));
+        Some((dir, efd, ring, f))
+    }
+
     /// Reap until `n` completions came (or fail after 10 s).
     fn reap_n(ring: &mut Ring, n: usize) -> Vec<Reaped> {
         let (mut out, until) = (Vec::new(), Instant::now() + Duration::from_secs(10));
@@ -200,13 +215,7 @@ mod tests {
 
     #[test]
     fn a_write_and_a_read_move_whole_through_the_ring() {
-        let dir = tempfile::tempdir().unwrap();
-        let efd = eventfd();
-        let Ok(mut ring) = Ring::new(4, efd.as_raw_fd(), false) else {
-            eprintln!("no io_uring here: the loop uses its workers; nothing to test");
-            return;
-        };
-        let f = open(&dir.path().join("f"));
+        let Some((dir, efd, mut ring, f)) = setup(4, &[]) else { return };
         assert!(ring.push(job(&f, Op::Write, &[(0, 100), (100, 28)], 7)).is_ok());
         ring.flush().unwrap();
         let Reaped::Done(w) = reap_n(&mut ring, 1).pop().unwrap() else { panic!("a whole write is done") };
@@ -226,11 +235,7 @@ mod tests {
 
     #[test]
     fn a_short_read_goes_back_untouched_for_a_worker_to_redo() {
-        let dir = tempfile::tempdir().unwrap();
-        let efd = eventfd();
-        let Ok(mut ring) = Ring::new(4, efd.as_raw_fd(), false) else { return };
-        let f = open(&dir.path().join("f"));
-        std::fs::write(dir.path().join("f"), [1u8; 10]).unwrap();
+        let Some((_dir, _efd, mut ring, f)) = setup(4, &[1u8; 10]) else { return };
         assert!(ring.push(job(&f, Op::Read, &[(0, 8), (8, 8)], 0)).is_ok());
         ring.flush().unwrap();
         let Reaped::Redo(j) = reap_n(&mut ring, 1).pop().unwrap() else { panic!("10 of 16 bytes is short") };
@@ -239,11 +244,7 @@ mod tests {
 
     #[test]
     fn the_ring_holds_at_most_its_entries_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let efd = eventfd();
-        let Ok(mut ring) = Ring::new(2, efd.as_raw_fd(), false) else { return };
-        let f = open(&dir.path().join("f"));
-        std::fs::write(dir.path().join("f"), [1u8; 4096]).unwrap();
+        let Some((_dir, _efd, mut ring, f)) = setup(2, &[1u8; 4096]) else { return };
         for k in 0..2 {
             assert!(ring.push(job(&f, Op::Read, &[(k * 512, 512)], 0)).is_ok(), "entry {} of 2", k + 1);
         }
@@ -260,10 +261,7 @@ mod tests {
 
     #[test]
     fn what_one_call_cannot_do_whole_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let efd = eventfd();
-        let f = open(&dir.path().join("f"));
-        let Ok(mut ring) = Ring::new(4, efd.as_raw_fd(), false) else { return };
+        let Some((_dir, efd, mut ring, f)) = setup(4, &[]) else { return };
         assert!(ring.push(job(&f, Op::Read, &[(0, 100), (50, 100)], 0)).is_err(), "overlapping reads share a temporary buffer");
         assert!(ring.push(job(&f, Op::Read, &[(0, 100), (200, 100)], 0)).is_err(), "a gap is not one transfer");
         let Ok(mut direct) = Ring::new(4, efd.as_raw_fd(), true) else { return };
