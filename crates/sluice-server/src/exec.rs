@@ -367,14 +367,15 @@ pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<Receiver<Job>>>, clock: crate
     }
 }
 
-/// The iovecs of a job the event loop may hand to the kernel as one
-/// asynchronous `readv`/`writev` (`ring.rs`), or `None` when it needs an
+/// The iovecs of a job one vectored call moves whole, straight between
+/// the members' buffers and the file (`try_nowait` on the loop, and the
+/// asynchronous `readv`/`writev` of `ring.rs`), or `None` when it needs an
 /// executor worker: more than `IOV_MAX` members, members that do not tile
 /// the range (overlapping reads share a temporary buffer), or, under
 /// O_DIRECT, anything but a read straight into block-aligned slots (a
 /// bounce buffer, or a write, which takes the direct-write lock and may
 /// read-modify-write its edge blocks).
-pub fn ring_iovecs(job: &mut Job, direct: bool) -> Option<Vec<libc::iovec>> {
+pub fn whole_iovecs(job: &mut Job, direct: bool) -> Option<Vec<libc::iovec>> {
     let d = &job.dispatch;
     if d.members.len() > IOV_MAX || !tiles(d) {
         return None;
@@ -401,21 +402,15 @@ pub fn settle_whole(job: &mut Job) {
 /// observable happened (a partial transfer is repeated whole by the
 /// executor: the same bytes, to the same place), hand it to a worker.
 pub fn try_nowait(job: &mut Job) -> bool {
+    let Some(iov) = whole_iovecs(job, false) else { return false };
     let d = &job.dispatch;
-    if d.members.len() > IOV_MAX || !tiles(d) {
-        return false;
-    }
     let fd = job.items[0].file.fd.as_raw_fd();
-    let r = match d.op {
-        Op::Read => {
-            let iov: Vec<libc::iovec> = job.items.iter_mut().map(|it| iov_mut(it.buf.read_buf())).collect();
-            // SAFETY: every iovec points into a live buffer of this job.
-            unsafe { libc::preadv2(fd, iov.as_ptr(), iov.len() as libc::c_int, d.offset as libc::off64_t, libc::RWF_NOWAIT) }
-        }
-        Op::Write => {
-            let iov: Vec<libc::iovec> = job.items.iter().map(|it| iov_const(it.buf.data())).collect();
-            // SAFETY: as above; the kernel only reads a write's iovecs.
-            unsafe { libc::pwritev2(fd, iov.as_ptr(), iov.len() as libc::c_int, d.offset as libc::off64_t, libc::RWF_NOWAIT) }
+    // SAFETY: every iovec points into a live buffer of this job; the
+    // kernel only reads a write's iovecs.
+    let r = unsafe {
+        match d.op {
+            Op::Read => libc::preadv2(fd, iov.as_ptr(), iov.len() as libc::c_int, d.offset as libc::off64_t, libc::RWF_NOWAIT),
+            Op::Write => libc::pwritev2(fd, iov.as_ptr(), iov.len() as libc::c_int, d.offset as libc::off64_t, libc::RWF_NOWAIT),
         }
     };
     // A short read may be the end of the file or a page not cached: only

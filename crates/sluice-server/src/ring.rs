@@ -10,7 +10,7 @@
 //! signals the completion on the loop's own eventfd (registered with the
 //! ring), and the loop reaps it on its next turn.
 //!
-//! Only what one call does whole goes here (`exec::ring_iovecs`). A
+//! Only what one call does whole goes here (`exec::whole_iovecs`). A
 //! completion that moved fewer bytes than asked (the end of a file), or
 //! failed, is handed to a worker, which does it again from the start with
 //! the executor's own loop and error rules: the same bytes to the same
@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use io_uring::{opcode, types, IoUring};
 use sluice_core::Op;
 
-use crate::exec::{ring_iovecs, settle_whole, Job};
+use crate::exec::{settle_whole, whole_iovecs, Job};
 
 /// A submitted job and the iovecs the kernel reads until it completes.
 struct InFlight {
@@ -67,7 +67,7 @@ impl Ring {
     /// needs a worker or the ring is full.
     pub fn push(&mut self, mut job: Job) -> Result<(), Job> {
         let Some(&slot) = self.free.last() else { return Err(job) };
-        let Some(iov) = ring_iovecs(&mut job, self.direct) else { return Err(job) };
+        let Some(iov) = whole_iovecs(&mut job, self.direct) else { return Err(job) };
         let iov = iov.into_boxed_slice();
         let d = &job.dispatch;
         let fd = types::Fd(job.items[0].file.fd.as_raw_fd());
@@ -120,11 +120,11 @@ impl Ring {
 
     /// Every completion the kernel has posted.
     pub fn reap(&mut self, out: &mut Vec<Reaped>) {
-        let done: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
-        for (slot, res) in done {
-            let slot = slot as usize;
-            let Some(f) = self.slots.get_mut(slot).and_then(Option::take) else { continue };
-            self.free.push(slot);
+        let Ring { ring, slots, free, .. } = self;
+        for c in ring.completion() {
+            let (slot, res) = (c.user_data() as usize, c.result());
+            let Some(f) = slots.get_mut(slot).and_then(Option::take) else { continue };
+            free.push(slot);
             let mut job = f.job;
             if res >= 0 && res as u64 == job.dispatch.len {
                 settle_whole(&mut job);
