@@ -14,18 +14,30 @@
 //! (length, whether it continued the previous access, how many dispatches
 //! were in flight when it left, how long it took) and the learner keeps:
 //!
-//! - `dispatch_ns`, `byte_ps` and `seek_ns` by least squares of latency
-//!   against (1, length, seek) over the dispatches that did not queue in the
-//!   device (in flight at most the current parallelism), with older ones
-//!   decaying, and the prior model (a calibration, else [`GENERIC`]) as a
-//!   few fixed pseudo-observations, so the fit stays determined when every
-//!   dispatch has the same length. The points fitted are not the
-//!   latencies themselves but, per power-of-two length and seek or not,
-//!   the lower edge of that class's latencies ([`Edge`]): what the host
-//!   adds to a latency (a busy event loop, a thread waiting for a core
-//!   among a hundred runnable processes) only ever lengthens it, often by
-//!   more than the device took, and a fit of the mean put that into the
-//!   fixed cost (0.3-0.9 ms learned for a 76 µs device on the 2-core VM);
+//! - `seek_ns` by comparing, within each power-of-two length class, the
+//!   latencies of dispatches that seeked with those that continued, and
+//!   `dispatch_ns` and `byte_ps` by least squares of latency (less the seek
+//!   cost where it applies) against length. Both use only the dispatches
+//!   that did not queue in the device (in flight at most the current
+//!   parallelism), with older ones decaying, and the prior model (a
+//!   calibration, else [`GENERIC`]) as a few fixed pseudo-observations, so
+//!   the fit stays determined when every dispatch has the same length.
+//!   The seek cost is taken only between equal lengths because a
+//!   scheduler that aggregates seeks mostly between large aggregates: a
+//!   joint fit over every length gave a 737 µs seek cost to a device with
+//!   none (the O_DIRECT virtual disk, 64 KiB x 128 decomposition), and the
+//!   holds it then paid for idled the device. The least squares weigh
+//!   relative errors (each point by the inverse square of the latency the
+//!   model predicts at its length), so the fixed cost comes from the short
+//!   dispatches, not from the intercept of the long ones' wandering
+//!   edges (0.6-0.8 ms learned for that device with plain weights). The
+//!   points fitted are not
+//!   the latencies themselves but, per length class and seek or not, the
+//!   lower edge of that class's latencies ([`Edge`]): what the host adds
+//!   to a latency (a busy event loop, a thread waiting for a core among a
+//!   hundred runnable processes) only ever lengthens it, often by more
+//!   than the device took, and a fit of the mean put that into the fixed
+//!   cost (0.3-0.9 ms learned for a 76 µs device on the 2-core VM);
 //! - `parallelism` from the throughput at each depth, Little's law: depth
 //!   over the mean slowdown (latency over the model's prediction) there;
 //!   the smallest depth that reaches `PARALLEL_GAIN_PCT` of the best one.
@@ -33,8 +45,8 @@
 //!   so a device that gains from more is found out, and one that does not
 //!   pays one extra dispatch in flight now and then.
 //!
-//! Bounds: one bucket per depth up to `DEPTH_MAX`; the fit is a fixed
-//! 3x3 system. Arithmetic is `f64`, deterministic for a given input.
+//! Bounds: one bucket per depth up to `DEPTH_MAX`, two edges per length
+//! class (`EDGE_CLASSES`); the fit is a fixed 2x2 system. Arithmetic is `f64`, deterministic for a given input.
 
 use crate::types::Nanos;
 
@@ -164,50 +176,35 @@ impl Edge {
     }
 }
 
-/// Weighted least squares of latency against (1, length, seek): the
-/// normal equations X'X b = X'y.
-#[derive(Clone, Debug, Default)]
-struct Fit {
-    xx: [[f64; 3]; 3],
-    xy: [f64; 3],
+/// Weighted least squares of latency against length: the normal
+/// equations in sums.
+#[derive(Clone, Copy, Debug, Default)]
+struct Line {
+    w: f64,
+    x: f64,
+    xx: f64,
+    y: f64,
+    xy: f64,
 }
 
-impl Fit {
-    fn add(&mut self, len: f64, seek: f64, y: f64, w: f64) {
-        let x = [1.0, len, seek];
-        for i in 0..3 {
-            for j in 0..3 {
-                self.xx[i][j] += w * x[i] * x[j];
-            }
-            self.xy[i] += w * x[i] * y;
-        }
+impl Line {
+    fn add(&mut self, x: f64, y: f64, w: f64) {
+        self.w += w;
+        self.x += w * x;
+        self.xx += w * x * x;
+        self.y += w * y;
+        self.xy += w * x * y;
     }
 
-    /// (intercept, slope per byte, seek) by Cramer's rule; `None` when the
-    /// system is singular.
-    fn solve(&self, prior: &Fit) -> Option<[f64; 3]> {
-        let mut a = self.xx;
-        let mut b = self.xy;
-        for ((row, prow), (bi, pbi)) in a.iter_mut().zip(&prior.xx).zip(b.iter_mut().zip(&prior.xy)) {
-            row.iter_mut().zip(prow).for_each(|(v, p)| *v += p);
-            *bi += pbi;
-        }
-        let det = |m: &[[f64; 3]; 3]| {
-            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-        };
-        let d = det(&a);
-        if d.abs() < f64::EPSILON {
+    /// (intercept, slope per byte); `None` when every point has the same
+    /// length.
+    fn solve(&self) -> Option<(f64, f64)> {
+        let d = self.w * self.xx - self.x * self.x;
+        if !(d > f64::EPSILON * self.w * self.xx) {
             return None;
         }
-        let mut out = [0.0; 3];
-        for (k, o) in out.iter_mut().enumerate() {
-            let mut m = a;
-            for i in 0..3 {
-                m[i][k] = b[i];
-            }
-            *o = det(&m) / d;
-        }
-        Some(out)
+        let slope = (self.w * self.xy - self.x * self.y) / d;
+        Some(((self.y - slope * self.x) / self.w, slope))
     }
 }
 
@@ -227,9 +224,9 @@ impl Avg {
 /// The online learner (see the module documentation).
 #[derive(Clone, Debug)]
 pub struct CostLearner {
-    /// Pseudo-observations of the prior model, at 4 KiB and 1 MiB,
-    /// continuing and seeking.
-    prior: Fit,
+    /// The model it started from (a calibration, else [`GENERIC`]): a few
+    /// pseudo-observations that keep the fit determined.
+    prior: DeviceCost,
     /// Lower edges per (length class, seek).
     edges: Vec<[Edge; 2]>,
     model: DeviceCost,
@@ -249,13 +246,7 @@ impl CostLearner {
     /// [`GENERIC`].
     pub fn new(prior: Option<DeviceCost>) -> CostLearner {
         let start = prior.unwrap_or(GENERIC);
-        let mut pf = Fit::default();
-        for len in [4_096u64, 1 << 20] {
-            for seek in [false, true] {
-                pf.add(len as f64, f64::from(u8::from(seek)), start.service_ns(len, seek) as f64, PRIOR_WEIGHT);
-            }
-        }
-        CostLearner { prior: pf, edges: vec![[Edge::default(); 2]; EDGE_CLASSES], model: start, slowdown: vec![Avg::default(); DEPTH_MAX as usize], observed: 0 }
+        CostLearner { prior: start, edges: vec![[Edge::default(); 2]; EDGE_CLASSES], model: start, slowdown: vec![Avg::default(); DEPTH_MAX as usize], observed: 0 }
     }
 
     /// Dispatches observed so far.
@@ -274,16 +265,49 @@ impl CostLearner {
             let class = (64 - o.len.leading_zeros() as usize).min(EDGE_CLASSES - 1);
             self.edges.iter_mut().flatten().for_each(|e| e.weight *= DECAY);
             self.edges[class][usize::from(o.seek)].add(o.len as f64, o.latency_ns as f64);
-            let mut fit = Fit::default();
-            for (seek, e) in self.edges.iter().flat_map(|pair| pair.iter().enumerate()).filter(|(_, e)| e.weight > 0.0) {
-                fit.add(e.len, seek as f64, e.latency, e.weight.min(EDGE_WEIGHT_MAX));
+            let clamp = |v: f64| if v.is_finite() { v.clamp(0.0, 1e12) as u64 } else { 0 };
+            let seek = self.seek_estimate();
+            let mut line = Line::default();
+            // Relative errors: each point weighs by the inverse square of
+            // the latency the model predicts at its length, so the fixed
+            // cost comes from the short dispatches and the long ones,
+            // whose edges wander by more than a short dispatch's whole
+            // cost, set the cost per byte.
+            let model = self.model;
+            let rel = |len: f64| 1.0 / (model.service_ns(len as u64, false).max(1) as f64).powi(2);
+            for len in [4_096u64, 1 << 20] {
+                line.add(len as f64, self.prior.service_ns(len, false) as f64, 2.0 * PRIOR_WEIGHT * rel(len as f64));
             }
-            if let Some([a, b, c]) = fit.solve(&self.prior) {
-                let clamp = |v: f64| if v.is_finite() { v.clamp(0.0, 1e12) as u64 } else { 0 };
-                (self.model.dispatch_ns, self.model.byte_ps, self.model.seek_ns) = (clamp(a), clamp(b * 1_000.0), clamp(c));
+            for (s, e) in self.edges.iter().flat_map(|pair| pair.iter().enumerate()).filter(|(_, e)| e.weight > 0.0) {
+                line.add(e.len, e.latency - s as f64 * seek, e.weight.min(EDGE_WEIGHT_MAX) * rel(e.len));
             }
+            if let Some((fixed, per_byte)) = line.solve() {
+                (self.model.dispatch_ns, self.model.byte_ps) = (clamp(fixed), clamp(per_byte * 1_000.0));
+            }
+            self.model.seek_ns = clamp(seek);
         }
         self.model.parallelism = self.parallelism_estimate();
+    }
+
+    /// The seek cost: in each length class that holds both kinds, how much
+    /// the seeking dispatches' edge lies above the continuing ones', less
+    /// what their lengths differ by; weighted by the rarer kind's count,
+    /// with the prior's seek cost as one more class. Only dispatches of
+    /// one length are compared: when the seeking ones are all of another
+    /// length (a scheduler that seeks only between large aggregates), a
+    /// fit over every length would put into the seek cost whatever the
+    /// device charges those lengths beyond a straight line.
+    fn seek_estimate(&self) -> f64 {
+        let per_byte = self.model.byte_ps as f64 / 1_000.0;
+        let (mut sum, mut weight) = (self.prior.seek_ns as f64 * PRIOR_WEIGHT, PRIOR_WEIGHT);
+        for [cont, seek] in &self.edges {
+            let w = cont.weight.min(seek.weight).min(EDGE_WEIGHT_MAX);
+            if w > 0.0 {
+                sum += w * (seek.latency - cont.latency - per_byte * (seek.len - cont.len));
+                weight += w;
+            }
+        }
+        (sum / weight).max(0.0)
     }
 
     /// The smallest depth whose throughput (depth over slowdown) reaches

@@ -85,6 +85,31 @@ fn delays_the_host_adds_do_not_inflate_the_fixed_cost() {
 }
 
 #[test]
+fn a_seek_cost_is_found_only_between_equal_lengths() {
+    // No seek cost, but dispatches of 2 MiB and more cost 0.7 ms above a
+    // straight line, and (as under an aggregating scheduler) only they
+    // seek: a joint fit of (1, length, seek) gave that step to the seek
+    // cost (0.74 ms learned on the O_DIRECT virtual disk).
+    let curve = |len: u64| 70_000 + len / 2 + if len >= 2 << 20 { 700_000 } else { 0 };
+    let mut l = CostLearner::default();
+    let mut rng = Rng(0x51_7cc1_b727_220a);
+    for i in 0..4_000u64 {
+        let seek = i % 3 == 0;
+        let len = if seek { (2 << 20) << (rng.next() % 3) } else { 65_536 << (rng.next() % 5) };
+        l.observe(Observation { len, seek, depth: 1, latency_ns: curve(len) });
+    }
+    let m = l.model();
+    assert!(m.seek_ns <= 10_000, "a seek cost from lengths alone: {m:?}");
+    // With seeks at every length, the same difference is measured.
+    let mut l = CostLearner::default();
+    for i in 0..4_000u64 {
+        let (seek, len) = (i % 2 == 0, 65_536 << (rng.next() % 8));
+        l.observe(Observation { len, seek, depth: 1, latency_ns: curve(len) + if seek { 3_000_000 } else { 0 } });
+    }
+    assert!(within(l.model().seek_ns, 3_000_000, 5), "{:?}", l.model());
+}
+
+#[test]
 fn a_calibrated_prior_holds_until_observations_say_otherwise() {
     let prior = DeviceCost::new(100_000, 2_000, 5_000_000, 4);
     let l = CostLearner::new(Some(prior));
