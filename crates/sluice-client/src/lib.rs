@@ -76,6 +76,9 @@ pub const SOFT_ENV: &str = "SLUICE_SOFT";
 /// Environment variable: `0` turns cache leases off (every read goes
 /// through the server).
 pub const LEASES_ENV: &str = "SLUICE_LEASES";
+/// Environment variable: the application's QoS weight (default 1; 0 is
+/// the background class, served when the device has nothing else to do).
+pub const WEIGHT_ENV: &str = "SLUICE_WEIGHT";
 /// Seconds a silent server is waited for before it is reported (hard) or
 /// the call fails (soft), as NFS's default `timeo` order of magnitude.
 pub const TIMEOUT_S_DEFAULT: u64 = 30;
@@ -139,7 +142,7 @@ pub enum Recovery {
 pub struct ConnectOptions {
     /// Application id; `None`: [`default_app`].
     pub app: Option<String>,
-    /// QoS weight, 1 = default.
+    /// QoS weight: 1 = default (or `SLUICE_WEIGHT`), 0 = background.
     pub weight: u32,
     /// Distinguishes the processes of one application; `None`: the pid.
     pub client_id: Option<u32>,
@@ -171,7 +174,7 @@ impl Default for ConnectOptions {
         let timeout_s = std::env::var(TIMEOUT_ENV).ok().and_then(|v| v.parse::<u64>().ok()).filter(|&t| t > 0).unwrap_or(TIMEOUT_S_DEFAULT);
         ConnectOptions {
             app: None,
-            weight: 1,
+            weight: std::env::var(WEIGHT_ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1),
             client_id: None,
             cred: None,
             key_file: None,

@@ -28,6 +28,15 @@ pub struct Limits {
     /// Age after which a request is served before any younger one, whatever
     /// the policy: the starvation bound. 1 s, as mq-deadline's write expiry.
     pub request_expire_ns: u64,
+    /// Background requests (of applications with weight 0) the scheduler
+    /// lets in at once when no other work is pending. 64: a 64 MiB
+    /// migration in 1 MiB pieces at a time, so a foreground application
+    /// that arrives meanwhile finds at most that much ahead of it.
+    pub background_admitted_max: u32,
+    /// Under foreground load, one background request is let in when none
+    /// is in and this long has passed since the last: the background's
+    /// starvation bound. 100 ms (a 1 MiB piece each: 10 MiB/s at least).
+    pub background_grace_ns: u64,
 }
 
 impl Default for Limits {
@@ -42,6 +51,8 @@ impl Default for Limits {
             apps_max: 4_096,
             weight_max: 64,
             request_expire_ns: 1_000_000_000,
+            background_admitted_max: 64,
+            background_grace_ns: 100_000_000,
         }
     }
 }
@@ -58,6 +69,8 @@ impl Limits {
         self.apps_max = self.apps_max.clamp(1, 1 << 20);
         self.weight_max = self.weight_max.clamp(1, 1_024);
         self.request_expire_ns = self.request_expire_ns.max(1);
+        self.background_admitted_max = self.background_admitted_max.clamp(1, 1 << 16);
+        self.background_grace_ns = self.background_grace_ns.clamp(1, 60_000_000_000);
         self
     }
 }

@@ -48,7 +48,7 @@ impl fmt::Display for Error {
             ErrorKind::InvalidRequest => write!(f, "invalid request: zero length or offset + length overflows"),
             ErrorKind::RequestTooLarge => write!(f, "request larger than request_bytes_max ({l} bytes)"),
             ErrorKind::UnknownDispatch => write!(f, "completion for a dispatch that is not in flight"),
-            ErrorKind::InvalidWeight => write!(f, "weight must be between 1 and {l}"),
+            ErrorKind::InvalidWeight => write!(f, "weight must be between 0 (background) and {l}"),
         }
     }
 }

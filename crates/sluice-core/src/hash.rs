@@ -4,7 +4,7 @@
 //! on every run, so its maps use this multiplicative hash instead. No
 //! decision ever depends on a map's iteration order.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// Fx-style hasher: one multiply and rotate per word.
@@ -43,3 +43,6 @@ impl Hasher for FxHasher {
 
 /// A `HashMap` with the deterministic hasher.
 pub type FxHashMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+/// A `HashSet` with the deterministic hasher.
+pub type FxHashSet<K> = HashSet<K, BuildHasherDefault<FxHasher>>;

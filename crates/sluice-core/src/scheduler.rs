@@ -13,16 +13,26 @@
 //!   Policies therefore only ever see requests they may reorder freely.
 //! - **Expiry.** A request older than `request_expire_ns` is dispatched
 //!   before any policy choice: the starvation bound all policies share.
+//! - **The background class.** An application registered with weight 0
+//!   (a migration, a copy to a slower tier) has its requests held outside
+//!   the policy's view. They are let in, in arrival order, while nothing
+//!   else is queued, blocked or in flight (at most
+//!   `background_admitted_max` at once), and under foreground load one at
+//!   a time, at most one per `background_grace_ns`: the background never
+//!   starves, and never holds more than that ahead of the foreground. A
+//!   background request enters the ordering barrier when it is let in, as
+//!   if it arrived then: it was not acknowledged, so no one can have
+//!   relied on its place.
 //! - **Counters** per stage, checked for consistency on every dispatch and
 //!   completion and by [`Scheduler::check_invariants`].
 
 use crate::config::{Limits, PolicyConfig};
 use crate::cost::DeviceCost;
 use crate::error::{Error, ErrorKind};
-use crate::hash::FxHashMap;
+use crate::hash::{FxHashMap, FxHashSet};
 use crate::policy::{self, Pick, Policy};
 use crate::store::{Entry, FileQ, Gather, InFlight, Store};
-use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request};
+use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request, RequestId};
 
 /// Counters, cumulative except where marked "now".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,6 +62,10 @@ pub struct Stats {
     pub holds: u64,
     /// Windows the policy opened for a synchronous reader (aioli).
     pub windows: u64,
+    /// Now: background requests held outside the policy's view.
+    pub background: u64,
+    /// Background requests let in, in all.
+    pub background_admitted: u64,
 }
 
 /// The scheduling state machine. See the crate documentation.
@@ -65,6 +79,15 @@ pub struct Scheduler {
     inflight: Vec<Dispatch>,
     apps: FxHashMap<AppId, u32>,
     blocked_bytes: u64,
+    /// Background requests not let in yet, arrival order, and their bytes.
+    background: std::collections::VecDeque<Entry>,
+    background_bytes: u64,
+    /// Background requests let in and not completed: at most
+    /// `background_admitted_max` at a time (plus the starvation trickle's
+    /// one, which is let in only when this is empty).
+    background_in: FxHashSet<RequestId>,
+    /// When a background request was last let in.
+    background_last: Nanos,
     /// The last `WaitUntil` time handed out (counts `Stats::holds`).
     wait_last: Nanos,
     /// The device's cost model, when the driver knows one.
@@ -96,6 +119,10 @@ impl Scheduler {
             inflight: Vec::new(),
             apps: FxHashMap::default(),
             blocked_bytes: 0,
+            background: std::collections::VecDeque::new(),
+            background_bytes: 0,
+            background_in: FxHashSet::default(),
+            background_last: 0,
             wait_last: 0,
             cost: None,
             scratch_run: Vec::new(),
@@ -119,8 +146,8 @@ impl Scheduler {
     /// still accept now (a driver that admits a batch at once checks it).
     pub fn room(&self) -> (u64, u64) {
         let l = &self.limits;
-        let requests = u64::from(l.queued_requests_max).saturating_sub(self.stats.queued + self.stats.blocked);
-        let bytes = l.queued_bytes_max.saturating_sub(self.store.queued_bytes + self.blocked_bytes);
+        let requests = u64::from(l.queued_requests_max).saturating_sub(self.stats.queued + self.stats.blocked + self.stats.background);
+        let bytes = l.queued_bytes_max.saturating_sub(self.store.queued_bytes + self.blocked_bytes + self.background_bytes);
         (requests, bytes)
     }
 
@@ -161,21 +188,29 @@ impl Scheduler {
         self.policy.quantum(app)
     }
 
-    /// Nothing queued, blocked or in flight.
+    /// Nothing queued, blocked, held in the background or in flight.
     pub fn is_empty(&self) -> bool {
-        self.stats.queued == 0 && self.stats.blocked == 0 && self.stats.inflight_dispatches == 0
+        self.stats.queued == 0 && self.stats.blocked == 0 && self.stats.background == 0 && self.stats.inflight_dispatches == 0
     }
 
     /// Register `app` with a QoS weight (1 = default). Weights scale each
-    /// policy's share: DRR's quantum, aIOLi's quantum growth rate.
+    /// policy's share: DRR's quantum, aIOLi's quantum growth rate. Weight
+    /// 0 is the background class (see the module documentation): the
+    /// requests it sends from then on are held until the device has
+    /// nothing else to do; those it already sent keep their class.
     pub fn set_app_weight(&mut self, app: AppId, weight: u32) -> Result<(), Error> {
-        if weight == 0 || weight > self.limits.weight_max {
+        if weight > self.limits.weight_max {
             return Err(Error::new(ErrorKind::InvalidWeight, u64::from(self.limits.weight_max)));
         }
         self.register(app)?;
         self.apps.insert(app, weight);
-        self.policy.set_weight(app, weight);
+        self.policy.set_weight(app, weight.max(1));
         Ok(())
+    }
+
+    /// Whether `app` is in the background class.
+    pub fn is_background(&self, app: AppId) -> bool {
+        self.apps.get(&app) == Some(&0)
     }
 
     /// Drop `app`'s registration (its last connection went away). Requests
@@ -203,13 +238,15 @@ impl Scheduler {
         if req.len > l.request_bytes_max {
             return Err(Error::new(ErrorKind::RequestTooLarge, l.request_bytes_max));
         }
-        if self.stats.queued + self.stats.blocked >= u64::from(l.queued_requests_max) {
+        if self.stats.queued + self.stats.blocked + self.stats.background >= u64::from(l.queued_requests_max) {
             return Err(Error::new(ErrorKind::QueueFull, u64::from(l.queued_requests_max)));
         }
-        if self.store.queued_bytes + self.blocked_bytes + req.len > l.queued_bytes_max {
+        if self.store.queued_bytes + self.blocked_bytes + self.background_bytes + req.len > l.queued_bytes_max {
             return Err(Error::new(ErrorKind::QueueBytesFull, l.queued_bytes_max));
         }
-        if self.store.files_active >= l.files_max as usize && self.store.files.get(&req.file).is_none_or(FileQ::is_idle) {
+        // A background request takes a file record only when it is let in,
+        // and waits for one there.
+        if !self.is_background(req.app) && self.store.files_active >= l.files_max as usize && self.store.files.get(&req.file).is_none_or(FileQ::is_idle) {
             return Err(Error::new(ErrorKind::TooManyFiles, u64::from(l.files_max)));
         }
         Ok(())
@@ -219,9 +256,22 @@ impl Scheduler {
     pub fn enqueue(&mut self, req: Request, now: Nanos) -> Result<(), Error> {
         self.admit_check(&req)?;
         self.register(req.app)?;
+        self.stats.inserted += 1;
+        if self.is_background(req.app) {
+            self.background.push_back(Entry { req, arrival: now, seq: 0 });
+            self.background_bytes += req.len;
+            self.stats.background += 1;
+            return Ok(());
+        }
+        self.enter(req, now);
+        Ok(())
+    }
+
+    /// Put a request through the ordering barrier: blocked behind an
+    /// earlier overlapping one, or admitted for the policy.
+    fn enter(&mut self, req: Request, now: Nanos) {
         let e = Entry { req, arrival: now, seq: self.seq_next };
         self.seq_next += 1;
-        self.stats.inserted += 1;
         if self.store.conflicts(req.file, req.op, req.offset, req.end(), e.seq) {
             let fq = self.store.files.get_mut(&req.file).expect("conflict implies a file record");
             fq.writes += u32::from(req.op == crate::types::Op::Write);
@@ -232,7 +282,45 @@ impl Scheduler {
         } else {
             self.admit(e, now);
         }
-        Ok(())
+    }
+
+    /// Let background requests in (see the module documentation): all
+    /// the bound allows while nothing else is pending, else one when none
+    /// is in and the grace has passed since the last. A request whose
+    /// file would need a record past `files_max` waits.
+    fn admit_background(&mut self, now: Nanos) {
+        let l = &self.limits;
+        let (max, grace) = (l.background_admitted_max as usize, l.background_grace_ns);
+        let pending = self.stats.queued + self.stats.blocked + self.stats.inflight_requests;
+        let idle = pending == self.background_in.len() as u64;
+        let mut room = if idle {
+            max.saturating_sub(self.background_in.len())
+        } else {
+            usize::from(self.background_in.is_empty() && now.saturating_sub(self.background_last) >= grace)
+        };
+        while room > 0 {
+            let Some(&e) = self.background.front() else { break };
+            if self.store.files_active >= self.limits.files_max as usize && self.store.files.get(&e.req.file).is_none_or(FileQ::is_idle) {
+                // No file record to spare: the trickle tries again after
+                // another grace, not at every call.
+                self.background_last = now;
+                break;
+            }
+            self.background.pop_front();
+            self.background_bytes -= e.req.len;
+            self.stats.background -= 1;
+            self.stats.background_admitted += 1;
+            self.background_in.insert(e.req.id);
+            self.background_last = now;
+            self.enter(e.req, now);
+            room -= 1;
+        }
+    }
+
+    /// When the starvation trickle may next let a background request in,
+    /// if one waits and none is in.
+    fn background_due(&self) -> Option<Nanos> {
+        (!self.background.is_empty() && self.background_in.is_empty()).then(|| self.background_last.saturating_add(self.limits.background_grace_ns))
     }
 
     fn admit(&mut self, e: Entry, now: Nanos) {
@@ -243,6 +331,21 @@ impl Scheduler {
 
     /// What the device should do at `now`.
     pub fn next(&mut self, now: Nanos) -> Decision {
+        if !self.background.is_empty() {
+            self.admit_background(now);
+        }
+        match self.next_admitted(now) {
+            // Nothing to start now: wake up for the background's trickle.
+            Decision::Idle => match self.background_due() {
+                Some(t) => Decision::WaitUntil(t.max(now + 1)),
+                None => Decision::Idle,
+            },
+            Decision::WaitUntil(t) => Decision::WaitUntil(self.background_due().map_or(t, |b| t.min(b.max(now + 1)))),
+            d => d,
+        }
+    }
+
+    fn next_admitted(&mut self, now: Nanos) -> Decision {
         if self.inflight.len() >= self.depth as usize || self.store.queued == 0 {
             return Decision::Idle;
         }
@@ -315,6 +418,11 @@ impl Scheduler {
         self.stats.inflight_requests -= n;
         self.stats.completed_dispatches += 1;
         self.stats.completed_requests += n;
+        if !self.background_in.is_empty() {
+            d.members.iter().for_each(|m| {
+                self.background_in.remove(&m.id);
+            });
+        }
         self.policy.completed(&self.store, &d, now);
         self.release_blocked(d.file, now);
         self.store.settle(d.file);
@@ -362,7 +470,7 @@ impl Scheduler {
 
     fn counters_consistent(&self) -> bool {
         let s = &self.stats;
-        s.inserted == s.queued + s.blocked + s.inflight_requests + s.completed_requests
+        s.inserted == s.queued + s.blocked + s.background + s.inflight_requests + s.completed_requests
             && s.dispatched_requests == s.inflight_requests + s.completed_requests
             && s.queued == self.store.queued as u64
             && s.inflight_dispatches == self.inflight.len() as u64
@@ -405,7 +513,11 @@ impl Scheduler {
         assert!(idle <= crate::store::FILES_IDLE_CACHED_MAX && listed <= 2 * idle + 65, "idle cache bound");
         assert!(self.apps.len() <= self.limits.apps_max as usize);
         assert!(self.members_pool.len() <= 2 * self.limits.dispatches_inflight_max as usize, "member list pool over its bound");
-        assert!(queued + blocked <= u64::from(self.limits.queued_requests_max));
+        assert!(queued + blocked + self.stats.background <= u64::from(self.limits.queued_requests_max));
+        assert_eq!(self.background.len() as u64, self.stats.background, "background count");
+        assert_eq!(self.background.iter().map(|e| e.req.len).sum::<u64>(), self.background_bytes, "background bytes");
+        assert!(self.background_in.len() <= self.limits.background_admitted_max as usize, "background let in over its bound");
+        assert!(self.background_in.len() as u64 <= queued + blocked + self.stats.inflight_requests, "background let in but not pending");
         self.policy.check(&self.store);
     }
 }

@@ -66,7 +66,9 @@ fn apps_max_and_weights() {
     s.set_app_weight(AppId(2), 8).unwrap();
     assert_eq!(kind(s.enqueue(r(2, 3, 1, 8192, 4096), 0)), Some(ErrorKind::TooManyApps));
     assert_eq!(kind(s.set_app_weight(AppId(2), 9)), Some(ErrorKind::InvalidWeight));
-    assert_eq!(kind(s.set_app_weight(AppId(2), 0)), Some(ErrorKind::InvalidWeight));
+    // 0 is the background class, not an error.
+    s.set_app_weight(AppId(2), 0).unwrap();
+    assert!(s.is_background(AppId(2)));
     s.forget_app(AppId(2));
     s.enqueue(r(3, 3, 1, 8192, 4096), 0).unwrap();
     s.check_invariants();
@@ -229,4 +231,93 @@ fn recycled_member_lists_are_kept_up_to_twice_the_depth() {
     s.enqueue(r(100, 2, 9, 0, 4096), 10).unwrap();
     let Decision::Dispatch(d) = s.next(11) else { panic!() };
     assert_eq!(d.members.iter().map(|m| m.id).collect::<Vec<_>>(), vec![RequestId(100)]);
+}
+
+/// A scheduler whose application 9 is in the background class.
+fn with_background(limits: Limits) -> Scheduler {
+    let mut s = with(limits);
+    s.set_app_weight(AppId(9), 0).unwrap();
+    s
+}
+
+/// Dispatch and complete everything `s` will start at `now`.
+fn drain_at(s: &mut Scheduler, now: u64) -> Vec<Dispatch> {
+    let mut out = Vec::new();
+    while let Decision::Dispatch(d) = s.next(now) {
+        s.complete(d.id, now).unwrap();
+        out.push(d);
+    }
+    out
+}
+
+#[test]
+fn background_admitted_max() {
+    // With nothing else pending, at most N background requests are let in
+    // at once (N = 3); the N+1th waits for one of them to complete.
+    let mut s = with_background(Limits { background_admitted_max: 3, dispatches_inflight_max: 64, ..Limits::default() });
+    for i in 0..4 {
+        // Far apart: one dispatch each.
+        s.enqueue(r(i, 9, 1, i << 30, 4096), 0).unwrap();
+    }
+    assert_eq!(s.stats().background, 4);
+    let mut started = Vec::new();
+    while let Decision::Dispatch(d) = s.next(1) {
+        started.push(d);
+    }
+    assert_eq!(started.len(), 3, "N let in, N+1 held");
+    assert_eq!((s.stats().background, s.stats().background_admitted), (1, 3));
+    s.complete(started[0].id, 2).unwrap();
+    let Decision::Dispatch(d) = s.next(2) else { panic!("the N+1th after a completion") };
+    assert_eq!(d.members[0].id, RequestId(3));
+    s.check_invariants();
+}
+
+#[test]
+fn background_waits_for_the_foreground_and_trickles_at_the_grace() {
+    let grace = 1_000_000;
+    let mut s = with_background(Limits { background_grace_ns: grace, ..Limits::default() });
+    s.enqueue(r(100, 9, 2, 0, 4096), 0).unwrap();
+    // Foreground load: application 1 keeps one request queued at all times.
+    let (mut t, mut id, mut background_at) = (0, 0, None);
+    s.enqueue(r(id, 1, 1, 0, 4096), t).unwrap();
+    while background_at.is_none() {
+        match s.next(t) {
+            Decision::Dispatch(d) => {
+                if d.members.iter().any(|m| m.app == AppId(9)) {
+                    background_at = Some(t);
+                }
+                id += 1;
+                s.enqueue(r(id, 1, 1, (id % 64) * 4096, 4096), t).unwrap();
+                t += 10_000;
+                s.complete(d.id, t).unwrap();
+            }
+            Decision::WaitUntil(w) => t = w,
+            Decision::Idle => panic!("work is pending"),
+        }
+        s.check_invariants();
+        assert!(t <= 2 * grace, "the background starved");
+    }
+    // Not before the grace (the clock starts at 0 with no admission), and
+    // once in, the policy serves it among the foreground's turns.
+    let at = background_at.unwrap();
+    assert!((grace..2 * grace).contains(&at), "served at {at}");
+    assert_eq!(s.stats().background_admitted, 1);
+    // The foreground alone: the background request goes at once.
+    let mut s = with_background(Limits::default());
+    s.enqueue(r(1, 9, 2, 0, 4096), 5).unwrap();
+    assert_eq!(drain_at(&mut s, 5).len(), 1);
+    assert!(s.is_empty());
+}
+
+#[test]
+fn background_counts_against_the_queue_bounds() {
+    let mut s = with_background(Limits { queued_requests_max: 2, ..Limits::default() });
+    s.enqueue(r(1, 9, 1, 0, 4096), 0).unwrap();
+    s.enqueue(r(2, 1, 1, 1 << 20, 4096), 0).unwrap();
+    assert_eq!(kind(s.enqueue(r(3, 9, 1, 2 << 20, 4096), 0)), Some(ErrorKind::QueueFull));
+    assert_eq!(s.room().0, 0);
+    let mut s = with_background(Limits { queued_bytes_max: 8192, ..Limits::default() });
+    s.enqueue(r(1, 9, 1, 0, 8192), 0).unwrap();
+    assert_eq!(kind(s.enqueue(r(2, 1, 1, 1 << 20, 1), 0)), Some(ErrorKind::QueueBytesFull));
+    s.check_invariants();
 }

@@ -820,8 +820,8 @@ impl EventLoop {
             return self.refuse(c, id, libc::EBUSY, msg);
         }
         let weight_max = self.shared.config.sched_limits.weight_max;
-        if hello.weight == 0 || hello.weight > weight_max {
-            let msg = format!("weight {} outside 1..={weight_max}", hello.weight);
+        if hello.weight > weight_max {
+            let msg = format!("weight {} outside 0..={weight_max} (0: background)", hello.weight);
             return self.refuse(c, id, libc::EINVAL, msg);
         }
         let peer = c.peer.as_ref().ok().and_then(|p| p.as_ref());

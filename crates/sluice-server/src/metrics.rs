@@ -296,24 +296,26 @@ fn scheduler(e: &mut Expo, v: &View) {
     e.family("sluice_scheduler_policy", "gauge", "The policy deciding (label), always 1");
     e.sample("sluice_scheduler_policy", &[("policy", v.policy)], 1.0);
     let s = &v.stats;
-    let gauges: [(&str, &str, u64); 5] = [
+    let gauges: [(&str, &str, u64); 6] = [
         ("sluice_scheduler_queued_requests", "Requests the policy may choose from now", s.queued),
         ("sluice_scheduler_blocked_requests", "Requests waiting behind an overlapping request now", s.blocked),
         ("sluice_scheduler_inflight_dispatches", "Dispatches on the device now", s.inflight_dispatches),
         ("sluice_scheduler_inflight_requests", "Requests inside the dispatches on the device now", s.inflight_requests),
+        ("sluice_scheduler_background_requests", "Requests of background-class (weight 0) applications held until the device is free", s.background),
         ("sluice_scheduler_depth", "Dispatches the scheduler keeps in flight (learned from the device)", u64::from(v.depth)),
     ];
     for (name, help, n) in gauges {
         e.family(name, "gauge", help);
         e.sample(name, &[], n as f64);
     }
-    let counters: [(&str, &str, u64); 6] = [
+    let counters: [(&str, &str, u64); 7] = [
         ("sluice_scheduler_requests_total", "Requests admitted into the scheduler", s.inserted),
         ("sluice_scheduler_blocked_total", "Requests that had to wait behind an overlapping write", s.blocked_total),
         ("sluice_scheduler_dispatches_total", "Dispatches handed to the device", s.dispatches),
         ("sluice_scheduler_expired_dispatches_total", "Dispatches forced by request_expire_ns", s.expired_dispatches),
         ("sluice_scheduler_holds_total", "Times the policy kept the device idle for an aggregate to grow or a reader to return", s.holds),
         ("sluice_scheduler_windows_total", "Windows opened for synchronous readers (aioli)", s.windows),
+        ("sluice_scheduler_background_admitted_total", "Background-class requests let in to the policy", s.background_admitted),
     ];
     for (name, help, n) in counters {
         e.family(name, "counter", help);

@@ -306,9 +306,14 @@ fn dir_entries_max_at_n_and_n_plus_1() {
 #[test]
 fn bad_weight_is_refused_at_handshake() {
     let s = TestServer::start(|_| {});
-    let e = Client::connect_with(&s.addr(), ConnectOptions { weight: 0, ..ConnectOptions::default() }).err().unwrap();
+    // weight_max (64) is accepted, 65 is not; 0 is the background class.
+    let e = Client::connect_with(&s.addr(), ConnectOptions { weight: 65, ..ConnectOptions::default() }).err().unwrap();
     assert_eq!(e.kind, ClientErrorKind::Connect);
-    assert!(e.message.contains("weight 0"), "{e}");
+    assert!(e.message.contains("weight 65"), "{e}");
+    for w in [0, 64] {
+        let c = Client::connect_with(&s.addr(), ConnectOptions { weight: w, ..ConnectOptions::default() }).unwrap();
+        c.server_stats().unwrap();
+    }
 }
 
 #[test]
