@@ -87,6 +87,39 @@ def _exists(client: Client, path: str) -> bool:
         raise
 
 
+MIGRATED_ATTRIBUTE = "sluice_migrated"
+RESOLVE_HOPS_MAX = 8
+
+
+def _resolve(client: Client, path: str) -> tuple:
+    """(path, zarr.json text) of the array at ``path``, following the marks
+    `sluice array migrate` leaves (docs/arrays.md): the nearest zarr.json
+    at or above ``path`` that says where its data went. A mark to another
+    server is an error naming it (this client is connected to one)."""
+    for _ in range(RESOLVE_HOPS_MAX):
+        parts = [p for p in path.split("/") if p]
+        for n in range(len(parts), -1, -1):
+            node = "/".join(parts[:n])
+            meta = f"{node}/zarr.json" if node else "zarr.json"
+            if not _exists(client, meta):
+                continue
+            text = _get(client, meta)
+            mark = json.loads(text).get("attributes", {}).get(MIGRATED_ATTRIBUTE)
+            if mark is None:
+                if n != len(parts):
+                    raise FileNotFoundError(errno.ENOENT, f"{path}: no zarr.json", path)
+                return path, text
+            rest = "/".join(parts[n:])
+            target = "/".join(p for p in (mark["path"].strip("/"), rest) if p)
+            if mark.get("server"):
+                raise OSError(errno.EXDEV, f"{path} was migrated to another server: {mark['server']}:{target}; read it through a client connected there")
+            path = target
+            break
+        else:
+            raise FileNotFoundError(errno.ENOENT, f"{path}: no zarr.json", path)
+    raise OSError(errno.ELOOP, f"{path}: more than {RESOLVE_HOPS_MAX} migration marks")
+
+
 def _create(client: Client, path: str, plan: ArrayPlan, dims, attrs) -> None:
     """Group metadata above the array where missing, the array's
     zarr.json, and the directories of its files (rank 0)."""
@@ -170,9 +203,9 @@ def read(
     _check(strategy)
     path = path.strip("/")
     rank = comm.Get_rank()
-    text = [None]
-    _raise_any(comm, _attempt(lambda: text.__setitem__(0, _get(client, f"{path}/zarr.json"))) if rank == 0 else None)
-    text = comm.bcast(text[0], root=0)
+    found = [None]
+    _raise_any(comm, _attempt(lambda: found.__setitem__(0, _resolve(client, path))) if rank == 0 else None)
+    path, text = comm.bcast(found[0], root=0)
     plan = ArrayPlan.from_zarr_json(text, list(grid), list(dist))
     if plan.ranks != comm.Get_size():
         raise ValueError(f"the grid {tuple(grid)} has {plan.ranks} ranks, the communicator {comm.Get_size()}")

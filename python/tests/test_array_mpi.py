@@ -87,3 +87,40 @@ def test_a_rank_that_never_comes_leaves_its_groups_file_untouched(server, comm, 
     assert (z[:20] == 1).all(), "the complete group was written"
     assert (z[20:] == 0).all(), "nothing of the incomplete group was written"
     comm.Barrier()
+
+
+def test_a_migrated_timestep_is_read_through_its_old_path_and_opens_in_zarr_python(server, comm, client):
+    """`sluice array migrate` moves a finished timestep to a slower tier in
+    the background class; ``sluice.array.read`` of the old path follows the
+    mark, and zarr-python and xarray open the new tier without sluice."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    xr = pytest.importorskip("xarray")
+    addr, root = server
+    rank = comm.Get_rank()
+    n = comm.Get_size()
+    whole = np.arange(np.prod(SHAPE), dtype=np.float64).reshape(SHAPE)
+    grid, dist = (n, 1, 1), ["block", "*", "*"]
+    sa.write(comm, client, "mig/t0007/temp", block_of(whole, grid, dist, rank), shape=SHAPE, chunks=(10, 36, 12),
+             grid=grid, dist=dist, dims=["z", "y", "x"])
+    comm.Barrier()
+    err = None
+    if rank == 0:
+        binary = os.environ.get("SLUICE_BIN", str(Path(__file__).resolve().parents[2] / "target" / "release" / "sluice"))
+        r = subprocess.run([binary, "array", "migrate", ":mig/t0007", "--to", ":tape/t0007"],
+                           env={**os.environ, "SLUICE_SERVER": addr}, capture_output=True, text=True)
+        err = None if r.returncode == 0 and "weight 0" in r.stdout else f"{r.stdout} {r.stderr}"
+    err = comm.bcast(err, root=0)
+    assert err is None, err
+    assert sorted(os.listdir(f"{root}/mig/t0007")) == ["zarr.json"]
+    back = sa.read(comm, client, "mig/t0007/temp", grid=(1, n, 1), dist=["*", "block", "*"])
+    np.testing.assert_array_equal(back, block_of(whole, (1, n, 1), ["*", "block", "*"], rank))
+    if rank == 0:
+        np.testing.assert_array_equal(zarr.open_array(f"{root}/tape/t0007/temp", mode="r")[...], whole)
+        ds = xr.open_zarr(f"{root}/tape/t0007", consolidated=False)
+        assert ds["temp"].dims == ("z", "y", "x")
+    # A timestep that was never written is still a clear error.
+    with pytest.raises(FileNotFoundError):
+        sa.read(comm, client, "mig/t9999/temp", grid=(n, 1, 1), dist=["block", "*", "*"])

@@ -200,7 +200,8 @@ impl Line {
     /// length.
     fn solve(&self) -> Option<(f64, f64)> {
         let d = self.w * self.xx - self.x * self.x;
-        if !(d > f64::EPSILON * self.w * self.xx) {
+        // Also `None` for a NaN determinant.
+        if d.partial_cmp(&(f64::EPSILON * self.w * self.xx)) != Some(std::cmp::Ordering::Greater) {
             return None;
         }
         let slope = (self.w * self.xy - self.x * self.y) / d;

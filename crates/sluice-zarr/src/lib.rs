@@ -13,6 +13,7 @@
 
 pub mod collective;
 pub mod inspect;
+pub mod migrate;
 pub mod model;
 mod store;
 

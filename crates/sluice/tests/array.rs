@@ -156,3 +156,49 @@ fn server_weights_give_shares_of_the_files() {
     let ls = ok(c.sluice(&["ls", ":"]));
     assert!(!ls.contains("weigh"), "{ls}");
 }
+
+#[test]
+fn migration_moves_a_timestep_to_slower_tiers_and_reads_follow_it() {
+    let s = MetricsServe::start();
+    let dir = tempfile::Builder::new().prefix("sluice-tier-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let tier = Cluster::start(dir.path(), 2);
+    ok(s.sluice(&["array", "write", ":run/t0/temp", "--shape", "24,16,8", "--chunks", "4,8,8", "--shards", "8,16,8", "--ranks", "4"]));
+    ok(s.sluice(&["array", "write", ":run/t0/dens", "--shape", "10,3", "--chunks", "4,2", "--ranks", "2", "--dtype", "int16"]));
+    let crc = |s: &MetricsServe, a: &str| {
+        let v = ok(s.sluice(&["array", "verify", a]));
+        assert!(v.contains("every element matches"), "{v}");
+        v.split("crc32c ").nth(1).unwrap().split_whitespace().next().unwrap().to_string()
+    };
+    let before = (crc(&s, ":run/t0/temp"), crc(&s, ":run/t0/dens"));
+    // To another directory of the same server, in the background class.
+    let out = ok(s.sluice(&["array", "migrate", ":run/t0", "--to", ":slow/t0"]));
+    assert!(out.contains("migrated run/t0 to :slow/t0") && out.contains("weight 0"), "{out}");
+    let root = s.root();
+    let left: Vec<_> = std::fs::read_dir(root.join("run/t0")).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from("zarr.json")], "only the mark stays");
+    assert!(std::fs::read_to_string(root.join("run/t0/zarr.json")).unwrap().contains("\"path\": \"slow/t0\""));
+    assert_eq!(std::fs::metadata(root.join("slow/t0/temp/c/1/0/0")).unwrap().len(), std::fs::metadata(root.join("slow/t0/temp/c/0/0/0")).unwrap().len());
+    // The old paths read the copy: same checksums, a collective read, info.
+    assert_eq!((crc(&s, ":run/t0/temp"), crc(&s, ":run/t0/dens")), before);
+    assert!(ok(s.sluice(&["array", "read", ":run/t0/temp", "--ranks", "3", "--dist", "cyclic,*,*"])).contains("every rank's data matches"));
+    assert!(ok(s.sluice(&["array", "info", ":run/t0/temp"])).starts_with("path         slow/t0/temp"));
+    // The server let the copy's requests in as background work.
+    let metrics = sluice_server::metrics::get(&s.metrics, "/metrics", std::time::Duration::from_secs(10)).unwrap();
+    let admitted = metrics.lines().find_map(|l| l.strip_prefix("sluice_scheduler_background_admitted_total ")).unwrap_or_else(|| panic!("{metrics}"));
+    assert!(admitted.parse::<f64>().unwrap() >= 10.0, "background requests let in: {admitted}");
+    // On to a second tier on other servers: the old path follows both marks.
+    let out = ok(s.sluice(&["array", "migrate", ":slow/t0", "--to", ":tier2/t0", "--to-server", &tier.addr]));
+    assert!(out.contains("source files removed"), "{out}");
+    assert_eq!((crc(&s, ":run/t0/temp"), crc(&s, ":run/t0/dens")), before);
+    assert!(ok(tier.sluice(&["array", "verify", ":tier2/t0/temp"])).contains("every element matches"));
+    assert!(ok(s.sluice(&["array", "read", ":run/t0/dens", "--ranks", "2"])).contains("every rank's data matches"));
+    // Bad input.
+    fails(s.sluice(&["array", "migrate", ":slow/t0", "--to", ":elsewhere"]), "already migrated");
+    fails(s.sluice(&["array", "migrate", ":nothing", "--to", ":x"]), "nothing: no zarr.json");
+    ok(s.sluice(&["array", "write", ":run/t1/a", "--shape", "4", "--ranks", "1"]));
+    fails(s.sluice(&["array", "migrate", ":run/t1", "--to", ":run/t1/inside"]), "overlap");
+    fails(s.sluice(&["array", "migrate", ":run/t1", "--to", ":slow"]), "exists and is not empty");
+    fails(s.sluice(&["array", "migrate", ":run/t1", "--to", "slow"]), "write :PATH");
+    // Nothing was lost by the refusals.
+    assert!(ok(s.sluice(&["array", "verify", ":run/t1/a"])).contains("every element matches"));
+}

@@ -12,6 +12,7 @@ use sluice_array::{aggregators, place, plan, Dist, Distribution, Dtype, Layout, 
 use sluice_remote::Remote;
 use sluice_zarr::collective::{self, pattern_local, ArraySpec, Collective, Strategy, Transfer};
 use sluice_zarr::inspect::{self, PATTERN_ATTRIBUTE};
+use sluice_zarr::migrate;
 
 use super::remote::{connect, remote_path};
 
@@ -29,6 +30,26 @@ pub enum ArrayCmd {
     Cat(CatArgs),
     /// Decode every element, print a CRC32C of the array in C order, check the test pattern.
     Verify(PathArgs),
+    /// Move a finished group (a timestep) or array to a slower tier, at background priority; reads of the old path follow it.
+    Migrate(MigrateArgs),
+}
+
+#[derive(Args)]
+pub struct MigrateArgs {
+    #[command(flatten)]
+    at: PathArgs,
+    /// Where to: a new or empty directory, written :PATH.
+    #[arg(long)]
+    to: String,
+    /// The tier's server or cluster, when it is not the source's.
+    #[arg(long)]
+    to_server: Option<String>,
+    /// QoS weight of the copy's connections: 0 (the default) is the background class, served only when the device has nothing else to do (and at least one request per 100 ms).
+    #[arg(long, default_value_t = 0)]
+    weight: u32,
+    /// Keep the source's data (only the mark that points reads to the copy is written).
+    #[arg(long)]
+    keep: bool,
 }
 
 #[derive(Args)]
@@ -120,6 +141,7 @@ pub fn run(c: ArrayCmd) -> anyhow::Result<()> {
             print!("{}", inspect::cat(remote, &path, &a.region)?);
             Ok(())
         }
+        ArrayCmd::Migrate(a) => migrate(a),
         ArrayCmd::Verify(a) => {
             let (remote, path) = open(&a)?;
             let v = inspect::verify(remote, &path)?;
@@ -134,9 +156,43 @@ pub fn run(c: ArrayCmd) -> anyhow::Result<()> {
     }
 }
 
+/// The server and path to read `a` at: a migrated group or array is read
+/// where it went (`sluice_zarr::migrate::resolve`).
 fn open(a: &PathArgs) -> anyhow::Result<(Arc<Remote>, String)> {
+    let (_, remote, path) = open_at(a)?;
+    Ok((remote, path))
+}
+
+fn open_at(a: &PathArgs) -> anyhow::Result<(String, Arc<Remote>, String)> {
     let path = remote_path(&a.path).ok_or_else(|| anyhow!("{:?} is not on the server (write :PATH)", a.path))?;
-    Ok((Arc::new(connect(a.server.as_deref())?), path.trim_matches('/').to_string()))
+    let addr = sluice_client::server_addr(a.server.as_deref())?;
+    let remote = Arc::new(connect(Some(&addr))?);
+    Ok(migrate::resolve(&addr, remote, path)?)
+}
+
+fn migrate(a: MigrateArgs) -> anyhow::Result<()> {
+    let path = remote_path(&a.at.path).ok_or_else(|| anyhow!("{:?} is not on the server (write :PATH)", a.at.path))?;
+    let to = remote_path(&a.to).ok_or_else(|| anyhow!("--to {:?}: write :PATH", a.to))?;
+    let addr = sluice_client::server_addr(a.at.server.as_deref())?;
+    let opts = || sluice_client::ConnectOptions { weight: a.weight, ..migrate::background() };
+    let src = Remote::connect_with(&addr, opts()).with_context(|| format!("connecting to {addr}"))?;
+    let dst = match &a.to_server {
+        Some(s) => Some(Remote::connect_with(s, opts()).with_context(|| format!("connecting to {s}"))?),
+        None => None,
+    };
+    let target = migrate::Target { addr: a.to_server.clone(), path: to.to_string() };
+    let m = migrate::migrate(&src, path, dst.as_ref().unwrap_or(&src), &target, a.keep)?;
+    let secs = m.elapsed.as_secs_f64();
+    println!(
+        "migrated {path} to {}:{to}: {} files, {} bytes in {secs:.2} s ({:.1} MiB/s, weight {}); {} source files removed",
+        a.to_server.as_deref().unwrap_or(""),
+        m.files,
+        m.bytes,
+        m.bytes as f64 / (1 << 20) as f64 / secs.max(1e-9),
+        a.weight,
+        m.removed
+    );
+    Ok(())
 }
 
 fn print(a: &PathArgs, f: fn(Arc<Remote>, &str) -> Result<String, sluice_zarr::Error>) -> anyhow::Result<()> {
@@ -301,8 +357,7 @@ fn write(a: WriteArgs) -> anyhow::Result<()> {
 }
 
 fn read(a: ReadArgs) -> anyhow::Result<()> {
-    let (remote, path) = open(&a.at)?;
-    let addr = sluice_client::server_addr(a.at.server.as_deref())?;
+    let (addr, remote, path) = open_at(&a.at)?;
     let meta = inspect::zarr_json(remote.clone(), &path)?;
     let layout = Layout::from_zarr_json(&meta)?;
     let dims = meta["dimension_names"].as_array().map(|v| v.iter().map(|d| d.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default();
