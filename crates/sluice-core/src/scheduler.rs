@@ -15,11 +15,12 @@
 //!   before any policy choice: the starvation bound all policies share.
 //! - **The background class.** An application registered with weight 0
 //!   (a migration, a copy to a slower tier) has its requests held outside
-//!   the policy's view. They are let in, in arrival order, while nothing
-//!   else is queued, blocked or in flight (at most
-//!   `background_admitted_max` at once), and under foreground load one at
-//!   a time, at most one per `background_grace_ns`: the background never
-//!   starves, and never holds more than that ahead of the foreground. A
+//!   the policy's view. They are let in, in arrival order, once nothing
+//!   else has been queued, blocked or in flight for `background_idle_ns`
+//!   (at most `background_admitted_max`, and twice the depth, at once),
+//!   and under foreground load one at a time, at most one per
+//!   `background_grace_ns`: the background never starves, and never has
+//!   more than that ahead of the foreground. A
 //!   background request enters the ordering barrier when it is let in, as
 //!   if it arrived then: it was not acknowledged, so no one can have
 //!   relied on its place.
@@ -88,6 +89,8 @@ pub struct Scheduler {
     background_in: FxHashSet<RequestId>,
     /// When a background request was last let in.
     background_last: Nanos,
+    /// When foreground work was last pending (enqueued or completed).
+    foreground_last: Nanos,
     /// The last `WaitUntil` time handed out (counts `Stats::holds`).
     wait_last: Nanos,
     /// The device's cost model, when the driver knows one.
@@ -123,6 +126,7 @@ impl Scheduler {
             background_bytes: 0,
             background_in: FxHashSet::default(),
             background_last: 0,
+            foreground_last: 0,
             wait_last: 0,
             cost: None,
             scratch_run: Vec::new(),
@@ -263,6 +267,7 @@ impl Scheduler {
             self.stats.background += 1;
             return Ok(());
         }
+        self.foreground_last = now;
         self.enter(req, now);
         Ok(())
     }
@@ -289,12 +294,9 @@ impl Scheduler {
     /// is in and the grace has passed since the last. A request whose
     /// file would need a record past `files_max` waits.
     fn admit_background(&mut self, now: Nanos) {
-        let l = &self.limits;
-        let (max, grace) = (l.background_admitted_max as usize, l.background_grace_ns);
-        let pending = self.stats.queued + self.stats.blocked + self.stats.inflight_requests;
-        let idle = pending == self.background_in.len() as u64;
-        let mut room = if idle {
-            max.saturating_sub(self.background_in.len())
+        let grace = self.limits.background_grace_ns;
+        let mut room = if self.foreground_idle_at().is_some_and(|t| now >= t) {
+            self.background_max().saturating_sub(self.background_in.len())
         } else {
             usize::from(self.background_in.is_empty() && now.saturating_sub(self.background_last) >= grace)
         };
@@ -317,10 +319,28 @@ impl Scheduler {
         }
     }
 
-    /// When the starvation trickle may next let a background request in,
-    /// if one waits and none is in.
+    /// Background requests let in at once while the foreground is idle.
+    fn background_max(&self) -> usize {
+        (self.limits.background_admitted_max as usize).min(2 * self.depth as usize)
+    }
+
+    /// With no foreground work pending: when the foreground counts as
+    /// idle (`background_idle_ns` after its last).
+    fn foreground_idle_at(&self) -> Option<Nanos> {
+        let pending = self.stats.queued + self.stats.blocked + self.stats.inflight_requests;
+        (pending == self.background_in.len() as u64).then(|| self.foreground_last.saturating_add(self.limits.background_idle_ns))
+    }
+
+    /// When background requests that wait may next be let in: the
+    /// foreground turning idle (if there is room), or the starvation
+    /// trickle (if none is in).
     fn background_due(&self) -> Option<Nanos> {
-        (!self.background.is_empty() && self.background_in.is_empty()).then(|| self.background_last.saturating_add(self.limits.background_grace_ns))
+        if self.background.is_empty() {
+            return None;
+        }
+        let idle = self.foreground_idle_at().filter(|_| self.background_in.len() < self.background_max());
+        let trickle = self.background_in.is_empty().then(|| self.background_last.saturating_add(self.limits.background_grace_ns));
+        idle.into_iter().chain(trickle).min()
     }
 
     fn admit(&mut self, e: Entry, now: Nanos) {
@@ -418,10 +438,9 @@ impl Scheduler {
         self.stats.inflight_requests -= n;
         self.stats.completed_dispatches += 1;
         self.stats.completed_requests += n;
-        if !self.background_in.is_empty() {
-            d.members.iter().for_each(|m| {
-                self.background_in.remove(&m.id);
-            });
+        let background = if self.background_in.is_empty() { 0 } else { d.members.iter().filter(|m| self.background_in.remove(&m.id)).count() };
+        if background < d.members.len() {
+            self.foreground_last = now;
         }
         self.policy.completed(&self.store, &d, now);
         self.release_blocked(d.file, now);

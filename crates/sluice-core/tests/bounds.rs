@@ -260,15 +260,39 @@ fn background_admitted_max() {
         s.enqueue(r(i, 9, 1, i << 30, 4096), 0).unwrap();
     }
     assert_eq!(s.stats().background, 4);
+    let idle = Limits::default().background_idle_ns;
     let mut started = Vec::new();
-    while let Decision::Dispatch(d) = s.next(1) {
+    while let Decision::Dispatch(d) = s.next(idle) {
         started.push(d);
     }
     assert_eq!(started.len(), 3, "N let in, N+1 held");
     assert_eq!((s.stats().background, s.stats().background_admitted), (1, 3));
-    s.complete(started[0].id, 2).unwrap();
-    let Decision::Dispatch(d) = s.next(2) else { panic!("the N+1th after a completion") };
+    s.complete(started[0].id, idle + 1).unwrap();
+    let Decision::Dispatch(d) = s.next(idle + 1) else { panic!("the N+1th after a completion") };
     assert_eq!(d.members[0].id, RequestId(3));
+    s.check_invariants();
+    // And at most twice the depth: with one dispatch in flight, two.
+    let mut s = with_background(Limits { background_admitted_max: 64, dispatches_inflight_max: 1, ..Limits::default() });
+    for i in 0..4 {
+        s.enqueue(r(i, 9, 1, i << 30, 4096), 0).unwrap();
+    }
+    let Decision::Dispatch(_) = s.next(idle) else { panic!("idle foreground") };
+    assert_eq!(s.stats().background_admitted, 2);
+}
+
+#[test]
+fn background_idle_ns() {
+    // The background waits until the foreground has had nothing pending
+    // for N ns (N = 5 ms): at N - 1 it is still held, at N it goes.
+    let n = 5_000_000;
+    let mut s = with_background(Limits { background_idle_ns: n, ..Limits::default() });
+    s.enqueue(r(1, 1, 1, 0, 4096), 0).unwrap();
+    let Decision::Dispatch(d) = s.next(0) else { panic!() };
+    s.enqueue(r(2, 9, 1, 1 << 20, 4096), 10).unwrap();
+    s.complete(d.id, 1_000).unwrap();
+    assert_eq!(s.next(1_000 + n - 1), Decision::WaitUntil(1_000 + n), "held at N - 1, woken at N");
+    let Decision::Dispatch(d) = s.next(1_000 + n) else { panic!("let in at N") };
+    assert_eq!(d.members[0].app, AppId(9));
     s.check_invariants();
 }
 
@@ -302,10 +326,13 @@ fn background_waits_for_the_foreground_and_trickles_at_the_grace() {
     let at = background_at.unwrap();
     assert!((grace..2 * grace).contains(&at), "served at {at}");
     assert_eq!(s.stats().background_admitted, 1);
-    // The foreground alone: the background request goes at once.
+    // Alone, the background request goes once the foreground has been
+    // idle for background_idle_ns (since the start here).
     let mut s = with_background(Limits::default());
     s.enqueue(r(1, 9, 2, 0, 4096), 5).unwrap();
-    assert_eq!(drain_at(&mut s, 5).len(), 1);
+    let idle = Limits::default().background_idle_ns;
+    assert_eq!(s.next(5), Decision::WaitUntil(idle));
+    assert_eq!(drain_at(&mut s, idle).len(), 1);
     assert!(s.is_empty());
 }
 

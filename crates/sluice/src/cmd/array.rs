@@ -44,7 +44,7 @@ pub struct MigrateArgs {
     /// The tier's server or cluster, when it is not the source's.
     #[arg(long)]
     to_server: Option<String>,
-    /// QoS weight of the copy's connections: 0 (the default) is the background class, served only when the device has nothing else to do (and at least one request per 100 ms).
+    /// QoS weight of the copy's connections: 0 (the default) is the background class, served once the others have left the device idle for 10 ms (and one request per second under load).
     #[arg(long, default_value_t = 0)]
     weight: u32,
     /// Keep the source's data (only the mark that points reads to the copy is written).
