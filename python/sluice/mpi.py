@@ -23,6 +23,14 @@ rank's part into one list request to the server. Collective calls
 - ``scheme="static"`` (static segmentation): each aggregator takes the data
   of its own group of ranks, wherever it lies in the file (no exchange
   across groups).
+- ``scheme="server"`` (server-directed, as the arrays' collectives): no
+  exchange between ranks; each rank sends its own pieces as list requests
+  tagged with a group (its j-th request joins group j), and the server
+  holds each group until every rank's part has come, then serves the
+  whole group in file order as one application's work, in dispatches as
+  large as the scheduler allows. A group that never completes (a rank
+  died) fails on every rank with ETIMEDOUT after ``wait_ms``, nothing of
+  it done.
 - ``scheme="independent"``: no aggregation (each rank's own list request);
   the baseline.
 
@@ -52,7 +60,13 @@ K_BYTES_DEFAULT = 32 << 20
 LIST_PIECES_MAX = 4096
 #: Bytes in one list request (below the protocol's 64 MiB ``IO_BYTES_MAX``).
 LIST_BYTES_MAX = 32 << 20
-SCHEMES = ("two-phase", "dynamic", "static", "independent")
+SCHEMES = ("two-phase", "dynamic", "static", "server", "independent")
+#: Bytes in one server-directed list request: the arrays' collective
+#: messages' bound, so that 64 ranks' group (1 GiB) stays within the
+#: server's default ``collective_bytes_max``.
+SERVER_MESSAGE_BYTES = 16 << 20
+#: How long the server waits for a group's last rank (milliseconds).
+SERVER_WAIT_MS = 30_000
 
 
 def _pack_offsets(datatype: MPI.Datatype) -> np.ndarray:
@@ -374,6 +388,35 @@ class File:
         self.position += n // self.view.etype_size
         return n
 
+    def _server_directed(self, offs: np.ndarray, lens: np.ndarray, data: np.ndarray, write: bool) -> int:
+        """The ``"server"`` scheme: every rank's j-th list request is a
+        participant of group j, which the server serves whole."""
+        comm, err, n = self.comm, None, 0
+        offs, lens = _split_long(offs, lens, SERVER_MESSAGE_BYTES)
+        chunks = list(_chunks(offs, lens, SERVER_MESSAGE_BYTES))
+        counts = comm.allgather(len(chunks))
+        # One id per call, the same on every rank, unlikely to meet another
+        # program's: rank 0's random base, then one per message index.
+        base = comm.bcast(int.from_bytes(os.urandom(8), "little") >> 1 if comm.Get_rank() == 0 else None, root=0)
+        self.groups = []  # no aggregator ranks: the server aggregates
+        try:
+            at = 0
+            for j, (a, b) in enumerate(chunks):
+                participants = sum(1 for c in counts if c > j)
+                pieces = list(zip(offs[a:b].tolist(), lens[a:b].tolist()))
+                size = int(lens[a:b].sum())
+                part = data[at : at + size]
+                gid = (base + j) & ((1 << 64) - 1)
+                if write:
+                    n += self.client.write_list_group(self.fd, pieces, part, gid, participants, SERVER_WAIT_MS)
+                else:
+                    n += self.client.read_list_group(self.fd, pieces, part, gid, participants, SERVER_WAIT_MS)
+                at += size
+        except Exception as e:  # noqa: BLE001 (every rank must hear of it)
+            err = e
+        _raise_any(comm, err)
+        return n
+
     def _collective(self, offset: int, data: np.ndarray, write: bool) -> int:
         """A collective access. Every rank raises when any rank failed, at
         each point where they would otherwise wait for each other."""
@@ -392,6 +435,8 @@ class File:
                 err = e
             _raise_any(comm, err)
             return n
+        if self.scheme == "server":
+            return self._server_directed(offs, lens, data, write)
         # Who aggregates: one rank per group, groups from the byte shares.
         shares = comm.allgather(int(data.nbytes))
         self.groups = choose_groups(shares, self.k_bytes)
@@ -510,25 +555,25 @@ def _cut(offs, lens, pos, cuts):
     return a(o_out), a(l_out), a(p_out), a(d_out)
 
 
-def _split_long(offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pieces longer than `LIST_BYTES_MAX` cut into pieces no longer."""
-    if len(lens) == 0 or int(lens.max()) <= LIST_BYTES_MAX:
+def _split_long(offs: np.ndarray, lens: np.ndarray, bytes_max: int = LIST_BYTES_MAX) -> tuple[np.ndarray, np.ndarray]:
+    """Pieces longer than ``bytes_max`` cut into pieces no longer."""
+    if len(lens) == 0 or int(lens.max()) <= bytes_max:
         return offs, lens
     o_out, n_out = [], []
     for o, n in zip(offs.tolist(), lens.tolist()):
-        while n > LIST_BYTES_MAX:
-            o_out.append(o), n_out.append(LIST_BYTES_MAX)
-            o, n = o + LIST_BYTES_MAX, n - LIST_BYTES_MAX
+        while n > bytes_max:
+            o_out.append(o), n_out.append(bytes_max)
+            o, n = o + bytes_max, n - bytes_max
         o_out.append(o), n_out.append(n)
     return np.array(o_out, np.int64), np.array(n_out, np.int64)
 
 
-def _chunks(offs: np.ndarray, lens: np.ndarray):
-    """Consecutive slices of pieces that fit one list request (pieces are
-    at most `LIST_BYTES_MAX` long: `_split_long`)."""
+def _chunks(offs: np.ndarray, lens: np.ndarray, bytes_max: int = LIST_BYTES_MAX):
+    """Consecutive slices of pieces that fit one list request of at most
+    ``bytes_max`` (pieces are at most that long: `_split_long`)."""
     start, total = 0, 0
     for i, n in enumerate(lens.tolist()):
-        if i > start and (i - start >= LIST_PIECES_MAX or total + n > LIST_BYTES_MAX):
+        if i > start and (i - start >= LIST_PIECES_MAX or total + n > bytes_max):
             yield start, i
             start, total = i, 0
         total += n

@@ -161,6 +161,47 @@ impl Client {
         .map_err(os_error)
     }
 
+    /// `write_list` as one participant of a server-directed group: the
+    /// server holds the group's messages until `participants` of them
+    /// (every rank's message with this `group_id`) have come, or fails
+    /// them all with ETIMEDOUT after `wait_ms`, then serves them together
+    /// in disk order. The bytes written.
+    #[pyo3(signature = (fd, pieces, data, group_id, participants, wait_ms = 30_000))]
+    fn write_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, data: &Bound<'_, PyAny>, group_id: u64, participants: u32, wait_ms: u32) -> PyResult<usize> {
+        let (pieces, total) = pieces_of(pieces)?;
+        let data = Bytes::get(data, false)?;
+        let (addr, len) = data.addr_len();
+        if len < total {
+            return Err(PyValueError::new_err(format!("the data holds {len} bytes, the pieces {total}")));
+        }
+        let group = Group { id: group_id, participants, wait_ms };
+        py.allow_threads(move || {
+            // SAFETY: as in `pread`, read-only use.
+            let b = unsafe { std::slice::from_raw_parts(addr as *const u8, total) };
+            self.inner.write_list_group(Fd(fd), &pieces, b, group)
+        })
+        .map_err(os_error)
+    }
+
+    /// `read_list` as one participant of a server-directed group (see
+    /// `write_list_group`). The bytes read.
+    #[pyo3(signature = (fd, pieces, buf, group_id, participants, wait_ms = 30_000))]
+    fn read_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, buf: &Bound<'_, PyAny>, group_id: u64, participants: u32, wait_ms: u32) -> PyResult<usize> {
+        let (pieces, total) = pieces_of(pieces)?;
+        let buf = Bytes::get(buf, true)?;
+        let (addr, len) = buf.addr_len();
+        if len < total {
+            return Err(PyValueError::new_err(format!("the buffer holds {len} bytes, the pieces {total}")));
+        }
+        let group = Group { id: group_id, participants, wait_ms };
+        py.allow_threads(move || {
+            // SAFETY: as in `pread`.
+            let b = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, total) };
+            self.inner.read_list_group(Fd(fd), &pieces, b, group)
+        })
+        .map_err(os_error)
+    }
+
     /// The file's size in bytes.
     fn size(&self, py: Python<'_>, fd: u64) -> PyResult<u64> {
         py.allow_threads(|| self.inner.fstat(Fd(fd))).map(|st| st.size).map_err(os_error)

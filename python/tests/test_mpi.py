@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from sluice.mpi import File, choose_groups
 
-SCHEMES = ["two-phase", "dynamic", "static", "independent"]
+SCHEMES = ["two-phase", "dynamic", "static", "server", "independent"]
 GX, GY = 64, 48  # global 2-D array of float64, BLOCK x BLOCK over 2 x 2 ranks
 
 
