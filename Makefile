@@ -23,7 +23,7 @@ venv: $(VENV)/.ready
 
 $(VENV)/.ready: Makefile
 	$(PYTHON_SYS) -m venv --system-site-packages $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check darshan pytest zarr xarray
+	$(VENV)/bin/pip install -q --disable-pip-version-check darshan pytest zarr xarray matplotlib
 	touch $@
 
 # The Python package (python/: maturin + PyO3), built into the venv.

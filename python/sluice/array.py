@@ -38,7 +38,7 @@ from mpi4py import MPI
 from ._sluice import ArrayPlan, Client
 from .mpi import _raise_any
 
-__all__ = ["write", "read", "local_shape", "ArrayPlan"]
+__all__ = ["write", "read", "local_shape", "ArrayPlan", "Array", "ArrayGroup"]
 
 STRATEGIES = ("server-directed", "independent")
 
@@ -213,3 +213,166 @@ def read(
     base = comm.bcast(secrets.randbits(63) if rank == 0 else None, root=0) if strategy == "server-directed" else None
     _raise_any(comm, _attempt(lambda: plan.transfer(client, path, rank, local, False, base, wait_ms)))
     return local
+
+
+# -- The Panda API: arrays of a simulation, timesteps, checkpoints ---------
+
+#: The pointer to the latest complete checkpoint, under an ArrayGroup.
+CHECKPOINT_LATEST = "checkpoint/latest.json"
+
+
+class Array:
+    """One array of an :class:`ArrayGroup`: its name, global shape (without
+    time), element type, how the ranks hold it in memory (an HPF
+    distribution per dimension over the group's process grid:
+    ``block``, ``cyclic``, ``cyclic(K)`` or ``*``) and how it lies on disk
+    (Zarr v3 chunks, optionally grouped in shards)."""
+
+    def __init__(self, name: str, shape, dtype="float64", memory=None, disk=None, shards=None, dims=None):
+        if not name or "/" in name:
+            raise ValueError(f"array name {name!r}: a non-empty name without '/'")
+        self.name, self.shape, self.dtype = name, tuple(int(n) for n in shape), np.dtype(dtype)
+        self.memory = list(memory) if memory is not None else ["block"] + ["*"] * (len(self.shape) - 1)
+        self.disk = tuple(disk) if disk is not None else self.shape
+        self.shards = tuple(shards) if shards is not None else None
+        self.dims = list(dims) if dims is not None else [f"dim_{i}" for i in range(len(self.shape))]
+        if not (len(self.memory) == len(self.disk) == len(self.dims) == len(self.shape)):
+            raise ValueError(f"array {name}: shape, memory, disk and dims need one entry per dimension")
+
+
+class ArrayGroup:
+    """The arrays of one simulation on a sluice server, Panda's ``ArrayGroup``.
+
+    - :meth:`timestep` appends the arrays' values at a step: each array is
+      stored at ``NAME/ARRAY`` as one Zarr v3 array with a leading ``time``
+      dimension chunked one step deep, so ``xarray.open_zarr(NAME)`` is a
+      Dataset with a time dimension, and the step is written collectively
+      (server-directed) from every rank's block.
+    - :meth:`read` gives every rank its blocks of a step back.
+    - :meth:`checkpoint` stores the arrays' current values under
+      ``NAME/checkpoint/sSTEP`` and then, atomically (write and rename), the
+      pointer ``NAME/checkpoint/latest.json``: a crash during a checkpoint
+      leaves the previous one in force. :meth:`restart` reads the latest.
+
+    ``grid`` is the process grid (default: every rank on the first
+    dimension); every array's memory distribution is over it."""
+
+    def __init__(self, name: str, arrays, comm: MPI.Comm, client: Client, grid=None, strategy: str = "server-directed"):
+        _check(strategy)
+        self.name, self.comm, self.client, self.strategy = name.strip("/"), comm, client, strategy
+        self.arrays = {a.name: a for a in arrays}
+        if len(self.arrays) != len(arrays):
+            raise ValueError("two arrays with one name")
+        self.grids = {}
+        for a in arrays:
+            g = list(grid) if grid is not None else [comm.Get_size()] + [1] * (len(a.shape) - 1)
+            if len(g) != len(a.shape):
+                raise ValueError(f"array {a.name}: the grid {tuple(g)} has {len(g)} dimensions, the array {len(a.shape)}")
+            self.grids[a.name] = g
+
+    def local_shape(self, name: str) -> tuple:
+        """This rank's block shape of array ``name``."""
+        a = self.arrays[name]
+        return local_shape(a.shape, self.grids[name], a.memory, self.comm.Get_rank())
+
+    def _step_plan(self, a: Array) -> ArrayPlan:
+        shards = (1,) + a.shards if a.shards is not None else None
+        return ArrayPlan([1, *a.shape], a.dtype.name, [1, *a.disk], [1, *self.grids[a.name]], ["*", *a.memory],
+                         list(shards) if shards else None)
+
+    def _base(self):
+        rank = self.comm.Get_rank()
+        return self.comm.bcast(secrets.randbits(63) if rank == 0 else None, root=0) if self.strategy == "server-directed" else None
+
+    def _steps_on_disk(self, path: str) -> int:
+        return int(json.loads(_get(self.client, f"{path}/zarr.json"))["shape"][0]) if _exists(self.client, f"{path}/zarr.json") else 0
+
+    def timestep(self, step: int, data: dict) -> int:
+        """Collective: write every array's value at ``step`` (``data`` maps
+        each array name to this rank's block). Returns the bytes this rank
+        moved."""
+        if step < 0:
+            raise ValueError(f"step {step}: a step is >= 0")
+        if set(data) != set(self.arrays):
+            raise ValueError(f"timestep needs every array of the group: {sorted(self.arrays)}, got {sorted(data)}")
+        rank, moved = self.comm.Get_rank(), 0
+        for name, a in self.arrays.items():
+            local = np.ascontiguousarray(data[name], dtype=a.dtype)
+            if tuple(local.shape) != self.local_shape(name):
+                raise ValueError(f"{name}: rank {rank}'s block has shape {local.shape}, the distribution gives {self.local_shape(name)}")
+            plan, path = self._step_plan(a), f"{self.name}/{name}"
+
+            def meta():
+                # The array's metadata, its time axis grown to hold `step`.
+                steps = self._steps_on_disk(path)
+                if steps == 0:
+                    _create(self.client, path, plan, ["time", *a.dims], {})
+                m = json.loads(plan.zarr_json(["time", *a.dims], "{}"))
+                m["shape"][0] = max(steps, step + 1)
+                _put(self.client, f"{path}/zarr.json", json.dumps(m, indent=2))
+                for d in plan.unit_dirs(step):
+                    _mkdir_p(self.client, f"{path}/{d}")
+
+            _raise_any(self.comm, _attempt(meta) if rank == 0 else None)
+            _raise_any(self.comm, _attempt(lambda: plan.prepare(self.client, path, rank, step)))
+            base, n = self._base(), [0]
+            block = local.reshape((1, *local.shape))
+            _raise_any(self.comm, _attempt(lambda: n.__setitem__(0, plan.transfer(self.client, path, rank, block, True, base, 30_000, step))))
+            moved += n[0]
+        return moved
+
+    def read(self, step: int, names=None) -> dict:
+        """Collective: this rank's blocks of the arrays (all, or ``names``)
+        at ``step``, under the group's distributions. Steps never written
+        read as the fill value (0)."""
+        rank, out = self.comm.Get_rank(), {}
+        for name in names or list(self.arrays):
+            a, path = self.arrays[name], f"{self.name}/{name}"
+            steps = [0]
+            _raise_any(self.comm, _attempt(lambda: steps.__setitem__(0, self._steps_on_disk(path))) if rank == 0 else None)
+            on_disk = self.comm.bcast(steps[0], root=0)
+            if not 0 <= step < on_disk:
+                raise IndexError(f"{path}: no step {step} ({on_disk} steps on disk)")
+            plan = self._step_plan(a)
+            # A step inside the time axis that was never written has no
+            # files: Zarr's missing chunks, the fill value (0).
+            written = [True]
+            _raise_any(self.comm, _attempt(lambda: written.__setitem__(0, _exists(self.client, f"{path}/c/{step}"))) if rank == 0 else None)
+            if not self.comm.bcast(written[0], root=0):
+                out[name] = np.zeros(self.local_shape(name), dtype=a.dtype)
+                continue
+            block = np.empty((1, *self.local_shape(name)), dtype=a.dtype)
+            base = self._base()
+            _raise_any(self.comm, _attempt(lambda: plan.transfer(self.client, path, rank, block, False, base, 30_000, step)))
+            out[name] = block[0]
+        return out
+
+    def checkpoint(self, step: int, data: dict) -> None:
+        """Collective: store ``data`` (every array's block on this rank) as
+        the checkpoint of ``step``, then make it the latest."""
+        if set(data) != set(self.arrays):
+            raise ValueError(f"a checkpoint needs every array of the group: {sorted(self.arrays)}")
+        where = f"{self.name}/checkpoint/s{step:010d}"
+        for name, a in self.arrays.items():
+            write(self.comm, self.client, f"{where}/{name}", np.ascontiguousarray(data[name], dtype=a.dtype), shape=a.shape,
+                  chunks=a.disk, grid=self.grids[name], dist=a.memory, shards=a.shards, dims=a.dims, strategy=self.strategy)
+        self.comm.Barrier()
+
+        def point():
+            tmp = f"{self.name}/checkpoint/.latest.json.new"
+            _put(self.client, tmp, json.dumps({"step": step, "path": where}))
+            self.client.rename(tmp, f"{self.name}/{CHECKPOINT_LATEST}")
+
+        _raise_any(self.comm, _attempt(point) if self.comm.Get_rank() == 0 else None)
+
+    def restart(self) -> tuple:
+        """Collective: ``(step, blocks)`` of the latest complete checkpoint,
+        every array's block on this rank; ``FileNotFoundError`` when there
+        is none."""
+        found = [None]
+        rank = self.comm.Get_rank()
+        _raise_any(self.comm, _attempt(lambda: found.__setitem__(0, json.loads(_get(self.client, f"{self.name}/{CHECKPOINT_LATEST}")))) if rank == 0 else None)
+        latest = self.comm.bcast(found[0], root=0)
+        blocks = {name: read(self.comm, self.client, f"{latest['path']}/{name}", grid=self.grids[name], dist=a.memory, strategy=self.strategy)
+                  for name, a in self.arrays.items()}
+        return int(latest["step"]), blocks

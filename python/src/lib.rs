@@ -220,6 +220,11 @@ impl Client {
         py.allow_threads(|| self.inner.unlink(path)).map_err(os_error)
     }
 
+    /// Rename `src` to `dst` (atomically, on one server).
+    fn rename(&self, py: Python<'_>, src: &str, dst: &str) -> PyResult<()> {
+        py.allow_threads(|| self.inner.rename(src, dst)).map_err(os_error)
+    }
+
     /// Create directory `path`.
     #[pyo3(signature = (path, mode = 0o755))]
     fn mkdir(&self, py: Python<'_>, path: &str, mode: u32) -> PyResult<()> {
@@ -259,8 +264,19 @@ impl ArrayPlan {
         Ok(ArrayPlan { layout, dist, plan, participants, aggregator })
     }
 
-    fn unit_path(&self, path: &str, u: u64) -> String {
-        format!("{}/{}", path.trim_matches('/'), self.layout.key(u))
+    /// File `u`'s key; with `time`, the array's first dimension is a time
+    /// axis planned one step deep, and the key is that of step `time`.
+    fn unit_key(&self, u: u64, time: Option<u64>) -> PyResult<String> {
+        let key = self.layout.key(u);
+        match time {
+            None => Ok(key),
+            Some(t) if self.layout.shape().first() == Some(&1) => Ok(format!("c/{t}{}", key.strip_prefix("c/0").unwrap_or(&key[1..]))),
+            Some(_) => Err(PyValueError::new_err("a time step needs a plan whose first dimension (time) has extent 1")),
+        }
+    }
+
+    fn unit_path(&self, path: &str, u: u64, time: Option<u64>) -> PyResult<String> {
+        Ok(format!("{}/{}", path.trim_matches('/'), self.unit_key(u, time)?))
     }
 }
 
@@ -307,25 +323,30 @@ impl ArrayPlan {
         Ok(serde_json::to_string_pretty(&self.layout.zarr_json(&dims, attrs)).map_err(value_error)?)
     }
 
-    /// The directories the array's files go in, relative to the array.
-    fn unit_dirs(&self) -> Vec<String> {
-        let mut dirs: Vec<String> = (0..self.layout.units())
-            .map(|u| {
-                let k = self.layout.key(u);
-                k[..k.rfind('/').unwrap_or(0)].to_string()
-            })
-            .collect();
+    /// The directories the array's files go in, relative to the array
+    /// (with `time`: those of that time step, see `transfer`).
+    #[pyo3(signature = (time = None))]
+    fn unit_dirs(&self, time: Option<u64>) -> PyResult<Vec<String>> {
+        let mut dirs = Vec::new();
+        for u in 0..self.layout.units() {
+            let k = self.unit_key(u, time)?;
+            dirs.push(k[..k.rfind('/').unwrap_or(0)].to_string());
+        }
         dirs.dedup();
-        dirs
+        Ok(dirs)
     }
 
     /// Step 1 of a collective write, for `rank`: create the files it
-    /// aggregates under `path`, sized, with their shard index.
-    fn prepare(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64) -> PyResult<()> {
+    /// aggregates under `path`, sized, with their shard index (with
+    /// `time`: the files of that time step, see `transfer`).
+    #[pyo3(signature = (client, path, rank, time = None))]
+    fn prepare(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64, time: Option<u64>) -> PyResult<()> {
         let inner = &client.inner;
+        let paths = (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank).map(|u| Ok((u, self.unit_path(path, u, time)?))).collect::<PyResult<Vec<_>>>()?;
         py.allow_threads(|| {
-            for u in (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank) {
-                let fd = inner.open(&self.unit_path(path, u), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)?;
+            for (u, p) in &paths {
+                let u = *u;
+                let fd = inner.open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)?;
                 let index = self.layout.shard_index(u);
                 let r = if index.is_empty() {
                     inner.ftruncate(fd, self.layout.unit_bytes())
@@ -343,8 +364,10 @@ impl ArrayPlan {
     /// Step 2, for `rank`: move its local array (`local`, its bytes in C
     /// order) to (`write`) or from the files, file by file as list I/O.
     /// With `group_base` (the same on every rank) each message is a
-    /// participant of a server-directed group. The bytes moved.
-    #[pyo3(signature = (client, path, rank, local, write, group_base = None, wait_ms = 30_000))]
+    /// participant of a server-directed group. With `time`, the plan's
+    /// first dimension (extent 1) is step `time` of a time axis chunked
+    /// one step deep: the files are those of that step. The bytes moved.
+    #[pyo3(signature = (client, path, rank, local, write, group_base = None, wait_ms = 30_000, time = None))]
     #[allow(clippy::too_many_arguments)]
     fn transfer(
         &self,
@@ -356,6 +379,7 @@ impl ArrayPlan {
         write: bool,
         group_base: Option<u64>,
         wait_ms: u32,
+        time: Option<u64>,
     ) -> PyResult<u64> {
         if rank >= self.dist.ranks() {
             return Err(PyValueError::new_err(format!("rank {rank} of a plan for {} ranks", self.dist.ranks())));
@@ -367,6 +391,7 @@ impl ArrayPlan {
             return Err(PyValueError::new_err(format!("rank {rank}'s local array has {len} bytes, its share is {want}")));
         }
         let inner = &client.inner;
+        let paths = (0..self.layout.units()).map(|u| self.unit_path(path, u, time)).collect::<PyResult<Vec<_>>>()?;
         py.allow_threads(move || {
             // SAFETY: the buffer stays exported (held by `buf`) for this call
             // and is `len` contiguous bytes, writable when reading.
@@ -375,7 +400,7 @@ impl ArrayPlan {
             for file in self.plan.rank_files(rank) {
                 let u = file[0].unit;
                 let flags = if write { libc::O_WRONLY } else { libc::O_RDONLY };
-                let fd = inner.open(&self.unit_path(path, u), flags, 0)?;
+                let fd = inner.open(&paths[u as usize], flags, 0)?;
                 let mut r = Ok(());
                 for (j, m) in messages(&file, &MESSAGE_LIMITS).into_iter().enumerate() {
                     let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
