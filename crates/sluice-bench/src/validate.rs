@@ -147,6 +147,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         scale: 1.0,
         modes: vec!["fifo".into(), "aioli".into()],
         sweep_granularity_bytes: Vec::new(),
+        sweep_aggregators: Vec::new(),
         network: ONE_HOST,
         cluster: Cluster { compute_nodes: procs.max(1) },
         server: Server {
@@ -187,6 +188,7 @@ fn twin_app(a: &AppSpec) -> Result<App, String> {
         granularity_bytes: a.granularity,
         interface: Interface::Posix,
         aggregators: 1,
+        k_bytes: 0,
         think_ns: 0,
         start_ns: 0,
         blocks_per_call: 1,

@@ -87,16 +87,28 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<(Report, Option<Trace>), 
     let base = prepare(sc, opts)?;
     let names = if opts.modes.is_empty() { &base.modes } else { &opts.modes };
     let modes = names.iter().map(|m| Mode::parse(m)).collect::<Result<Vec<_>, _>>()?;
-    let points: Vec<Option<u64>> = if base.sweep_granularity_bytes.is_empty() { vec![None] } else { base.sweep_granularity_bytes.iter().map(|&g| Some(g)).collect() };
+    // Sweep points: (granularity, aggregators), at most one of them set.
+    let points: Vec<(Option<u64>, Option<u64>)> = if !base.sweep_granularity_bytes.is_empty() {
+        base.sweep_granularity_bytes.iter().map(|&g| (Some(g), None)).collect()
+    } else if !base.sweep_aggregators.is_empty() {
+        base.sweep_aggregators.iter().map(|&n| (None, Some(n))).collect()
+    } else {
+        vec![(None, None)]
+    };
     let mut trace = opts.trace.then(|| Trace::new(base.bounds.trace_events_max));
     let mut runs = Vec::with_capacity(points.len() * modes.len());
-    for g in &points {
+    for &(g, n) in &points {
         let mut sc = base.clone();
         if let Some(g) = g {
-            sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.granularity_bytes = *g);
+            sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.granularity_bytes = g);
+        }
+        if let Some(n) = n {
+            sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.aggregators = n);
         }
         for m in &modes {
-            runs.push(sim::run_once(&sc, m, *g, trace.as_mut())?);
+            let mut r = sim::run_once(&sc, m, g, trace.as_mut())?;
+            r.aggregators = n;
+            runs.push(r);
         }
     }
     let report = Report { scenario: base.name.clone(), device: device_name(&base), direct_io: false, scale, seed: base.seed, runs };
@@ -115,6 +127,11 @@ fn prepare(sc: &Scenario, opts: &RunOptions) -> Result<Scenario, Error> {
     s.validate()?;
     for a in s.apps.iter_mut().filter(|a| a.recorded.is_none()) {
         a.bytes = ((a.bytes as f64 * s.scale).round() as u64).max(1);
+    }
+    // The seed's aggregator choice, on the scaled sizes: equal shares.
+    for a in s.apps.iter_mut().filter(|a| a.k_bytes > 0) {
+        let share = a.bytes.div_ceil(a.procs);
+        a.aggregators = workload::choose_groups(&vec![share; a.procs as usize], a.k_bytes).len() as u64;
     }
     s.scale = 1.0;
     Ok(s)
@@ -149,6 +166,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             granularity_bytes: 65_536,
             interface: Interface::Posix,
             aggregators: 1,
+            k_bytes: 0,
             think_ns: 100_000,
             start_ns: 0,
             blocks_per_call: 1,
@@ -163,6 +181,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
         scale: 1.0,
         modes: vec!["fifo".into(), "aioli".into()],
         sweep_granularity_bytes: Vec::new(),
+        sweep_aggregators: Vec::new(),
         network: Network {
             nic_bytes_per_s: 125_000_000,
             nic_latency_ns: 50_000,

@@ -22,7 +22,10 @@ fn out(e: impl std::fmt::Display) -> Error {
 
 /// Write the sweep of `report` to `path`; the legend comes back as text.
 pub fn sweep_png(report: &Report, path: &Path) -> Result<String, Error> {
-    let mut points: Vec<u64> = report.runs.iter().filter_map(|r| r.granularity_bytes).collect();
+    // The sweep's x: granularity, else the aggregator count.
+    let by_aggregators = report.runs.iter().all(|r| r.granularity_bytes.is_none());
+    let x_of = |r: &crate::RunReport| if by_aggregators { r.aggregators } else { r.granularity_bytes };
+    let mut points: Vec<u64> = report.runs.iter().filter_map(x_of).collect();
     points.sort_unstable();
     points.dedup();
     let mut modes: Vec<&str> = Vec::new();
@@ -52,15 +55,16 @@ pub fn sweep_png(report: &Report, path: &Path) -> Result<String, Error> {
     let mut legend = Vec::new();
     for (i, mode) in modes.iter().enumerate() {
         let (color, name) = PALETTE[i];
-        let series: Vec<(f64, f64)> = report.runs.iter().filter(|r| r.mode == *mode).filter_map(|r| Some((r.granularity_bytes? as f64, r.makespan_s.max(1e-6)))).collect();
+        let series: Vec<(f64, f64)> = report.runs.iter().filter(|r| r.mode == *mode).filter_map(|r| Some((x_of(r)? as f64, r.makespan_s.max(1e-6)))).collect();
         chart.draw_series(LineSeries::new(series.clone(), color.stroke_width(2))).map_err(out)?;
         chart.draw_series(series.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(out)?;
         legend.push(format!("{name} = {mode}"));
     }
     root.present().map_err(out)?;
-    let ticks: Vec<String> = points.iter().map(|&g| size(g)).collect();
+    let ticks: Vec<String> = points.iter().map(|&g| if by_aggregators { g.to_string() } else { size(g) }).collect();
     Ok(format!(
-        "x: granularity, log scale, grid at {}; y: makespan, log scale, grid at {} s; {}",
+        "x: {}, log scale, grid at {}; y: makespan, log scale, grid at {} s; {}",
+        if by_aggregators { "aggregators" } else { "granularity" },
         ticks.join(", "),
         decades.iter().map(|d| format!("{d}")).collect::<Vec<_>>().join(", "),
         legend.join(", ")

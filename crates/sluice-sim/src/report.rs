@@ -21,12 +21,16 @@ pub struct AppReport {
     pub bytes: u64,
     pub completion_s: f64,
     pub mib_s: f64,
+    /// MPI-IO applications: the aggregators the run used (given, swept,
+    /// or chosen by `k_bytes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregators: Option<u64>,
 }
 
 impl AppReport {
     pub fn new(name: &str, procs: u64, bytes: u64, completion_s: f64) -> AppReport {
         let mib_s = if completion_s > 0.0 { bytes as f64 / MIB / completion_s } else { 0.0 };
-        AppReport { name: name.to_string(), procs, bytes, completion_s, mib_s }
+        AppReport { name: name.to_string(), procs, bytes, completion_s, mib_s, aggregators: None }
     }
 }
 
@@ -65,6 +69,9 @@ pub struct RunReport {
     /// The sweep point, in bytes (`granularity`, as `sluice bench`).
     #[serde(rename = "granularity", skip_serializing_if = "Option::is_none")]
     pub granularity_bytes: Option<u64>,
+    /// The point of an aggregator sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregators: Option<u64>,
     pub makespan_s: f64,
     pub jain: f64,
     pub events: u64,
@@ -83,7 +90,7 @@ impl RunReport {
         let (pieces_peak, messages_peak) = (0, 0);
         let jain = jain(&apps.iter().map(|a| a.mib_s).collect::<Vec<_>>());
         let events_per_s = if wall_s > 0.0 { events as f64 / wall_s } else { 0.0 };
-        RunReport { mode, granularity_bytes, makespan_s, jain, events, wall_s, events_per_s, pieces_peak, messages_peak, apps, device_stats }
+        RunReport { mode, granularity_bytes, aggregators: None, makespan_s, jain, events, wall_s, events_per_s, pieces_peak, messages_peak, apps, device_stats }
     }
 
     /// The application named `name`.
@@ -134,13 +141,14 @@ impl Report {
     /// time under each mode, then makespan, fairness and device rows.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        let mut points: Vec<Option<u64>> = self.runs.iter().map(|r| r.granularity_bytes).collect();
+        let mut points: Vec<(Option<u64>, Option<u64>)> = self.runs.iter().map(|r| (r.granularity_bytes, r.aggregators)).collect();
         points.dedup();
-        for g in points {
-            let runs: Vec<&RunReport> = self.runs.iter().filter(|r| r.granularity_bytes == g).collect();
-            let title = match g {
-                Some(g) => format!("{} at granularity {}", self.scenario, size(g)),
-                None => self.scenario.clone(),
+        for (g, n) in points {
+            let runs: Vec<&RunReport> = self.runs.iter().filter(|r| (r.granularity_bytes, r.aggregators) == (g, n)).collect();
+            let title = match (g, n) {
+                (Some(g), _) => format!("{} at granularity {}", self.scenario, size(g)),
+                (None, Some(n)) => format!("{} with {n} aggregators", self.scenario),
+                (None, None) => self.scenario.clone(),
             };
             table_one(&mut out, &title, &runs);
         }

@@ -44,6 +44,11 @@ pub struct Scenario {
     /// overriding the `granularity_bytes` of applications marked `sweep`.
     #[serde(default)]
     pub sweep_granularity_bytes: Vec<u64>,
+    /// MPI-IO aggregator counts to sweep instead; each point is a run per
+    /// mode, overriding the `aggregators` of applications marked `sweep`
+    /// (the seed's bandwidth-against-aggregators curves).
+    #[serde(default)]
+    pub sweep_aggregators: Vec<u64>,
     pub network: Network,
     pub cluster: Cluster,
     pub server: Server,
@@ -268,6 +273,12 @@ pub struct App {
     /// MPI-IO aggregators (ROMIO `cb_nodes`).
     #[serde(default = "one")]
     pub aggregators: u64,
+    /// When positive, the aggregators are chosen by the seed's rule
+    /// instead (`workload::choose_groups` over the processes' equal
+    /// shares of `bytes`, with this as k, the bytes one aggregator should
+    /// move; OMPIO's `bytes_per_agg` is 32 MiB), after scaling.
+    #[serde(default)]
+    pub k_bytes: u64,
     /// Think time of each process between two requests.
     #[serde(default)]
     pub think_ns: u64,
@@ -372,6 +383,20 @@ impl Scenario {
         if self.sweep_granularity_bytes.contains(&0) {
             return Err(invalid("sweep granularity 0".into()));
         }
+        if self.sweep_aggregators.len() > SWEEP_POINTS_MAX {
+            return Err(invalid(format!("more than {SWEEP_POINTS_MAX} sweep points")));
+        }
+        if !self.sweep_aggregators.is_empty() && !self.sweep_granularity_bytes.is_empty() {
+            return Err(invalid("one sweep at a time: sweep_granularity_bytes or sweep_aggregators".into()));
+        }
+        for a in self.apps.iter().filter(|a| a.sweep && !self.sweep_aggregators.is_empty()) {
+            if a.interface != Interface::Mpiio {
+                return Err(invalid(format!("application {:?}: an aggregator sweep needs the mpiio interface", a.name)));
+            }
+            if let Some(&p) = self.sweep_aggregators.iter().find(|&&p| p == 0 || p > a.procs) {
+                return Err(invalid(format!("application {:?}: sweep point {p} aggregators, not in 1..={}", a.name, a.procs)));
+            }
+        }
         self.apps.iter().try_for_each(App::validate)
     }
 
@@ -422,6 +447,9 @@ impl App {
         }
         if self.interface == Interface::Mpiio && (self.aggregators == 0 || self.aggregators > self.procs) {
             return bad("aggregators must be 1..=procs");
+        }
+        if self.k_bytes > 0 && self.interface != Interface::Mpiio {
+            return bad("k_bytes chooses MPI-IO aggregators: it needs the mpiio interface");
         }
         if self.blocks_per_call == 0 || self.blocks_per_call > BLOCKS_PER_CALL_MAX {
             return bad(&format!("blocks_per_call must be 1..={BLOCKS_PER_CALL_MAX}"));

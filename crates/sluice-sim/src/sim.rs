@@ -88,7 +88,9 @@ impl World {
             .iter()
             .map(|a| {
                 let t = (a.done_at.unwrap_or(0).saturating_sub(a.start_ns)) as f64 / 1e9;
-                AppReport::new(&a.name, a.procs, a.layout.bytes, t)
+                let mut r = AppReport::new(&a.name, a.procs, a.layout.bytes, t);
+                r.aggregators = (a.interface == crate::scenario::Interface::Mpiio).then_some(a.two_phase.aggregators);
+                r
             })
             .collect();
         let mut devices = crate::report::DeviceReport::default();

@@ -219,6 +219,7 @@ impl Recording {
             granularity_bytes: len_max,
             interface: crate::Interface::Posix,
             aggregators: 1,
+            k_bytes: 0,
             think_ns: 0,
             start_ns: 0,
             blocks_per_call: 1,

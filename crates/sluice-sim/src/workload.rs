@@ -69,6 +69,51 @@ pub struct TwoPhase {
     pub cb_bytes: u64,
 }
 
+/// The seed's aggregator choice (Chaarawi and Gabriel, as `sluice.mpi`'s
+/// `choose_groups`): groups of consecutive ranks, one aggregator each.
+/// With `shares` the bytes each rank moves and `k` the bytes one
+/// aggregator should move, start from `ceil(total / k)` groups of equal
+/// rank counts, split a group above `k` while it has more than one rank,
+/// and join neighbours whose bytes together stay at or below `k`.
+pub fn choose_groups(shares: &[u64], k: u64) -> Vec<std::ops::Range<usize>> {
+    let n = shares.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let total: u64 = shares.iter().sum();
+    let count = (total.div_ceil(k.max(1)) as usize).clamp(1, n);
+    let size = |g: &std::ops::Range<usize>| shares[g.clone()].iter().sum::<u64>();
+    // Python's round(i * n / count), half to even, on exact integers.
+    let bound = |i: usize| {
+        let (q, r) = ((i * n) / count, (i * n) % count);
+        q + usize::from(2 * r > count || (2 * r == count && q % 2 == 1))
+    };
+    let mut split = Vec::new();
+    for i in 0..count {
+        let mut stack = vec![bound(i)..bound(i + 1)];
+        while let Some(g) = stack.pop() {
+            if g.is_empty() {
+                continue;
+            }
+            if size(&g) > k && g.len() > 1 {
+                let mid = g.start + g.len() / 2;
+                stack.push(mid..g.end);
+                stack.push(g.start..mid);
+            } else {
+                split.push(g);
+            }
+        }
+    }
+    let mut joined: Vec<std::ops::Range<usize>> = Vec::with_capacity(split.len());
+    for g in split {
+        match joined.last_mut() {
+            Some(last) if size(last) + size(&g) <= k => last.end = g.end,
+            _ => joined.push(g),
+        }
+    }
+    joined
+}
+
 impl TwoPhase {
     pub fn rounds(&self) -> u64 {
         self.bytes.div_ceil(self.aggregators * self.cb_bytes)
@@ -151,6 +196,27 @@ mod tests {
         let l = Layout { bytes: 8 << 10, procs: 4, granularity: 1 << 10, strided: true, blocks: 1 };
         assert_eq!(l.request(1, 0), (1 << 10, 1 << 10));
         assert_eq!(l.request(1, 1), (5 << 10, 1 << 10));
+    }
+
+    #[test]
+    fn aggregator_groups_split_and_join_against_k() {
+        // The cases `python/tests/test_mpi.py` checks for sluice.mpi.
+        let r = |g: Vec<std::ops::Range<usize>>| g.into_iter().map(|g| (g.start, g.end)).collect::<Vec<_>>();
+        assert_eq!(r(choose_groups(&[4 << 10; 4], 12 << 10)), [(0, 2), (2, 4)]);
+        assert_eq!(r(choose_groups(&[10; 8], 20)), [(0, 2), (2, 4), (4, 6), (6, 8)]);
+        // One rank far above k is split off; small neighbours are joined.
+        assert_eq!(r(choose_groups(&[100, 1, 1, 1, 1, 1], 10)), [(0, 1), (1, 6)]);
+        // k above the total: one group; every rank above k: one each.
+        assert_eq!(r(choose_groups(&[5; 6], 1 << 30)), [(0, 6)]);
+        assert_eq!(r(choose_groups(&[50; 3], 10)), [(0, 1), (1, 2), (2, 3)]);
+        assert!(choose_groups(&[], 10).is_empty());
+        // Every rank is in exactly one group, in order.
+        for k in [1u64, 7, 30, 1000] {
+            let shares: Vec<u64> = (0..37).map(|i| (i * 13 % 11) as u64).collect();
+            let g = choose_groups(&shares, k);
+            assert_eq!(g.first().unwrap().start, 0);
+            assert!(g.windows(2).all(|w| w[0].end == w[1].start) && g.last().unwrap().end == 37);
+        }
     }
 
     #[test]

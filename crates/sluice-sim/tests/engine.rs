@@ -254,3 +254,42 @@ fn sweep_plot_is_a_png_and_needs_a_sweep() {
     let single = check(&shipped("mix10"), 1.0 / 256.0, &["fifo"]);
     assert_eq!(sluice_sim::sweep_png(&single, &path).unwrap_err().kind, ErrorKind::Output);
 }
+
+#[test]
+fn aggregator_sweep_and_the_seeds_choice_of_k() {
+    // The shipped sweep at 1/64 of its size (256 MiB by 1,024 ranks).
+    let sc = shipped("aggregators");
+    let r = check(&sc, 1.0 / 64.0, &["fifo"]);
+    let points: Vec<Option<u64>> = r.runs.iter().map(|run| run.aggregators).collect();
+    assert_eq!(points, [1, 4, 16, 64, 256, 1024].map(Some));
+    for run in &r.runs {
+        assert_eq!(run.apps[0].aggregators, run.aggregators, "the application ran with the swept count");
+        assert_eq!(run.apps[0].bytes, 256 << 20);
+    }
+    // One aggregator cannot keep 16 servers busy; 64 do.
+    let at = |n: u64| r.runs.iter().find(|run| run.aggregators == Some(n)).unwrap().makespan_s;
+    assert!(at(1) > 1.5 * at(64), "1 aggregator {} s, 64 aggregators {} s", at(1), at(64));
+    assert!(r.table().contains("aggregators with 64 aggregators"));
+    let path = std::env::temp_dir().join(format!("sluice-sim-agg-{}.png", std::process::id()));
+    let legend = sluice_sim::sweep_png(&r, &path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(legend.starts_with("x: aggregators"), "{legend}");
+    // k_bytes: ceil(total / k) groups of equal shares, 256 MiB / 32 MiB = 8.
+    let mut k = sc.clone();
+    k.sweep_aggregators.clear();
+    k.apps[0].k_bytes = 32 << 20;
+    let r = check(&k, 1.0 / 64.0, &["fifo"]);
+    assert_eq!(r.runs[0].apps[0].aggregators, Some(8));
+    k.apps[0].k_bytes = 1 << 40;
+    assert_eq!(check(&k, 1.0 / 64.0, &["fifo"]).runs[0].apps[0].aggregators, Some(1));
+    // Bad sweeps and a k for POSIX are refused.
+    let mut bad = sc.clone();
+    bad.sweep_granularity_bytes = vec![4096];
+    assert_eq!(sluice_sim::run(&bad, &RunOptions::default()).unwrap_err().kind, ErrorKind::Invalid);
+    let mut bad = sc.clone();
+    bad.sweep_aggregators = vec![1025];
+    assert_eq!(sluice_sim::run(&bad, &RunOptions::default()).unwrap_err().kind, ErrorKind::Invalid);
+    let mut bad = shipped("decomposition");
+    bad.apps[0].k_bytes = 1 << 20;
+    assert_eq!(sluice_sim::run(&bad, &RunOptions::default()).unwrap_err().kind, ErrorKind::Invalid);
+}

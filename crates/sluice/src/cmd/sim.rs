@@ -132,6 +132,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         let app = sluice_sim::whatif::Recording::darshan_app(&super::darshan::dxt_json(log, a.layer.as_deref())?)?;
         scenario.apps = vec![app];
         scenario.sweep_granularity_bytes.clear();
+        scenario.sweep_aggregators.clear();
         scenario.name = format!("{} with {}", scenario.name, log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
     }
     if let Some(p) = &a.device_model {
