@@ -200,8 +200,26 @@ mod tests {
 
     #[test]
     fn aggregator_groups_split_and_join_against_k() {
-        // The cases `python/tests/test_mpi.py` checks for sluice.mpi.
         let r = |g: Vec<std::ops::Range<usize>>| g.into_iter().map(|g| (g.start, g.end)).collect::<Vec<_>>();
+        // The cases `python/tests/test_mpi.py` checks for sluice.mpi's
+        // `choose_groups`, and random ones, as it answered them.
+        assert_eq!(r(choose_groups(&[10; 8], 35)), [(0, 3), (3, 5), (5, 8)]);
+        assert_eq!(r(choose_groups(&[100; 4], 50)), [(0, 1), (1, 2), (2, 3), (3, 4)]);
+        assert_eq!(r(choose_groups(&[40, 1, 1, 40], 45)), [(0, 2), (2, 4)]);
+        assert_eq!(r(choose_groups(&[1, 1, 1, 1, 80], 50)), [(0, 4), (4, 5)]);
+        let python: [(Vec<u64>, u64, Vec<(usize, usize)>); 4] = [
+            (vec![9, 25, 41, 3, 4, 34, 6, 23, 37, 3, 32], 28, vec![(0, 1), (1, 2), (2, 3), (3, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 10), (10, 11)]),
+            (vec![15, 5, 35], 55, vec![(0, 3)]),
+            (vec![36, 7], 29, vec![(0, 1), (1, 2)]),
+            (
+                vec![36, 40, 12, 23, 6, 35, 45, 4, 36, 3, 39, 13, 31, 43, 34, 27, 49, 20, 29],
+                75,
+                vec![(0, 1), (1, 3), (3, 6), (6, 8), (8, 9), (9, 12), (12, 14), (14, 16), (16, 17), (17, 19)],
+            ),
+        ];
+        for (shares, k, want) in python {
+            assert_eq!(r(choose_groups(&shares, k)), want, "{shares:?} k = {k}");
+        }
         assert_eq!(r(choose_groups(&[4 << 10; 4], 12 << 10)), [(0, 2), (2, 4)]);
         assert_eq!(r(choose_groups(&[10; 8], 20)), [(0, 2), (2, 4), (4, 6), (6, 8)]);
         // One rank far above k is split off; small neighbours are joined.
