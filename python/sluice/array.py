@@ -2,7 +2,7 @@
 (Panda on sluice; docs/arrays.md).
 
 Every rank holds its block of the array as a C-ordered numpy array, as an
-HPF distribution over a process grid says (``block``, ``cyclic``,
+HPF distribution over a process grid says (``block``, ``cyclic``, ``gen_block(B0:B1:...)``,
 ``cyclic(K)`` or ``*`` per dimension). ``write`` stores the whole array on
 a sluice server as a Zarr v3 array (chunks, optionally shards) that
 zarr-python and xarray open without sluice; ``read`` gives every rank its

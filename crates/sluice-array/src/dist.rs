@@ -5,23 +5,30 @@
 //! it owns in increasing order. That is what an MPI program allocates for
 //! `(BLOCK, CYCLIC(k), *)`: element `g` of a CYCLIC(k) dimension over `p`
 //! processes lives on process `(g / k) % p`, at local index
-//! `(g / (k p)) k + g % k`.
+//! `(g / (k p)) k + g % k`. HPF-2's GEN_BLOCK(b0, b1, ...) gives process
+//! `c` the `b_c` indices after those of processes `0..c`: uneven data, as
+//! adaptive-mesh codes hold it.
 
 use crate::{invalid, limit, unravel, Error, DIMS_MAX, RANKS_MAX};
 
 /// How one dimension is spread over its processes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Dist {
     /// Contiguous blocks of `ceil(n / p)` indices, one per process.
     Block,
     /// Blocks of `k` indices dealt round-robin; CYCLIC(1) is CYCLIC.
     Cyclic(u64),
+    /// Contiguous blocks of the given sizes, one per process in order
+    /// (HPF-2 GEN_BLOCK): they sum to the extent, a block may be empty.
+    GenBlock(Vec<u64>),
     /// Not distributed (`*`): every index on the one process of the dimension.
     Star,
 }
 
 impl Dist {
-    /// Parse `block`, `cyclic`, `cyclic(K)` or `*`.
+    /// Parse `block`, `cyclic`, `cyclic(K)`, `gen_block(B0:B1:...)` (the
+    /// sizes separated by `:`, or by spaces or commas where the caller does
+    /// not split on them) or `*`.
     pub fn parse(s: &str) -> Result<Dist, Error> {
         let t = s.trim().to_ascii_lowercase();
         match t.as_str() {
@@ -29,6 +36,13 @@ impl Dist {
             "cyclic" => return Ok(Dist::Cyclic(1)),
             "*" | "star" | "none" => return Ok(Dist::Star),
             _ => {}
+        }
+        if let Some(sizes) = t.strip_prefix("gen_block(").and_then(|r| r.strip_suffix(')')) {
+            let sizes: Option<Vec<u64>> = sizes.split([':', ',', ' ']).filter(|x| !x.is_empty()).map(|x| x.parse().ok()).collect();
+            return match sizes {
+                Some(v) if !v.is_empty() => Ok(Dist::GenBlock(v)),
+                _ => Err(invalid(format!("{s:?}: gen_block takes one block size per process, e.g. gen_block(6:1:1)"))),
+            };
         }
         let k = t
             .strip_prefix("cyclic(")
@@ -46,6 +60,7 @@ impl std::fmt::Display for Dist {
             Dist::Block => f.write_str("BLOCK"),
             Dist::Cyclic(1) => f.write_str("CYCLIC"),
             Dist::Cyclic(k) => write!(f, "CYCLIC({k})"),
+            Dist::GenBlock(b) => write!(f, "GEN_BLOCK({})", b.iter().map(u64::to_string).collect::<Vec<_>>().join(":")),
             Dist::Star => f.write_str("*"),
         }
     }
@@ -75,6 +90,11 @@ impl Distribution {
         for d in 0..n {
             if dists[d] == Dist::Star && grid[d] != 1 {
                 return Err(invalid(format!("dimension {d} is * (not distributed) but has {} processes", grid[d])));
+            }
+            if let Dist::GenBlock(b) = &dists[d] {
+                if b.len() as u64 != grid[d] || b.iter().try_fold(0u64, |a, &x| a.checked_add(x)) != Some(shape[d]) {
+                    return Err(invalid(format!("dimension {d}: GEN_BLOCK needs {} sizes (one per process) summing to {}, got {b:?}", grid[d], shape[d])));
+                }
             }
         }
         let ranks = grid.iter().try_fold(1u64, |a, &g| a.checked_mul(g)).filter(|&r| r <= RANKS_MAX);
@@ -109,8 +129,17 @@ impl Distribution {
     /// dimension `d`, in increasing order (empty when it owns none).
     pub fn intervals(&self, d: usize, c: u64) -> Vec<(u64, u64)> {
         let (n, p) = (self.shape[d], self.grid[d]);
-        match self.dists[d] {
+        match &self.dists[d] {
             Dist::Star => vec![(0, n)],
+            Dist::GenBlock(b) => {
+                let lo: u64 = b[..c as usize].iter().sum();
+                let hi = lo + b[c as usize];
+                if lo < hi {
+                    vec![(lo, hi)]
+                } else {
+                    Vec::new()
+                }
+            }
             Dist::Block => {
                 let b = n.div_ceil(p);
                 let lo = (c * b).min(n);
@@ -121,7 +150,7 @@ impl Distribution {
                     Vec::new()
                 }
             }
-            Dist::Cyclic(k) => {
+            &Dist::Cyclic(k) => {
                 let mut v = Vec::new();
                 let mut lo = c * k;
                 while lo < n {
@@ -161,13 +190,23 @@ impl Distribution {
         let mut local = vec![0; n];
         for d in 0..n {
             let p = self.grid[d];
-            (coords[d], local[d]) = match self.dists[d] {
+            (coords[d], local[d]) = match &self.dists[d] {
                 Dist::Star => (0, g[d]),
+                Dist::GenBlock(b) => {
+                    // The process whose block's end is past g: the first
+                    // prefix sum above g (blocks may be empty).
+                    let ends: Vec<u64> = b.iter().scan(0, |e, &x| {
+                        *e += x;
+                        Some(*e)
+                    }).collect();
+                    let c = ends.partition_point(|&e| e <= g[d]);
+                    (c as u64, g[d] - (ends[c] - b[c]))
+                }
                 Dist::Block => {
                     let b = self.shape[d].div_ceil(p);
                     (g[d] / b, g[d] % b)
                 }
-                Dist::Cyclic(k) => ((g[d] / k) % p, (g[d] / (k * p)) * k + g[d] % k),
+                &Dist::Cyclic(k) => ((g[d] / k) % p, (g[d] / (k * p)) * k + g[d] % k),
             };
         }
         let rank = crate::ravel(&coords, &self.grid);

@@ -36,7 +36,7 @@ mod plan;
 
 pub use dist::{Dist, Distribution};
 pub use layout::{Dtype, Layout, SHARD_INDEX_ENTRY_BYTES};
-pub use place::{aggregators, capacities, place, Placement, PlacementInput, PlacementMethod, PLACEMENT_HUNGARIAN_UNITS_MAX};
+pub use place::{aggregators, capacities, capacities_held, place, Placement, PlacementInput, PlacementMethod, PLACEMENT_HUNGARIAN_UNITS_MAX};
 pub use plan::{gather, messages, plan, scatter, MessageLimits, Piece, Plan, PlanLimits};
 
 /// The most dimensions an array may have. Zarr sets none; 8 covers every

@@ -37,6 +37,12 @@ pub struct PlacementInput<'a> {
     /// Each server's share, e.g. its calibrated bandwidth (any positive
     /// unit); files are given in proportion.
     pub server_weight: &'a [f64],
+    /// Bytes each server already holds of the array's group (the other
+    /// arrays of a timestep; empty: none). The files that do not divide
+    /// evenly go to the servers holding least per unit of weight, so a
+    /// group of arrays too small to spread (adaptive-mesh patches of one
+    /// or two files each) still ends up balanced, not all on server 0.
+    pub server_held_bytes: &'a [u64],
     /// The Hungarian algorithm's bound ([`PLACEMENT_HUNGARIAN_UNITS_MAX`]
     /// unless a test lowers it).
     pub hungarian_units_max: usize,
@@ -66,6 +72,9 @@ pub fn place(input: &PlacementInput) -> Result<Placement, Error> {
     if input.server_weight.iter().any(|w| !(w.is_finite() && *w > 0.0)) {
         return Err(invalid("every server weight must be positive"));
     }
+    if !input.server_held_bytes.is_empty() && input.server_held_bytes.len() != servers {
+        return Err(invalid("server_held_bytes needs one entry per server (or none)"));
+    }
     let units = input.unit_rank_bytes.len();
     if input.unit_rank_bytes.iter().any(|row| row.len() != input.rank_host.len()) {
         return Err(invalid("unit_rank_bytes must have one column per rank"));
@@ -76,7 +85,7 @@ pub fn place(input: &PlacementInput) -> Result<Placement, Error> {
         .iter()
         .map(|row| (0..servers).map(|s| row.iter().zip(input.rank_host).filter(|(_, &h)| h == input.server_host[s]).map(|(b, _)| b).sum()).collect())
         .collect();
-    let caps = capacities(units, input.server_weight);
+    let caps = capacities_held(units, input.server_weight, input.server_held_bytes);
     let (unit_server, method) =
         if units <= input.hungarian_units_max { (hungarian(&local, &caps), PlacementMethod::Hungarian) } else { (greedy(&local, &caps), PlacementMethod::Greedy) };
     let local_bytes = unit_server.iter().enumerate().map(|(u, &s)| local[u][s]).sum();
@@ -87,11 +96,19 @@ pub fn place(input: &PlacementInput) -> Result<Placement, Error> {
 /// Files per server, in proportion to the weights (largest remainders),
 /// summing to `units`.
 pub fn capacities(units: usize, weights: &[f64]) -> Vec<usize> {
+    capacities_held(units, weights, &[])
+}
+
+/// As [`capacities`], with equal remainders going first to the servers
+/// that hold the fewest bytes (`held`, per unit of weight; empty: none)
+/// of the group already.
+pub fn capacities_held(units: usize, weights: &[f64], held: &[u64]) -> Vec<usize> {
     let sum: f64 = weights.iter().sum();
     let exact: Vec<f64> = weights.iter().map(|w| units as f64 * w / sum).collect();
     let mut caps: Vec<usize> = exact.iter().map(|e| e.floor() as usize).collect();
     let mut order: Vec<usize> = (0..weights.len()).collect();
-    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())).then(a.cmp(&b)));
+    let load = |s: usize| held.get(s).map_or(0.0, |&b| b as f64 / weights[s]);
+    order.sort_by(|&a, &b| (exact[b] - exact[b].floor()).total_cmp(&(exact[a] - exact[a].floor())).then(load(a).total_cmp(&load(b))).then(a.cmp(&b)));
     let short = units - caps.iter().sum::<usize>();
     for &s in order.iter().cycle().take(short) {
         caps[s] += 1;

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use sluice_array::{capacities, place, PlacementInput, PlacementMethod, PLACEMENT_HUNGARIAN_UNITS_MAX};
 
 fn input<'a>(bytes: &'a [Vec<u64>], rank_host: &'a [usize], server_host: &'a [usize], w: &'a [f64]) -> PlacementInput<'a> {
-    PlacementInput { unit_rank_bytes: bytes, rank_host, server_host, server_weight: w, hungarian_units_max: PLACEMENT_HUNGARIAN_UNITS_MAX }
+    PlacementInput { unit_rank_bytes: bytes, rank_host, server_host, server_weight: w, server_held_bytes: &[], hungarian_units_max: PLACEMENT_HUNGARIAN_UNITS_MAX }
 }
 
 /// The best local bytes over every assignment that respects `caps`.
@@ -102,4 +102,29 @@ proptest! {
         };
         prop_assert_eq!(p.local_bytes, brute_force(&local, units, &caps));
     }
+}
+
+#[test]
+fn small_arrays_of_a_group_go_to_the_servers_holding_least() {
+    // Adaptive-mesh patches: one-file arrays written one after another
+    // over 3 servers. Without what the servers hold, every one would go
+    // to server 0; with it, each goes to the least loaded.
+    let (rank_host, server_host, w) = ([0usize], [0usize, 1, 2], [1.0, 1.0, 1.0]);
+    let mut held = vec![0u64; 3];
+    let sizes = [64u64, 8, 8, 32, 16, 8, 8];
+    for &b in &sizes {
+        let bytes = vec![vec![b]];
+        let p = place(&PlacementInput { server_held_bytes: &held, ..input(&bytes, &rank_host, &server_host, &w) }).unwrap();
+        held[p.unit_server[0]] += b;
+    }
+    // 64 | 8+32 (40) | 8+16+8+8 (40) : the first patch's server gets no
+    // other; the rest even out.
+    assert_eq!(held, vec![64, 40, 40]);
+    // Without it: all on server 0.
+    assert_eq!(capacities(1, &w), vec![1, 0, 0]);
+    // What they hold only breaks ties of the weights' remainders.
+    assert_eq!(sluice_array::capacities_held(1, &[1.0, 2.0], &[0, 30]), vec![0, 1], "a larger remainder first");
+    assert_eq!(sluice_array::capacities_held(2, &[1.0, 1.0, 2.0], &[50, 10, 0]), vec![0, 1, 1]);
+    let bad = place(&PlacementInput { server_held_bytes: &[1, 2], ..input(&[vec![1]], &rank_host, &server_host, &w) });
+    assert!(bad.is_err());
 }

@@ -38,7 +38,7 @@ fn arb_case() -> impl Strategy<Value = (Distribution, Layout)> {
             (
                 prop::collection::vec(1u64..=11, n),
                 prop::collection::vec(1u64..=3, n),
-                prop::collection::vec(0u8..4, n),
+                prop::collection::vec(0u8..5, n),
                 prop::collection::vec(1u64..=5, n),
                 prop::collection::vec(1u64..=3, n),
                 any::<bool>(),
@@ -49,10 +49,23 @@ fn arb_case() -> impl Strategy<Value = (Distribution, Layout)> {
             let n = shape.len();
             let dists: Vec<Dist> = kinds
                 .iter()
-                .map(|k| match k {
+                .enumerate()
+                .map(|(d, k)| match k {
                     0 => Dist::Block,
                     1 => Dist::Cyclic(1),
                     2 => Dist::Cyclic(2),
+                    // Uneven: the first process holds most, some may hold
+                    // none (sizes from the extent, deterministic per case).
+                    3 => {
+                        let p = grid[d] as usize;
+                        let mut b = vec![0u64; p];
+                        let mut left = shape[d];
+                        for (c, x) in b.iter_mut().enumerate() {
+                            *x = if c + 1 == p { left } else { (left * 2 / 3).min(left) };
+                            left -= *x;
+                        }
+                        Dist::GenBlock(b)
+                    }
                     _ => Dist::Star,
                 })
                 .collect();
@@ -132,6 +145,16 @@ fn bad_descriptions_are_refused_with_a_reason() {
     assert_eq!(e.kind, ErrorKind::Limit);
     assert!(Dist::parse("cyclic(0)").is_err());
     assert_eq!(Dist::parse("CYCLIC(4)").unwrap(), Dist::Cyclic(4));
+    assert_eq!(Dist::parse("gen_block(6:0:2)").unwrap(), Dist::GenBlock(vec![6, 0, 2]));
+    assert_eq!(Dist::parse("GEN_BLOCK(6, 0, 2)").unwrap().to_string(), "GEN_BLOCK(6:0:2)");
+    assert!(Dist::parse("gen_block()").is_err() && Dist::parse("gen_block(1:x)").is_err());
+    // GEN_BLOCK needs one size per process, summing to the extent.
+    let e = Distribution::new(vec![8], vec![3], vec![Dist::GenBlock(vec![6, 2])]).unwrap_err();
+    assert!(e.message.contains("GEN_BLOCK needs 3 sizes"), "{e}");
+    assert!(Distribution::new(vec![8], vec![2], vec![Dist::GenBlock(vec![6, 3])]).is_err());
+    let uneven = Distribution::new(vec![8, 2], vec![3, 1], vec![Dist::GenBlock(vec![6, 0, 2]), Dist::Star]).unwrap();
+    assert_eq!((uneven.local_shape(0), uneven.local_shape(1), uneven.local_shape(2)), (vec![6, 2], vec![0, 2], vec![2, 2]));
+    assert_eq!(uneven.owner(&[7, 1]), (2, 3));
     let dist = Distribution::new(vec![4], vec![1], vec![Dist::Star]).unwrap();
     let layout = Layout::new(vec![5], Dtype::U8, vec![5], None).unwrap();
     assert!(plan(&dist, &layout, &PlanLimits::default()).is_err());

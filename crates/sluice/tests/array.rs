@@ -202,3 +202,39 @@ fn migration_moves_a_timestep_to_slower_tiers_and_reads_follow_it() {
     // Nothing was lost by the refusals.
     assert!(ok(s.sluice(&["array", "verify", ":run/t1/a"])).contains("every element matches"));
 }
+
+#[test]
+fn uneven_data_gen_block_and_small_arrays_are_balanced_over_the_servers() {
+    let dir = tempfile::Builder::new().prefix("sluice-amr-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let c = Cluster::start(dir.path(), 3);
+    // GEN_BLOCK: rank 0 holds 20 of 24 rows, ranks 1 and 2 two each, rank 3
+    // none; written and read back under another distribution.
+    let out = ok(c.sluice(&["array", "write", ":amr/t0/rho", "--shape", "24,8", "--chunks", "4,8", "--grid", "4,1", "--dist", "gen_block(20:2:2:0),*", "--strategy", "server-directed"]));
+    assert!(out.contains("GEN_BLOCK(20:2:2:0)") && out.contains("6 files"), "{out}");
+    assert!(ok(c.sluice(&["array", "read", ":amr/t0/rho", "--grid", "2,1", "--dist", "gen_block(3:21),*"])).contains("every rank's data matches"));
+    assert!(ok(c.sluice(&["array", "verify", ":amr/t0/rho"])).contains("every element matches"));
+    let servers = |a: &str| -> Vec<u64> {
+        let info = ok(c.sluice(&["array", "info", a]));
+        let line = info.lines().find(|l| l.starts_with("placement")).unwrap_or_else(|| panic!("{info}")).to_string();
+        line.split("server ").skip(1).map(|s| s.split(':').nth(1).unwrap().trim().split(' ').next().unwrap().parse().unwrap()).collect()
+    };
+    // However unevenly the ranks hold it, each server gets two of the six
+    // equal files.
+    let rho = servers(":amr/t0/rho");
+    assert!(rho.iter().all(|&b| b == rho[0]) && rho[0] > 0, "{rho:?}");
+    // Adaptive-mesh patches: one-file arrays of different sizes in one
+    // group go each to the server holding least of the group so far.
+    let mut held = vec![0u64; 3];
+    for (i, rows) in [16u64, 2, 2, 8, 4, 2, 2].iter().enumerate() {
+        let p = format!(":amr/t1/patch{i}");
+        ok(c.sluice(&["array", "write", &p, "--shape", &format!("{rows},8"), "--ranks", "1"]));
+        let on = servers(&p);
+        assert_eq!(on.iter().filter(|&&b| b > 0).count(), 1, "one file, one server: {on:?}");
+        let s = on.iter().position(|&b| b > 0).unwrap();
+        let least = *held.iter().min().unwrap();
+        assert_eq!(held[s], least, "patch {i} went to server {s} holding {held:?}");
+        held[s] += on[s];
+    }
+    let (lo, hi) = (*held.iter().min().unwrap(), *held.iter().max().unwrap());
+    assert!(hi == held[0] && lo * 2 >= hi, "the largest patch's server gets little else: {held:?}");
+}

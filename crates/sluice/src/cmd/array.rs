@@ -79,7 +79,7 @@ pub struct DistArgs {
     /// Ranks, when --grid is not given.
     #[arg(long, default_value_t = 4)]
     pub ranks: u64,
-    /// HPF distribution per dimension: block, cyclic, cyclic(K) or * (default: block where the grid has more than one process, else *).
+    /// HPF distribution per dimension: block, cyclic, cyclic(K), gen_block(B0:B1:...) (one block size per process: uneven data) or * (default: block where the grid has more than one process, else *).
     #[arg(long, value_delimiter = ',')]
     pub dist: Vec<String>,
     /// Collective strategy: independent (each rank's list I/O), two-phase (aggregators move whole files), server-directed (the server gathers each file's pieces from every rank and serves them in disk order), or auto (the cost model, measured against the server first, chooses).
@@ -214,8 +214,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// `weights`: each data server's share (empty: equal).
-    pub fn new(spec: ArraySpec, d: &DistArgs, servers: usize, weights: &[f64]) -> anyhow::Result<Prepared> {
+    /// `weights`: each data server's share (empty: equal); `held`: the
+    /// bytes each already holds of the array's group (empty: none).
+    pub fn new(spec: ArraySpec, d: &DistArgs, servers: usize, weights: &[f64], held: &[u64]) -> anyhow::Result<Prepared> {
         let shape = spec.layout.shape().to_vec();
         let n = shape.len();
         let grid = if d.grid.is_empty() {
@@ -245,6 +246,7 @@ impl Prepared {
             rank_host: &rank_host,
             server_host: &server_host,
             server_weight: &weights,
+            server_held_bytes: held,
             hungarian_units_max: sluice_array::PLACEMENT_HUNGARIAN_UNITS_MAX,
         })?;
         let aggregator = aggregators(&bytes, &rank_host, &server_host, &placement.unit_server);
@@ -320,6 +322,50 @@ fn server_weights(remote: &Remote, addr: &str, arg: &[String], path: &str) -> an
     }
 }
 
+/// Most files of a group counted for [`group_held_bytes`]; past it the
+/// count stops (placement then balances on what was counted).
+const GROUP_FILES_COUNTED_MAX: usize = 1 << 16;
+
+/// On a cluster: the bytes each data server holds of the group (the
+/// parent directory) of the array at `path`, its other arrays' data
+/// files; empty on one server.
+fn group_held_bytes(remote: &Remote, path: &str) -> anyhow::Result<Vec<u64>> {
+    let Remote::Cluster(k) = remote else { return Ok(Vec::new()) };
+    let mut held = vec![0u64; k.striped().servers().len()];
+    let parent = path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+    let (mut todo, mut files) = (vec![parent], 0usize);
+    while let Some(dir) = todo.pop() {
+        let entries = match remote.readdir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.posix_errno() == libc::ENOENT => continue,
+            Err(e) => return Err(anyhow!("{dir}: {e}")),
+        };
+        for e in entries {
+            let child = if dir.is_empty() { e.name.clone() } else { format!("{dir}/{}", e.name) };
+            if child == path {
+                continue;
+            }
+            match e.kind {
+                sluice_client::FileKind::Dir => todo.push(child),
+                // The data files: metadata is small and placed by the
+                // cluster's default layout, not by this placement.
+                sluice_client::FileKind::File if e.name != "zarr.json" => {
+                    files += 1;
+                    if files > GROUP_FILES_COUNTED_MAX {
+                        return Ok(held);
+                    }
+                    let (_, objects) = k.striped().objects(&child).map_err(|e| anyhow!("{child}: {e}"))?;
+                    for o in objects {
+                        held[o.server as usize] += o.size.unwrap_or(0);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(held)
+}
+
 /// Servers behind a sluice address (1 for a single server).
 pub fn servers_of(remote: &Remote) -> usize {
     match remote {
@@ -333,7 +379,9 @@ pub fn rate(t: &Transfer) -> String {
 }
 
 fn write(a: WriteArgs) -> anyhow::Result<()> {
-    let (remote, path) = open(&a.at)?;
+    // A write goes where it is told: no migration mark is followed.
+    let path = remote_path(&a.at.path).ok_or_else(|| anyhow!("{:?} is not on the server (write :PATH)", a.at.path))?.trim_matches('/').to_string();
+    let remote = Arc::new(connect(a.at.server.as_deref())?);
     let addr = sluice_client::server_addr(a.at.server.as_deref())?;
     let chunks = if a.chunks.is_empty() { a.shape.clone() } else { a.chunks };
     let shards = (!a.shards.is_empty()).then_some(a.shards);
@@ -344,7 +392,8 @@ fn write(a: WriteArgs) -> anyhow::Result<()> {
     }
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: json!({ PATTERN_ATTRIBUTE: "linear-index" }) };
     let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path)?;
-    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights)?;
+    let held = group_held_bytes(&remote, &path)?;
+    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights, &held)?;
     println!("{path}: {}", p.describe());
     collective::create(remote.clone(), &p.spec).with_context(|| format!("create {path}"))?;
     if a.dist.strategy == "auto" {
@@ -363,7 +412,7 @@ fn read(a: ReadArgs) -> anyhow::Result<()> {
     let dims = meta["dimension_names"].as_array().map(|v| v.iter().map(|d| d.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default();
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: meta["attributes"].clone() };
     let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path)?;
-    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights)?;
+    let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights, &[])?;
     println!("{path}: {}", p.describe());
     if a.dist.strategy == "auto" {
         p.choose(&addr, servers_of(&remote))?;

@@ -185,7 +185,7 @@ fn run_in(a: &ArrayBenchArgs, scratch: &std::path::Path) -> anyhow::Result<()> {
             let mut c = cluster(&root, servers, &a.policy)?;
             let addr = c.addr();
             let remote = Arc::new(Remote::connect(&addr)?);
-            let p = Prepared::new(spec(a.scale, name)?, &dist_args(a.ranks, name, a.group_window), servers as usize, &[])?;
+            let p = Prepared::new(spec(a.scale, name)?, &dist_args(a.ranks, name, a.group_window), servers as usize, &[], &[])?;
             let locals: Vec<Vec<u8>> = (0..p.dist.ranks()).map(|r| pattern_local(&p.dist, Dtype::F64, r)).collect();
             collective::create(remote.clone(), &p.spec)?;
             let w = collective::write(&p.collective(&addr), &locals)?;
