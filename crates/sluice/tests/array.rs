@@ -238,3 +238,47 @@ fn uneven_data_gen_block_and_small_arrays_are_balanced_over_the_servers() {
     let (lo, hi) = (*held.iter().min().unwrap(), *held.iter().max().unwrap());
     assert!(hi == held[0] && lo * 2 >= hi, "the largest patch's server gets little else: {held:?}");
 }
+
+#[test]
+fn a_migration_whose_tier_dies_leaves_the_source_whole() {
+    use std::process::{Command, Stdio};
+    let s = MetricsServe::start();
+    ok(s.sluice(&["array", "write", ":run/t5/temp", "--shape", "1024,1024,4", "--chunks", "32,1024,4", "--ranks", "4"]));
+    let crc = || ok(s.sluice(&["array", "verify", ":run/t5/temp"])).split("crc32c ").nth(1).unwrap().split_whitespace().next().unwrap().to_string();
+    let before = crc();
+    // The slower tier: a server on the emulated disk (32 MiB take it over
+    // a second: it was at file 10 of 32 at 300 ms), killed while the copy
+    // runs. The copy's client is soft, so it fails instead of waiting.
+    let dir = tempfile::Builder::new().prefix("sluice-tier-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::create_dir(dir.path().join("root")).unwrap();
+    let tier_addr = format!("unix:{}", dir.path().join("t.sock").display());
+    let mut tier = Command::new(common::SLUICE)
+        .args(["serve", "--root", dir.path().join("root").to_str().unwrap(), "--listen", &tier_addr, "--device", "hdd7200", "--queue-depth", "1"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_for(|| dir.path().join("t.sock").exists(), "the tier's socket");
+    let migrate = Command::new(common::SLUICE)
+        .args(["array", "migrate", ":run/t5", "--to", ":t5", "--to-server", &tier_addr])
+        .env("SLUICE_SERVER", &s.addr)
+        .env("SLUICE_SOFT", "1")
+        .env("SLUICE_TIMEOUT", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    tier.kill().unwrap();
+    tier.wait().unwrap();
+    let out = migrate.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the migration cannot succeed without its tier: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!err.is_empty() && err.lines().count() <= 2, "one clear error: {err}");
+    // Nothing was switched or removed: same bytes, no mark.
+    assert!(!std::fs::read_to_string(s.root().join("run/t5/zarr.json")).unwrap().contains("sluice_migrated"));
+    assert_eq!(crc(), before);
+    // And to a tier that stays up, it completes.
+    ok(s.sluice(&["array", "migrate", ":run/t5", "--to", ":slow/t5"]));
+    assert_eq!(crc(), before);
+}
