@@ -250,7 +250,7 @@ fn sim_row(cfg: &MatrixConfig) -> Result<MatrixRow, WorkloadError> {
     let (procs, requests) = if cfg.quick { (1_000, 50) } else { (10_000, 200) };
     let sc = sluice_sim::bench_scenario(procs, requests);
     let modes: Vec<String> = BASELINES.iter().map(|s| s.to_string()).chain([cfg.default_policy.clone()]).collect();
-    let opts = sluice_sim::RunOptions { modes, seed: Some(1), scale: None, trace: false };
+    let opts = sluice_sim::RunOptions { modes, seed: Some(1), scale: None, trace: false, jobs: 1 };
     let (report, _) = sluice_sim::run(&sc, &opts).map_err(|e| WorkloadError::usage(format!("sim: {e}")))?;
     // Deterministic: one run says it all.
     let runs_s = report.runs.iter().map(|r| (r.mode.clone(), vec![r.makespan_s])).collect();

@@ -78,6 +78,12 @@ pub struct RunOptions {
     pub scale: Option<f64>,
     /// Record a Chrome/Perfetto trace.
     pub trace: bool,
+    /// Runs (modes x sweep points) at once on host threads; 0 or 1: one
+    /// after another. Each run is a world of its own, so the reports are
+    /// the same either way, in the same order (only `wall_s` and
+    /// `events_per_s`, the host's figures, differ); a traced run goes one
+    /// at a time.
+    pub jobs: usize,
 }
 
 /// Run every mode (and sweep point) of `sc`; returns the report and, when
@@ -96,21 +102,44 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<(Report, Option<Trace>), 
         vec![(None, None)]
     };
     let mut trace = opts.trace.then(|| Trace::new(base.bounds.trace_events_max));
-    let mut runs = Vec::with_capacity(points.len() * modes.len());
-    for &(g, n) in &points {
-        let mut sc = base.clone();
-        if let Some(g) = g {
-            sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.granularity_bytes = g);
-        }
-        if let Some(n) = n {
-            sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.aggregators = n);
-        }
-        for m in &modes {
-            let mut r = sim::run_once(&sc, m, g, trace.as_mut())?;
-            r.aggregators = n;
-            runs.push(r);
-        }
-    }
+    let scenarios: Vec<Scenario> = points
+        .iter()
+        .map(|&(g, n)| {
+            let mut sc = base.clone();
+            if let Some(g) = g {
+                sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.granularity_bytes = g);
+            }
+            if let Some(n) = n {
+                sc.apps.iter_mut().filter(|a| a.sweep).for_each(|a| a.aggregators = n);
+            }
+            sc
+        })
+        .collect();
+    // Every run, in report order: (point, mode).
+    let tasks: Vec<(usize, &Mode)> = (0..points.len()).flat_map(|p| modes.iter().map(move |m| (p, m))).collect();
+    let one = |(p, m): (usize, &Mode), trace: Option<&mut Trace>| -> Result<RunReport, Error> {
+        let mut r = sim::run_once(&scenarios[p], m, points[p].0, trace)?;
+        r.aggregators = points[p].1;
+        Ok(r)
+    };
+    let jobs = opts.jobs.clamp(1, tasks.len().max(1));
+    let runs = if jobs == 1 || trace.is_some() {
+        tasks.iter().map(|&t| one(t, trace.as_mut())).collect::<Result<Vec<_>, _>>()?
+    } else {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let done: std::sync::Mutex<Vec<Option<Result<RunReport, Error>>>> = std::sync::Mutex::new(tasks.iter().map(|_| None).collect());
+        std::thread::scope(|s| {
+            for _ in 0..jobs {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&t) = tasks.get(i) else { break };
+                    let r = one(t, None);
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                });
+            }
+        });
+        done.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().map(|r| r.expect("every task ran")).collect::<Result<Vec<_>, _>>()?
+    };
     let report = Report { scenario: base.name.clone(), device: device_name(&base), direct_io: false, scale, seed: base.seed, runs };
     Ok((report, trace))
 }

@@ -472,7 +472,7 @@ mod tests {
         assert!(r.ranks[1][1].file == 1 && !r.ranks[1][1].write && r.ranks[0][0].write);
         let mut sc = crate::Scenario::from_toml(include_str!("../../../scenarios/live-twin.toml")).unwrap();
         sc.apps = vec![app];
-        let (report, _) = crate::run(&sc, &crate::RunOptions { modes: vec!["fifo".into(), "aioli".into()], seed: None, scale: None, trace: false }).unwrap();
+        let (report, _) = crate::run(&sc, &crate::RunOptions { modes: vec!["fifo".into(), "aioli".into()], seed: None, scale: None, trace: false, jobs: 1 }).unwrap();
         for run in &report.runs {
             let (a, d) = (&run.apps[0], &run.device_stats);
             assert_eq!((d.requests, d.bytes), (4, 3 * 1048576 + 4096), "{}: the device served every recorded access once", run.mode);

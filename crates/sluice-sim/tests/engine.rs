@@ -78,7 +78,7 @@ fn piosimhd_disk_and_profile_service_times() {
 fn same_seed_same_json_other_seed_other_run() {
     let sc = shipped("mix10");
     let run = |seed| {
-        let opts = RunOptions { modes: vec!["fifo".into(), "aioli".into()], seed: Some(seed), scale: Some(1.0 / 64.0), trace: false };
+        let opts = RunOptions { modes: vec!["fifo".into(), "aioli".into()], seed: Some(seed), scale: Some(1.0 / 64.0), trace: false, jobs: 1 };
         let (r, _) = sluice_sim::run(&sc, &opts).unwrap();
         serde_json::to_string(&r.without_host_timing()).unwrap()
     };
@@ -90,7 +90,7 @@ fn same_seed_same_json_other_seed_other_run() {
 fn bounds_fail_with_the_seed() {
     let mut sc = shipped("mix10");
     sc.bounds.events_max = 1_000;
-    let opts = RunOptions { modes: vec!["aioli".into()], seed: Some(42), scale: Some(1.0 / 64.0), trace: false };
+    let opts = RunOptions { modes: vec!["aioli".into()], seed: Some(42), scale: Some(1.0 / 64.0), trace: false, jobs: 1 };
     let e = sluice_sim::run(&sc, &opts).unwrap_err();
     assert_eq!((e.kind, e.seed), (ErrorKind::Bound, Some(42)));
     assert!(e.to_string().contains("--seed 42"), "{e}");
@@ -292,4 +292,19 @@ fn aggregator_sweep_and_the_seeds_choice_of_k() {
     let mut bad = shipped("decomposition");
     bad.apps[0].k_bytes = 1 << 20;
     assert_eq!(sluice_sim::run(&bad, &RunOptions::default()).unwrap_err().kind, ErrorKind::Invalid);
+}
+
+#[test]
+fn runs_on_several_threads_give_the_same_report_in_the_same_order() {
+    let sc = shipped("aggregators");
+    let opts = |jobs| RunOptions { modes: vec!["fifo".into(), "aioli".into()], scale: Some(1.0 / 1024.0), jobs, ..RunOptions::default() };
+    let (one, _) = sluice_sim::run(&sc, &opts(1)).unwrap();
+    let (four, _) = sluice_sim::run(&sc, &opts(4)).unwrap();
+    assert_eq!(one.runs.len(), 12);
+    assert_eq!(one.without_host_timing(), four.without_host_timing());
+    // More jobs than runs, and an error in one run, are fine too.
+    let (many, _) = sluice_sim::run(&sc, &opts(64)).unwrap();
+    assert_eq!(one.without_host_timing(), many.without_host_timing());
+    let bad = RunOptions { modes: vec!["fifo".into(), "lottery".into()], jobs: 4, ..RunOptions::default() };
+    assert_eq!(sluice_sim::run(&sc, &bad).unwrap_err().kind, ErrorKind::UnknownMode);
 }
