@@ -110,10 +110,13 @@ impl DeviceCost {
 
     /// Largest aggregate worth building: past the point where its transfer
     /// is eight times the fixed and seek cost, a larger aggregate saves
-    /// under 1/8 of a dispatch and only takes parallelism away. `None`
-    /// when the device has no byte cost (no such point).
+    /// under 1/8 of a dispatch and only takes parallelism away. On a
+    /// device that serves `parallelism` dispatches at once the fixed cost
+    /// overlaps, so what joining saves is that cost over the parallelism.
+    /// `None` when the device has no byte cost (no such point).
     pub fn useful_dispatch_bytes(&self) -> Option<u64> {
-        (self.byte_ps > 0).then(|| (u128::from(self.separate_ns()) * 8_000 / u128::from(self.byte_ps)).min(u128::from(u64::MAX)) as u64)
+        let per_slot = u128::from(self.separate_ns()) / u128::from(self.parallelism.max(1));
+        (self.byte_ps > 0).then(|| (per_slot * 8_000 / u128::from(self.byte_ps)).min(u128::from(u64::MAX)) as u64)
     }
 }
 
@@ -363,8 +366,9 @@ mod tests {
         assert!(!flash.hold_pays(3, 100_000, 4));
         assert!(flash.hold_pays(30, 100_000, 4));
         assert!(!flash.window_pays(20_000));
-        // 8 x 20 us of transfer at 0.5 ns/byte: 320,000 bytes.
-        assert_eq!(flash.useful_dispatch_bytes(), Some(320_000));
+        // 8 x 20 us / 8 slots of transfer at 0.5 ns/byte: 40,000 bytes.
+        assert_eq!(flash.useful_dispatch_bytes(), Some(40_000));
+        assert_eq!(DeviceCost::new(20_000, 500, 0, 1).useful_dispatch_bytes(), Some(320_000));
         assert_eq!(DeviceCost::new(1, 0, 0, 1).useful_dispatch_bytes(), None);
         assert_eq!(flash.service_ns(1_000, true), 20_500);
     }
