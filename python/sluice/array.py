@@ -93,30 +93,32 @@ RESOLVE_HOPS_MAX = 8
 
 def _resolve(client: Client, path: str) -> tuple:
     """(path, zarr.json text) of the array at ``path``, following the marks
-    `sluice array migrate` leaves (docs/arrays.md): the nearest zarr.json
-    at or above ``path`` that says where its data went. A mark to another
-    server is an error naming it (this client is connected to one)."""
+    `sluice array migrate` leaves (docs/arrays.md): from the root down, the
+    first zarr.json at or above ``path`` that says where its data went. A
+    mark to another server is an error naming it (this client is connected
+    to one)."""
     for _ in range(RESOLVE_HOPS_MAX):
         parts = [p for p in path.split("/") if p]
-        for n in range(len(parts), -1, -1):
+        moved = False
+        for n in range(len(parts) + 1):
             node = "/".join(parts[:n])
             meta = f"{node}/zarr.json" if node else "zarr.json"
             if not _exists(client, meta):
                 continue
-            text = _get(client, meta)
-            mark = json.loads(text).get("attributes", {}).get(MIGRATED_ATTRIBUTE)
+            mark = json.loads(_get(client, meta)).get("attributes", {}).get(MIGRATED_ATTRIBUTE)
             if mark is None:
-                if n != len(parts):
-                    raise FileNotFoundError(errno.ENOENT, f"{path}: no zarr.json", path)
-                return path, text
+                continue
             rest = "/".join(parts[n:])
             target = "/".join(p for p in (mark["path"].strip("/"), rest) if p)
             if mark.get("server"):
                 raise OSError(errno.EXDEV, f"{path} was migrated to another server: {mark['server']}:{target}; read it through a client connected there")
-            path = target
+            path, moved = target, True
             break
-        else:
-            raise FileNotFoundError(errno.ENOENT, f"{path}: no zarr.json", path)
+        if not moved:
+            meta = f"{path}/zarr.json"
+            if not _exists(client, meta):
+                raise FileNotFoundError(errno.ENOENT, f"{path}: no zarr.json", path)
+            return path, _get(client, meta)
     raise OSError(errno.ELOOP, f"{path}: more than {RESOLVE_HOPS_MAX} migration marks")
 
 
@@ -291,15 +293,25 @@ class ArrayGroup:
         """Collective: write every array's value at ``step`` (``data`` maps
         each array name to this rank's block). Returns the bytes this rank
         moved."""
-        if step < 0:
-            raise ValueError(f"step {step}: a step is >= 0")
-        if set(data) != set(self.arrays):
-            raise ValueError(f"timestep needs every array of the group: {sorted(self.arrays)}, got {sorted(data)}")
         rank, moved = self.comm.Get_rank(), 0
+        blocks = {}
+
+        def check():
+            # On every rank, then raised on every rank: a rank-local
+            # mistake must not leave the others waiting.
+            if step < 0:
+                raise ValueError(f"step {step}: a step is >= 0")
+            if set(data) != set(self.arrays):
+                raise ValueError(f"timestep needs every array of the group: {sorted(self.arrays)}, got {sorted(data)}")
+            for name, a in self.arrays.items():
+                local = np.ascontiguousarray(data[name], dtype=a.dtype)
+                if tuple(local.shape) != self.local_shape(name):
+                    raise ValueError(f"{name}: rank {rank}'s block has shape {local.shape}, the distribution gives {self.local_shape(name)}")
+                blocks[name] = local
+
+        _raise_any(self.comm, _attempt(check))
         for name, a in self.arrays.items():
-            local = np.ascontiguousarray(data[name], dtype=a.dtype)
-            if tuple(local.shape) != self.local_shape(name):
-                raise ValueError(f"{name}: rank {rank}'s block has shape {local.shape}, the distribution gives {self.local_shape(name)}")
+            local = blocks[name]
             plan, path = self._step_plan(a), f"{self.name}/{name}"
 
             def meta():
@@ -327,10 +339,17 @@ class ArrayGroup:
         read as the fill value (0)."""
         rank, out = self.comm.Get_rank(), {}
         for name in names or list(self.arrays):
-            a, path = self.arrays[name], f"{self.name}/{name}"
-            steps = [0]
-            _raise_any(self.comm, _attempt(lambda: steps.__setitem__(0, self._steps_on_disk(path))) if rank == 0 else None)
-            on_disk = self.comm.bcast(steps[0], root=0)
+            a = self.arrays[name]
+            # Where the array is now (a migrated group is read where it
+            # went), and its steps on disk.
+            found = [None]
+
+            def where(name=name):
+                p, text = _resolve(self.client, f"{self.name}/{name}")
+                found[0] = (p, int(json.loads(text)["shape"][0]))
+
+            _raise_any(self.comm, _attempt(where) if rank == 0 else None)
+            path, on_disk = self.comm.bcast(found[0], root=0)
             if not 0 <= step < on_disk:
                 raise IndexError(f"{path}: no step {step} ({on_disk} steps on disk)")
             plan = self._step_plan(a)
@@ -350,8 +369,11 @@ class ArrayGroup:
     def checkpoint(self, step: int, data: dict) -> None:
         """Collective: store ``data`` (every array's block on this rank) as
         the checkpoint of ``step``, then make it the latest."""
-        if set(data) != set(self.arrays):
-            raise ValueError(f"a checkpoint needs every array of the group: {sorted(self.arrays)}")
+        def check():
+            if set(data) != set(self.arrays):
+                raise ValueError(f"a checkpoint needs every array of the group: {sorted(self.arrays)}")
+
+        _raise_any(self.comm, _attempt(check))
         where = f"{self.name}/checkpoint/s{step:010d}"
         for name, a in self.arrays.items():
             write(self.comm, self.client, f"{where}/{name}", np.ascontiguousarray(data[name], dtype=a.dtype), shape=a.shape,

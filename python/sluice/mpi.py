@@ -62,9 +62,11 @@ LIST_PIECES_MAX = 4096
 LIST_BYTES_MAX = 32 << 20
 SCHEMES = ("two-phase", "dynamic", "static", "server", "independent")
 #: Bytes in one server-directed list request: the arrays' collective
-#: messages' bound, so that 64 ranks' group (1 GiB) stays within the
-#: server's default ``collective_bytes_max``.
+#: messages' bound, lowered with many ranks so that a group (one message
+#: per rank) stays within half the server's default
+#: ``collective_bytes_max`` (1 GiB): 16 MiB up to 32 ranks.
 SERVER_MESSAGE_BYTES = 16 << 20
+SERVER_GROUP_BYTES_MAX = 512 << 20
 #: How long the server waits for a group's last rank (milliseconds).
 SERVER_WAIT_MS = 30_000
 
@@ -392,8 +394,9 @@ class File:
         """The ``"server"`` scheme: every rank's j-th list request is a
         participant of group j, which the server serves whole."""
         comm, err, n = self.comm, None, 0
-        offs, lens = _split_long(offs, lens, SERVER_MESSAGE_BYTES)
-        chunks = list(_chunks(offs, lens, SERVER_MESSAGE_BYTES))
+        message = max(64 << 10, min(SERVER_MESSAGE_BYTES, SERVER_GROUP_BYTES_MAX // comm.Get_size()))
+        offs, lens = _split_long(offs, lens, message)
+        chunks = list(_chunks(offs, lens, message))
         counts = comm.allgather(len(chunks))
         # One id per call, the same on every rank, unlikely to meet another
         # program's: rank 0's random base, then one per message index.

@@ -125,3 +125,27 @@ def test_the_heat_example_killed_and_restarted_matches_a_run_that_never_stopped(
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
 
     on_rank0(comm, run)
+
+
+def test_a_migrated_group_reads_its_steps_and_a_rank_local_mistake_fails_every_rank(server, comm, client):
+    addr, root = server
+    rank, n = comm.Get_rank(), comm.Get_size()
+    a = sa.Array("v", (2 * n, 3), "float64", memory=["block", "*"], disk=(2, 3))
+    g = sa.ArrayGroup("sim/g3", [a], comm, client)
+    rows = range(rank * 2, rank * 2 + 2)
+    for step in range(2):
+        g.timestep(step, {"v": field(a.shape, step, rows)})
+    comm.Barrier()
+
+    def migrate():
+        r = subprocess.run([os.environ.get("SLUICE_BIN", str(REPO / "target" / "release" / "sluice")), "array", "migrate", ":sim/g3", "--to", ":tape/g3"],
+                           env={**os.environ, "SLUICE_SERVER": addr}, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+    on_rank0(comm, migrate)
+    np.testing.assert_array_equal(g.read(1)["v"], field(a.shape, 1, rows))
+    # Only rank 0 passes a block of the wrong shape: every rank raises,
+    # none waits for the others forever.
+    bad = field(a.shape, 2, rows)[:1] if rank == 0 else field(a.shape, 2, rows)
+    with pytest.raises(ValueError):
+        sa.ArrayGroup("sim/g4", [a], comm, client).timestep(0, {"v": bad})

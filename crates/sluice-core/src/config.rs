@@ -40,6 +40,12 @@ pub struct Limits {
     /// tens of microseconds, and the background must not take those gaps.
     /// 10 ms: far longer than such a gap, far shorter than a compute phase.
     pub background_idle_ns: u64,
+    /// Background requests held at once: they drain slowly under load
+    /// (one per `background_grace_ns`), so they get a bound of their own
+    /// and cannot take the foreground's room in `queued_requests_max`.
+    /// 1,024: four connections' worth of the per-connection in-flight
+    /// bound. One more is refused (the client gets EAGAIN).
+    pub background_held_max: u32,
     /// Under foreground load, one background request is let in when none
     /// is in and this long has passed since the last: the background's
     /// starvation bound. 1 s, as `request_expire_ns`: a 1 MiB piece per
@@ -62,6 +68,7 @@ impl Default for Limits {
             request_expire_ns: 1_000_000_000,
             background_admitted_max: 64,
             background_idle_ns: 10_000_000,
+            background_held_max: 1_024,
             background_grace_ns: 1_000_000_000,
         }
     }
@@ -82,6 +89,7 @@ impl Limits {
         self.background_admitted_max = self.background_admitted_max.clamp(1, 1 << 16);
         self.background_grace_ns = self.background_grace_ns.clamp(1, 60_000_000_000);
         self.background_idle_ns = self.background_idle_ns.min(60_000_000_000);
+        self.background_held_max = self.background_held_max.clamp(1, 1 << 24);
         self
     }
 }

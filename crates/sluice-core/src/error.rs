@@ -19,8 +19,10 @@ pub enum ErrorKind {
     RequestTooLarge,
     /// `complete` named a dispatch that is not in flight.
     UnknownDispatch,
-    /// A weight outside `1..=weight_max`.
+    /// A weight outside `0..=weight_max`.
     InvalidWeight,
+    /// `background_held_max` background requests are already held.
+    BackgroundFull,
 }
 
 /// An error from the scheduling core.
@@ -49,6 +51,7 @@ impl fmt::Display for Error {
             ErrorKind::RequestTooLarge => write!(f, "request larger than request_bytes_max ({l} bytes)"),
             ErrorKind::UnknownDispatch => write!(f, "completion for a dispatch that is not in flight"),
             ErrorKind::InvalidWeight => write!(f, "weight must be between 0 (background) and {l}"),
+            ErrorKind::BackgroundFull => write!(f, "background queue full ({l} background requests held, background_held_max)"),
         }
     }
 }

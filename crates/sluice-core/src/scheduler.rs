@@ -20,7 +20,11 @@
 //!   (at most `background_admitted_max`, and twice the depth, at once),
 //!   and under foreground load one at a time, at most one per
 //!   `background_grace_ns`: the background never starves, and never has
-//!   more than that ahead of the foreground. A
+//!   more than that ahead of the foreground. At most
+//!   `background_held_max` are held (one more is refused), so they never
+//!   take the foreground's room; an application that leaves the class
+//!   keeps having its requests held until its held ones are let in, so
+//!   its own order holds. A
 //!   background request enters the ordering barrier when it is let in, as
 //!   if it arrived then: it was not acknowledged, so no one can have
 //!   relied on its place.
@@ -87,8 +91,15 @@ pub struct Scheduler {
     /// `background_admitted_max` at a time (plus the starvation trickle's
     /// one, which is let in only when this is empty).
     background_in: FxHashSet<RequestId>,
+    /// Held requests per application: while an application has some, its
+    /// new requests are held behind them whatever its class now (a weight
+    /// changed from 0 must not let later requests pass earlier ones).
+    background_held: FxHashMap<AppId, u32>,
     /// When a background request was last let in.
     background_last: Nanos,
+    /// No background request is let in before this (set for a grace when
+    /// `files_max` stopped one, so that `next` does not spin).
+    background_blocked_until: Nanos,
     /// When foreground work was last pending (enqueued or completed).
     foreground_last: Nanos,
     /// The last `WaitUntil` time handed out (counts `Stats::holds`).
@@ -125,7 +136,9 @@ impl Scheduler {
             background: std::collections::VecDeque::new(),
             background_bytes: 0,
             background_in: FxHashSet::default(),
+            background_held: FxHashMap::default(),
             background_last: 0,
+            background_blocked_until: 0,
             foreground_last: 0,
             wait_last: 0,
             cost: None,
@@ -217,6 +230,12 @@ impl Scheduler {
         self.apps.get(&app) == Some(&0)
     }
 
+    /// Whether a request of `app` arriving now is held: the application
+    /// is in the background class, or still has held requests.
+    fn holds(&self, app: AppId) -> bool {
+        self.is_background(app) || self.background_held.contains_key(&app)
+    }
+
     /// Drop `app`'s registration (its last connection went away). Requests
     /// it still has pending are served as usual.
     pub fn forget_app(&mut self, app: AppId) {
@@ -248,9 +267,13 @@ impl Scheduler {
         if self.store.queued_bytes + self.blocked_bytes + self.background_bytes + req.len > l.queued_bytes_max {
             return Err(Error::new(ErrorKind::QueueBytesFull, l.queued_bytes_max));
         }
+        let held = self.holds(req.app);
+        if held && self.stats.background >= u64::from(l.background_held_max) {
+            return Err(Error::new(ErrorKind::BackgroundFull, u64::from(l.background_held_max)));
+        }
         // A background request takes a file record only when it is let in,
         // and waits for one there.
-        if !self.is_background(req.app) && self.store.files_active >= l.files_max as usize && self.store.files.get(&req.file).is_none_or(FileQ::is_idle) {
+        if !held && self.store.files_active >= l.files_max as usize && self.store.files.get(&req.file).is_none_or(FileQ::is_idle) {
             return Err(Error::new(ErrorKind::TooManyFiles, u64::from(l.files_max)));
         }
         Ok(())
@@ -261,10 +284,11 @@ impl Scheduler {
         self.admit_check(&req)?;
         self.register(req.app)?;
         self.stats.inserted += 1;
-        if self.is_background(req.app) {
+        if self.holds(req.app) {
             self.background.push_back(Entry { req, arrival: now, seq: 0 });
             self.background_bytes += req.len;
             self.stats.background += 1;
+            *self.background_held.entry(req.app).or_default() += 1;
             return Ok(());
         }
         self.foreground_last = now;
@@ -295,6 +319,9 @@ impl Scheduler {
     /// file would need a record past `files_max` waits.
     fn admit_background(&mut self, now: Nanos) {
         let grace = self.limits.background_grace_ns;
+        if now < self.background_blocked_until {
+            return;
+        }
         let mut room = if self.foreground_idle_at().is_some_and(|t| now >= t) {
             self.background_max().saturating_sub(self.background_in.len())
         } else {
@@ -303,14 +330,20 @@ impl Scheduler {
         while room > 0 {
             let Some(&e) = self.background.front() else { break };
             if self.store.files_active >= self.limits.files_max as usize && self.store.files.get(&e.req.file).is_none_or(FileQ::is_idle) {
-                // No file record to spare: the trickle tries again after
-                // another grace, not at every call.
-                self.background_last = now;
+                // No file record to spare: try again after a grace, not
+                // at every call.
+                self.background_blocked_until = now.saturating_add(grace);
                 break;
             }
             self.background.pop_front();
             self.background_bytes -= e.req.len;
             self.stats.background -= 1;
+            if let std::collections::hash_map::Entry::Occupied(mut h) = self.background_held.entry(e.req.app) {
+                *h.get_mut() -= 1;
+                if *h.get() == 0 {
+                    h.remove();
+                }
+            }
             self.stats.background_admitted += 1;
             self.background_in.insert(e.req.id);
             self.background_last = now;
@@ -340,7 +373,7 @@ impl Scheduler {
         }
         let idle = self.foreground_idle_at().filter(|_| self.background_in.len() < self.background_max());
         let trickle = self.background_in.is_empty().then(|| self.background_last.saturating_add(self.limits.background_grace_ns));
-        idle.into_iter().chain(trickle).min()
+        idle.into_iter().chain(trickle).min().map(|t| t.max(self.background_blocked_until))
     }
 
     fn admit(&mut self, e: Entry, now: Nanos) {
@@ -535,6 +568,8 @@ impl Scheduler {
         assert!(queued + blocked + self.stats.background <= u64::from(self.limits.queued_requests_max));
         assert_eq!(self.background.len() as u64, self.stats.background, "background count");
         assert_eq!(self.background.iter().map(|e| e.req.len).sum::<u64>(), self.background_bytes, "background bytes");
+        assert_eq!(self.background_held.values().map(|&n| u64::from(n)).sum::<u64>(), self.stats.background, "held per application");
+        assert!(self.stats.background <= u64::from(self.limits.background_held_max), "background_held_max");
         assert!(self.background_in.len() <= self.limits.background_admitted_max as usize, "background let in over its bound");
         assert!(self.background_in.len() as u64 <= queued + blocked + self.stats.inflight_requests, "background let in but not pending");
         self.policy.check(&self.store);

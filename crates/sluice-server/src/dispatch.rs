@@ -58,7 +58,7 @@ const TRACE_NAMED_MAX: usize = 4_096;
 /// Errno and message for a request the scheduler refused.
 fn refusal(e: sluice_core::Error) -> (i32, String) {
     let errno = match e.kind {
-        CoreKind::QueueFull | CoreKind::QueueBytesFull | CoreKind::TooManyFiles => libc::EAGAIN,
+        CoreKind::QueueFull | CoreKind::QueueBytesFull | CoreKind::TooManyFiles | CoreKind::BackgroundFull => libc::EAGAIN,
         CoreKind::TooManyApps => libc::EUSERS,
         CoreKind::RequestTooLarge => libc::E2BIG,
         _ => libc::EINVAL,

@@ -70,10 +70,16 @@ fn client_err(what: &str) -> impl Fn(sluice_client::ClientError) -> Error + '_ {
     move |e| Error::client(what, e)
 }
 
-/// Connection options of the background class: weight 0.
+/// Connection options of the background class: weight 0, as an
+/// application of its own (`<application>-migrate`): the class belongs to
+/// the application, and a migration started inside a job must not put the
+/// job's own I/O in the background.
 pub fn background() -> ConnectOptions {
-    ConnectOptions { weight: 0, ..ConnectOptions::default() }
+    ConnectOptions { weight: 0, app: Some(format!("{}-migrate", sluice_client::default_app())), ..ConnectOptions::default() }
 }
+
+/// The temporary name of the mark while it is written.
+const MARK_TMP: &str = ".zarr.json.migrating";
 
 fn join(a: &str, b: &str) -> String {
     match (a.trim_matches('/'), b.trim_matches('/')) {
@@ -93,6 +99,10 @@ fn walk(remote: &Remote, root: &str) -> Result<(Vec<String>, Vec<String>), Error
         entries.sort_by(|a, b| a.name.cmp(&b.name));
         for e in entries {
             let child = join(&rel, &e.name);
+            if e.name == MARK_TMP {
+                // A mark an earlier, failed run left half written.
+                continue;
+            }
             match e.kind {
                 FileKind::Dir => {
                     dirs.push(child.clone());
@@ -250,12 +260,16 @@ pub fn migrate(src: &Remote, path: &str, dst: &Remote, target: &Target, keep: bo
     let mut marked = meta.clone();
     marked["attributes"][MIGRATED_ATTRIBUTE] = json!({ "path": to, "server": target.addr, "files": files.len(), "bytes": bytes });
     let text = serde_json::to_vec_pretty(&marked).map_err(Error::other)?;
-    let tmp = join(&path, ".zarr.json.migrating");
+    let tmp = join(&path, MARK_TMP);
     write_all(src, &tmp, &text)?;
     src.rename(&tmp, &meta_path).map_err(client_err(&meta_path))?;
     let mut removed = 0;
     if !keep {
-        for f in files.iter().filter(|f| f.as_str() != "zarr.json") {
+        // The nested nodes' metadata first: a reader that resolves while
+        // the data goes finds no unmarked zarr.json below the mark, so it
+        // follows the mark instead of reading missing chunks as fill.
+        let (meta, data): (Vec<&String>, Vec<&String>) = files.iter().filter(|f| f.as_str() != "zarr.json").partition(|f| f.rsplit('/').next() == Some("zarr.json"));
+        for f in meta.into_iter().chain(data) {
             let p = join(&path, f);
             src.unlink(&p).map_err(client_err(&p))?;
             removed += 1;
@@ -269,8 +283,9 @@ pub fn migrate(src: &Remote, path: &str, dst: &Remote, target: &Target, keep: bo
 }
 
 /// Where the array or group at `path` on `addr` is now: follows the
-/// migration mark of the nearest `zarr.json` at or above `path`. Returns
-/// the address and path to read (`addr` and `path` when not migrated).
+/// migration mark of the highest marked `zarr.json` at or above `path`.
+/// Returns the address and path to read (`addr` and `path` when not
+/// migrated).
 pub fn resolve(addr: &str, remote: Arc<Remote>, path: &str) -> Result<(String, Arc<Remote>, String), Error> {
     let (mut addr, mut remote, mut path) = (addr.to_string(), remote, path.trim_matches('/').to_string());
     for _ in 0..RESOLVE_HOPS_MAX {
@@ -288,11 +303,13 @@ pub fn resolve(addr: &str, remote: Arc<Remote>, path: &str) -> Result<(String, A
     Err(Error::new(format!("{path}: more than {RESOLVE_HOPS_MAX} migration marks (RESOLVE_HOPS_MAX); a loop?")))
 }
 
-/// The mark of the nearest `zarr.json` at or above `path`, applied to
-/// `path`: `(server, path there)`.
+/// The mark of the highest marked `zarr.json` at or above `path`,
+/// applied to `path`: `(server, path there)`. From the root down, so that
+/// a marked group wins over an unmarked node below it that a removal in
+/// progress has not reached yet.
 fn mark(remote: &Remote, path: &str) -> Result<Option<(Option<String>, String)>, Error> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    for n in (0..=parts.len()).rev() {
+    for n in 0..=parts.len() {
         let node = parts[..n].join("/");
         let meta_path = zarr_json_path(&node);
         let bytes = match read_all(remote, &meta_path) {
@@ -303,7 +320,7 @@ fn mark(remote: &Remote, path: &str) -> Result<Option<(Option<String>, String)>,
         let meta = parse_json(&meta_path, &bytes)?;
         let m = &meta["attributes"][MIGRATED_ATTRIBUTE];
         if m.is_null() {
-            return Ok(None);
+            continue;
         }
         let to = m["path"].as_str().ok_or_else(|| Error::new(format!("{meta_path}: {MIGRATED_ATTRIBUTE} without a path")))?;
         let rest = parts[n..].join("/");

@@ -186,6 +186,8 @@ fn migration_moves_a_timestep_to_slower_tiers_and_reads_follow_it() {
     let metrics = sluice_server::metrics::get(&s.metrics, "/metrics", std::time::Duration::from_secs(10)).unwrap();
     let admitted = metrics.lines().find_map(|l| l.strip_prefix("sluice_scheduler_background_admitted_total ")).unwrap_or_else(|| panic!("{metrics}"));
     assert!(admitted.parse::<f64>().unwrap() >= 10.0, "background requests let in: {admitted}");
+    // As an application of its own, so a job's own I/O keeps its class.
+    assert!(metrics.lines().any(|l| l.starts_with("sluice_app_requests_total{app=\"") && l.contains("-migrate\"")), "{metrics}");
     // On to a second tier on other servers: the old path follows both marks.
     let out = ok(s.sluice(&["array", "migrate", ":slow/t0", "--to", ":tier2/t0", "--to-server", &tier.addr]));
     assert!(out.contains("source files removed"), "{out}");
@@ -201,6 +203,20 @@ fn migration_moves_a_timestep_to_slower_tiers_and_reads_follow_it() {
     fails(s.sluice(&["array", "migrate", ":run/t1", "--to", "slow"]), "write :PATH");
     // Nothing was lost by the refusals.
     assert!(ok(s.sluice(&["array", "verify", ":run/t1/a"])).contains("every element matches"));
+    // A half-written mark an earlier run left is not copied and does not
+    // stop the removal.
+    std::fs::write(root.join("run/t1/.zarr.json.migrating"), b"{").unwrap();
+    let out = ok(s.sluice(&["array", "migrate", ":run/t1", "--to", ":slow/t1"]));
+    assert!(!root.join("slow/t1/.zarr.json.migrating").exists(), "{out}");
+    assert!(!root.join("run/t1/a").exists() && ok(s.sluice(&["array", "verify", ":run/t1/a"])).contains("every element matches"));
+    // A removal cut short (here: --keep, then a chunk gone from the
+    // source): the marked group wins over the unmarked array below it, so
+    // the reader gets the copy, not the hole as fill values.
+    ok(s.sluice(&["array", "write", ":run/t2/a", "--shape", "16,4", "--chunks", "4,4", "--ranks", "2"]));
+    let whole = ok(s.sluice(&["array", "verify", ":run/t2/a"]));
+    ok(s.sluice(&["array", "migrate", ":run/t2", "--to", ":slow/t2", "--keep"]));
+    std::fs::remove_file(root.join("run/t2/a/c/1/0")).unwrap();
+    assert_eq!(ok(s.sluice(&["array", "verify", ":run/t2/a"])).split("crc32c ").nth(1), whole.split("crc32c ").nth(1));
 }
 
 #[test]

@@ -332,7 +332,9 @@ const GROUP_FILES_COUNTED_MAX: usize = 1 << 16;
 fn group_held_bytes(remote: &Remote, path: &str) -> anyhow::Result<Vec<u64>> {
     let Remote::Cluster(k) = remote else { return Ok(Vec::new()) };
     let mut held = vec![0u64; k.striped().servers().len()];
-    let parent = path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+    // An array at the top has no group: the whole namespace is not one.
+    let Some((parent, _)) = path.rsplit_once('/') else { return Ok(held) };
+    let parent = parent.to_string();
     let (mut todo, mut files) = (vec![parent], 0usize);
     while let Some(dir) = todo.pop() {
         let entries = match remote.readdir(&dir) {
