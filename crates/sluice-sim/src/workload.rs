@@ -90,7 +90,9 @@ pub fn choose_groups(shares: &[u64], k: u64) -> Vec<std::ops::Range<usize>> {
     };
     let mut split = Vec::new();
     for i in 0..count {
-        let mut stack = vec![bound(i)..bound(i + 1)];
+        // A stack of groups, starting with this one.
+        let mut stack = Vec::new();
+        stack.push(bound(i)..bound(i + 1));
         while let Some(g) = stack.pop() {
             if g.is_empty() {
                 continue;
