@@ -82,11 +82,41 @@ fn lease_bytes_max_at_n_and_n_plus_1() {
     let mut buf = vec![0u8; 64 << 10];
     c.pread(fd, &mut buf, 0).unwrap();
     assert_eq!(counts(&c, "bound"), (0, n), "a lease covers lease_bytes_max");
-    // The last byte of the lease is inside it, the next one is not.
+    // The last byte of the lease is inside it, the next one is not. The
+    // read of byte N-1, past the lease's middle, also asks for the next
+    // lease ahead (from N: `Client::lease_ahead`), and only that.
     c.pread(fd, &mut buf[..1], n - 1).unwrap();
-    assert_eq!(counts(&c, "bound"), (0, n), "byte N-1 is read under the lease");
+    assert_eq!(counts(&c, "bound"), (0, 2 * n), "byte N-1 is read under the lease; the next lease, from N, is asked for ahead");
+    // A read reaching byte N from N-1 is not the one asked ahead (it
+    // starts at N-1): that one is dropped, and this read asks again.
     c.pread(fd, &mut buf[..2], n - 1).unwrap();
-    assert_eq!(counts(&c, "bound").1, 2 * n, "a read reaching byte N asks again (and gets a new lease)");
+    assert_eq!(counts(&c, "bound").1, 3 * n, "a read reaching byte N asks again (and gets a new lease)");
+}
+
+#[test]
+fn a_sequential_reader_gets_each_next_lease_ahead_and_wastes_none() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    // Leases of 2 MiB over an 8 MiB file read in 1 MiB reads: each lease
+    // is asked for while the one before is being read, taken when the
+    // reader reaches it, and together they cover the file once.
+    let s = TestServer::start(|c| c.limits.lease_bytes_max = 2 << 20);
+    let data = pattern(8 << 20, 5);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let c = client(&s, "seq", true);
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..8usize {
+        assert_eq!(c.pread(fd, &mut buf, (i << 20) as u64).unwrap(), 1 << 20);
+        assert_eq!(buf, data[i << 20..(i + 1) << 20], "read {i}");
+    }
+    assert_eq!(c.pread(fd, &mut buf, 8 << 20).unwrap(), 0, "end of file");
+    // One scheduled request: the read at the end of the file, asked ahead
+    // (no lease there) and taken by the last read.
+    assert_eq!(counts(&c, "seq"), (1, 8 << 20), "no lease granted twice, nothing else scheduled");
+    c.close(fd).unwrap();
 }
 
 #[test]
