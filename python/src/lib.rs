@@ -74,6 +74,40 @@ struct Client {
     inner: Inner,
 }
 
+impl Client {
+    /// List I/O into (`write`: from) `obj`'s bytes, in one request, with
+    /// or without a server-directed group.
+    fn list_io(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, obj: &Bound<'_, PyAny>, write: bool, group: Option<Group>) -> PyResult<usize> {
+        let (pieces, total) = pieces_of(pieces)?;
+        let bytes = Bytes::get(obj, !write)?;
+        let (addr, len) = bytes.addr_len();
+        if len < total {
+            let what = if write { "the data holds" } else { "the buffer holds" };
+            return Err(PyValueError::new_err(format!("{what} {len} bytes, the pieces {total}")));
+        }
+        py.allow_threads(move || {
+            // SAFETY: as in `pread`: the exported buffer stays alive (held
+            // by `bytes`) for the call, `len` contiguous bytes, writable
+            // when reading into it.
+            if write {
+                let b = unsafe { std::slice::from_raw_parts(addr as *const u8, total) };
+                match group {
+                    Some(g) => self.inner.write_list_group(Fd(fd), &pieces, b, g),
+                    None => self.inner.write_list(Fd(fd), &pieces, b),
+                }
+            } else {
+                // SAFETY: as above; the buffer was exported writable.
+                let b = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, total) };
+                match group {
+                    Some(g) => self.inner.read_list_group(Fd(fd), &pieces, b, g),
+                    None => self.inner.read_list(Fd(fd), &pieces, b),
+                }
+            }
+        })
+        .map_err(os_error)
+    }
+}
+
 #[pymethods]
 impl Client {
     #[new]
@@ -130,35 +164,13 @@ impl Client {
     /// Read the pieces `[(offset, length), ...]` of the file, in order,
     /// into `buf` back to back, in one request; the bytes read.
     fn read_list(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, buf: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let (pieces, total) = pieces_of(pieces)?;
-        let buf = Bytes::get(buf, true)?;
-        let (addr, len) = buf.addr_len();
-        if len < total {
-            return Err(PyValueError::new_err(format!("the buffer holds {len} bytes, the pieces {total}")));
-        }
-        py.allow_threads(move || {
-            // SAFETY: as in `pread`.
-            let b = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, total) };
-            self.inner.read_list(Fd(fd), &pieces, b)
-        })
-        .map_err(os_error)
+        self.list_io(py, fd, pieces, buf, false, None)
     }
 
     /// Write `data` back to back over the pieces `[(offset, length), ...]`
     /// of the file, in one request.
     fn write_list(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, data: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let (pieces, total) = pieces_of(pieces)?;
-        let data = Bytes::get(data, false)?;
-        let (addr, len) = data.addr_len();
-        if len < total {
-            return Err(PyValueError::new_err(format!("the data holds {len} bytes, the pieces {total}")));
-        }
-        py.allow_threads(move || {
-            // SAFETY: as in `pread`, read-only use.
-            let b = unsafe { std::slice::from_raw_parts(addr as *const u8, total) };
-            self.inner.write_list(Fd(fd), &pieces, b)
-        })
-        .map_err(os_error)
+        self.list_io(py, fd, pieces, data, true, None)
     }
 
     /// `write_list` as one participant of a server-directed group: the
@@ -167,39 +179,17 @@ impl Client {
     /// them all with ETIMEDOUT after `wait_ms`, then serves them together
     /// in disk order. The bytes written.
     #[pyo3(signature = (fd, pieces, data, group_id, participants, wait_ms = 30_000))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
     fn write_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, data: &Bound<'_, PyAny>, group_id: u64, participants: u32, wait_ms: u32) -> PyResult<usize> {
-        let (pieces, total) = pieces_of(pieces)?;
-        let data = Bytes::get(data, false)?;
-        let (addr, len) = data.addr_len();
-        if len < total {
-            return Err(PyValueError::new_err(format!("the data holds {len} bytes, the pieces {total}")));
-        }
-        let group = Group { id: group_id, participants, wait_ms };
-        py.allow_threads(move || {
-            // SAFETY: as in `pread`, read-only use.
-            let b = unsafe { std::slice::from_raw_parts(addr as *const u8, total) };
-            self.inner.write_list_group(Fd(fd), &pieces, b, group)
-        })
-        .map_err(os_error)
+        self.list_io(py, fd, pieces, data, true, Some(Group { id: group_id, participants, wait_ms }))
     }
 
     /// `read_list` as one participant of a server-directed group (see
     /// `write_list_group`). The bytes read.
     #[pyo3(signature = (fd, pieces, buf, group_id, participants, wait_ms = 30_000))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
     fn read_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, buf: &Bound<'_, PyAny>, group_id: u64, participants: u32, wait_ms: u32) -> PyResult<usize> {
-        let (pieces, total) = pieces_of(pieces)?;
-        let buf = Bytes::get(buf, true)?;
-        let (addr, len) = buf.addr_len();
-        if len < total {
-            return Err(PyValueError::new_err(format!("the buffer holds {len} bytes, the pieces {total}")));
-        }
-        let group = Group { id: group_id, participants, wait_ms };
-        py.allow_threads(move || {
-            // SAFETY: as in `pread`.
-            let b = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, total) };
-            self.inner.read_list_group(Fd(fd), &pieces, b, group)
-        })
-        .map_err(os_error)
+        self.list_io(py, fd, pieces, buf, false, Some(Group { id: group_id, participants, wait_ms }))
     }
 
     /// The file's size in bytes.

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use sluice_server::DeviceKind;
-use sluice_sim::{AioliOverrides, App, Bounds, Client, Cluster, Interface, Network, OpName, ProfileFigures, Server};
+use sluice_sim::{AioliOverrides, App, Bounds, Client, Cluster, Network, OpName, ProfileFigures, Server};
 
 use crate::calibrate::ModelFile;
 use crate::workload::pattern::{AppSpec, Dir, Pattern};
@@ -179,22 +179,7 @@ fn twin_app(a: &AppSpec) -> Result<App, String> {
     if !a.shared_file || a.replay.is_some() {
         return Err(format!("{}: only shared-file pattern applications have a twin", a.name));
     }
-    Ok(App {
-        name: a.name.clone(),
-        procs: u64::from(a.procs),
-        op: if a.op == Dir::Write { OpName::Write } else { OpName::Read },
-        pattern,
-        bytes: a.bytes(),
-        granularity_bytes: a.granularity,
-        interface: Interface::Posix,
-        aggregators: 1,
-        k_bytes: 0,
-        think_ns: 0,
-        start_ns: 0,
-        blocks_per_call: 1,
-        sweep: false,
-        recorded: None,
-    })
+    Ok(App::posix(a.name.clone(), u64::from(a.procs), if a.op == Dir::Write { OpName::Write } else { OpName::Read }, pattern, a.bytes(), a.granularity))
 }
 
 /// Run every workload for real and in the simulator.

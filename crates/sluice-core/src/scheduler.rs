@@ -253,7 +253,8 @@ impl Scheduler {
         Ok(())
     }
 
-    fn admit_check(&self, req: &Request) -> Result<(), Error> {
+    /// `held`: the request would be held in the background (`holds`).
+    fn admit_check(&self, req: &Request, held: bool) -> Result<(), Error> {
         let l = &self.limits;
         if req.len == 0 || req.offset.checked_add(req.len).is_none() {
             return Err(Error::new(ErrorKind::InvalidRequest, 0));
@@ -267,7 +268,6 @@ impl Scheduler {
         if self.store.queued_bytes + self.blocked_bytes + self.background_bytes + req.len > l.queued_bytes_max {
             return Err(Error::new(ErrorKind::QueueBytesFull, l.queued_bytes_max));
         }
-        let held = self.holds(req.app);
         if held && self.stats.background >= u64::from(l.background_held_max) {
             return Err(Error::new(ErrorKind::BackgroundFull, u64::from(l.background_held_max)));
         }
@@ -281,10 +281,11 @@ impl Scheduler {
 
     /// Admit a request that arrived at `now`. On error nothing changed.
     pub fn enqueue(&mut self, req: Request, now: Nanos) -> Result<(), Error> {
-        self.admit_check(&req)?;
+        let held = self.holds(req.app);
+        self.admit_check(&req, held)?;
         self.register(req.app)?;
         self.stats.inserted += 1;
-        if self.holds(req.app) {
+        if held {
             self.background.push_back(Entry { req, arrival: now, seq: 0 });
             self.background_bytes += req.len;
             self.stats.background += 1;

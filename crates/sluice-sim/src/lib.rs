@@ -187,20 +187,15 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
     let servers = (procs / 100).clamp(1, scenario::SIM_SERVERS_MAX);
     let apps = (0..100u64.min(procs))
         .map(|i| App {
-            name: format!("bench-{i}"),
-            procs: procs / 100.min(procs) + u64::from(i < procs % 100.min(procs)),
-            op: if i % 2 == 0 { OpName::Read } else { OpName::Write },
-            pattern: if i % 3 == 0 { Pattern::Strided } else { Pattern::Contiguous },
-            bytes: (procs / 100.min(procs) + 1) * requests * 65_536,
-            granularity_bytes: 65_536,
-            interface: Interface::Posix,
-            aggregators: 1,
-            k_bytes: 0,
             think_ns: 100_000,
-            start_ns: 0,
-            blocks_per_call: 1,
-            sweep: false,
-            recorded: None,
+            ..App::posix(
+                format!("bench-{i}"),
+                procs / 100.min(procs) + u64::from(i < procs % 100.min(procs)),
+                if i % 2 == 0 { OpName::Read } else { OpName::Write },
+                if i % 3 == 0 { Pattern::Strided } else { Pattern::Contiguous },
+                (procs / 100.min(procs) + 1) * requests * 65_536,
+                65_536,
+            )
         })
         .collect();
     Scenario {

@@ -434,6 +434,28 @@ impl Scenario {
 }
 
 impl App {
+    /// An application built in code rather than read from a file: a POSIX
+    /// one with the file format's defaults (one aggregator, no think time,
+    /// one block per call, not swept, not recorded).
+    pub fn posix(name: String, procs: u64, op: OpName, pattern: Pattern, bytes: u64, granularity_bytes: u64) -> App {
+        App {
+            name,
+            procs,
+            op,
+            pattern,
+            bytes,
+            granularity_bytes,
+            interface: posix(),
+            aggregators: one(),
+            k_bytes: 0,
+            think_ns: 0,
+            start_ns: 0,
+            blocks_per_call: one(),
+            sweep: false,
+            recorded: None,
+        }
+    }
+
     fn validate(&self) -> Result<(), Error> {
         let bad = |what: &str| Err(invalid(format!("application {:?}: {what}", self.name)));
         if self.procs == 0 {

@@ -211,20 +211,8 @@ impl Recording {
         let bytes = rec.requests.iter().map(|r| r.req.len).sum();
         let len_max = rec.requests.iter().map(|r| r.req.len).max().unwrap_or(1);
         Ok(crate::App {
-            name: rec.name(AppId(1)),
-            procs: ranks as u64,
-            op: crate::OpName::Read,
-            pattern: crate::Pattern::Contiguous,
-            bytes,
-            granularity_bytes: len_max,
-            interface: crate::Interface::Posix,
-            aggregators: 1,
-            k_bytes: 0,
-            think_ns: 0,
-            start_ns: 0,
-            blocks_per_call: 1,
-            sweep: false,
             recorded: Some(std::sync::Arc::new(recorded)),
+            ..crate::App::posix(rec.name(AppId(1)), ranks as u64, crate::OpName::Read, crate::Pattern::Contiguous, bytes, len_max)
         })
     }
 
