@@ -6,6 +6,7 @@
 //! synchronous I/O, against either the backing files directly (`direct`,
 //! the seed's "POSIX" column) or a sluice server under a named policy.
 
+pub mod cpu;
 pub mod pattern;
 pub mod replay;
 pub mod report;

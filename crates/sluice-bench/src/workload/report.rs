@@ -38,6 +38,11 @@ pub struct RunReport {
     pub dispatches: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_busy_s: Option<f64>,
+    /// CPU used from the start until the last process finished: the
+    /// whole machine's and the started server's (`cpu_s`, `cpu_share`,
+    /// `server_cpu_s`). None where `/proc` cannot be read.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<super::cpu::CpuUse>,
 }
 
 /// A device cost model (`sluice_core::DeviceCost`), as reported.
@@ -132,6 +137,16 @@ pub fn table(r: &Report) -> String {
         for run in &runs {
             let rpd: Vec<f64> = run.apps.iter().filter_map(|a| a.requests_per_dispatch).collect();
             let cell = if rpd.is_empty() { "-".to_string() } else { format!("{:.1}", rpd.iter().sum::<f64>() / rpd.len() as f64) };
+            out += &format!(" {cell:>12}");
+        }
+        out += &format!("\n{:<40}", "CPU s, all processes (% of cores)");
+        for run in &runs {
+            let cell = run.cpu.map_or("-".to_string(), |c| format!("{:.2} ({:.0}%)", c.cpu_s, c.cpu_share * 100.0));
+            out += &format!(" {cell:>12}");
+        }
+        out += &format!("\n{:<40}", "CPU s of the server");
+        for run in &runs {
+            let cell = run.cpu.and_then(|c| c.server_cpu_s).map_or("-".to_string(), |s| format!("{s:.2}"));
             out += &format!(" {cell:>12}");
         }
         out += "\n";

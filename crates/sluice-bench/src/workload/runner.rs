@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use sluice_server::{DeviceKind, Listen, Server, ServerConfig};
 
+use super::cpu::{CpuSample, CpuUse};
 use super::pattern::AppSpec;
 use super::replay::ReplayLog;
 use super::report::{jain, AppReport, Report, RunReport};
@@ -162,8 +163,9 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
         }
     };
     let label = mode.to_string();
-    let times = run_workers(cfg, apps, &target, &label);
+    let timed = run_workers(cfg, apps, &target, &label);
     let stats = server.as_mut().map(|s| s.stats());
+    let started = server.is_some();
     let (mut device_model, mut dispatches, mut device_busy_s) = (None, None, None);
     if let Some(mut s) = server {
         let summary = s.shutdown().map_err(|e| WorkloadError::usage(format!("server shutdown: {e}")))?;
@@ -171,7 +173,10 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
         dispatches = Some(summary.scheduler.dispatches);
         device_busy_s = Some(summary.device_busy_ns as f64 / 1e9);
     }
-    let times = times?;
+    let (times, mut cpu) = timed?;
+    if let (Some(c), false) = (&mut cpu, started) {
+        c.server_cpu_s = None;
+    }
     let apps: Vec<AppReport> = apps
         .iter()
         .zip(times)
@@ -190,7 +195,7 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
         .collect();
     let makespan_s = apps.iter().map(|a| a.completion_s).fold(0.0, f64::max);
     let jain = jain(&apps.iter().map(|a| a.mib_s).collect::<Vec<_>>());
-    Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps, device_model, dispatches, device_busy_s })
+    Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps, device_model, dispatches, device_busy_s, cpu })
 }
 
 fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHandle, WorkloadError> {
@@ -227,8 +232,9 @@ enum Event {
 }
 
 /// Start one worker per rank, release them together, and return each
-/// application's completion time in seconds.
-fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) -> Result<Vec<f64>, WorkloadError> {
+/// application's completion time in seconds, with the CPU used from the
+/// start until the last worker finished.
+fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) -> Result<(Vec<f64>, Option<CpuUse>), WorkloadError> {
     let (tx, rx) = mpsc::channel();
     let mut workers = Workers(Vec::new());
     let mut stdins: Vec<ChildStdin> = Vec::new();
@@ -259,6 +265,7 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
             Ok(Event::Done(..)) | Err(_) => return Err(WorkloadError::usage("workers did not get ready in time".into())),
         }
     }
+    let cpu0 = CpuSample::now();
     let t0 = Instant::now();
     for s in &mut stdins {
         s.write_all(b"go\n").map_err(|e| WorkloadError::io("start signal".into(), e))?;
@@ -266,6 +273,7 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
     drop(stdins);
     let mut done = vec![0.0f64; apps.len()];
     let mut moved = vec![0u64; apps.len()];
+    let mut cpu = None;
     for finished in 1..=n {
         match rx.recv() {
             Ok(Event::Done(w, at, r)) => {
@@ -274,6 +282,9 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
             }
             Ok(Event::Failed(w, msg)) => return Err(WorkloadError::usage(format!("worker {w} ({}) failed: {msg}", apps[owner[w]].name))),
             Ok(Event::Ready) | Err(_) => return Err(WorkloadError::usage("a worker vanished".into())),
+        }
+        if finished == n {
+            cpu = cpu0.zip(CpuSample::now()).map(|(a, b)| a.until(&b));
         }
         if cfg.progress && std::io::stderr().is_terminal() {
             eprint!("\r  {label:<12} [{:<30}] {finished}/{n} processes done", "#".repeat(finished * 30 / n));
@@ -287,7 +298,7 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
             return Err(WorkloadError::usage(format!("{} moved {m} bytes, expected {}", a.name, a.bytes())));
         }
     }
-    Ok(done)
+    Ok((done, cpu))
 }
 
 /// A thread per worker turning its output into events.

@@ -1,0 +1,108 @@
+//! Where the CPU went during a timed run: the whole machine's busy time
+//! (`/proc/stat`) and this process's (`/proc/self/stat`: the started
+//! server's threads live here; the workers are other processes). On a
+//! machine with few cores, a mode that keeps every core busy is limited
+//! by what each request costs in CPU, not by the device: these figures
+//! say which.
+
+use serde::Serialize;
+
+/// A reading of the clocks, taken at the start and the end of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSample {
+    /// Ticks spent busy by all CPUs (user, nice, system, irq, softirq, steal).
+    busy: u64,
+    /// Ticks of all CPUs, busy or idle.
+    all: u64,
+    /// Ticks this process spent (user and system).
+    own: u64,
+}
+
+/// CPU used between two samples.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq)]
+pub struct CpuUse {
+    /// CPU seconds the whole machine spent busy (every process).
+    pub cpu_s: f64,
+    /// That as a share of every core's time (1.0: all cores busy throughout).
+    pub cpu_share: f64,
+    /// CPU seconds of the benchmark's own process, which holds the server
+    /// it started; None in `direct` mode and with an external server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_cpu_s: Option<f64>,
+}
+
+impl CpuSample {
+    /// Now; None where `/proc` cannot be read (not Linux).
+    pub fn now() -> Option<CpuSample> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let own = std::fs::read_to_string("/proc/self/stat").ok()?;
+        parse(&stat, &own)
+    }
+
+    /// What was used from `self` to `later`.
+    pub fn until(&self, later: &CpuSample) -> CpuUse {
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let busy = later.busy.saturating_sub(self.busy);
+        let all = later.all.saturating_sub(self.all);
+        CpuUse {
+            cpu_s: busy as f64 / hz,
+            cpu_share: if all == 0 { 0.0 } else { busy as f64 / all as f64 },
+            server_cpu_s: Some(later.own.saturating_sub(self.own) as f64 / hz),
+        }
+    }
+}
+
+/// The aggregate `cpu` line of `/proc/stat` and fields 14-15 (utime,
+/// stime) of `/proc/self/stat`.
+fn parse(stat: &str, own: &str) -> Option<CpuSample> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line.split_whitespace().skip(1).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already counted in user.
+    if f.len() < 8 {
+        return None;
+    }
+    let busy = f[0] + f[1] + f[2] + f[5] + f[6] + f[7];
+    let all = busy + f[3] + f[4];
+    // The command name is in parentheses and may hold spaces: count from
+    // the last ')'. After it come state (field 3) ... utime (14), stime (15).
+    let rest = &own[own.rfind(')')? + 1..];
+    let g: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = g.get(11)?.parse().ok()?;
+    let stime: u64 = g.get(12)?.parse().ok()?;
+    Some(CpuSample { busy, all, own: utime + stime })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "cpu  100 5 50 1000 20 3 2 10 0 0\ncpu0 50 2 25 500 10 1 1 5 0 0\nintr 1\n";
+    const OWN: &str = "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 37 11 0 0 20 0 9 0 100 0 0";
+
+    #[test]
+    fn reads_the_machine_and_the_process() {
+        let s = parse(STAT, OWN).expect("parses");
+        assert_eq!(s, CpuSample { busy: 100 + 5 + 50 + 3 + 2 + 10, all: 170 + 1000 + 20, own: 48 });
+    }
+
+    #[test]
+    fn use_between_two_samples() {
+        let a = CpuSample { busy: 100, all: 1000, own: 10 };
+        let b = CpuSample { busy: 400, all: 1400, own: 60 };
+        let u = a.until(&b);
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        assert!((u.cpu_s - 300.0 / hz).abs() < 1e-12);
+        assert!((u.cpu_share - 0.75).abs() < 1e-12);
+        assert!((u.server_cpu_s.expect("measured") - 50.0 / hz).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_truncated_line_is_no_sample() {
+        assert!(parse("cpu  1 2 3\n", OWN).is_none());
+        assert!(parse(STAT, "4242 (x) S 1").is_none());
+        assert!(CpuSample::now().is_some(), "this test runs on Linux");
+    }
+}
