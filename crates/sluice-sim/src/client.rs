@@ -28,8 +28,8 @@ impl World {
         match self.apps[a].interface {
             Interface::Posix if self.think_before(p) > 0 => self.q.push(now + self.think_before(p), Ev::Ready(p)),
             Interface::Posix => self.proc_ready(p, now),
-            Interface::Mpiio if self.apps[a].started == self.apps[a].procs => self.round_begin(a as u32, now),
-            Interface::Mpiio => Ok(()),
+            Interface::Mpiio | Interface::ServerDirected if self.apps[a].started == self.apps[a].procs => self.round_begin(a as u32, now),
+            Interface::Mpiio | Interface::ServerDirected => Ok(()),
         }
     }
 
@@ -156,11 +156,16 @@ impl World {
             Interface::Posix => self.proc_ready(p, now),
             Interface::Mpiio if write => self.round_part_done(pr.app, now),
             Interface::Mpiio => self.scatter(p, now),
+            Interface::ServerDirected => unreachable!("server-directed calls finish in list_reply_arrive"),
         }
     }
 
-    /// Start two-phase round `apps[a].round`, or finish the application.
+    /// Start two-phase (or server-directed) round `apps[a].round`, or
+    /// finish the application.
     pub(crate) fn round_begin(&mut self, a: u32, now: Time) -> Result<(), Error> {
+        if self.apps[a as usize].interface == Interface::ServerDirected {
+            return self.directed_round_begin(a, now);
+        }
         let app = &mut self.apps[a as usize];
         let tp = app.two_phase;
         if app.round >= tp.rounds() {
@@ -230,6 +235,88 @@ impl World {
         let ag = (0..app.two_phase.aggregators).find(|&g| app.first + app.two_phase.rank(g, app.procs) as u32 == agg).expect("an aggregator");
         let (off, len) = app.two_phase.part(app.round, ag);
         self.begin_request(agg, off, len, now)
+    }
+
+    /// Server-directed round: every process with a call left sends each
+    /// server one list message of its pieces there; each server learns
+    /// first how many messages of the round to wait for.
+    fn directed_round_begin(&mut self, a: u32, now: Time) -> Result<(), Error> {
+        let app = &self.apps[a as usize];
+        let (first, procs, layout, round, write, file) = (app.first, app.procs, app.layout, app.round, app.write, app.file);
+        let srv = self.sc.server.clone();
+        let mut bundles: Vec<(u32, u32)> = Vec::new();
+        let mut active = 0;
+        for rank in 0..procs {
+            if round >= layout.requests(rank) {
+                continue;
+            }
+            active += 1;
+            let p = first + rank as u32;
+            let (b0, count) = layout.call(rank, round);
+            let mut mine: Vec<(u32, u32)> = Vec::new(); // (server, bundle)
+            for blk in b0..b0 + count {
+                let (mut off, len) = layout.request(rank, blk);
+                let end = off + len;
+                while off < end {
+                    let (server, local, room) = stripe_map(off, srv.stripe_bytes, srv.stripe_count, file % srv.count, srv.count);
+                    let n = (end - off).min(room);
+                    let b = match mine.iter().find(|(s, _)| *s == server as u32) {
+                        Some(&(_, b)) => b,
+                        None => {
+                            let b = self.bundles.insert(crate::state::Bundle { proc: p, server: server as u32, write, ..Default::default() })?;
+                            if self.bundle_pieces.len() <= b as usize {
+                                self.bundle_pieces.resize_with(b as usize + 1, Vec::new);
+                            }
+                            mine.push((server as u32, b));
+                            b
+                        }
+                    };
+                    let piece = Piece { proc: p, app: a, server: server as u32, file, write, offset: local, len: n, sent_at: now, bundle: Some(b), ..Piece::default() };
+                    let id = self.pieces.insert(piece)?;
+                    self.bundle_pieces[b as usize].push(id);
+                    let bd = self.bundles.get_mut(b);
+                    (bd.left, bd.bytes) = (bd.left + 1, bd.bytes + n);
+                    off += n;
+                }
+            }
+            let pr = &mut self.procs[p as usize];
+            (pr.inflight, pr.req_at, pr.next, pr.write, pr.file) = (mine.len() as u32, now, pr.next + 1, write, file);
+            bundles.extend(mine);
+        }
+        if active == 0 {
+            self.apps[a as usize].done_at = Some(now);
+            return Ok(());
+        }
+        self.apps[a as usize].pending = active;
+        for &(server, _) in &bundles {
+            self.servers[server as usize].held.entry(a).or_default().expect += 1;
+        }
+        for (server, b) in bundles {
+            let bd = *self.bundles.get(b);
+            // A list message names each piece (offset and length, 16 bytes).
+            let bytes = self.net.wire_bytes(if write { bd.bytes } else { 0 }) + 16 * self.bundle_pieces[b as usize].len() as u64;
+            let node = self.procs[bd.proc as usize].node;
+            self.send(MsgKind::ToServerList, b, node, self.server_node(server), bytes, now)?;
+        }
+        Ok(())
+    }
+
+    /// A server answered one of a process's list messages.
+    pub(crate) fn list_reply_arrive(&mut self, b: u32, now: Time) -> Result<(), Error> {
+        let bd = self.bundles.remove(b);
+        for id in std::mem::take(&mut self.bundle_pieces[b as usize]) {
+            self.pieces.remove(id);
+        }
+        let pr = &mut self.procs[bd.proc as usize];
+        pr.inflight -= 1;
+        if pr.inflight > 0 {
+            return Ok(());
+        }
+        let (app, req_at, bytes) = (pr.app, pr.req_at, bd.bytes);
+        if let Some(t) = self.trace.as_mut() {
+            t.process_span(bd.proc, req_at, now, if bd.write { Op::Write } else { Op::Read }, bytes);
+        }
+        self.round_part_done(app, now)
     }
 
     /// One process (reads) or aggregator (writes) finished its round.

@@ -242,12 +242,19 @@ pub enum Pattern {
     Contiguous,
 }
 
-/// POSIX (independent) or MPI-IO two-phase collective I/O.
+/// POSIX (independent), MPI-IO two-phase collective I/O, or a
+/// server-directed collective (Panda; sluice's collective groups).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Interface {
     Posix,
     Mpiio,
+    /// Per round every process sends each server one list message with
+    /// all its pieces of its next call there; a server holds a round's
+    /// messages until every process that has pieces for it sent its
+    /// own, then hands them all to its scheduler at once (in offset
+    /// order) and answers each message when its pieces are done.
+    ServerDirected,
 }
 
 /// Read or write.
@@ -476,8 +483,8 @@ impl App {
         if self.blocks_per_call == 0 || self.blocks_per_call > BLOCKS_PER_CALL_MAX {
             return bad(&format!("blocks_per_call must be 1..={BLOCKS_PER_CALL_MAX}"));
         }
-        if self.blocks_per_call > 1 && (self.pattern != Pattern::Strided || self.interface != Interface::Posix) {
-            return bad("blocks_per_call > 1 needs the strided pattern and the POSIX interface");
+        if self.blocks_per_call > 1 && (self.pattern != Pattern::Strided || self.interface == Interface::Mpiio) {
+            return bad("blocks_per_call > 1 needs the strided pattern and the POSIX or server-directed interface");
         }
         Ok(())
     }

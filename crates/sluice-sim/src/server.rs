@@ -44,6 +44,30 @@ impl World {
         self.submit(id, now)
     }
 
+    /// Server-directed: a process's list message arrived; once every
+    /// expected one of its round is here, the round's pieces go to the
+    /// scheduler together, in offset order.
+    pub(crate) fn list_arrive(&mut self, b: u32, now: Time) -> Result<(), Error> {
+        let s = self.bundles.get(b).server;
+        let app = self.pieces.get(self.bundle_pieces[b as usize][0]).app;
+        let held = self.servers[s as usize].held.get_mut(&app).expect("a round announced at its start");
+        held.bundles.push(b);
+        if held.bundles.len() < held.expect as usize {
+            return Ok(());
+        }
+        let held = self.servers[s as usize].held.remove(&app).expect("present");
+        let mut ids: Vec<u32> = held.bundles.iter().flat_map(|&b| self.bundle_pieces[b as usize].iter().copied()).collect();
+        ids.sort_by_key(|&id| (self.pieces.get(id).offset, id));
+        for id in ids {
+            let p = *self.pieces.get(id);
+            let (app, client) = self.ids(&p);
+            let op = if p.write { Op::Write } else { Op::Read };
+            let req = Request { id: RequestId(u64::from(id)), app, client, file: FileId(p.file), op, offset: p.offset, len: p.len };
+            self.servers[s as usize].submit(req, now)?;
+        }
+        self.poll(s, now)
+    }
+
     fn submit(&mut self, id: u32, now: Time) -> Result<(), Error> {
         let p = *self.pieces.get(id);
         let (app, client) = self.ids(&p);
@@ -106,6 +130,17 @@ impl World {
             self.servers[p.server as usize].dirty -= p.len;
             self.pieces.remove(id);
             return Ok(());
+        }
+        if let Some(b) = p.bundle {
+            let bd = self.bundles.get_mut(b);
+            bd.left -= 1;
+            if bd.left > 0 {
+                return Ok(());
+            }
+            let bd = *bd;
+            let bytes = self.net.wire_bytes(if bd.write { 0 } else { bd.bytes });
+            let dst = self.procs[bd.proc as usize].node;
+            return self.send(MsgKind::ListReply, b, self.server_node(bd.server), dst, bytes, now);
         }
         self.reply(id, now)
     }

@@ -52,8 +52,8 @@ impl World {
         for s in &self.servers {
             s.check_drained()?;
         }
-        if self.pieces.live() != 0 || self.msgs.live() != 0 {
-            return Err(Error::new(ErrorKind::Stuck, format!("{} pieces, {} messages left", self.pieces.live(), self.msgs.live())));
+        if self.pieces.live() != 0 || self.msgs.live() != 0 || self.bundles.live() != 0 {
+            return Err(Error::new(ErrorKind::Stuck, format!("{} pieces, {} messages, {} list messages left", self.pieces.live(), self.msgs.live(), self.bundles.live())));
         }
         Ok(())
     }
@@ -78,6 +78,8 @@ impl World {
             MsgKind::Reply => self.reply_arrive(msg.id, now),
             MsgKind::ToProc => self.exchange_to_proc(msg.id, now),
             MsgKind::ToAgg => self.exchange_to_agg(msg.id, now),
+            MsgKind::ToServerList => self.list_arrive(msg.id, now),
+            MsgKind::ListReply => self.list_reply_arrive(msg.id, now),
         }
     }
 

@@ -59,6 +59,10 @@ pub(crate) enum MsgKind {
     ToProc,
     /// Two-phase write: a process's data for an aggregator.
     ToAgg,
+    /// Server-directed: a process's list message (a bundle) to a server.
+    ToServerList,
+    /// Server-directed: the server's answer to a bundle.
+    ListReply,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -92,6 +96,30 @@ pub(crate) struct Piece {
     pub missing: u32,
     /// When its process sent it (for the trace).
     pub sent_at: Time,
+    /// Server-directed: the bundle (list message) it travels in.
+    pub bundle: Option<u32>,
+}
+
+/// Server-directed: one process's list message to one server in one
+/// round; its pieces are `World::bundle_pieces[id]`.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Bundle {
+    pub proc: u32,
+    pub server: u32,
+    /// Pieces not yet done on the device.
+    pub left: u32,
+    /// Data bytes of its pieces.
+    pub bytes: u64,
+    pub write: bool,
+}
+
+/// Server-directed: a round's messages a server holds for one
+/// application until every expected one arrived.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Held {
+    /// Processes that have pieces for this server in this round.
+    pub expect: u32,
+    pub bundles: Vec<u32>,
 }
 
 /// One application during a run.
@@ -152,6 +180,10 @@ pub(crate) struct World {
     pub servers: Vec<ServerState>,
     pub pieces: Slab<Piece>,
     pub msgs: Slab<Msg>,
+    /// Server-directed list messages in flight or held, and their pieces
+    /// (indexed like the slab; emptied when a bundle is answered).
+    pub bundles: Slab<Bundle>,
+    pub bundle_pieces: Vec<Vec<u32>>,
     pub trace: Option<Trace>,
     pub compute_nodes: u32,
 }
@@ -174,6 +206,8 @@ impl World {
             servers,
             pieces: Slab::new(own + FILL_PIECES_MAX, "pieces"),
             msgs: Slab::new(own + FILL_PIECES_MAX + aggs as usize, "messages"),
+            bundles: Slab::new((procs_total * sc.server.count) as usize, "list messages"),
+            bundle_pieces: Vec::new(),
             trace,
             compute_nodes: sc.cluster.compute_nodes as u32,
         };
@@ -272,6 +306,8 @@ pub(crate) struct ServerState {
     pub cache_bytes: u64,
     pub blocks: Blocks,
     pub stats: DevStats,
+    /// Server-directed rounds being gathered, per application.
+    pub held: HashMap<u32, Held>,
 }
 
 /// The device model a scenario names.
@@ -316,6 +352,7 @@ impl ServerState {
             cache_bytes: sc.server.cache_bytes,
             blocks: Blocks { block, max: (sc.server.cache_bytes / block) as usize, ..Blocks::default() },
             stats: DevStats::default(),
+            held: HashMap::new(),
         })
     }
 
@@ -329,7 +366,7 @@ impl ServerState {
     /// invariants hold.
     pub fn check_drained(&self) -> Result<(), Error> {
         self.sched.check_invariants();
-        if !self.sched.is_empty() || !self.backlog.is_empty() || self.busy.is_some() || self.dirty != 0 || !self.blocks.filling.is_empty() {
+        if !self.sched.is_empty() || !self.backlog.is_empty() || self.busy.is_some() || self.dirty != 0 || !self.blocks.filling.is_empty() || !self.held.is_empty() {
             return Err(Error::new(ErrorKind::Stuck, format!("server not drained: {:?}", self.sched.stats())));
         }
         Ok(())

@@ -308,3 +308,50 @@ fn runs_on_several_threads_give_the_same_report_in_the_same_order() {
     let bad = RunOptions { modes: vec!["fifo".into(), "lottery".into()], jobs: 4, ..RunOptions::default() };
     assert_eq!(sluice_sim::run(&sc, &bad).unwrap_err().kind, ErrorKind::UnknownMode);
 }
+
+#[test]
+fn server_directed_rounds_reach_the_disk_whole_and_in_offset_order() {
+    // Eight ranks write interleaved 1 KiB pieces on the emulated disk,
+    // unscheduled (fifo). Independent: each rank's pieces come as they
+    // are sent, 16 at a time, and the arm jumps between the ranks' places
+    // in the file. Server-directed: the server holds a round until all
+    // eight ranks' lists are there and hands the pieces over in offset
+    // order, so even fifo serves each round as one sweep.
+    let mut sc = shipped("array-strategies");
+    sc.apps.retain(|a| a.name == "independent write");
+    sc.server.device = "hdd7200".into();
+    sc.apps[0].blocks_per_call = 128;
+    let scale = 1.0 / 64.0; // 8 MiB: 1,024 pieces a rank, 8 rounds
+    let ind = check(&sc, scale, &["fifo"]);
+    sc.apps[0].interface = sluice_sim::Interface::ServerDirected;
+    let sd = check(&sc, scale, &["fifo"]);
+    let (i, s) = (&ind.runs[0], &sd.runs[0]);
+    assert_eq!((i.apps[0].bytes, s.apps[0].bytes), (8 << 20, 8 << 20));
+    assert_eq!(s.device_stats.requests, 8192, "every piece reached the disk once");
+    let seeks = |r: &sluice_sim::RunReport| r.device_stats.seeks_near + r.device_stats.seeks_far;
+    assert!(seeks(s) <= 8, "at most one seek a round: {:?}", s.device_stats);
+    assert!(seeks(i) > 1_000, "independent pieces interleave: {:?}", i.device_stats);
+    assert!(s.makespan_s * 3.0 < i.makespan_s, "server-directed {} s vs independent {} s", s.makespan_s, i.makespan_s);
+    // Reads come back whole too, and the run is the same each time.
+    sc.apps[0].op = sluice_sim::OpName::Read;
+    let r1 = check(&sc, scale, &["fifo", "aioli"]);
+    let r2 = check(&sc, scale, &["fifo", "aioli"]);
+    for (a, b) in r1.runs.iter().zip(&r2.runs) {
+        assert_eq!((a.makespan_s, a.device_stats.requests), (b.makespan_s, b.device_stats.requests));
+        assert_eq!(a.device_stats.requests, 8192);
+    }
+}
+
+#[test]
+fn server_directed_needs_strided_blocks_or_one_block_per_call() {
+    let mut sc = shipped("array-strategies");
+    sc.apps.retain(|a| a.name == "server-directed write");
+    sc.apps[0].pattern = sluice_sim::Pattern::Contiguous;
+    let text = "blocks_per_call > 1 needs the strided pattern";
+    let err = sluice_sim::run(&sc, &RunOptions { modes: vec!["fifo".into()], ..RunOptions::default() }).unwrap_err();
+    assert!(err.to_string().contains(text), "{err}");
+    // A contiguous share, one block per call: each rank one round per piece.
+    sc.apps[0].blocks_per_call = 1;
+    let r = check(&sc, 1.0 / 512.0, &["fifo"]);
+    assert_eq!(r.runs[0].apps[0].bytes, 1 << 20);
+}

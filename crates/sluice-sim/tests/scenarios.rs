@@ -130,3 +130,18 @@ fn every_shipped_scenario_parses_and_names_known_modes() {
         }
     }
 }
+
+#[test]
+fn array_strategies_four_servers_share_the_collectives_work() {
+    // `sluice bench array` simulated: two-phase and server-directed
+    // spread every round over the servers, so four servers finish in well
+    // under half the time of one (the device is the bound here).
+    let scale = 1.0 / 16.0;
+    let (one, four) = (check(&shipped("array-strategies"), scale, &["aioli"]), check(&shipped("array-strategies-4"), scale, &["aioli"]));
+    for name in ["two-phase write", "two-phase read", "server-directed write", "server-directed read"] {
+        let (a, b) = (one.runs[0].app(name).unwrap().completion_s, four.runs[0].app(name).unwrap().completion_s);
+        assert!(b * 2.0 < a, "{name}: 4 servers {b} s, 1 server {a} s");
+    }
+    // The applications start 30 s apart and each is alone.
+    assert!(one.runs[0].apps.iter().all(|a| a.completion_s < 30.0), "{:?}", one.runs[0].apps);
+}
