@@ -118,6 +118,13 @@ pub struct Row {
     pub device: Option<f64>,
     /// Where the gap comes from, in words (empty when within `TARGET`).
     pub cause: String,
+    /// The server CPU per request the twin was given (ns): the real
+    /// server's process CPU over its requests, median of the runs; None
+    /// where it could not be read (the twin's server then costs nothing).
+    pub server_cpu_ns: Option<u64>,
+    /// The twin's median makespan with a server that costs nothing, as
+    /// before the CPU was modelled (seconds).
+    pub sim_free_cpu_s: f64,
 }
 
 /// The whole report (`--json`).
@@ -160,6 +167,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
             cache_bytes: 0,
             cache_block_bytes: 0,
             backlog_max: 1 << 20,
+            cpu_ns_per_request: 0,
         },
         client: Client { fs_piece_bytes: SLOT_BYTES, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: START_JITTER_NS },
         apps,
@@ -212,30 +220,56 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             let _ = std::fs::remove_dir_all(&run_cfg.root);
             real.push(r?);
         }
-        let mut sim = Vec::new();
-        for seed in 1..=SIM_SEEDS {
-            let opts = sluice_sim::RunOptions { modes: cfg.policies.clone(), seed: Some(seed), ..sluice_sim::RunOptions::default() };
-            sim.push(sluice_sim::run(&sc, &opts).map_err(|e| e.to_string())?.0);
-        }
         // The real device's busy time sums overlapping dispatches; the
         // twin's device serves one at a time with the throughput of P.
         let parallel = match w.device {
             DeviceKind::Real => f64::from(cfg.model.as_ref().map_or(1, |m| m.parallelism.max(1))),
             DeviceKind::Hdd7200 => 1.0,
         };
+        let requests = requests_of(&w.scenario);
         for (i, policy) in cfg.policies.iter().enumerate() {
             let real_runs: Vec<_> = real.iter().map(|r| &r.runs[i]).collect();
-            let sim_runs: Vec<_> = sim.iter().map(|r| &r.runs[i]).collect();
+            // The twin's server costs what the real one's did per request
+            // (its process's CPU over the run, median of the runs).
+            let cpu_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.and_then(|c| c.server_cpu_s)).map(|s| s * 1e9 / requests.max(1) as f64).collect());
+            let twin_runs = |cpu_ns: u64| -> Result<Vec<sluice_sim::RunReport>, String> {
+                let mut sc = sc.clone();
+                sc.server.cpu_ns_per_request = cpu_ns;
+                (1..=SIM_SEEDS)
+                    .map(|seed| {
+                        let opts = sluice_sim::RunOptions { modes: vec![policy.clone()], seed: Some(seed), ..sluice_sim::RunOptions::default() };
+                        Ok(sluice_sim::run(&sc, &opts).map_err(|e| e.to_string())?.0.runs.remove(0))
+                    })
+                    .collect()
+            };
+            let sim = twin_runs(cpu_ns.map_or(0, |c| c.round() as u64))?;
+            let free = twin_runs(0)?;
+            let sim_runs: Vec<_> = sim.iter().collect();
             let r = median_by(&real_runs, |r| r.makespan_s);
             let s = median_by(&sim_runs, |s| s.makespan_s);
             if (&r.mode, &s.mode) != (policy, policy) {
                 return Err(format!("{}: the real run ({}) and its twin ({}) are not both {policy}", w.name, r.mode, s.mode));
             }
             let ranges = (range(real_runs.iter().map(|r| r.makespan_s)), range(sim_runs.iter().map(|s| s.makespan_s)));
-            rows.push(row(&w.name, r, s, ranges, parallel));
+            let mut row = row(&w.name, r, s, ranges, parallel);
+            row.server_cpu_ns = cpu_ns.map(|c| c.round() as u64);
+            row.sim_free_cpu_s = median_by(&free.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s;
+            rows.push(row);
         }
     }
     Ok(Report { target: TARGET, rows })
+}
+
+/// Request messages the workload's processes send: each application
+/// request, cut at the client's shared-memory slot.
+fn requests_of(sc: &Scenario) -> u64 {
+    sc.apps.iter().map(|a| a.bytes().div_ceil(a.granularity.clamp(1, SLOT_BYTES))).sum()
+}
+
+/// The median of `xs` (the lower one of an even count); None if empty.
+fn median_of(mut xs: Vec<f64>) -> Option<f64> {
+    xs.sort_by(f64::total_cmp);
+    (!xs.is_empty()).then(|| xs[(xs.len() - 1) / 2])
 }
 
 /// The element of `xs` with the median key (the lower one of an even
@@ -278,6 +312,8 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         sim_device_busy_s: sim_busy,
         device,
         cause: cause(error, device, schedule),
+        server_cpu_ns: None,
+        sim_free_cpu_s: s.makespan_s,
     }
 }
 
@@ -308,17 +344,24 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>) -> String {
 
 /// The report as a table.
 pub fn table(r: &Report) -> String {
-    let mut out = format!("{:<38} {:<7} {:>21} {:>21} {:>8}  {}\n", "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "where the gap comes from");
+    let mut out = format!(
+        "{:<38} {:<7} {:>21} {:>21} {:>8} {:>9} {:>14}  {}\n",
+        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "cpu/req", "free cpu: err", "where the gap comes from"
+    );
     let cell = |m: f64, (lo, hi): (f64, f64)| format!("{m:.3} ({lo:.2}-{hi:.2})");
     for row in &r.rows {
         let within = if row.error.abs() <= r.target { "within 5%".to_string() } else { row.cause.clone() };
+        let cpu = row.server_cpu_ns.map_or("-".to_string(), |c| format!("{:.1} us", c as f64 / 1e3));
+        let free = (row.sim_free_cpu_s - row.real_s) / row.real_s.max(1e-9);
         out += &format!(
-            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}%  {within}\n",
+            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}% {:>9} {:>+13.1}%  {within}\n",
             row.workload,
             row.policy,
             cell(row.real_s, row.real_range_s),
             cell(row.sim_s, row.sim_range_s),
-            row.error * 100.0
+            row.error * 100.0,
+            cpu,
+            free * 100.0
         );
     }
     out

@@ -225,6 +225,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             cache_bytes: 0,
             cache_block_bytes: 0,
             backlog_max: 1 << 20,
+            cpu_ns_per_request: 0,
         },
         client: Client { fs_piece_bytes: 0, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 1_000_000 },
         apps,

@@ -178,6 +178,13 @@ pub struct Server {
     /// beyond it the run fails.
     #[serde(default = "backlog_default")]
     pub backlog_max: u64,
+    /// CPU time the server spends on each request message (receiving,
+    /// deciding, answering), on one thread: a request reaches the cache
+    /// layer and the scheduler only after the server's earlier requests
+    /// had theirs. 0 (the default): free. `sluice sim --validate` sets it
+    /// from the real server's CPU per request.
+    #[serde(default)]
+    pub cpu_ns_per_request: u64,
 }
 
 fn stripe_default() -> u64 {

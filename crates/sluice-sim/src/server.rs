@@ -26,7 +26,20 @@ use crate::scenario::Cache;
 use crate::state::{Ev, MsgKind, Piece, World};
 
 impl World {
-    /// A piece's request reached its server: through the cache layer.
+    /// A piece's request reached its server: it waits for the server's
+    /// CPU when requests cost some (`cpu_ns_per_request`), one at a time.
+    pub(crate) fn server_cpu(&mut self, id: u32, now: Time) -> Result<(), Error> {
+        let cpu = self.sc.server.cpu_ns_per_request;
+        if cpu == 0 {
+            return self.server_arrive(id, now);
+        }
+        let srv = &mut self.servers[self.pieces.get(id).server as usize];
+        srv.cpu_free_at = srv.cpu_free_at.max(now) + cpu;
+        let at = srv.cpu_free_at;
+        self.q.push(at, Ev::Admit(id))
+    }
+
+    /// A piece's request reached its server's cache layer.
     pub(crate) fn server_arrive(&mut self, id: u32, now: Time) -> Result<(), Error> {
         let piece = *self.pieces.get(id);
         let s = piece.server;

@@ -38,6 +38,7 @@ impl World {
             Ev::Hop(m) => self.hop(m, now),
             Ev::Deliver(m) => self.deliver(m, now),
             Ev::DevDone(s) => self.device_done(s, now),
+            Ev::Admit(id) => self.server_arrive(id, now),
             Ev::Wake(s) => {
                 self.servers[s as usize].wake_fired(now);
                 self.poll(s, now)
@@ -74,7 +75,7 @@ impl World {
     fn deliver(&mut self, m: u32, now: Time) -> Result<(), Error> {
         let msg = self.msgs.remove(m);
         match msg.kind {
-            MsgKind::ToServer => self.server_arrive(msg.id, now),
+            MsgKind::ToServer => self.server_cpu(msg.id, now),
             MsgKind::Reply => self.reply_arrive(msg.id, now),
             MsgKind::ToProc => self.exchange_to_proc(msg.id, now),
             MsgKind::ToAgg => self.exchange_to_agg(msg.id, now),

@@ -45,6 +45,9 @@ pub(crate) enum Ev {
     DevDone(u32),
     /// A server's scheduler asked to be polled again (`WaitUntil`).
     Wake(u32),
+    /// A piece's request, delivered earlier, had its server CPU time
+    /// (`cpu_ns_per_request`) and reaches the cache layer.
+    Admit(u32),
 }
 
 /// What a message carries.
@@ -308,6 +311,8 @@ pub(crate) struct ServerState {
     pub stats: DevStats,
     /// Server-directed rounds being gathered, per application.
     pub held: HashMap<u32, Held>,
+    /// When the server's CPU is next free (`cpu_ns_per_request`).
+    pub cpu_free_at: Time,
 }
 
 /// The device model a scenario names.
@@ -353,6 +358,7 @@ impl ServerState {
             blocks: Blocks { block, max: (sc.server.cache_bytes / block) as usize, ..Blocks::default() },
             stats: DevStats::default(),
             held: HashMap::new(),
+            cpu_free_at: 0,
         })
     }
 

@@ -355,3 +355,23 @@ fn server_directed_needs_strided_blocks_or_one_block_per_call() {
     let r = check(&sc, 1.0 / 512.0, &["fifo"]);
     assert_eq!(r.runs[0].apps[0].bytes, 1 << 20);
 }
+
+#[test]
+fn server_cpu_per_request_is_one_thread_before_the_scheduler() {
+    // One synchronous reader of 8 x 1 MiB: each request costs the
+    // server's CPU first, then the device.
+    let mut sc = lone_reader("profile", 8 << 20, 1 << 20);
+    let free = completion(&sc, "fifo");
+    sc.server.cpu_ns_per_request = 1_000_000;
+    let paid = completion(&sc, "fifo");
+    assert!((paid - free - 0.008).abs() < 1e-6, "8 requests x 1 ms: {free} s -> {paid} s");
+    // Two readers: the CPU is one thread, so a request waits for the
+    // other reader's; with a device that costs almost nothing the run
+    // takes all 32 requests' CPU in a row.
+    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 1, bytes_per_s: 1 << 50, seek_ns: 0 });
+    sc.apps[0].procs = 2;
+    sc.apps[0].bytes = 32 << 20;
+    sc.server.cpu_ns_per_request = 10_000_000;
+    let t = completion(&sc, "fifo");
+    assert!((0.32..0.321).contains(&t), "32 requests x 10 ms on one CPU: {t} s");
+}
