@@ -279,8 +279,9 @@ impl World {
                     off += n;
                 }
             }
+            let call_bytes = mine.iter().map(|&(_, b)| self.bundles.get(b).bytes).sum();
             let pr = &mut self.procs[p as usize];
-            (pr.inflight, pr.req_at, pr.next, pr.write, pr.file) = (mine.len() as u32, now, pr.next + 1, write, file);
+            (pr.inflight, pr.req_at, pr.req_bytes, pr.next, pr.write, pr.file) = (mine.len() as u32, now, call_bytes, pr.next + 1, write, file);
             bundles.extend(mine);
         }
         if active == 0 {
@@ -312,7 +313,7 @@ impl World {
         if pr.inflight > 0 {
             return Ok(());
         }
-        let (app, req_at, bytes) = (pr.app, pr.req_at, bd.bytes);
+        let (app, req_at, bytes) = (pr.app, pr.req_at, pr.req_bytes);
         if let Some(t) = self.trace.as_mut() {
             t.process_span(bd.proc, req_at, now, if bd.write { Op::Write } else { Op::Read }, bytes);
         }
