@@ -928,6 +928,41 @@ impl Client {
         self.wait_read(t, &mut scratch)
     }
 
+    /// The file behind read-only handle `fd` itself, when every page of it
+    /// is in the page cache now: a duplicate of the descriptor the server
+    /// lent for cache leases (asked for first, with a read of the file's
+    /// first bytes, when none was lent yet). The FUSE mount hands it to the
+    /// kernel (passthrough). `None`: leases off, not a read-only handle, an
+    /// empty file, no descriptor lent (a server on another host, with
+    /// O_DIRECT or an emulated device), or not all of it cached.
+    pub fn passthrough_file(&self, fd: Fd) -> Result<Option<std::fs::File>> {
+        use std::os::fd::AsRawFd;
+        if !self.opts.leases {
+            return Ok(None);
+        }
+        let lent = || -> Option<Option<Arc<Lent>>> {
+            let h = lock(&self.handles);
+            let h = h.get(&fd.0).filter(|h| h.flags & libc::O_ACCMODE == libc::O_RDONLY && !h.leases_off && h.dead.is_none())?;
+            Some(h.lent.clone())
+        };
+        if lent().is_none() {
+            return Ok(None);
+        }
+        let size = self.fstat(fd)?.size;
+        if size == 0 {
+            return Ok(None);
+        }
+        if lent().flatten().is_none() {
+            let mut first = vec![0u8; size.min(4096) as usize];
+            self.pread(fd, &mut first, 0)?;
+        }
+        let Some(l) = lent().flatten().filter(|l| l.intact()) else { return Ok(None) };
+        match sluice_net::cache::all_cached(l.file.as_raw_fd(), 0, size) {
+            Some(true) => Ok(Some(l.file.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("passthrough: {e}")))?)),
+            _ => Ok(None),
+        }
+    }
+
     /// Read from the page cache under a live cache lease that covers
     /// `[offset, offset + buf.len())`, without any message and without
     /// waiting for the server; `None` when no live lease covers it (then

@@ -1,19 +1,33 @@
 //! The file system: every FUSE operation becomes one sluice client call,
-//! run on tokio's blocking pool so that concurrent requests stay
+//! made on one of the session's `THREADS` worker threads (each reading its
+//! own clone of the FUSE device), so that concurrent requests stay
 //! concurrent. Errors become errno values in exactly one place, `errno`.
+//!
+//! The kernel names files by inode number, the server by path: `Inodes`
+//! keeps the map, bounded, and follows renames and removals.
+//!
+//! Passthrough (Linux 6.9+, root): a read-only open of a file that is
+//! wholly in the page cache now gets the file itself as its FUSE backing
+//! file (the descriptor the server lent for cache leases), and the kernel
+//! serves its reads from the page cache without asking the mount. Nothing
+//! is left to schedule for such a file, as for a cache lease; unlike a
+//! lease (10 ms), it lasts until the file is closed: a page evicted in the
+//! meantime is read from the device unscheduled. `--no-passthrough` turns
+//! it off.
 
+use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
-use std::num::NonZeroU32;
+use std::ffi::OsStr;
+use std::hash::{Hash, Hasher};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
-use fuse3::path::prelude::*;
-use fuse3::{Errno, FileType, Result};
-use futures_util::stream;
+use fuser::{
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
 use sluice_client::{ClientError, Fd, FileKind, Stat};
 use sluice_remote::{Remote, RemoteKind};
 
@@ -25,18 +39,124 @@ use crate::MountConfig;
 pub const CONNECTIONS_MAX: usize = CONNS_MAX;
 /// Open files at once; `open` past it fails with ENFILE.
 pub const HANDLES_MAX: usize = 65_536;
+/// Inode numbers the kernel may hold at once (files it looked up and has
+/// not forgotten); a lookup past it fails with ENFILE.
+pub const INODES_MAX: usize = 1 << 20;
 /// Largest read or write the kernel sends in one request: 1 MiB, the
 /// sequential size the benchmarks use.
 pub const MAX_WRITE_BYTES: u32 = 1 << 20;
+/// Worker threads of the session: requests in progress at once.
+pub const THREADS: usize = 16;
 /// How long the kernel may cache names and attributes. Short: other
 /// clients of the server change files too.
 const TTL: Duration = Duration::from_millis(200);
-/// FOPEN_DIRECT_IO: no page cache, the application's sizes go to the server.
-const FOPEN_DIRECT_IO: u32 = 1;
 
 struct Handle {
     client: Arc<Remote>,
     fd: Fd,
+    /// The kernel's reference to the backing file of a passthrough open,
+    /// kept until the release.
+    _backing: Option<BackingId>,
+}
+
+/// One inode number the kernel holds: its server path (None once removed
+/// or replaced by a rename) and the kernel's lookup count.
+struct Node {
+    path: Option<String>,
+    lookups: u64,
+}
+
+/// Inode numbers and server paths, both ways. The root is inode 1, path
+/// "."; others are numbered from 2 as first looked up, and dropped when
+/// the kernel forgets them.
+pub(crate) struct Inodes {
+    by_ino: HashMap<u64, Node>,
+    by_path: HashMap<String, u64>,
+    next: u64,
+    max: usize,
+}
+
+impl Inodes {
+    pub(crate) fn new(max: usize) -> Inodes {
+        let mut by_ino = HashMap::new();
+        by_ino.insert(1, Node { path: Some(".".into()), lookups: 1 });
+        Inodes { by_ino, by_path: HashMap::from([(".".to_string(), 1)]), next: 2, max }
+    }
+
+    fn path(&self, ino: u64) -> Result<String, Errno> {
+        self.by_ino.get(&ino).and_then(|n| n.path.clone()).ok_or(Errno::ENOENT)
+    }
+
+    /// The kernel got `path`'s inode number once more (a lookup, create,
+    /// mkdir): the number, new or known.
+    pub(crate) fn remember(&mut self, path: &str) -> Result<u64, Errno> {
+        if let Some(&ino) = self.by_path.get(path) {
+            self.by_ino.get_mut(&ino).expect("both maps agree").lookups += 1;
+            return Ok(ino);
+        }
+        if self.by_ino.len() >= self.max {
+            return Err(Errno::ENFILE);
+        }
+        let ino = self.next;
+        self.next += 1;
+        self.by_ino.insert(ino, Node { path: Some(path.to_string()), lookups: 1 });
+        self.by_path.insert(path.to_string(), ino);
+        Ok(ino)
+    }
+
+    /// The number readdir shows for `path`: its own when known, else one
+    /// derived from the path (never 0, which readdir callers skip; never
+    /// one of ours, which stay far below 2^63).
+    fn shown(&self, path: &str) -> u64 {
+        self.by_path.get(path).copied().unwrap_or_else(|| {
+            let mut h = DefaultHasher::new();
+            path.hash(&mut h);
+            h.finish() | 1 << 63
+        })
+    }
+
+    /// The kernel forgot `n` lookups of `ino`.
+    pub(crate) fn forget(&mut self, ino: u64, n: u64) {
+        if ino == 1 {
+            return;
+        }
+        let Some(node) = self.by_ino.get_mut(&ino) else { return };
+        node.lookups = node.lookups.saturating_sub(n);
+        if node.lookups == 0 {
+            let node = self.by_ino.remove(&ino).expect("present");
+            if let Some(p) = node.path {
+                self.by_path.remove(&p);
+            }
+        }
+    }
+
+    /// `path` was removed: its inode number no longer names it.
+    pub(crate) fn removed(&mut self, path: &str) {
+        if let Some(ino) = self.by_path.remove(path) {
+            if let Some(n) = self.by_ino.get_mut(&ino) {
+                n.path = None;
+            }
+        }
+    }
+
+    /// `from` was renamed `to` (what was at `to` is gone): `from` and
+    /// everything beneath it move.
+    pub(crate) fn renamed(&mut self, from: &str, to: &str) {
+        self.removed(to);
+        let under = format!("{from}/");
+        let moved: Vec<(String, u64)> = self.by_path.iter().filter(|(p, _)| *p == from || p.starts_with(&under)).map(|(p, &i)| (p.clone(), i)).collect();
+        for (old, ino) in moved {
+            let new = format!("{to}{}", &old[from.len()..]);
+            self.by_path.remove(&old);
+            self.by_path.insert(new.clone(), ino);
+            self.by_ino.get_mut(&ino).expect("both maps agree").path = Some(new);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.by_ino.len()
+    }
 }
 
 pub(crate) struct SluiceFs {
@@ -44,27 +164,26 @@ pub(crate) struct SluiceFs {
     handles: Mutex<HashMap<u64, Handle>>,
     handles_max: usize,
     fh_next: AtomicU64,
+    inodes: Mutex<Inodes>,
+    passthrough: bool,
 }
 
 /// Client errors as errno values: the client's one conversion.
 fn errno(e: ClientError) -> Errno {
-    Errno::from(e.posix_errno())
+    Errno::from_i32(e.posix_errno())
 }
 
-/// A mount path ("/a/b") as a server path ("a/b"; the root is ".").
-fn server_path(p: &OsStr) -> Result<String> {
-    let s = std::str::from_utf8(p.as_bytes()).map_err(|_| Errno::from(libc::EINVAL))?;
-    let s = s.trim_start_matches('/');
-    Ok(if s.is_empty() { ".".into() } else { s.into() })
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn join(parent: &OsStr, name: &OsStr) -> Result<String> {
-    let mut p = OsString::from(parent);
-    if !p.as_bytes().ends_with(b"/") {
-        p.push("/");
+/// `name` inside the server path `dir`.
+fn join(dir: &str, name: &OsStr) -> Result<String, Errno> {
+    let name = std::str::from_utf8(name.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return Err(Errno::EINVAL);
     }
-    p.push(name);
-    server_path(&p)
+    Ok(if dir == "." { name.to_string() } else { format!("{dir}/{name}") })
 }
 
 fn time(ns: i64) -> SystemTime {
@@ -75,18 +194,20 @@ fn time(ns: i64) -> SystemTime {
     }
 }
 
-fn attr(st: &Stat) -> FileAttr {
+fn attr(ino: u64, st: &Stat) -> FileAttr {
     let kind = match st.mode & libc::S_IFMT {
         libc::S_IFDIR => FileType::Directory,
         libc::S_IFLNK => FileType::Symlink,
         _ => FileType::RegularFile,
     };
     FileAttr {
+        ino: INodeNo(ino),
         size: st.size,
         blocks: st.blocks,
         atime: time(st.atime_ns),
         mtime: time(st.mtime_ns),
         ctime: time(st.ctime_ns),
+        crtime: time(st.mtime_ns),
         kind,
         perm: (st.mode & 0o7777) as u16,
         nlink: st.nlink,
@@ -94,6 +215,7 @@ fn attr(st: &Stat) -> FileAttr {
         gid: st.gid,
         rdev: 0,
         blksize: st.blksize,
+        flags: 0,
     }
 }
 
@@ -105,13 +227,9 @@ fn kind(k: FileKind) -> FileType {
     }
 }
 
-/// Run a blocking client call off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::result::Result<T, ClientError> + Send + 'static) -> Result<T> {
+/// Count a client call and its failure.
+fn counted<T>(r: Result<T, Errno>) -> Result<T, Errno> {
     STATS.calls.fetch_add(1, Ordering::Relaxed);
-    let r = match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r.map_err(errno),
-        Err(_) => Err(Errno::from(libc::EIO)),
-    };
     if r.is_err() {
         STATS.errors.fetch_add(1, Ordering::Relaxed);
     }
@@ -120,262 +238,373 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> std::result::Result<T, 
 
 impl SluiceFs {
     pub fn new(cfg: MountConfig, kind: RemoteKind) -> SluiceFs {
-        SluiceFs { conns: Conns::new(cfg.server, kind, cfg.app), handles: Mutex::new(HashMap::new()), handles_max: HANDLES_MAX, fh_next: AtomicU64::new(1) }
+        SluiceFs {
+            passthrough: cfg.passthrough,
+            conns: Conns::new(cfg.server, kind, cfg.app),
+            handles: Mutex::new(HashMap::new()),
+            handles_max: HANDLES_MAX,
+            fh_next: AtomicU64::new(1),
+            inodes: Mutex::new(Inodes::new(INODES_MAX)),
+        }
     }
 
-    fn client(&self, req: &Request) -> Result<Arc<Remote>> {
-        let caller = Caller { pid: req.pid, uid: req.uid, gid: req.gid };
+    fn client(&self, req: &Request) -> Result<Arc<Remote>, Errno> {
+        let caller = Caller { pid: req.pid(), uid: req.uid(), gid: req.gid() };
         self.conns.get(caller).map_err(|e| {
             self.conns.drop_conn(caller);
             errno(e)
         })
     }
 
-    fn handle(&self, fh: u64) -> Result<(Arc<Remote>, Fd)> {
-        let h = self.handles.lock().unwrap_or_else(|p| p.into_inner());
-        h.get(&fh).map(|h| (Arc::clone(&h.client), h.fd)).ok_or_else(|| Errno::from(libc::EBADF))
+    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+        lock(&self.inodes).path(ino.0)
     }
 
-    fn add_handle(&self, client: Arc<Remote>, fd: Fd) -> Result<u64> {
-        let mut h = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+    fn handle(&self, fh: FileHandle) -> Result<(Arc<Remote>, Fd), Errno> {
+        lock(&self.handles).get(&fh.0).map(|h| (Arc::clone(&h.client), h.fd)).ok_or(Errno::EBADF)
+    }
+
+    fn add_handle(&self, client: Arc<Remote>, fd: Fd, backing: Option<BackingId>) -> Result<u64, Errno> {
+        let mut h = lock(&self.handles);
         if h.len() >= self.handles_max {
             drop(h);
             let _ = client.close(fd);
-            return Err(Errno::from(libc::ENFILE));
+            return Err(Errno::ENFILE);
         }
         let fh = self.fh_next.fetch_add(1, Ordering::Relaxed);
-        h.insert(fh, Handle { client, fd });
+        h.insert(fh, Handle { client, fd, _backing: backing });
         STATS.handles_open.store(h.len() as u64, Ordering::Relaxed);
         Ok(fh)
     }
 
-    async fn stat_path(&self, req: &Request, path: String) -> Result<FileAttr> {
-        let c = self.client(req)?;
-        blocking(move || c.stat(&path)).await.map(|st| attr(&st))
+    /// `path`'s attributes, and the inode number the kernel now holds once more.
+    fn entry(&self, c: &Remote, path: &str) -> Result<FileAttr, Errno> {
+        let st = counted(c.stat(path).map_err(errno))?;
+        let ino = lock(&self.inodes).remember(path)?;
+        Ok(attr(ino, &st))
     }
 
-    async fn open_path(&self, req: &Request, path: String, flags: i32, mode: u32) -> Result<(u64, FileAttr)> {
-        let c = self.client(req)?;
-        let (fd, st) = blocking(move || {
-            let fd = c.open(&path, flags, mode)?;
+    fn do_getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>) -> Result<FileAttr, Errno> {
+        let st = match fh {
+            Some(fh) => {
+                let (c, fd) = self.handle(fh)?;
+                counted(c.fstat(fd).map_err(errno))?
+            }
+            None => {
+                let (c, path) = (self.client(req)?, self.path(ino)?);
+                counted(c.stat(&path).map_err(errno))?
+            }
+        };
+        Ok(attr(ino.0, &st))
+    }
+
+    /// Open `path` and learn its attributes; the fd and what was learnt.
+    fn open_path(&self, c: &Remote, path: &str, flags: i32, mode: u32) -> Result<(Fd, Stat), Errno> {
+        counted((|| {
+            let fd = c.open(path, flags, mode)?;
             match c.fstat(fd) {
-                Ok(st) => Ok((fd, st, c)),
+                Ok(st) => Ok((fd, st)),
                 Err(e) => {
                     let _ = c.close(fd);
                     Err(e)
                 }
             }
-        })
-        .await
-        .map(|(fd, st, c)| ((fd, c), st))?;
-        let fh = self.add_handle(fd.1, fd.0)?;
-        Ok((fh, attr(&st)))
+        })()
+        .map_err(errno))
+    }
+
+    fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+        let since = Instant::now();
+        let (c, fd) = self.handle(fh)?;
+        let mut buf = vec![0u8; size as usize];
+        // Inside a cache lease the read is a `pread` from the page cache.
+        let n = match c.pread_leased(fd, &mut buf, offset) {
+            Some(r) => {
+                STATS.leased_reads.fetch_add(1, Ordering::Relaxed);
+                r.map_err(errno)?
+            }
+            None => counted(c.pread(fd, &mut buf, offset).map_err(errno))?,
+        };
+        buf.truncate(n);
+        STATS.data(false, n, since);
+        Ok(buf)
+    }
+
+    fn do_setattr(&self, req: &Request, ino: INodeNo, size: Option<u64>, fh: Option<FileHandle>) -> Result<FileAttr, Errno> {
+        if let Some(size) = size {
+            match fh {
+                Some(fh) => {
+                    let (c, fd) = self.handle(fh)?;
+                    counted(c.ftruncate(fd, size).map_err(errno))?;
+                }
+                None => {
+                    let (c, path) = (self.client(req)?, self.path(ino)?);
+                    counted(
+                        (|| {
+                            let fd = c.open(&path, libc::O_WRONLY, 0)?;
+                            let r = c.ftruncate(fd, size);
+                            let _ = c.close(fd);
+                            r
+                        })()
+                        .map_err(errno),
+                    )?;
+                }
+            }
+        }
+        self.do_getattr(req, ino, fh)
+    }
+
+    fn do_readdir(&self, req: &Request, ino: INodeNo, offset: u64, reply: &mut ReplyDirectory) -> Result<(), Errno> {
+        let (c, dir) = (self.client(req)?, self.path(ino)?);
+        let list = counted(c.readdir(&dir).map_err(errno))?;
+        let inodes = lock(&self.inodes);
+        let parent = if dir == "." { 1 } else { inodes.shown(dir.rsplit_once('/').map_or(".", |(p, _)| p)) };
+        let dots = [(ino.0, FileType::Directory, ".".to_string()), (parent, FileType::Directory, "..".to_string())];
+        let all = dots.into_iter().chain(list.into_iter().map(|e| {
+            let path = if dir == "." { e.name.clone() } else { format!("{dir}/{}", e.name) };
+            (inodes.shown(&path), kind(e.kind), e.name)
+        }));
+        for (i, (n, k, name)) in all.enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(n), i as u64 + 1, k, &name) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
-impl PathFilesystem for SluiceFs {
-    async fn init(&self, _req: Request) -> Result<ReplyInit> {
-        Ok(ReplyInit::new(NonZeroU32::new(MAX_WRITE_BYTES).expect("non-zero")))
+impl Filesystem for SluiceFs {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_WRITE_BYTES);
+        // Passthrough needs the kernel's consent at init; a kernel without
+        // it refuses, and every open then takes the server path.
+        if self.passthrough && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() {
+            // 2: the server's files may lie on a stacked file system
+            // (overlayfs in a container).
+            let _ = config.set_max_stack_depth(2);
+        } else {
+            self.passthrough = false;
+        }
+        Ok(())
     }
 
-    async fn destroy(&self, _req: Request) {}
-
-    async fn lookup(&self, req: Request, parent: &OsStr, name: &OsStr) -> Result<ReplyEntry> {
-        let attr = self.stat_path(&req, join(parent, name)?).await?;
-        Ok(ReplyEntry { ttl: TTL, attr })
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let r = (|| {
+            let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
+            self.entry(&c, &path)
+        })();
+        match r {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
 
-    async fn getattr(&self, req: Request, path: Option<&OsStr>, fh: Option<u64>, _flags: u32) -> Result<ReplyAttr> {
-        let attr = match (fh, path) {
-            (Some(fh), _) => {
-                let (c, fd) = self.handle(fh)?;
-                blocking(move || c.fstat(fd)).await.map(|st| attr(&st))?
-            }
-            (None, Some(p)) => self.stat_path(&req, server_path(p)?).await?,
-            (None, None) => return Err(Errno::from(libc::ENOENT)),
-        };
-        Ok(ReplyAttr { ttl: TTL, attr })
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        lock(&self.inodes).forget(ino.0, nlookup);
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.do_getattr(req, ino, fh) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
+        }
     }
 
     /// Only the size is forwarded (truncate). Mode, owner and times are not
     /// part of the protocol; they are accepted and left unchanged, as
     /// documented in docs/fuse.md, so `cp -p` and `tar x` do not fail.
-    async fn setattr(&self, req: Request, path: Option<&OsStr>, fh: Option<u64>, set: SetAttr) -> Result<ReplyAttr> {
-        if let Some(size) = set.size {
-            match (fh, path) {
-                (Some(fh), _) => {
-                    let (c, fd) = self.handle(fh)?;
-                    blocking(move || c.ftruncate(fd, size)).await?;
-                }
-                (None, Some(p)) => {
-                    let (c, path) = (self.client(&req)?, server_path(p)?);
-                    blocking(move || {
-                        let fd = c.open(&path, libc::O_WRONLY, 0)?;
-                        let r = c.ftruncate(fd, size);
-                        let _ = c.close(fd);
-                        r
-                    })
-                    .await?;
-                }
-                (None, None) => return Err(Errno::from(libc::ENOENT)),
-            }
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.do_setattr(req, ino, size, fh) {
+            Ok(a) => reply.attr(&TTL, &a),
+            Err(e) => reply.error(e),
         }
-        self.getattr(req, path, fh, 0).await
     }
 
-    async fn open(&self, req: Request, path: &OsStr, flags: u32) -> Result<ReplyOpen> {
-        let flags = flags as i32 & !(libc::O_CREAT | libc::O_EXCL);
-        let (fh, _) = self.open_path(&req, server_path(path)?, flags, 0).await?;
-        Ok(ReplyOpen { fh, flags: FOPEN_DIRECT_IO })
-    }
-
-    async fn create(&self, req: Request, parent: &OsStr, name: &OsStr, mode: u32, flags: u32) -> Result<ReplyCreated> {
-        let (fh, attr) = self.open_path(&req, join(parent, name)?, flags as i32 | libc::O_CREAT, mode & 0o7777).await?;
-        Ok(ReplyCreated { ttl: TTL, attr, generation: 0, fh, flags: FOPEN_DIRECT_IO })
-    }
-
-    async fn read(&self, _req: Request, _path: Option<&OsStr>, fh: u64, offset: u64, size: u32) -> Result<ReplyData> {
-        let since = Instant::now();
-        let (c, fd) = self.handle(fh)?;
-        // Inside a cache lease the read is a `pread` from the page cache:
-        // done here, without a hop to a blocking thread.
-        let mut buf = vec![0u8; size as usize];
-        match c.pread_leased(fd, &mut buf, offset) {
-            Some(Ok(n)) => {
-                buf.truncate(n);
-                STATS.leased_reads.fetch_add(1, Ordering::Relaxed);
-                STATS.data(false, n, since);
-                return Ok(ReplyData { data: Bytes::from(buf) });
-            }
-            Some(Err(e)) => return Err(errno(e)),
-            None => {}
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let r = (|| {
+            let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
+            counted(c.mkdir(&path, mode & 0o7777).map_err(errno))?;
+            self.entry(&c, &path)
+        })();
+        match r {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
         }
-        let data = blocking(move || {
-            let n = c.pread(fd, &mut buf, offset)?;
-            buf.truncate(n);
-            Ok(buf)
-        })
-        .await?;
-        STATS.data(false, data.len(), since);
-        Ok(ReplyData { data: Bytes::from(data) })
     }
 
-    async fn write(&self, _req: Request, _path: Option<&OsStr>, fh: u64, offset: u64, data: &[u8], _write_flags: u32, _flags: u32) -> Result<ReplyWrite> {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
+            counted(c.unlink(&path).map_err(errno))?;
+            lock(&self.inodes).removed(&path);
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let r = (|| {
+            let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
+            counted(c.rmdir(&path).map_err(errno))?;
+            lock(&self.inodes).removed(&path);
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        let r = (|| {
+            // RENAME_NOREPLACE and RENAME_EXCHANGE are not in the protocol.
+            if !flags.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            let c = self.client(req)?;
+            let (from, to) = (join(&self.path(parent)?, name)?, join(&self.path(newparent)?, newname)?);
+            counted(c.rename(&from, &to).map_err(errno))?;
+            lock(&self.inodes).renamed(&from, &to);
+            Ok(())
+        })();
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
+        let r = (|| {
+            let (c, path) = (self.client(req)?, self.path(ino)?);
+            let (fd, _) = self.open_path(&c, &path, flags, 0)?;
+            // A read-only open of a file wholly in the page cache: the
+            // kernel reads the file itself (module documentation).
+            let backing = match (self.passthrough && flags & libc::O_ACCMODE == libc::O_RDONLY).then(|| c.passthrough_file(fd)) {
+                Some(Ok(Some(file))) => reply.open_backing(&file).ok(),
+                _ => None,
+            };
+            let passthrough = backing.is_some();
+            let fh = self.add_handle(c, fd, backing)?;
+            Ok((fh, passthrough))
+        })();
+        match r {
+            Ok((fh, true)) => {
+                STATS.passthrough_opens.fetch_add(1, Ordering::Relaxed);
+                let h = lock(&self.handles);
+                let id = h.get(&fh).and_then(|h| h._backing.as_ref()).expect("just added");
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
+            }
+            // Direct I/O: the kernel neither caches nor reshapes the data
+            // path; the scheduler sees the application's own sizes.
+            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+        let r = (|| {
+            let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
+            let (fd, st) = self.open_path(&c, &path, flags | libc::O_CREAT, mode & 0o7777)?;
+            let fh = self.add_handle(c, fd, None)?;
+            match lock(&self.inodes).remember(&path) {
+                Ok(ino) => Ok((fh, attr(ino, &st))),
+                Err(e) => {
+                    if let Some(h) = lock(&self.handles).remove(&fh) {
+                        let _ = h.client.close(h.fd);
+                    }
+                    Err(e)
+                }
+            }
+        })();
+        match r {
+            Ok((fh, a)) => reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+        match self.do_read(fh, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
         let since = Instant::now();
-        let (c, fd) = self.handle(fh)?;
-        let data = data.to_vec();
-        let written = blocking(move || c.pwrite(fd, &data, offset)).await?;
-        STATS.data(true, written, since);
-        Ok(ReplyWrite { written: written as u32 })
+        let r = self.handle(fh).and_then(|(c, fd)| counted(c.pwrite(fd, data, offset).map_err(errno)));
+        match r {
+            Ok(n) => {
+                STATS.data(true, n, since);
+                reply.written(n as u32)
+            }
+            Err(e) => reply.error(e),
+        }
     }
 
-    async fn release(&self, _req: Request, _path: Option<&OsStr>, fh: u64, _flags: u32, _lock_owner: u64, _flush: bool) -> Result<()> {
+    fn flush(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _lock: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
         let h = {
-            let mut all = self.handles.lock().unwrap_or_else(|p| p.into_inner());
-            let h = all.remove(&fh);
+            let mut all = lock(&self.handles);
+            let h = all.remove(&fh.0);
             STATS.handles_open.store(all.len() as u64, Ordering::Relaxed);
             h
         };
-        match h {
-            Some(h) => blocking(move || h.client.close(h.fd)).await,
-            None => Err(Errno::from(libc::EBADF)),
+        match h.map(|h| counted(h.client.close(h.fd).map_err(errno))) {
+            Some(Ok(())) => reply.ok(),
+            Some(Err(e)) => reply.error(e),
+            None => reply.error(Errno::EBADF),
         }
     }
 
-    async fn fsync(&self, _req: Request, _path: Option<&OsStr>, fh: u64, datasync: bool) -> Result<()> {
-        let (c, fd) = self.handle(fh)?;
-        blocking(move || if datasync { c.fdatasync(fd) } else { c.fsync(fd) }).await
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let r = self.handle(fh).and_then(|(c, fd)| counted(if datasync { c.fdatasync(fd) } else { c.fsync(fd) }.map_err(errno)));
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
-    async fn flush(&self, _req: Request, _path: Option<&OsStr>, _fh: u64, _lock_owner: u64) -> Result<()> {
-        Ok(())
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.opened(FileHandle(0), FopenFlags::empty());
     }
 
-    async fn mkdir(&self, req: Request, parent: &OsStr, name: &OsStr, mode: u32, _umask: u32) -> Result<ReplyEntry> {
-        let (c, path) = (self.client(&req)?, join(parent, name)?);
-        let st = blocking(move || {
-            c.mkdir(&path, mode & 0o7777)?;
-            c.stat(&path)
-        })
-        .await?;
-        Ok(ReplyEntry { ttl: TTL, attr: attr(&st) })
+    fn readdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.do_readdir(req, ino, offset, &mut reply) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
-    async fn unlink(&self, req: Request, parent: &OsStr, name: &OsStr) -> Result<()> {
-        let (c, path) = (self.client(&req)?, join(parent, name)?);
-        blocking(move || c.unlink(&path)).await
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        reply.ok();
     }
 
-    async fn rmdir(&self, req: Request, parent: &OsStr, name: &OsStr) -> Result<()> {
-        let (c, path) = (self.client(&req)?, join(parent, name)?);
-        blocking(move || c.rmdir(&path)).await
-    }
-
-    async fn rename(&self, req: Request, origin_parent: &OsStr, origin_name: &OsStr, parent: &OsStr, name: &OsStr) -> Result<()> {
-        let (c, from, to) = (self.client(&req)?, join(origin_parent, origin_name)?, join(parent, name)?);
-        blocking(move || c.rename(&from, &to)).await
-    }
-
-    async fn opendir(&self, _req: Request, _path: &OsStr, _flags: u32) -> Result<ReplyOpen> {
-        Ok(ReplyOpen { fh: 0, flags: 0 })
-    }
-
-    async fn readdir<'a>(
-        &'a self,
-        req: Request,
-        path: &'a OsStr,
-        _fh: u64,
-        offset: i64,
-    ) -> Result<ReplyDirectory<impl futures_util::Stream<Item = Result<DirectoryEntry>> + Send + 'a>> {
-        let (c, p) = (self.client(&req)?, server_path(path)?);
-        let list = blocking(move || c.readdir(&p)).await?;
-        let dots = [(FileType::Directory, "."), (FileType::Directory, "..")].into_iter().map(|(k, n)| (k, OsString::from(n)));
-        let all = dots.chain(list.into_iter().map(|e| (kind(e.kind), OsString::from(e.name))));
-        let entries: Vec<_> = all.enumerate().skip(offset.max(0) as usize).map(|(i, (kind, name))| Ok(DirectoryEntry { kind, name, offset: i as i64 + 1 })).collect();
-        Ok(ReplyDirectory { entries: stream::iter(entries) })
-    }
-
-    async fn readdirplus<'a>(
-        &'a self,
-        req: Request,
-        parent: &'a OsStr,
-        _fh: u64,
-        offset: u64,
-        _lock_owner: u64,
-    ) -> Result<ReplyDirectoryPlus<impl futures_util::Stream<Item = Result<DirectoryEntryPlus>> + Send + 'a>> {
-        let (c, dir) = (self.client(&req)?, server_path(parent)?);
-        let entries = blocking(move || {
-            let list = c.readdir(&dir)?;
-            let here = c.stat(&dir)?;
-            let mut out = vec![(OsString::from("."), here), (OsString::from(".."), here)];
-            for e in list {
-                let path = if dir == "." { e.name.clone() } else { format!("{dir}/{}", e.name) };
-                // An entry removed meanwhile is skipped, not an error.
-                if let Ok(st) = c.stat(&path) {
-                    out.push((OsString::from(e.name), st));
-                }
-            }
-            Ok(out)
-        })
-        .await?;
-        let entries: Vec<_> = entries
-            .into_iter()
-            .enumerate()
-            .skip(offset as usize)
-            .map(|(i, (name, st))| {
-                let attr = attr(&st);
-                Ok(DirectoryEntryPlus { kind: attr.kind, name, offset: i as i64 + 1, attr, entry_ttl: TTL, attr_ttl: TTL })
-            })
-            .collect();
-        Ok(ReplyDirectoryPlus { entries: stream::iter(entries) })
-    }
-
-    async fn releasedir(&self, _req: Request, _path: &OsStr, _fh: u64, _flags: u32) -> Result<()> {
-        Ok(())
-    }
-
-    async fn statfs(&self, _req: Request, _path: &OsStr) -> Result<ReplyStatFs> {
-        Ok(ReplyStatFs { blocks: 0, bfree: 0, bavail: 0, files: 0, ffree: 0, bsize: 4096, namelen: 255, frsize: 4096 })
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096);
     }
 }
 
@@ -422,9 +651,53 @@ mod tests {
         let c = Arc::new(Remote::connect(s.0.addr()).unwrap());
         for _ in 0..2 {
             let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
-            fs.add_handle(Arc::clone(&c), fd).unwrap();
+            fs.add_handle(Arc::clone(&c), fd, None).unwrap();
         }
         let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
-        assert_eq!(fs.add_handle(Arc::clone(&c), fd).err(), Some(Errno::from(libc::ENFILE)));
+        assert_eq!(fs.add_handle(Arc::clone(&c), fd, None).err(), Some(Errno::ENFILE));
+    }
+
+    #[test]
+    fn inode_table_holds_at_most_its_bound_and_frees_what_the_kernel_forgets() {
+        // The root counts: N - 1 more fit, the Nth lookup of a new path fails.
+        let mut t = Inodes::new(3);
+        let a = t.remember("a").unwrap();
+        let b = t.remember("b").unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.remember("c"), Err(Errno::ENFILE));
+        // A known path is not a new entry.
+        assert_eq!(t.remember("a"), Ok(a));
+        t.forget(a, 1);
+        assert_eq!(t.path(a).unwrap(), "a", "one lookup left");
+        t.forget(a, 1);
+        assert_eq!(t.path(a), Err(Errno::ENOENT));
+        let c = t.remember("c").unwrap();
+        assert_ne!(c, b);
+        t.forget(1, 10);
+        assert_eq!(t.path(1).unwrap(), ".", "the root is never forgotten");
+    }
+
+    #[test]
+    fn renames_move_everything_beneath_and_removals_detach() {
+        let mut t = Inodes::new(16);
+        let (d, f, g) = (t.remember("d").unwrap(), t.remember("d/f").unwrap(), t.remember("d2").unwrap());
+        let other = t.remember("dx").unwrap();
+        t.renamed("d", "d2");
+        assert_eq!((t.path(d).unwrap(), t.path(f).unwrap()), ("d2".to_string(), "d2/f".to_string()));
+        assert_eq!(t.path(g), Err(Errno::ENOENT), "the replaced target no longer names a file");
+        assert_eq!(t.path(other).unwrap(), "dx", "a sibling sharing the prefix stays");
+        t.removed("d2/f");
+        assert_eq!(t.path(f), Err(Errno::ENOENT));
+        assert_ne!(t.shown("d2/f"), 0);
+        assert!(t.shown("never") >= 1 << 63);
+    }
+
+    #[test]
+    fn names_that_could_escape_are_refused() {
+        for bad in ["..", ".", "", "a/b"] {
+            assert_eq!(join("d", OsStr::new(bad)), Err(Errno::EINVAL), "{bad:?}");
+        }
+        assert_eq!(join(".", OsStr::new("x")).unwrap(), "x");
+        assert_eq!(join("d", OsStr::new("x")).unwrap(), "d/x");
     }
 }

@@ -4,13 +4,20 @@
 //! the mount point a request to a sluice server, so any program — static
 //! binaries included — is scheduled globally without being changed.
 //!
-//! Concurrency: the kernel hands requests to a multi-threaded tokio runtime
-//! (the `fuse3` crate), and each is carried out on the blocking pool with
-//! the sluice client, which pipelines concurrent callers on one connection:
-//! requests of many processes reach the server's scheduler at the same
-//! time. Files are opened in direct-I/O mode, so the kernel neither caches
-//! nor reshapes the data path and the scheduler sees the application's own
-//! request sizes (up to `MAX_WRITE_BYTES` per request).
+//! Concurrency: `THREADS` worker threads of the `fuser` session each read
+//! requests from their own clone of the FUSE device and carry them out
+//! with the sluice client, which pipelines concurrent callers on one
+//! connection: requests of many processes reach the server's scheduler at
+//! the same time. Files are opened in direct-I/O mode, so the kernel
+//! neither caches nor reshapes the data path and the scheduler sees the
+//! application's own request sizes (up to `MAX_WRITE_BYTES` per request);
+//! except a read-only open of a file wholly in the page cache, which the
+//! kernel may read itself (passthrough, `fs.rs`).
+//!
+//! Why `fuser` (not `fuse3`, used before): it lets an open hand the kernel
+//! a backing file (`FUSE_DEV_IOC_BACKING_OPEN`, Linux 6.9+), the only way
+//! a cached read through a mount avoids two copies and a round trip to
+//! this process; `fuse3` 0.10 has no such call.
 //!
 //! Striped files: when the address is a cluster's metadata role (asked
 //! once, at mount), every call goes through `sluice_remote::Remote` to
@@ -34,7 +41,7 @@ mod stats;
 use std::fmt;
 use std::path::PathBuf;
 
-pub use fs::{CONNECTIONS_MAX, HANDLES_MAX, MAX_WRITE_BYTES};
+pub use fs::{CONNECTIONS_MAX, HANDLES_MAX, INODES_MAX, MAX_WRITE_BYTES, THREADS};
 
 /// What to mount where.
 #[derive(Clone, Debug)]
@@ -48,11 +55,14 @@ pub struct MountConfig {
     /// Serve the mount's metrics (Prometheus text at `/metrics`) here:
     /// `HOST:PORT`; port 0 picks one (printed on stdout).
     pub metrics: Option<String>,
+    /// Let the kernel read files wholly in the page cache itself (FUSE
+    /// passthrough; needs root and Linux 6.9+, else unused). Default on.
+    pub passthrough: bool,
 }
 
 impl MountConfig {
     pub fn new(server: impl Into<String>, mountpoint: impl Into<PathBuf>) -> MountConfig {
-        MountConfig { server: server.into(), mountpoint: mountpoint.into(), app: None, allow_other: false, metrics: None }
+        MountConfig { server: server.into(), mountpoint: mountpoint.into(), app: None, allow_other: false, metrics: None, passthrough: true }
     }
 }
 
@@ -89,6 +99,18 @@ fn error(kind: FuseErrorKind, message: String) -> FuseError {
 /// Mount and serve until SIGINT, SIGTERM or an external unmount
 /// (`fusermount3 -u`, `umount`); unmounts cleanly before returning.
 pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
+    // SIGINT and SIGTERM are blocked in every thread, before any starts
+    // (the client's, the metrics endpoint's, the session's), and taken
+    // by `serve` alone.
+    // SAFETY: plain libc signal-set calls on a local set.
+    let signals = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
     // Fail early and clearly when the server is not there; learn whether
     // it is one server or a cluster.
     let kind = sluice_remote::Remote::connect(&cfg.server).map_err(|e| error(FuseErrorKind::Server, e.to_string()))?.kind();
@@ -101,28 +123,35 @@ pub fn mount(cfg: MountConfig) -> Result<(), FuseError> {
         }
         None => None,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| error(FuseErrorKind::Runtime, format!("tokio runtime: {e}")))?;
-    rt.block_on(serve(cfg, kind))
+    serve(cfg, kind, &signals)
 }
 
-async fn serve(cfg: MountConfig, kind: sluice_remote::RemoteKind) -> Result<(), FuseError> {
-    let mut opts = fuse3::MountOptions::default();
+/// Mount, then wait for one of `signals` or for the session to end (an
+/// external unmount); unmount.
+fn serve(cfg: MountConfig, kind: sluice_remote::RemoteKind, signals: &libc::sigset_t) -> Result<(), FuseError> {
+    let mut config = fuser::Config::default();
     // default_permissions: the kernel checks each caller against the mode
     // bits the server reports before a request reaches us (with
     // allow_other, other users are checked as themselves, not as the mount).
-    opts.fs_name("sluice").allow_other(cfg.allow_other).default_permissions(true);
+    config.mount_options = vec![fuser::MountOption::FSName("sluice".into()), fuser::MountOption::Subtype("sluice".into()), fuser::MountOption::DefaultPermissions];
+    if cfg.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config.n_threads = Some(fs::THREADS);
+    config.clone_fd = true;
     let mountpoint = cfg.mountpoint.clone();
     let fs = fs::SluiceFs::new(cfg, kind);
-    let session = fuse3::path::Session::new(opts);
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let mounted = if root { session.mount(fs, &mountpoint).await } else { session.mount_with_unprivileged(fs, &mountpoint).await };
-    let mut handle = mounted.map_err(|e| error(FuseErrorKind::Mount, format!("mounting {}: {e}", mountpoint.display())))?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| error(FuseErrorKind::Runtime, format!("signal handler: {e}")))?;
-    tokio::select! {
-        res = &mut handle => return res.map_err(|e| error(FuseErrorKind::Mount, format!("serving {}: {e}", mountpoint.display()))),
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+    let session = fuser::spawn_mount(fs, &mountpoint, &config).map_err(|e| error(FuseErrorKind::Mount, format!("mounting {}: {e}", mountpoint.display())))?;
+    let timeout = libc::timespec { tv_sec: 0, tv_nsec: 200_000_000 };
+    loop {
+        if session.guard.is_finished() {
+            return session.join().map_err(|e| error(FuseErrorKind::Mount, format!("serving {}: {e}", mountpoint.display())));
+        }
+        // SAFETY: signals and timeout are valid; no siginfo is asked for.
+        let sig = unsafe { libc::sigtimedwait(signals, std::ptr::null_mut(), &timeout) };
+        if sig == libc::SIGINT || sig == libc::SIGTERM {
+            break;
+        }
     }
-    handle.unmount().await.map_err(|e| error(FuseErrorKind::Mount, format!("unmounting {}: {e}", mountpoint.display())))
+    session.umount_and_join().map_err(|e| error(FuseErrorKind::Mount, format!("unmounting {}: {e}", mountpoint.display())))
 }

@@ -13,9 +13,11 @@ pub(crate) struct Stats {
     pub writes: AtomicU64,
     pub read_bytes: AtomicU64,
     pub written_bytes: AtomicU64,
-    /// Reads answered inside a cache lease, on the async thread.
+    /// Reads answered inside a cache lease, without a message.
     pub leased_reads: AtomicU64,
-    /// Client calls carried out on the blocking pool (data and metadata).
+    /// Opens the kernel reads by itself (passthrough).
+    pub passthrough_opens: AtomicU64,
+    /// Client calls carried out (data and metadata).
     pub calls: AtomicU64,
     /// Calls answered with an errno.
     pub errors: AtomicU64,
@@ -32,6 +34,7 @@ pub(crate) static STATS: Stats = Stats {
     read_bytes: AtomicU64::new(0),
     written_bytes: AtomicU64::new(0),
     leased_reads: AtomicU64::new(0),
+    passthrough_opens: AtomicU64::new(0),
     calls: AtomicU64::new(0),
     errors: AtomicU64::new(0),
     handles_open: AtomicU64::new(0),
@@ -60,10 +63,11 @@ impl Stats {
         e.family("sluice_mount_bytes_total", "counter", "Bytes read and written through the mount");
         e.sample("sluice_mount_bytes_total", &[("op", "read")], get(&self.read_bytes));
         e.sample("sluice_mount_bytes_total", &[("op", "write")], get(&self.written_bytes));
-        let simple: [(&str, &str, &str, f64); 5] = [
-            ("sluice_mount_leased_reads_total", "counter", "Reads answered inside a cache lease without the blocking pool", get(&self.leased_reads)),
-            ("sluice_mount_calls_total", "counter", "Client calls carried out on the blocking pool, data and metadata", get(&self.calls)),
-            ("sluice_mount_errors_total", "counter", "Client calls on the blocking pool answered with an errno", get(&self.errors)),
+        let simple: [(&str, &str, &str, f64); 6] = [
+            ("sluice_mount_leased_reads_total", "counter", "Reads answered inside a cache lease, without a message to the server", get(&self.leased_reads)),
+            ("sluice_mount_passthrough_opens_total", "counter", "Read-only opens of files wholly in the page cache that the kernel then read itself (FUSE passthrough)", get(&self.passthrough_opens)),
+            ("sluice_mount_calls_total", "counter", "Client calls carried out, data and metadata", get(&self.calls)),
+            ("sluice_mount_errors_total", "counter", "Client calls answered with an errno", get(&self.errors)),
             ("sluice_mount_handles_open", "gauge", "Files open through the mount now", get(&self.handles_open)),
             ("sluice_mount_connections", "gauge", "Entries of the connection table now (one per calling process, bounded)", get(&self.connections)),
         ];

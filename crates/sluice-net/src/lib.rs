@@ -1,4 +1,4 @@
-//! # sluice-net: one stream type for Unix and TCP sockets
+//! # sluice-net: one stream type for Unix and TCP sockets (and the page-cache check that server and client share, `cache`)
 //!
 //! The server, the client and the cluster's metadata role all speak over
 //! `unix:PATH` or `tcp:HOST:PORT`. This crate is the one place a connected
@@ -20,6 +20,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+pub mod cache;
 pub mod key;
 mod listen;
 

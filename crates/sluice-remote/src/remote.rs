@@ -256,6 +256,15 @@ impl Remote {
         }
     }
 
+    /// The file itself for FUSE passthrough (`Client::passthrough_file`);
+    /// never for a cluster's striped files (no one file holds them).
+    pub fn passthrough_file(&self, fd: Fd) -> RemoteResult<Option<std::fs::File>> {
+        match self {
+            Remote::Server(c) => Ok(c.passthrough_file(fd)?),
+            Remote::Cluster(_) => Ok(None),
+        }
+    }
+
     /// As `pread`, from a live cache lease only (`Client::pread_leased`);
     /// `None` when there is none (always, for a cluster).
     pub fn pread_leased(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Option<RemoteResult<usize>> {

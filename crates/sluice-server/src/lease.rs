@@ -19,6 +19,9 @@
 //!   later leased read, like any two `pread`s of one file.
 //! - A page evicted between the check and the client's read is read from
 //!   the device without the scheduler: `valid_us` keeps that window short.
+//!   (The FUSE mount's passthrough hands the kernel this descriptor for a
+//!   whole open of a file all cached at open time; its window is the open:
+//!   docs/fuse.md.)
 //! - O_DIRECT servers (`--direct`) never lease: their reads do not go
 //!   through the page cache. Nor does a server on an emulated device
 //!   (`--device hdd7200`), whose cost must be paid by every read.
@@ -28,61 +31,8 @@
 //! scheduled path.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-/// `cachestat(2)`: the same number on every architecture (the generic
-/// table and x86_64 agree from 451 on).
-const SYS_CACHESTAT: libc::c_long = 451;
-
-#[repr(C)]
-struct CachestatRange {
-    off: u64,
-    len: u64,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Cachestat {
-    nr_cache: u64,
-    nr_dirty: u64,
-    nr_writeback: u64,
-    nr_evicted: u64,
-    nr_recently_evicted: u64,
-}
-
-/// Set once the kernel said it has no `cachestat`.
-static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
-
-fn page_bytes() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
-    }
-}
-
-/// Whether every page of `[off, off + len)` (`len > 0`) is in the page
-/// cache; `None` when the kernel cannot say.
-fn all_cached(fd: RawFd, off: u64, len: u64) -> Option<bool> {
-    if UNSUPPORTED.load(Ordering::Relaxed) {
-        return None;
-    }
-    let page = page_bytes();
-    let pages = (off + len).div_ceil(page) - off / page;
-    let range = CachestatRange { off, len };
-    let mut cs = Cachestat::default();
-    // SAFETY: range and cs are valid for the call; the kernel writes only cs.
-    let r = unsafe { libc::syscall(SYS_CACHESTAT, fd, &range as *const CachestatRange, &mut cs as *mut Cachestat, 0u32) };
-    if r < 0 {
-        if std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
-            UNSUPPORTED.store(true, Ordering::Relaxed);
-        }
-        return None;
-    }
-    Some(cs.nr_cache >= pages)
-}
+use sluice_net::cache::all_cached;
 
 /// The lease for a read of `len` bytes at `offset` of `fd`: `(bytes from
 /// `offset` the client may read itself, bytes of them inside the file)`.

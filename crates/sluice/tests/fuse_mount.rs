@@ -210,7 +210,8 @@ fn mpi_io_collective_four_ranks_through_the_mount() {
 #[test]
 fn the_mount_serves_its_own_metrics() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let m = Mounted::start_with("metrics", &["--metrics", &port.to_string()]);
+    // Without passthrough, so that the cached file's reads reach the mount.
+    let m = Mounted::start_with("metrics", &["--metrics", &port.to_string(), "--no-passthrough"]);
     let f = m.mnt().join("f");
     ok(&format!("dd if=/dev/urandom of={} bs=1M count=3 status=none", f.display()));
     ok(&format!("cat {} > /dev/null", f.display()));
@@ -224,4 +225,54 @@ fn the_mount_serves_its_own_metrics() {
     assert_eq!(v("sluice_mount_request_seconds_count", &[("op", "write")]), v("sluice_mount_requests_total", &[("op", "write")]));
     assert_eq!(v("sluice_mount_handles_open", &[]), 0.0, "dd and cat closed their files");
     assert!(v("sluice_mount_connections", &[]) >= 1.0);
+    assert_eq!(v("sluice_mount_passthrough_opens_total", &[]), 0.0, "--no-passthrough");
+}
+
+/// Whether this kernel and user can hand FUSE a backing file: Linux 6.9
+/// or later, as root (`FUSE_DEV_IOC_BACKING_OPEN` needs CAP_SYS_ADMIN).
+fn passthrough_possible() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release.split(|c: char| !c.is_ascii_digit()).filter_map(|x| x.parse::<u32>().ok());
+    let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    // SAFETY: geteuid has no preconditions.
+    (major, minor) >= (6, 9) && unsafe { libc::geteuid() } == 0
+}
+
+/// A read-only open of a file wholly in the page cache is handed the file
+/// itself: its reads never reach the mount (no bytes counted there), and
+/// return the file's bytes. A file not all cached, a write open, and a
+/// mount with `--no-passthrough` take the mount's path.
+#[test]
+fn passthrough_reads_cached_files_without_the_mount() {
+    if !passthrough_possible() {
+        eprintln!("this kernel or user cannot hand FUSE a backing file: passthrough not tested");
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let m = Mounted::start_with("passthrough", &["--metrics", &port.to_string()]);
+    let (f, backing) = (m.mnt().join("f"), m.root().join("f"));
+    ok(&format!("dd if=/dev/urandom of={} bs=1M count=8 status=none", f.display()));
+    wait_for(|| std::net::TcpStream::connect(port).is_ok(), "the mount's metrics endpoint");
+    let metric = |name: &str, labels: &[(&str, &str)]| {
+        let text = sluice_server::metrics::get(&port.to_string(), "/metrics", Duration::from_secs(10)).unwrap();
+        sluice_server::metrics::value(&sluice_server::metrics::parse(&text).unwrap(), name, labels).unwrap_or_else(|| panic!("{name} missing"))
+    };
+    // Just written through the server: all in the page cache.
+    let copy = m.dir.join("copy");
+    ok(&format!("dd if={} of={} bs=1M status=none", f.display(), copy.display()));
+    same(&backing, &copy);
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 1.0);
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), 0.0, "the kernel read the file itself");
+    // Out of the page cache (the backing file written back, its pages
+    // dropped): the mount's path.
+    ok(&format!("python3 -c 'import os; fd = os.open(\"{}\", os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)'", backing.display()));
+    ok(&format!("dd if={} of={} bs=1M status=none", f.display(), copy.display()));
+    same(&backing, &copy);
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 1.0, "not all cached: no passthrough");
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), (8 << 20) as f64);
+    // A write open is never handed the file, cached or not.
+    ok(&format!("dd if=/dev/zero of={} bs=4k count=1 conv=notrunc status=none", f.display()));
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 1.0);
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "write")]), ((8 << 20) + 4096) as f64);
+    ok(&format!("cmp -n 4096 {} /dev/zero", f.display()));
 }

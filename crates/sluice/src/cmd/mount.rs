@@ -19,6 +19,12 @@ pub struct MountArgs {
     /// Serve the mount's metrics at http://HOST:PORT/metrics (port 0: any).
     #[arg(long)]
     metrics: Option<String>,
+    /// Never let the kernel read a file itself: by default a read-only open
+    /// of a file wholly in the page cache is handed the file (FUSE
+    /// passthrough, root and Linux 6.9+), and its reads reach neither the
+    /// mount nor the scheduler until it is closed.
+    #[arg(long)]
+    no_passthrough: bool,
     #[command(flatten)]
     patience: super::remote::Patience,
     /// Where to mount.
@@ -32,5 +38,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     cfg.app = a.app;
     cfg.allow_other = a.allow_other;
     cfg.metrics = a.metrics;
+    cfg.passthrough = !a.no_passthrough;
     sluice_fuse::mount(cfg).map_err(|e| anyhow::anyhow!("{e}"))
 }
