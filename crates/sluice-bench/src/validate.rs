@@ -122,8 +122,13 @@ pub struct Row {
     /// server's process CPU over its requests, median of the runs; None
     /// where it could not be read (the twin's server then costs nothing).
     pub server_cpu_ns: Option<u64>,
-    /// The twin's median makespan with a server that costs nothing, as
-    /// before the CPU was modelled (seconds).
+    /// The CPU per request the twin's processes were given (ns): the rest
+    /// of the machine's busy time over the requests, median of the runs.
+    pub client_cpu_ns: Option<u64>,
+    /// The shared host's cores in the twin (this machine's).
+    pub host_cores: u64,
+    /// The twin's median makespan with CPU that costs nothing, as before
+    /// the CPU was modelled (seconds).
     pub sim_free_cpu_s: f64,
 }
 
@@ -156,7 +161,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         sweep_granularity_bytes: Vec::new(),
         sweep_aggregators: Vec::new(),
         network: ONE_HOST,
-        cluster: Cluster { compute_nodes: procs.max(1) },
+        cluster: Cluster { compute_nodes: procs.max(1), host_cores: 0, client_cpu_ns_per_request: 0 },
         server: Server {
             count: 1,
             device,
@@ -229,12 +234,19 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         let requests = requests_of(&w.scenario);
         for (i, policy) in cfg.policies.iter().enumerate() {
             let real_runs: Vec<_> = real.iter().map(|r| &r.runs[i]).collect();
-            // The twin's server costs what the real one's did per request
-            // (its process's CPU over the run, median of the runs).
-            let cpu_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.and_then(|c| c.server_cpu_s)).map(|s| s * 1e9 / requests.max(1) as f64).collect());
-            let twin_runs = |cpu_ns: u64| -> Result<Vec<sluice_sim::RunReport>, String> {
+            // The twin's server and processes cost what the real ones did
+            // per request (the server's process CPU, and the rest of the
+            // machine's, over the run; medians of the runs), on as many
+            // shared cores as this machine has.
+            let per_request = |s: f64| s * 1e9 / requests.max(1) as f64;
+            let cpu_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.and_then(|c| c.server_cpu_s)).map(per_request).collect());
+            let client_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.and_then(|c| Some(c.cpu_s - c.server_cpu_s?))).map(|s| per_request(s.max(0.0))).collect());
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+            let twin_runs = |cpu_ns: u64, client_ns: u64| -> Result<Vec<sluice_sim::RunReport>, String> {
                 let mut sc = sc.clone();
                 sc.server.cpu_ns_per_request = cpu_ns;
+                sc.cluster.client_cpu_ns_per_request = client_ns;
+                sc.cluster.host_cores = if cpu_ns + client_ns > 0 { cores } else { 0 };
                 (1..=SIM_SEEDS)
                     .map(|seed| {
                         let opts = sluice_sim::RunOptions { modes: vec![policy.clone()], seed: Some(seed), ..sluice_sim::RunOptions::default() };
@@ -242,8 +254,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
                     })
                     .collect()
             };
-            let sim = twin_runs(cpu_ns.map_or(0, |c| c.round() as u64))?;
-            let free = twin_runs(0)?;
+            let sim = twin_runs(cpu_ns.map_or(0, |c| c.round() as u64), client_ns.map_or(0, |c| c.round() as u64))?;
+            let free = twin_runs(0, 0)?;
             let sim_runs: Vec<_> = sim.iter().collect();
             let r = median_by(&real_runs, |r| r.makespan_s);
             let s = median_by(&sim_runs, |s| s.makespan_s);
@@ -253,6 +265,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             let ranges = (range(real_runs.iter().map(|r| r.makespan_s)), range(sim_runs.iter().map(|s| s.makespan_s)));
             let mut row = row(&w.name, r, s, ranges, parallel);
             row.server_cpu_ns = cpu_ns.map(|c| c.round() as u64);
+            row.client_cpu_ns = client_ns.map(|c| c.round() as u64);
+            row.host_cores = cores;
             row.sim_free_cpu_s = median_by(&free.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s;
             rows.push(row);
         }
@@ -313,6 +327,8 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         device,
         cause: cause(error, device, schedule),
         server_cpu_ns: None,
+        client_cpu_ns: None,
+        host_cores: 0,
         sim_free_cpu_s: s.makespan_s,
     }
 }
@@ -336,7 +352,10 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>) -> String {
     }
     let rest = error - device.unwrap_or(0.0);
     if rest.abs() >= error.abs() / 2.0 || parts.is_empty() {
-        let what = if rest < 0.0 { "the real run spends it outside the device: network, server and client CPU" } else { "the twin waits longer outside the device" };
+        // The twin already charges the CPU time the real server and
+        // processes spent; what is left is waiting for it (wake-ups and
+        // context switches on shared cores) or the network.
+        let what = if rest < 0.0 { "the real run spends it outside the device, beyond the CPU time the twin charges: waits for a core, wake-ups, the network" } else { "the twin waits longer outside the device" };
         parts.push(format!("{:+.0}% not in device time ({what})", rest * 100.0));
     }
     parts.join("; ")
@@ -345,16 +364,17 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>) -> String {
 /// The report as a table.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
-        "{:<38} {:<7} {:>21} {:>21} {:>8} {:>9} {:>14}  {}\n",
-        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "cpu/req", "free cpu: err", "where the gap comes from"
+        "{:<38} {:<7} {:>21} {:>21} {:>8} {:>13} {:>14}  {}\n",
+        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "cpu srv/cli", "free cpu: err", "where the gap comes from"
     );
     let cell = |m: f64, (lo, hi): (f64, f64)| format!("{m:.3} ({lo:.2}-{hi:.2})");
     for row in &r.rows {
         let within = if row.error.abs() <= r.target { "within 5%".to_string() } else { row.cause.clone() };
-        let cpu = row.server_cpu_ns.map_or("-".to_string(), |c| format!("{:.1} us", c as f64 / 1e3));
+        let us = |c: Option<u64>| c.map_or("-".to_string(), |c| format!("{:.0}", c as f64 / 1e3));
+        let cpu = format!("{}/{} us", us(row.server_cpu_ns), us(row.client_cpu_ns));
         let free = (row.sim_free_cpu_s - row.real_s) / row.real_s.max(1e-9);
         out += &format!(
-            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}% {:>9} {:>+13.1}%  {within}\n",
+            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}% {:>13} {:>+13.1}%  {within}\n",
             row.workload,
             row.policy,
             cell(row.real_s, row.real_range_s),

@@ -123,7 +123,10 @@ impl World {
         pr.inflight += 1;
         let node = pr.node;
         let bytes = self.net.wire_bytes(if piece.write { len } else { 0 });
-        self.send(MsgKind::ToServer, id, node, self.server_node(server as u32), bytes, now)
+        // The process's own CPU for the request, before it leaves.
+        let cost = self.sc.cluster.client_cpu_ns_per_request;
+        let at = if cost == 0 { now } else { self.cpu(now, cost) };
+        self.send(MsgKind::ToServer, id, node, self.server_node(server as u32), bytes, at)
     }
 
     /// A piece's reply reached its process.

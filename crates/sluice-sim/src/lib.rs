@@ -63,7 +63,7 @@ pub use report::{jain, AppReport, DeviceReport, Report, RunReport};
 pub use scenario::{
     AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, Server,
 };
-pub use scenario::{APPS_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
+pub use scenario::{APPS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use state::device;
 pub use units::size;
 pub use trace::Trace;
@@ -214,7 +214,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             packet_bytes: 1500,
             header_bytes: 128,
         },
-        cluster: Cluster { compute_nodes: nodes },
+        cluster: Cluster { compute_nodes: nodes, host_cores: 0, client_cpu_ns_per_request: 0 },
         server: Server {
             count: servers,
             device: "ssd".into(),

@@ -18,6 +18,8 @@ pub const SIM_SERVERS_MAX: u64 = 65_536;
 pub const BLOCKS_PER_CALL_MAX: u64 = 1 << 16;
 /// Compute nodes in one scenario.
 pub const NODES_MAX: u64 = 1 << 20;
+/// Cores of a shared host (`[cluster] host_cores`).
+pub const HOST_CORES_MAX: u64 = 4_096;
 /// Applications in one scenario (the core's `apps_max` default).
 pub const APPS_MAX: usize = 4_096;
 /// Points of a granularity sweep.
@@ -147,6 +149,17 @@ fn header_default() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct Cluster {
     pub compute_nodes: u64,
+    /// When positive, every node runs on one host with this many cores,
+    /// which the processes' and the servers' CPU time share (the twin of a
+    /// run on one machine); 0 (the default): each node has its own CPU.
+    #[serde(default)]
+    pub host_cores: u64,
+    /// CPU time a process spends on each request it sends (the client
+    /// library and the system calls of sending and receiving): its piece
+    /// leaves that much later, after a free core when `host_cores` is set.
+    /// 0 (the default): free.
+    #[serde(default)]
+    pub client_cpu_ns_per_request: u64,
 }
 
 /// The I/O servers: each has a scheduler, a cache layer and a device.
@@ -381,6 +394,9 @@ impl Scenario {
         }
         if self.cluster.compute_nodes == 0 || self.cluster.compute_nodes > NODES_MAX {
             return Err(invalid(format!("compute_nodes must be 1..={NODES_MAX}")));
+        }
+        if self.cluster.host_cores > HOST_CORES_MAX {
+            return Err(invalid(format!("host_cores must be 0..={HOST_CORES_MAX}")));
         }
         self.validate_server()?;
         self.validate_client()?;

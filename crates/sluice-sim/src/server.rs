@@ -27,15 +27,17 @@ use crate::state::{Ev, MsgKind, Piece, World};
 
 impl World {
     /// A piece's request reached its server: it waits for the server's
-    /// CPU when requests cost some (`cpu_ns_per_request`), one at a time.
+    /// CPU when requests cost some (`cpu_ns_per_request`), one at a time
+    /// (and for a core of the shared host, with `host_cores`).
     pub(crate) fn server_cpu(&mut self, id: u32, now: Time) -> Result<(), Error> {
         let cpu = self.sc.server.cpu_ns_per_request;
         if cpu == 0 {
             return self.server_arrive(id, now);
         }
-        let srv = &mut self.servers[self.pieces.get(id).server as usize];
-        srv.cpu_free_at = srv.cpu_free_at.max(now) + cpu;
-        let at = srv.cpu_free_at;
+        let s = self.pieces.get(id).server as usize;
+        let start = self.servers[s].cpu_free_at.max(now);
+        let at = self.cpu(start, cpu);
+        self.servers[s].cpu_free_at = at;
         self.q.push(at, Ev::Admit(id))
     }
 

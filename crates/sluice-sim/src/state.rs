@@ -189,6 +189,9 @@ pub(crate) struct World {
     pub bundle_pieces: Vec<Vec<u32>>,
     pub trace: Option<Trace>,
     pub compute_nodes: u32,
+    /// When each of the host's cores is next free (`host_cores`; empty:
+    /// every node has its own CPU).
+    pub cores: Vec<Time>,
 }
 
 impl World {
@@ -213,6 +216,7 @@ impl World {
             bundle_pieces: Vec::new(),
             trace,
             compute_nodes: sc.cluster.compute_nodes as u32,
+            cores: vec![0; sc.cluster.host_cores as usize],
         };
         w.build_apps()?;
         Ok(w)
@@ -263,6 +267,19 @@ impl World {
             return self.q.push(now, Ev::Deliver(m));
         }
         self.q.push(now, Ev::Hop(m))
+    }
+
+    /// `cost` ns of CPU wanted from `at` on: when it is done. On the
+    /// shared host, on the core free first (at or after `at`); else on the
+    /// caller's own CPU, at once.
+    pub fn cpu(&mut self, at: Time, cost: u64) -> Time {
+        match self.cores.iter_mut().min() {
+            Some(free) => {
+                *free = (*free).max(at) + cost;
+                *free
+            }
+            None => at + cost,
+        }
     }
 
     /// The node a server runs on.

@@ -375,3 +375,32 @@ fn server_cpu_per_request_is_one_thread_before_the_scheduler() {
     let t = completion(&sc, "fifo");
     assert!((0.32..0.321).contains(&t), "32 requests x 10 ms on one CPU: {t} s");
 }
+
+#[test]
+fn processes_cpu_on_a_shared_host_queues_for_its_cores() {
+    // Two readers, 16 requests each, a device and a server that cost
+    // nothing, 10 ms of the process's own CPU per request.
+    let mut sc = lone_reader("profile", 32 << 20, 1 << 20);
+    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 1, bytes_per_s: 1 << 50, seek_ns: 0 });
+    sc.apps[0].procs = 2;
+    sc.cluster.client_cpu_ns_per_request = 10_000_000;
+    // Each process on its own CPU: 16 x 10 ms side by side.
+    let own = completion(&sc, "fifo");
+    assert!((0.16..0.161).contains(&own), "{own} s");
+    // One host of two cores: the same; of one core: all 32 in a row.
+    sc.cluster.host_cores = 2;
+    assert!((completion(&sc, "fifo") - own).abs() < 1e-4);
+    sc.cluster.host_cores = 1;
+    let one = completion(&sc, "fifo");
+    assert!((0.32..0.321).contains(&one), "{one} s");
+    // The server's CPU takes the same cores.
+    sc.server.cpu_ns_per_request = 10_000_000;
+    let both = completion(&sc, "fifo");
+    assert!((0.64..0.641).contains(&both), "{both} s");
+    // A host of more cores than the bound is refused.
+    sc.cluster.host_cores = sluice_sim::HOST_CORES_MAX + 1;
+    let err = sluice_sim::run(&sc, &RunOptions { modes: vec!["fifo".into()], ..RunOptions::default() }).unwrap_err();
+    assert!(err.to_string().contains("host_cores"), "{err}");
+    sc.cluster.host_cores = sluice_sim::HOST_CORES_MAX;
+    completion(&sc, "fifo");
+}
