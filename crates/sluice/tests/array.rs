@@ -140,7 +140,7 @@ fn bench_array_runs_every_strategy_and_reports_the_models_choice() {
 fn server_weights_give_shares_of_the_files() {
     // Panda's heterogeneous disks: a server with three times the weight
     // gets three times the shards; `measure` weighs them by their write
-    // bandwidth first.
+    // bandwidth first; model files by their calibrated cost.
     let dir = tempfile::Builder::new().prefix("sluice-array-w-").tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let c = Cluster::start(dir.path(), 2);
     ok(c.sluice(&["array", "write", ":w", "--shape", "64,8", "--chunks", "8,8", "--ranks", "4", "--server-weights", "1,3"]));
@@ -150,6 +150,20 @@ fn server_weights_give_shares_of_the_files() {
     let out = ok(c.sluice(&["array", "write", ":m", "--shape", "64,8", "--chunks", "8,8", "--ranks", "4", "--server-weights", "measure"]));
     assert!(out.contains("server weights (measured write bandwidth): ") && out.matches("MiB/s").count() >= 2, "{out}");
     assert!(ok(c.sluice(&["array", "verify", ":m"])).contains("every element matches"));
+    // Calibrated device models (`sluice calibrate --out`), one per server:
+    // a disk three times as fast per byte, with no fixed cost, gets three
+    // times the shards.
+    let (slow, fast) = (dir.path().join("slow.toml"), dir.path().join("fast.toml"));
+    std::fs::write(&slow, "dispatch_ns = 0\nbyte_ps = 3000\nseek_ns = 0\nparallelism = 1\n").unwrap();
+    std::fs::write(&fast, "dispatch_ns = 0\nbyte_ps = 1000\nseek_ns = 0\nparallelism = 1\n").unwrap();
+    let models = format!("{},{}", slow.display(), fast.display());
+    let out = ok(c.sluice(&["array", "write", ":c", "--shape", "64,8", "--chunks", "8,8", "--ranks", "4", "--server-weights", &models]));
+    assert!(out.contains("server weights (calibrated models"), "{out}");
+    let info = ok(c.sluice(&["array", "info", ":c"]));
+    let placement = info.lines().find(|l| l.starts_with("placement")).unwrap_or_else(|| panic!("{info}"));
+    assert!(placement.contains("(25%)") && placement.contains("(75%)"), "{placement}");
+    fails(c.sluice(&["array", "write", ":x", "--shape", "8", "--server-weights", &format!("{}", slow.display())]), "1 weights for 2 data servers");
+    fails(c.sluice(&["array", "write", ":x", "--shape", "8", "--server-weights", "nowhere.toml,x.toml"]), "nowhere.toml");
     fails(c.sluice(&["array", "write", ":x", "--shape", "8", "--server-weights", "1"]), "1 weights for 2 data servers");
     fails(c.sluice(&["array", "write", ":x", "--shape", "8", "--server-weights", "1,-2"]), "positive numbers");
     // The scratch files of `measure` are gone.

@@ -94,7 +94,7 @@ pub struct DistArgs {
     /// Hosts the ranks and servers are spread over, for placement: rank r and server s on hosts r % H and s % H (default: one per server).
     #[arg(long)]
     pub hosts: Option<usize>,
-    /// Each data server's share of the files, e.g. 1,1,2 for a server twice as fast, or `measure` (each server's write bandwidth, measured first); default: equal.
+    /// Each data server's share of the files, e.g. 1,1,2 for a server twice as fast; `measure` (each server's write bandwidth, measured first); or each server's calibrated device model, A.toml,B.toml,... (`sluice calibrate --out`; its throughput at the chunk size); default: equal.
     #[arg(long, value_delimiter = ',')]
     pub server_weights: Vec<String>,
 }
@@ -302,7 +302,7 @@ impl Prepared {
 
 /// The data servers' shares from `--server-weights`: given, measured, or
 /// (empty) equal.
-fn server_weights(remote: &Remote, addr: &str, arg: &[String], path: &str) -> anyhow::Result<Vec<f64>> {
+fn server_weights(remote: &Remote, addr: &str, arg: &[String], path: &str, unit_bytes: u64) -> anyhow::Result<Vec<f64>> {
     match arg {
         [] => Ok(Vec::new()),
         [m] if m == "measure" => {
@@ -311,15 +311,38 @@ fn server_weights(remote: &Remote, addr: &str, arg: &[String], path: &str) -> an
             println!("server weights (measured write bandwidth): {}", shown.join(", "));
             Ok(w)
         }
+        given if given.iter().all(|x| x.ends_with(".toml")) => {
+            let w = given
+                .iter()
+                .map(|f| sluice_bench::calibrate::ModelFile::load(std::path::Path::new(f)).map(|m| model_bandwidth(&m, unit_bytes)).map_err(|e| anyhow!("--server-weights {f}: {e}")))
+                .collect::<anyhow::Result<Vec<f64>>>()?;
+            check_count(remote, &w)?;
+            let shown: Vec<String> = w.iter().map(|b| format!("{:.0} MiB/s", b / (1 << 20) as f64)).collect();
+            println!("server weights (calibrated models, {} KiB transfers): {}", unit_bytes / 1024, shown.join(", "));
+            Ok(w)
+        }
         given => {
             let w = given.iter().map(|x| x.parse::<f64>().ok().filter(|w| w.is_finite() && *w > 0.0)).collect::<Option<Vec<f64>>>();
-            let w = w.ok_or_else(|| anyhow!("--server-weights takes positive numbers, one per data server, or `measure`"))?;
-            if w.len() != servers_of(remote) {
-                bail!("--server-weights gives {} weights for {} data servers", w.len(), servers_of(remote));
-            }
+            let w = w.ok_or_else(|| anyhow!("--server-weights takes positive numbers, one per data server, `measure`, or one model file (.toml) per data server"))?;
+            check_count(remote, &w)?;
             Ok(w)
         }
     }
+}
+
+fn check_count(remote: &Remote, w: &[f64]) -> anyhow::Result<()> {
+    if w.len() != servers_of(remote) {
+        bail!("--server-weights gives {} weights for {} data servers", w.len(), servers_of(remote));
+    }
+    Ok(())
+}
+
+/// Bytes per second a device of model `m` moves in transfers of `bytes`,
+/// its `parallelism` at once (the scheduling issue's cost model: a fixed
+/// cost per dispatch plus a cost per byte).
+fn model_bandwidth(m: &sluice_bench::calibrate::ModelFile, bytes: u64) -> f64 {
+    let ns = m.dispatch_ns as f64 + bytes as f64 * m.byte_ps as f64 / 1e3;
+    bytes as f64 * 1e9 / ns.max(1.0) * f64::from(m.parallelism.max(1))
 }
 
 /// Most files of a group counted for [`group_held_bytes`]; past it the
@@ -393,7 +416,7 @@ fn write(a: WriteArgs) -> anyhow::Result<()> {
         bail!("--dims names {} dimensions, the shape has {}", dims.len(), a.shape.len());
     }
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: json!({ PATTERN_ATTRIBUTE: "linear-index" }) };
-    let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path)?;
+    let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path, spec.layout.chunk_bytes())?;
     let held = group_held_bytes(&remote, &path)?;
     let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights, &held)?;
     println!("{path}: {}", p.describe());
@@ -413,7 +436,7 @@ fn read(a: ReadArgs) -> anyhow::Result<()> {
     let layout = Layout::from_zarr_json(&meta)?;
     let dims = meta["dimension_names"].as_array().map(|v| v.iter().map(|d| d.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default();
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: meta["attributes"].clone() };
-    let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path)?;
+    let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path, spec.layout.chunk_bytes())?;
     let mut p = Prepared::new(spec, &a.dist, servers_of(&remote), &weights, &[])?;
     println!("{path}: {}", p.describe());
     if a.dist.strategy == "auto" {
