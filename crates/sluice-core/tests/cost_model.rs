@@ -179,3 +179,29 @@ fn a_hold_is_refused_when_the_model_says_it_loses() {
         other => panic!("expected a dispatch, got {other:?}"),
     }
 }
+
+#[test]
+fn queued_pieces_join_past_the_useful_size_spread_over_the_slots() {
+    // A flash device serving 8 at once, where an aggregate stops being
+    // useful past 10 us x 8 / 8 slots / 0.5 ns = 20 KB, with 128 pieces of
+    // 64 KiB already queued contiguous (8 MiB): joining them waits for
+    // nothing, so each dispatch takes the file's queued bytes over 8
+    // slots (1 MiB, 16 pieces), not one piece; and a dispatch for every
+    // slot still goes out.
+    let flash = DeviceCost::new(10_000, 500, 0, 8);
+    assert!(flash.useful_dispatch_bytes().unwrap() < 64 << 10);
+    let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits::default());
+    s.set_device_cost(Some(flash));
+    s.set_depth(8);
+    for i in 0..128u64 {
+        let r = Request { id: RequestId(i), app: AppId(1), client: ClientId(i as u32), file: FileId(1), op: Op::Read, offset: i << 16, len: 1 << 16 };
+        s.enqueue(r, 1_000).unwrap();
+    }
+    let mut sizes = Vec::new();
+    while let Decision::Dispatch(d) = s.next(2_000) {
+        sizes.push(d.members.len());
+    }
+    assert!(sizes.len() >= 4, "several slots busy: {sizes:?}");
+    assert_eq!(sizes[0], 16, "the first takes 8 MiB / 8 slots: {sizes:?}");
+    assert!(sizes.iter().all(|&n| n > 1), "every dispatch joins pieces: {sizes:?}");
+}

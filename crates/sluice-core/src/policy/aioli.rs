@@ -74,6 +74,10 @@ use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 
 /// Entries of a file's map examined when looking for the turn
 /// application's next request after the head.
+/// Fewest device slots queued bytes are spread over when joining them
+/// past the useful size (`pick`): the daemon's default depth.
+const SPREAD_SLOTS: u32 = 8;
+
 const TURN_SCAN_MAX: usize = 32;
 /// Streams remembered per file for the active-stream count.
 const FILE_STREAMS_MAX: usize = 256;
@@ -551,7 +555,15 @@ impl Policy for Aioli {
         }
         // The quantum shares the device; alone, an application is not cut.
         let quantum = if self.backlogged > 1 { turn.remaining } else { self.dispatch_max };
-        let limit = quantum.max(target).min(useful).max(store.entry(slot).req.len);
+        // Joining pieces already queued waits for nothing: past the useful
+        // size, an aggregate may still take the file's queued bytes spread
+        // over the device's slots, so that as few dispatches as keep every
+        // slot busy carry them (each dispatch also costs the server's CPU).
+        // At least `SPREAD_SLOTS` slots: the learned parallelism falls when
+        // aggregates grow (each takes longer), and spreading over it alone
+        // would grow them further.
+        let spread = self.cost.map_or(0, |c| store.files.get(&file).map_or(0, |f| f.bytes) / u64::from(c.parallelism.max(SPREAD_SLOTS)));
+        let limit = quantum.max(target).min(useful.max(spread)).max(store.entry(slot).req.len);
         match self.hold_until(store, slot, target, limit, now) {
             Some(until) => Pick::Wait(until),
             None => Pick::Start { slot, limit, backward: true },
