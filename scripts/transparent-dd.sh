@@ -2,8 +2,8 @@
 # Issue 12's transparent-path figures: `dd bs=1M` over a file in the page
 # cache, on the backing file, through `sluice run` (LD_PRELOAD) and through
 # `sluice mount` (FUSE), in turn, ROUNDS times; with and without cache
-# leases (SLUICE_LEASES=0 turns them off in the client). Prints GB/s as
-# dd reports it, one line per pass.
+# leases (SLUICE_LEASES=0 turns them off in the client), and a mount with
+# `--passthrough`. Prints GB/s as dd reports it, one line per pass.
 # Usage: scripts/transparent-dd.sh [ROUNDS] [SIZE_MIB]   (default: 3 256)
 set -euo pipefail
 rounds=${1:-3}
@@ -19,7 +19,7 @@ srv=$!
 while [ ! -S "$dir/s.sock" ]; do sleep 0.05; done
 rate() { LC_ALL=C dd "$@" of=/dev/null bs=1M 2>&1 | sed -n 's/.*, \([0-9.]* [GMk]B\/s\)$/\1/p'; }
 mountit() {
-  SLUICE_LEASES=$1 "$sluice" mount --server "unix:$dir/s.sock" "$dir/mnt" > "$dir/mount.log" 2>&1 &
+  SLUICE_LEASES=$1 "$sluice" mount --server "unix:$dir/s.sock" ${2:-} "$dir/mnt" > "$dir/mount.log" 2>&1 &
   mnt=$!
   while ! grep -q " $dir/mnt " /proc/mounts; do sleep 0.05; done
 }
@@ -34,4 +34,7 @@ for r in $(seq "$rounds"); do
     echo "round $r: mount leases=$leases $(rate if="$dir/mnt/big.dat")"
     unmount
   done
+  mountit 1 --passthrough
+  echo "round $r: mount --passthrough $(rate if="$dir/mnt/big.dat")"
+  unmount
 done

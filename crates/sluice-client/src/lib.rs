@@ -387,6 +387,22 @@ fn local_pread(lent: &Lent, buf: &mut [u8], offset: u64) -> Result<usize> {
     Ok(at)
 }
 
+/// What [`Client::passthrough_file`] found.
+#[derive(Debug)]
+pub enum Passthrough {
+    /// The file itself, every page of it cached now.
+    File(std::fs::File),
+    /// The server lent the file, but not all of it is cached.
+    NotCached,
+    /// No descriptor lent: the server lends none (another host, O_DIRECT,
+    /// an emulated device), the first bytes were not cached, or no prime
+    /// was asked for.
+    NotLent,
+    /// Not a candidate: leases off, not a read-only handle, an empty file,
+    /// or a lent descriptor that no longer is the file.
+    Unsuitable,
+}
+
 /// A connection to a sluice server. See the crate documentation.
 pub struct Client {
     addr: String,
@@ -930,15 +946,14 @@ impl Client {
 
     /// The file behind read-only handle `fd` itself, when every page of it
     /// is in the page cache now: a duplicate of the descriptor the server
-    /// lent for cache leases (asked for first, with a read of the file's
-    /// first bytes, when none was lent yet). The FUSE mount hands it to the
-    /// kernel (passthrough). `None`: leases off, not a read-only handle, an
-    /// empty file, no descriptor lent (a server on another host, with
-    /// O_DIRECT or an emulated device), or not all of it cached.
-    pub fn passthrough_file(&self, fd: Fd) -> Result<Option<std::fs::File>> {
+    /// lent for cache leases. When none was lent yet and `prime` is set, it
+    /// is asked for first, with a read of the file's first bytes (which the
+    /// server answers with a lease only if they are cached and it lends at
+    /// all). The FUSE mount hands the file to the kernel (passthrough).
+    pub fn passthrough_file(&self, fd: Fd, prime: bool) -> Result<Passthrough> {
         use std::os::fd::AsRawFd;
         if !self.opts.leases {
-            return Ok(None);
+            return Ok(Passthrough::Unsuitable);
         }
         let lent = || -> Option<Option<Arc<Lent>>> {
             let h = lock(&self.handles);
@@ -946,20 +961,26 @@ impl Client {
             Some(h.lent.clone())
         };
         if lent().is_none() {
-            return Ok(None);
+            return Ok(Passthrough::Unsuitable);
         }
         let size = self.fstat(fd)?.size;
         if size == 0 {
-            return Ok(None);
+            return Ok(Passthrough::Unsuitable);
         }
         if lent().flatten().is_none() {
+            if !prime {
+                return Ok(Passthrough::NotLent);
+            }
             let mut first = vec![0u8; size.min(4096) as usize];
             self.pread(fd, &mut first, 0)?;
         }
-        let Some(l) = lent().flatten().filter(|l| l.intact()) else { return Ok(None) };
+        let Some(l) = lent().flatten() else { return Ok(Passthrough::NotLent) };
+        if !l.intact() {
+            return Ok(Passthrough::Unsuitable);
+        }
         match sluice_net::cache::all_cached(l.file.as_raw_fd(), 0, size) {
-            Some(true) => Ok(Some(l.file.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("passthrough: {e}")))?)),
-            _ => Ok(None),
+            Some(true) => Ok(Passthrough::File(l.file.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("passthrough: {e}")))?)),
+            _ => Ok(Passthrough::NotCached),
         }
     }
 

@@ -6,29 +6,33 @@
 //! The kernel names files by inode number, the server by path: `Inodes`
 //! keeps the map, bounded, and follows renames and removals.
 //!
-//! Passthrough (Linux 6.9+, root): a read-only open of a file that is
-//! wholly in the page cache now gets the file itself as its FUSE backing
-//! file (the descriptor the server lent for cache leases), and the kernel
-//! serves its reads from the page cache without asking the mount. Nothing
-//! is left to schedule for such a file, as for a cache lease; unlike a
-//! lease (10 ms), it lasts until the file is closed: a page evicted in the
-//! meantime is read from the device unscheduled. `--no-passthrough` turns
-//! it off.
+//! Passthrough (`sluice mount --passthrough`; Linux 6.9+, root): a
+//! read-only open of a file that is wholly in the page cache now gets the
+//! file itself as its FUSE backing file (the descriptor the server lent
+//! for cache leases), and the kernel serves its reads from the page cache
+//! without asking the mount. Nothing is left to schedule for such a file,
+//! as for a cache lease; unlike a lease (10 ms), it lasts until the file
+//! is closed: a page evicted in the meantime is read from the device
+//! unscheduled. And the kernel allows one kind of open per inode: while a
+//! passthrough open lasts, every other open of the inode must be one too
+//! (with the same backing file, hence `backings`), so a write open, or a
+//! read open of the file no longer all cached, fails with EIO. Off by
+//! default for that reason.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::hash::{Hash, Hasher};
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use sluice_client::{ClientError, Fd, FileKind, Stat};
+use sluice_client::{ClientError, Fd, FileKind, Passthrough, Stat};
 use sluice_remote::{Remote, RemoteKind};
 
 use crate::conns::{Caller, Conns, CONNECTIONS_MAX as CONNS_MAX};
@@ -54,10 +58,22 @@ const TTL: Duration = Duration::from_millis(200);
 struct Handle {
     client: Arc<Remote>,
     fd: Fd,
-    /// The kernel's reference to the backing file of a passthrough open,
-    /// kept until the release.
-    _backing: Option<BackingId>,
+    ino: u64,
+    /// The inode's backing file for a passthrough open, kept until the
+    /// release (shared by every passthrough open of the inode).
+    backing: Option<Arc<BackingId>>,
 }
+
+/// Whether the server lends descriptors, as far as the mount has seen:
+/// until it has, an open asks for one with a read of the file's first
+/// bytes; after `PRIME_MISSES_MAX` such reads got none (a server with
+/// O_DIRECT or an emulated device, or on another host), only one open in
+/// `PRIME_RETRY_EVERY` asks, so that opens do not each cost a read.
+const LENDS_UNKNOWN: u8 = 0;
+const LENDS_YES: u8 = 1;
+const LENDS_NO: u8 = 2;
+const PRIME_MISSES_MAX: u32 = 4;
+const PRIME_RETRY_EVERY: u64 = 1_024;
 
 /// One inode number the kernel holds: its server path (None once removed
 /// or replaced by a rename) and the kernel's lookup count.
@@ -165,7 +181,16 @@ pub(crate) struct SluiceFs {
     handles_max: usize,
     fh_next: AtomicU64,
     inodes: Mutex<Inodes>,
-    passthrough: bool,
+    /// Passthrough wanted and possible: set at init, cleared for good when
+    /// the kernel refuses a backing file (not root).
+    passthrough: AtomicBool,
+    /// One backing file per inode while passthrough opens hold it: the
+    /// kernel refuses a second, different one for the same inode. At most
+    /// one entry per open handle (stale ones go at release).
+    backings: Mutex<HashMap<u64, Weak<BackingId>>>,
+    lends: AtomicU8,
+    prime_misses: AtomicU32,
+    opens: AtomicU64,
 }
 
 /// Client errors as errno values: the client's one conversion.
@@ -239,12 +264,16 @@ fn counted<T>(r: Result<T, Errno>) -> Result<T, Errno> {
 impl SluiceFs {
     pub fn new(cfg: MountConfig, kind: RemoteKind) -> SluiceFs {
         SluiceFs {
-            passthrough: cfg.passthrough,
+            passthrough: AtomicBool::new(cfg.passthrough),
             conns: Conns::new(cfg.server, kind, cfg.app),
             handles: Mutex::new(HashMap::new()),
             handles_max: HANDLES_MAX,
             fh_next: AtomicU64::new(1),
             inodes: Mutex::new(Inodes::new(INODES_MAX)),
+            backings: Mutex::new(HashMap::new()),
+            lends: AtomicU8::new(LENDS_UNKNOWN),
+            prime_misses: AtomicU32::new(0),
+            opens: AtomicU64::new(0),
         }
     }
 
@@ -264,7 +293,7 @@ impl SluiceFs {
         lock(&self.handles).get(&fh.0).map(|h| (Arc::clone(&h.client), h.fd)).ok_or(Errno::EBADF)
     }
 
-    fn add_handle(&self, client: Arc<Remote>, fd: Fd, backing: Option<BackingId>) -> Result<u64, Errno> {
+    fn add_handle(&self, client: Arc<Remote>, fd: Fd, ino: u64, backing: Option<Arc<BackingId>>) -> Result<u64, Errno> {
         let mut h = lock(&self.handles);
         if h.len() >= self.handles_max {
             drop(h);
@@ -272,9 +301,51 @@ impl SluiceFs {
             return Err(Errno::ENFILE);
         }
         let fh = self.fh_next.fetch_add(1, Ordering::Relaxed);
-        h.insert(fh, Handle { client, fd, _backing: backing });
+        h.insert(fh, Handle { client, fd, ino, backing });
         STATS.handles_open.store(h.len() as u64, Ordering::Relaxed);
         Ok(fh)
+    }
+
+    /// The backing file for a passthrough open of `ino`, when the file is
+    /// wholly cached now: the inode's existing one, else `file` registered
+    /// with the kernel. None: take the mount's path.
+    fn backing(&self, c: &Remote, fd: Fd, ino: u64, reply: &ReplyOpen) -> Option<Arc<BackingId>> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let lends = self.lends.load(Ordering::Relaxed);
+        let prime = lends != LENDS_NO || self.opens.fetch_add(1, Ordering::Relaxed) % PRIME_RETRY_EVERY == 0;
+        let file = match c.passthrough_file(fd, prime) {
+            Ok(Passthrough::File(f)) => {
+                self.lends.store(LENDS_YES, Ordering::Relaxed);
+                f
+            }
+            Ok(Passthrough::NotLent) if prime && lends == LENDS_UNKNOWN => {
+                if self.prime_misses.fetch_add(1, Ordering::Relaxed) + 1 >= PRIME_MISSES_MAX {
+                    self.lends.store(LENDS_NO, Ordering::Relaxed);
+                }
+                return None;
+            }
+            _ => return None,
+        };
+        let mut all = lock(&self.backings);
+        if let Some(id) = all.get(&ino).and_then(Weak::upgrade) {
+            return Some(id);
+        }
+        match reply.open_backing(&file) {
+            Ok(id) => {
+                let id = Arc::new(id);
+                all.insert(ino, Arc::downgrade(&id));
+                Some(id)
+            }
+            Err(e) => {
+                // Not root (CAP_SYS_ADMIN): no open will get one.
+                if e.raw_os_error() == Some(libc::EPERM) {
+                    self.passthrough.store(false, Ordering::Relaxed);
+                }
+                None
+            }
+        }
     }
 
     /// `path`'s attributes, and the inode number the kernel now holds once more.
@@ -378,12 +449,12 @@ impl Filesystem for SluiceFs {
         let _ = config.set_max_write(MAX_WRITE_BYTES);
         // Passthrough needs the kernel's consent at init; a kernel without
         // it refuses, and every open then takes the server path.
-        if self.passthrough && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() {
+        if self.passthrough.load(Ordering::Relaxed) && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok() {
             // 2: the server's files may lie on a stacked file system
             // (overlayfs in a container).
             let _ = config.set_max_stack_depth(2);
         } else {
-            self.passthrough = false;
+            self.passthrough.store(false, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -500,24 +571,19 @@ impl Filesystem for SluiceFs {
             let (fd, _) = self.open_path(&c, &path, flags, 0)?;
             // A read-only open of a file wholly in the page cache: the
             // kernel reads the file itself (module documentation).
-            let backing = match (self.passthrough && flags & libc::O_ACCMODE == libc::O_RDONLY).then(|| c.passthrough_file(fd)) {
-                Some(Ok(Some(file))) => reply.open_backing(&file).ok(),
-                _ => None,
-            };
-            let passthrough = backing.is_some();
-            let fh = self.add_handle(c, fd, backing)?;
-            Ok((fh, passthrough))
+            let backing = if flags & libc::O_ACCMODE == libc::O_RDONLY { self.backing(&c, fd, ino.0, &reply) } else { None };
+            let fh = self.add_handle(c, fd, ino.0, backing.clone())?;
+            Ok((fh, backing))
         })();
         match r {
-            Ok((fh, true)) => {
+            Ok((fh, Some(id))) => {
                 STATS.passthrough_opens.fetch_add(1, Ordering::Relaxed);
-                let h = lock(&self.handles);
-                let id = h.get(&fh).and_then(|h| h._backing.as_ref()).expect("just added");
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), id);
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
             }
             // Direct I/O: the kernel neither caches nor reshapes the data
-            // path; the scheduler sees the application's own sizes.
-            Ok((fh, false)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            // path; the scheduler sees the application's own sizes. (Such
+            // opens may coexist with passthrough opens of the same inode.)
+            Ok((fh, None)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
             Err(e) => reply.error(e),
         }
     }
@@ -526,16 +592,15 @@ impl Filesystem for SluiceFs {
         let r = (|| {
             let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
             let (fd, st) = self.open_path(&c, &path, flags | libc::O_CREAT, mode & 0o7777)?;
-            let fh = self.add_handle(c, fd, None)?;
-            match lock(&self.inodes).remember(&path) {
-                Ok(ino) => Ok((fh, attr(ino, &st))),
+            let ino = match lock(&self.inodes).remember(&path) {
+                Ok(ino) => ino,
                 Err(e) => {
-                    if let Some(h) = lock(&self.handles).remove(&fh) {
-                        let _ = h.client.close(h.fd);
-                    }
-                    Err(e)
+                    let _ = c.close(fd);
+                    return Err(e);
                 }
-            }
+            };
+            let fh = self.add_handle(c, fd, ino, None)?;
+            Ok((fh, attr(ino, &st)))
         })();
         match r {
             Ok((fh, a)) => reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
@@ -573,6 +638,15 @@ impl Filesystem for SluiceFs {
             STATS.handles_open.store(all.len() as u64, Ordering::Relaxed);
             h
         };
+        if let Some(ino) = h.as_ref().filter(|h| h.backing.is_some()).map(|h| h.ino) {
+            let mut all = lock(&self.backings);
+            // Held by this handle until the line below lets it go: the last
+            // one drops the kernel's backing file and the entry.
+            let last = all.get(&ino).is_some_and(|w| w.strong_count() == 1);
+            if last {
+                all.remove(&ino);
+            }
+        }
         match h.map(|h| counted(h.client.close(h.fd).map_err(errno))) {
             Some(Ok(())) => reply.ok(),
             Some(Err(e)) => reply.error(e),
@@ -651,10 +725,10 @@ mod tests {
         let c = Arc::new(Remote::connect(s.0.addr()).unwrap());
         for _ in 0..2 {
             let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
-            fs.add_handle(Arc::clone(&c), fd, None).unwrap();
+            fs.add_handle(Arc::clone(&c), fd, 2, None).unwrap();
         }
         let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
-        assert_eq!(fs.add_handle(Arc::clone(&c), fd, None).err(), Some(Errno::ENFILE));
+        assert_eq!(fs.add_handle(Arc::clone(&c), fd, 2, None).err(), Some(Errno::ENFILE));
     }
 
     #[test]

@@ -258,10 +258,10 @@ impl Remote {
 
     /// The file itself for FUSE passthrough (`Client::passthrough_file`);
     /// never for a cluster's striped files (no one file holds them).
-    pub fn passthrough_file(&self, fd: Fd) -> RemoteResult<Option<std::fs::File>> {
+    pub fn passthrough_file(&self, fd: Fd, prime: bool) -> RemoteResult<sluice_client::Passthrough> {
         match self {
-            Remote::Server(c) => Ok(c.passthrough_file(fd)?),
-            Remote::Cluster(_) => Ok(None),
+            Remote::Server(c) => Ok(c.passthrough_file(fd, prime)?),
+            Remote::Cluster(_) => Ok(sluice_client::Passthrough::Unsuitable),
         }
     }
 

@@ -19,7 +19,7 @@
 //!   later leased read, like any two `pread`s of one file.
 //! - A page evicted between the check and the client's read is read from
 //!   the device without the scheduler: `valid_us` keeps that window short.
-//!   (The FUSE mount's passthrough hands the kernel this descriptor for a
+//!   (`sluice mount --passthrough` hands the kernel this descriptor for a
 //!   whole open of a file all cached at open time; its window is the open:
 //!   docs/fuse.md.)
 //! - O_DIRECT servers (`--direct`) never lease: their reads do not go

@@ -210,8 +210,7 @@ fn mpi_io_collective_four_ranks_through_the_mount() {
 #[test]
 fn the_mount_serves_its_own_metrics() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    // Without passthrough, so that the cached file's reads reach the mount.
-    let m = Mounted::start_with("metrics", &["--metrics", &port.to_string(), "--no-passthrough"]);
+    let m = Mounted::start_with("metrics", &["--metrics", &port.to_string()]);
     let f = m.mnt().join("f");
     ok(&format!("dd if=/dev/urandom of={} bs=1M count=3 status=none", f.display()));
     ok(&format!("cat {} > /dev/null", f.display()));
@@ -225,7 +224,7 @@ fn the_mount_serves_its_own_metrics() {
     assert_eq!(v("sluice_mount_request_seconds_count", &[("op", "write")]), v("sluice_mount_requests_total", &[("op", "write")]));
     assert_eq!(v("sluice_mount_handles_open", &[]), 0.0, "dd and cat closed their files");
     assert!(v("sluice_mount_connections", &[]) >= 1.0);
-    assert_eq!(v("sluice_mount_passthrough_opens_total", &[]), 0.0, "--no-passthrough");
+    assert_eq!(v("sluice_mount_passthrough_opens_total", &[]), 0.0, "no passthrough by default");
 }
 
 /// Whether this kernel and user can hand FUSE a backing file: Linux 6.9
@@ -238,10 +237,12 @@ fn passthrough_possible() -> bool {
     (major, minor) >= (6, 9) && unsafe { libc::geteuid() } == 0
 }
 
-/// A read-only open of a file wholly in the page cache is handed the file
-/// itself: its reads never reach the mount (no bytes counted there), and
-/// return the file's bytes. A file not all cached, a write open, and a
-/// mount with `--no-passthrough` take the mount's path.
+/// With `--passthrough`, a read-only open of a file wholly in the page
+/// cache is handed the file itself: its reads never reach the mount (no
+/// bytes counted there), and return the file's bytes; two such opens
+/// share the inode's backing file; a write open meanwhile fails with EIO
+/// (the kernel's rule, documented). A file not all cached and a write
+/// open take the mount's path.
 #[test]
 fn passthrough_reads_cached_files_without_the_mount() {
     if !passthrough_possible() {
@@ -249,7 +250,7 @@ fn passthrough_reads_cached_files_without_the_mount() {
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let m = Mounted::start_with("passthrough", &["--metrics", &port.to_string()]);
+    let m = Mounted::start_with("passthrough", &["--metrics", &port.to_string(), "--passthrough"]);
     let (f, backing) = (m.mnt().join("f"), m.root().join("f"));
     ok(&format!("dd if=/dev/urandom of={} bs=1M count=8 status=none", f.display()));
     wait_for(|| std::net::TcpStream::connect(port).is_ok(), "the mount's metrics endpoint");
@@ -263,16 +264,30 @@ fn passthrough_reads_cached_files_without_the_mount() {
     same(&backing, &copy);
     assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 1.0);
     assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), 0.0, "the kernel read the file itself");
+    // Two opens of the cached file at once: the kernel allows one backing
+    // file per inode, so both share it. A write open meanwhile is refused
+    // by the kernel (EIO); once they are closed it succeeds.
+    let both = format!(
+        "python3 -c 'import os, errno; a = os.open(\"{f}\", os.O_RDONLY); b = os.open(\"{f}\", os.O_RDONLY); \
+         x = os.pread(a, 1 << 20, 0); y = os.pread(b, 1 << 20, 1 << 20); \
+         assert x == open(\"{g}\", \"rb\").read(1 << 20) and len(y) == 1 << 20; \
+         e = None\ntry: os.open(\"{f}\", os.O_WRONLY)\nexcept OSError as x: e = x.errno\nassert e == errno.EIO, e; [os.close(d) for d in (a, b)]; os.close(os.open(\"{f}\", os.O_WRONLY)); print(\"ok\")'",
+        f = f.display(),
+        g = backing.display()
+    );
+    let out = sh(&both);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0, "both read opens passed through");
     // Out of the page cache (the backing file written back, its pages
     // dropped): the mount's path.
     ok(&format!("python3 -c 'import os; fd = os.open(\"{}\", os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)'", backing.display()));
     ok(&format!("dd if={} of={} bs=1M status=none", f.display(), copy.display()));
     same(&backing, &copy);
-    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 1.0, "not all cached: no passthrough");
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0, "not all cached: no passthrough");
     assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), (8 << 20) as f64);
     // A write open is never handed the file, cached or not.
     ok(&format!("dd if=/dev/zero of={} bs=4k count=1 conv=notrunc status=none", f.display()));
-    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 1.0);
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0);
     assert_eq!(metric("sluice_mount_bytes_total", &[("op", "write")]), ((8 << 20) + 4096) as f64);
     ok(&format!("cmp -n 4096 {} /dev/zero", f.display()));
 }

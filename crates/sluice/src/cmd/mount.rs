@@ -19,12 +19,14 @@ pub struct MountArgs {
     /// Serve the mount's metrics at http://HOST:PORT/metrics (port 0: any).
     #[arg(long)]
     metrics: Option<String>,
-    /// Never let the kernel read a file itself: by default a read-only open
-    /// of a file wholly in the page cache is handed the file (FUSE
-    /// passthrough, root and Linux 6.9+), and its reads reach neither the
-    /// mount nor the scheduler until it is closed.
+    /// Let the kernel read cached files itself (FUSE passthrough; root,
+    /// Linux 6.9+): a read-only open of a file wholly in the page cache is
+    /// handed the file, and its reads reach neither the mount nor the
+    /// scheduler until it is closed. While such an open lasts, the kernel
+    /// refuses (EIO) any other open of that file that is not passthrough,
+    /// so a write open of a file being read fails. Off by default.
     #[arg(long)]
-    no_passthrough: bool,
+    passthrough: bool,
     #[command(flatten)]
     patience: super::remote::Patience,
     /// Where to mount.
@@ -38,6 +40,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     cfg.app = a.app;
     cfg.allow_other = a.allow_other;
     cfg.metrics = a.metrics;
-    cfg.passthrough = !a.no_passthrough;
+    cfg.passthrough = a.passthrough;
     sluice_fuse::mount(cfg).map_err(|e| anyhow::anyhow!("{e}"))
 }
