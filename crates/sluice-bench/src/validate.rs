@@ -277,7 +277,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
 /// Request messages the workload's processes send: each application
 /// request, cut at the client's shared-memory slot.
 fn requests_of(sc: &Scenario) -> u64 {
-    sc.apps.iter().map(|a| a.bytes().div_ceil(a.granularity.clamp(1, SLOT_BYTES))).sum()
+    sc.apps.iter().map(|a| a.bytes().div_ceil(a.granularity.max(1)) * a.granularity.div_ceil(SLOT_BYTES).max(1)).sum()
 }
 
 /// The median of `xs` (the lower one of an even count); None if empty.

@@ -314,7 +314,7 @@ impl SluiceFs {
             return None;
         }
         let lends = self.lends.load(Ordering::Relaxed);
-        let prime = lends != LENDS_NO || self.opens.fetch_add(1, Ordering::Relaxed) % PRIME_RETRY_EVERY == 0;
+        let prime = lends != LENDS_NO || self.opens.fetch_add(1, Ordering::Relaxed).is_multiple_of(PRIME_RETRY_EVERY);
         let file = match c.passthrough_file(fd, prime) {
             Ok(Passthrough::File(f)) => {
                 self.lends.store(LENDS_YES, Ordering::Relaxed);

@@ -72,12 +72,11 @@ use crate::hash::FxHashMap;
 use crate::store::{op_index, Entry, Gather, LazyFifo, Slot, Store};
 use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 
-/// Entries of a file's map examined when looking for the turn
-/// application's next request after the head.
 /// Fewest device slots queued bytes are spread over when joining them
 /// past the useful size (`pick`): the daemon's default depth.
 const SPREAD_SLOTS: u32 = 8;
-
+/// Entries of a file's map examined when looking for the turn
+/// application's next request after the head.
 const TURN_SCAN_MAX: usize = 32;
 /// Streams remembered per file for the active-stream count.
 const FILE_STREAMS_MAX: usize = 256;
