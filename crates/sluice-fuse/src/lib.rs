@@ -155,5 +155,9 @@ fn serve(cfg: MountConfig, kind: sluice_remote::RemoteKind, signals: &libc::sigs
             break;
         }
     }
-    session.umount_and_join().map_err(|e| error(FuseErrorKind::Mount, format!("unmounting {}: {e}", mountpoint.display())))
+    match session.umount_and_join() {
+        // Unmounted from outside (`fusermount3 -u`) just before the signal.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(()),
+        r => r.map_err(|e| error(FuseErrorKind::Mount, format!("unmounting {}: {e}", mountpoint.display()))),
+    }
 }
