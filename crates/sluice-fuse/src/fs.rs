@@ -425,6 +425,15 @@ impl SluiceFs {
         self.do_getattr(req, ino, fh)
     }
 
+    /// Unlink a file or (`dir`) remove a directory; its inode number no
+    /// longer names it.
+    fn remove(&self, req: &Request, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
+        counted(if dir { c.rmdir(&path) } else { c.unlink(&path) }.map_err(errno))?;
+        lock(&self.inodes).removed(&path);
+        Ok(())
+    }
+
     fn do_readdir(&self, req: &Request, ino: INodeNo, offset: u64, reply: &mut ReplyDirectory) -> Result<(), Errno> {
         let (c, dir) = (self.client(req)?, self.path(ino)?);
         let list = counted(c.readdir(&dir).map_err(errno))?;
@@ -521,26 +530,14 @@ impl Filesystem for SluiceFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = (|| {
-            let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
-            counted(c.unlink(&path).map_err(errno))?;
-            lock(&self.inodes).removed(&path);
-            Ok(())
-        })();
-        match r {
+        match self.remove(req, parent, name, false) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = (|| {
-            let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
-            counted(c.rmdir(&path).map_err(errno))?;
-            lock(&self.inodes).removed(&path);
-            Ok(())
-        })();
-        match r {
+        match self.remove(req, parent, name, true) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
