@@ -950,7 +950,8 @@ impl Client {
     /// is asked for first, with a read of the file's first bytes (which the
     /// server answers with a lease only if they are cached and it lends at
     /// all). The FUSE mount hands the file to the kernel (passthrough).
-    pub fn passthrough_file(&self, fd: Fd, prime: bool) -> Result<Passthrough> {
+    /// `size`: the file's size, as the caller's `fstat` just found it.
+    pub fn passthrough_file(&self, fd: Fd, size: u64, prime: bool) -> Result<Passthrough> {
         use std::os::fd::AsRawFd;
         if !self.opts.leases {
             return Ok(Passthrough::Unsuitable);
@@ -963,7 +964,6 @@ impl Client {
         if lent().is_none() {
             return Ok(Passthrough::Unsuitable);
         }
-        let size = self.fstat(fd)?.size;
         if size == 0 {
             return Ok(Passthrough::Unsuitable);
         }

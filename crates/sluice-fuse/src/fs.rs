@@ -309,13 +309,13 @@ impl SluiceFs {
     /// The backing file for a passthrough open of `ino`, when the file is
     /// wholly cached now: the inode's existing one, else `file` registered
     /// with the kernel. None: take the mount's path.
-    fn backing(&self, c: &Remote, fd: Fd, ino: u64, reply: &ReplyOpen) -> Option<Arc<BackingId>> {
+    fn backing(&self, c: &Remote, fd: Fd, size: u64, ino: u64, reply: &ReplyOpen) -> Option<Arc<BackingId>> {
         if !self.passthrough.load(Ordering::Relaxed) {
             return None;
         }
         let lends = self.lends.load(Ordering::Relaxed);
         let prime = lends != LENDS_NO || self.opens.fetch_add(1, Ordering::Relaxed).is_multiple_of(PRIME_RETRY_EVERY);
-        let file = match c.passthrough_file(fd, prime) {
+        let file = match c.passthrough_file(fd, size, prime) {
             Ok(Passthrough::File(f)) => {
                 self.lends.store(LENDS_YES, Ordering::Relaxed);
                 f
@@ -565,10 +565,10 @@ impl Filesystem for SluiceFs {
         let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
         let r = (|| {
             let (c, path) = (self.client(req)?, self.path(ino)?);
-            let (fd, _) = self.open_path(&c, &path, flags, 0)?;
+            let (fd, st) = self.open_path(&c, &path, flags, 0)?;
             // A read-only open of a file wholly in the page cache: the
             // kernel reads the file itself (module documentation).
-            let backing = if flags & libc::O_ACCMODE == libc::O_RDONLY { self.backing(&c, fd, ino.0, &reply) } else { None };
+            let backing = if flags & libc::O_ACCMODE == libc::O_RDONLY { self.backing(&c, fd, st.size, ino.0, &reply) } else { None };
             let fh = self.add_handle(c, fd, ino.0, backing.clone())?;
             Ok((fh, backing))
         })();

@@ -258,9 +258,9 @@ impl Remote {
 
     /// The file itself for FUSE passthrough (`Client::passthrough_file`);
     /// never for a cluster's striped files (no one file holds them).
-    pub fn passthrough_file(&self, fd: Fd, prime: bool) -> RemoteResult<sluice_client::Passthrough> {
+    pub fn passthrough_file(&self, fd: Fd, size: u64, prime: bool) -> RemoteResult<sluice_client::Passthrough> {
         match self {
-            Remote::Server(c) => Ok(c.passthrough_file(fd, prime)?),
+            Remote::Server(c) => Ok(c.passthrough_file(fd, size, prime)?),
             Remote::Cluster(_) => Ok(sluice_client::Passthrough::Unsuitable),
         }
     }

@@ -246,7 +246,7 @@ impl World {
     fn directed_round_begin(&mut self, a: u32, now: Time) -> Result<(), Error> {
         let app = &self.apps[a as usize];
         let (first, procs, layout, round, write, file) = (app.first, app.procs, app.layout, app.round, app.write, app.file);
-        let srv = self.sc.server.clone();
+        let (stripe_bytes, stripe_count, servers) = (self.sc.server.stripe_bytes, self.sc.server.stripe_count, self.sc.server.count);
         let mut bundles: Vec<(u32, u32)> = Vec::new();
         let mut active = 0;
         for rank in 0..procs {
@@ -261,7 +261,7 @@ impl World {
                 let (mut off, len) = layout.request(rank, blk);
                 let end = off + len;
                 while off < end {
-                    let (server, local, room) = stripe_map(off, srv.stripe_bytes, srv.stripe_count, file % srv.count, srv.count);
+                    let (server, local, room) = stripe_map(off, stripe_bytes, stripe_count, file % servers, servers);
                     let n = (end - off).min(room);
                     let b = match mine.iter().find(|(s, _)| *s == server as u32) {
                         Some(&(_, b)) => b,

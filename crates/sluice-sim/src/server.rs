@@ -74,22 +74,24 @@ impl World {
         let mut ids: Vec<u32> = held.bundles.iter().flat_map(|&b| self.bundle_pieces[b as usize].iter().copied()).collect();
         ids.sort_by_key(|&id| (self.pieces.get(id).offset, id));
         for id in ids {
-            let p = *self.pieces.get(id);
-            let (app, client) = self.ids(&p);
-            let op = if p.write { Op::Write } else { Op::Read };
-            let req = Request { id: RequestId(u64::from(id)), app, client, file: FileId(p.file), op, offset: p.offset, len: p.len };
-            self.servers[s as usize].submit(req, now)?;
+            self.enqueue(id, now)?;
         }
         self.poll(s, now)
     }
 
     fn submit(&mut self, id: u32, now: Time) -> Result<(), Error> {
+        let s = self.enqueue(id, now)?;
+        self.poll(s, now)
+    }
+
+    /// Hand piece `id` to its server's scheduler (or backlog); its server.
+    fn enqueue(&mut self, id: u32, now: Time) -> Result<u32, Error> {
         let p = *self.pieces.get(id);
         let (app, client) = self.ids(&p);
         let op = if p.write { Op::Write } else { Op::Read };
         let req = Request { id: RequestId(u64::from(id)), app, client, file: FileId(p.file), op, offset: p.offset, len: p.len };
         self.servers[p.server as usize].submit(req, now)?;
-        self.poll(p.server, now)
+        Ok(p.server)
     }
 
     /// Ask server `s`'s scheduler what to do, if its device is free.

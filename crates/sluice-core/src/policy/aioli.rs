@@ -561,8 +561,12 @@ impl Policy for Aioli {
         // At least `SPREAD_SLOTS` slots: the learned parallelism falls when
         // aggregates grow (each takes longer), and spreading over it alone
         // would grow them further.
-        let spread = self.cost.map_or(0, |c| store.files.get(&file).map_or(0, |f| f.bytes) / u64::from(c.parallelism.max(SPREAD_SLOTS)));
-        let limit = quantum.max(target).min(useful.max(spread)).max(store.entry(slot).req.len);
+        let wanted = quantum.max(target);
+        let spread = match self.cost {
+            Some(c) if useful < wanted => store.files.get(&file).map_or(0, |f| f.bytes) / u64::from(c.parallelism.max(SPREAD_SLOTS)),
+            _ => 0,
+        };
+        let limit = wanted.min(useful.max(spread)).max(store.entry(slot).req.len);
         match self.hold_until(store, slot, target, limit, now) {
             Some(until) => Pick::Wait(until),
             None => Pick::Start { slot, limit, backward: true },
