@@ -6,18 +6,32 @@
 //! The kernel names files by inode number, the server by path: `Inodes`
 //! keeps the map, bounded, and follows renames and removals.
 //!
-//! Passthrough (`sluice mount --passthrough`; Linux 6.9+, root): a
-//! read-only open of a file that is wholly in the page cache now gets the
-//! file itself as its FUSE backing file (the descriptor the server lent
-//! for cache leases), and the kernel serves its reads from the page cache
-//! without asking the mount. Nothing is left to schedule for such a file,
-//! as for a cache lease; unlike a lease (10 ms), it lasts until the file
-//! is closed: a page evicted in the meantime is read from the device
-//! unscheduled. And the kernel allows one kind of open per inode: while a
-//! passthrough open lasts, every other open of the inode must be one too
-//! (with the same backing file, hence `backings`), so a write open, or a
-//! read open of the file no longer all cached, fails with EIO. Off by
-//! default for that reason.
+//! Passthrough (on by default; `sluice mount --no-passthrough` turns it
+//! off; Linux 6.9+, root): a read-only open of a file that is wholly in
+//! the page cache gets the file itself as its FUSE backing file (the
+//! descriptor the server lent for cache leases), and the kernel serves its
+//! reads from the page cache without asking the mount. Nothing is left to
+//! schedule for such a file, as for a cache lease; unlike a lease (10 ms),
+//! it lasts until the file is closed: a page evicted in the meantime is
+//! read from the device unscheduled.
+//!
+//! The kernel keeps one I/O mode per inode: while a passthrough open
+//! lasts, every other open of the inode must name the same backing file,
+//! or it fails. `IoModes` keeps each inode's mode, and every open is
+//! decided under its lock:
+//! - the inode has a backing file: a read-only open of the still wholly
+//!   cached file shares it; any other open (a writer, O_DIRECT, a file no
+//!   longer all cached) names it too but with `FOPEN_DIRECT_IO`, which the
+//!   kernel lets override passthrough, so its reads and writes still come
+//!   to the mount and the scheduler (a *shared* open);
+//! - the inode has plain opens (the mount's path): no backing file is
+//!   registered until they are closed, so a cached read-only open then
+//!   takes the mount's path too;
+//! - neither: a cached read-only open registers the backing file.
+//!
+//! The kernel drops an inode's backing file when its last passthrough open
+//! is released, before the release reaches the mount, so the mount never
+//! names a stale one.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -25,7 +39,7 @@ use std::ffi::OsStr;
 use std::hash::{Hash, Hasher};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -59,9 +73,99 @@ struct Handle {
     client: Arc<Remote>,
     fd: Fd,
     ino: u64,
-    /// The inode's backing file for a passthrough open, kept until the
-    /// release (shared by every passthrough open of the inode).
-    backing: Option<Arc<BackingId>>,
+    /// A passthrough or shared open (it holds the inode's backing file,
+    /// `InodeIo`), else a plain one.
+    backed: bool,
+}
+
+/// One inode's I/O mode as the kernel sees it (module documentation):
+/// its backing file while passthrough or shared opens hold it (`held` of
+/// them), else the count of plain opens.
+struct InodeIo<B> {
+    backing: Option<Arc<B>>,
+    held: u32,
+    plain: u32,
+}
+
+/// How an open was answered.
+#[derive(Debug, PartialEq)]
+enum OpenMode<B> {
+    /// The mount's path, `FOPEN_DIRECT_IO`.
+    Plain,
+    /// The kernel reads the backing file itself.
+    Passthrough(Arc<B>),
+    /// Names the inode's backing file, but `FOPEN_DIRECT_IO` sends its
+    /// reads and writes to the mount.
+    Shared(Arc<B>),
+}
+
+impl<B> OpenMode<B> {
+    /// Whether the open holds the inode's backing file.
+    fn backed(&self) -> bool {
+        !matches!(self, OpenMode::Plain)
+    }
+}
+
+/// Every open inode's I/O mode. An entry lives while an open holds it, so
+/// the table is bounded by the open handles (`HANDLES_MAX`); the backing
+/// file goes with the last open that held it. `B` is the kernel's backing
+/// file id (a plain number in the tests).
+struct IoModes<B> {
+    by_ino: HashMap<u64, InodeIo<B>>,
+}
+
+impl<B> IoModes<B> {
+    fn new() -> IoModes<B> {
+        IoModes { by_ino: HashMap::new() }
+    }
+
+    /// Decide how the kernel opens `ino`, given the cached file `F` when
+    /// this open could pass through; `register` hands it to the kernel as
+    /// a backing file (its error: no passthrough for this open).
+    fn open<F, E>(&mut self, ino: u64, cached: Option<F>, register: impl FnOnce(F) -> Result<B, E>) -> (OpenMode<B>, Option<E>) {
+        let io = self.by_ino.entry(ino).or_insert(InodeIo { backing: None, held: 0, plain: 0 });
+        if let Some(id) = &io.backing {
+            io.held += 1;
+            return (if cached.is_some() { OpenMode::Passthrough(Arc::clone(id)) } else { OpenMode::Shared(Arc::clone(id)) }, None);
+        }
+        let mut refused = None;
+        if let (0, Some(file)) = (io.plain, cached) {
+            match register(file) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    (io.backing, io.held) = (Some(Arc::clone(&id)), 1);
+                    return (OpenMode::Passthrough(id), None);
+                }
+                Err(e) => refused = Some(e),
+            }
+        }
+        io.plain += 1;
+        (OpenMode::Plain, refused)
+    }
+
+    /// An open of `ino` is over (`backed`: it held the backing file): its
+    /// part of the inode's mode goes. The last holder lets the mount's id
+    /// for the backing file go (the kernel dropped its own at the last
+    /// passthrough release, before the release reached the mount).
+    fn close(&mut self, ino: u64, backed: bool) {
+        let Some(io) = self.by_ino.get_mut(&ino) else { return };
+        if backed {
+            io.held = io.held.saturating_sub(1);
+            if io.held == 0 {
+                io.backing = None;
+            }
+        } else {
+            io.plain = io.plain.saturating_sub(1);
+        }
+        if io.plain == 0 && io.held == 0 {
+            self.by_ino.remove(&ino);
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.by_ino.len()
+    }
 }
 
 /// Whether the server lends descriptors, as far as the mount has seen:
@@ -184,10 +288,8 @@ pub(crate) struct SluiceFs {
     /// Passthrough wanted and possible: set at init, cleared for good when
     /// the kernel refuses a backing file (not root).
     passthrough: AtomicBool,
-    /// One backing file per inode while passthrough opens hold it: the
-    /// kernel refuses a second, different one for the same inode. At most
-    /// one entry per open handle (stale ones go at release).
-    backings: Mutex<HashMap<u64, Weak<BackingId>>>,
+    /// Each open inode's I/O mode (module documentation).
+    io: Mutex<IoModes<BackingId>>,
     lends: AtomicU8,
     prime_misses: AtomicU32,
     opens: AtomicU64,
@@ -270,7 +372,7 @@ impl SluiceFs {
             handles_max: HANDLES_MAX,
             fh_next: AtomicU64::new(1),
             inodes: Mutex::new(Inodes::new(INODES_MAX)),
-            backings: Mutex::new(HashMap::new()),
+            io: Mutex::new(IoModes::new()),
             lends: AtomicU8::new(LENDS_UNKNOWN),
             prime_misses: AtomicU32::new(0),
             opens: AtomicU64::new(0),
@@ -293,59 +395,56 @@ impl SluiceFs {
         lock(&self.handles).get(&fh.0).map(|h| (Arc::clone(&h.client), h.fd)).ok_or(Errno::EBADF)
     }
 
-    fn add_handle(&self, client: Arc<Remote>, fd: Fd, ino: u64, backing: Option<Arc<BackingId>>) -> Result<u64, Errno> {
+    fn add_handle(&self, client: Arc<Remote>, fd: Fd, ino: u64, backed: bool) -> Result<u64, Errno> {
         let mut h = lock(&self.handles);
         if h.len() >= self.handles_max {
             drop(h);
             let _ = client.close(fd);
+            self.close_mode(ino, backed);
             return Err(Errno::ENFILE);
         }
         let fh = self.fh_next.fetch_add(1, Ordering::Relaxed);
-        h.insert(fh, Handle { client, fd, ino, backing });
+        h.insert(fh, Handle { client, fd, ino, backed });
         STATS.handles_open.store(h.len() as u64, Ordering::Relaxed);
         Ok(fh)
     }
 
-    /// The backing file for a passthrough open of `ino`, when the file is
-    /// wholly cached now: the inode's existing one, else `file` registered
-    /// with the kernel. None: take the mount's path.
-    fn backing(&self, c: &Remote, fd: Fd, size: u64, ino: u64, reply: &ReplyOpen) -> Option<Arc<BackingId>> {
+    /// The file to hand the kernel for a passthrough open, when passthrough
+    /// is on and the file is wholly cached now (the server lends it).
+    fn cached_file(&self, c: &Remote, fd: Fd, size: u64) -> Option<std::fs::File> {
         if !self.passthrough.load(Ordering::Relaxed) {
             return None;
         }
         let lends = self.lends.load(Ordering::Relaxed);
         let prime = lends != LENDS_NO || self.opens.fetch_add(1, Ordering::Relaxed).is_multiple_of(PRIME_RETRY_EVERY);
-        let file = match c.passthrough_file(fd, size, prime) {
+        match c.passthrough_file(fd, size, prime) {
             Ok(Passthrough::File(f)) => {
                 self.lends.store(LENDS_YES, Ordering::Relaxed);
-                f
+                Some(f)
             }
             Ok(Passthrough::NotLent) if prime && lends == LENDS_UNKNOWN => {
                 if self.prime_misses.fetch_add(1, Ordering::Relaxed) + 1 >= PRIME_MISSES_MAX {
                     self.lends.store(LENDS_NO, Ordering::Relaxed);
                 }
-                return None;
-            }
-            _ => return None,
-        };
-        let mut all = lock(&self.backings);
-        if let Some(id) = all.get(&ino).and_then(Weak::upgrade) {
-            return Some(id);
-        }
-        match reply.open_backing(&file) {
-            Ok(id) => {
-                let id = Arc::new(id);
-                all.insert(ino, Arc::downgrade(&id));
-                Some(id)
-            }
-            Err(e) => {
-                // Not root (CAP_SYS_ADMIN): no open will get one.
-                if e.raw_os_error() == Some(libc::EPERM) {
-                    self.passthrough.store(false, Ordering::Relaxed);
-                }
                 None
             }
+            _ => None,
         }
+    }
+
+    /// Decide how the kernel opens `ino` (`IoModes::open`), under the one
+    /// lock, so two opens of one inode never disagree.
+    fn open_mode(&self, ino: u64, cached: Option<std::fs::File>, register: impl FnOnce(std::fs::File) -> std::io::Result<BackingId>) -> OpenMode<BackingId> {
+        let (mode, refused) = lock(&self.io).open(ino, cached, register);
+        // Not root (CAP_SYS_ADMIN): no open will get a backing file.
+        if refused.is_some_and(|e| e.raw_os_error() == Some(libc::EPERM)) {
+            self.passthrough.store(false, Ordering::Relaxed);
+        }
+        mode
+    }
+
+    fn close_mode(&self, ino: u64, backed: bool) {
+        lock(&self.io).close(ino, backed);
     }
 
     /// `path`'s attributes, and the inode number the kernel now holds once more.
@@ -566,21 +665,25 @@ impl Filesystem for SluiceFs {
         let r = (|| {
             let (c, path) = (self.client(req)?, self.path(ino)?);
             let (fd, st) = self.open_path(&c, &path, flags, 0)?;
-            // A read-only open of a file wholly in the page cache: the
-            // kernel reads the file itself (module documentation).
-            let backing = if flags & libc::O_ACCMODE == libc::O_RDONLY { self.backing(&c, fd, st.size, ino.0, &reply) } else { None };
-            let fh = self.add_handle(c, fd, ino.0, backing.clone())?;
-            Ok((fh, backing))
+            // Only a buffered read-only open may read the page cache itself
+            // (module documentation); O_DIRECT asked for the device.
+            let cached = if flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_DIRECT == 0 { self.cached_file(&c, fd, st.size) } else { None };
+            let mode = self.open_mode(ino.0, cached, |f| reply.open_backing(&f));
+            let fh = self.add_handle(c, fd, ino.0, mode.backed())?;
+            Ok((fh, mode))
         })();
         match r {
-            Ok((fh, Some(id))) => {
+            Ok((fh, OpenMode::Passthrough(id))) => {
                 STATS.passthrough_opens.fetch_add(1, Ordering::Relaxed);
                 reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
             }
+            Ok((fh, OpenMode::Shared(id))) => {
+                STATS.shared_opens.fetch_add(1, Ordering::Relaxed);
+                reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
+            }
             // Direct I/O: the kernel neither caches nor reshapes the data
-            // path; the scheduler sees the application's own sizes. (Such
-            // opens may coexist with passthrough opens of the same inode.)
-            Ok((fh, None)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            // path; the scheduler sees the application's own sizes.
+            Ok((fh, OpenMode::Plain)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
             Err(e) => reply.error(e),
         }
     }
@@ -596,11 +699,17 @@ impl Filesystem for SluiceFs {
                     return Err(e);
                 }
             };
-            let fh = self.add_handle(c, fd, ino, None)?;
-            Ok((fh, attr(ino, &st)))
+            // The file may exist, and passthrough opens may hold it.
+            let mode = self.open_mode(ino, None, |f| reply.open_backing(&f));
+            let fh = self.add_handle(c, fd, ino, mode.backed())?;
+            Ok((fh, attr(ino, &st), mode))
         })();
         match r {
-            Ok((fh, a)) => reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Ok((fh, a, OpenMode::Shared(id))) => {
+                STATS.shared_opens.fetch_add(1, Ordering::Relaxed);
+                reply.created_passthrough(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
+            }
+            Ok((fh, a, _)) => reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
             Err(e) => reply.error(e),
         }
     }
@@ -635,14 +744,8 @@ impl Filesystem for SluiceFs {
             STATS.handles_open.store(all.len() as u64, Ordering::Relaxed);
             h
         };
-        if let Some(ino) = h.as_ref().filter(|h| h.backing.is_some()).map(|h| h.ino) {
-            let mut all = lock(&self.backings);
-            // Held by this handle until the line below lets it go: the last
-            // one drops the kernel's backing file and the entry.
-            let last = all.get(&ino).is_some_and(|w| w.strong_count() == 1);
-            if last {
-                all.remove(&ino);
-            }
+        if let Some(h) = &h {
+            self.close_mode(h.ino, h.backed);
         }
         match h.map(|h| counted(h.client.close(h.fd).map_err(errno))) {
             Some(Ok(())) => reply.ok(),
@@ -702,6 +805,42 @@ mod tests {
         Served(h, dir)
     }
 
+    /// The kernel's rule, as the mount keeps it: once an inode has a
+    /// backing file every open names it (cached read-only opens pass
+    /// through, the rest share it); while plain opens last none is
+    /// registered; the last close of either kind leaves no entry behind.
+    #[test]
+    fn io_modes_follow_the_kernels_one_mode_per_inode() {
+        let mut m: IoModes<u32> = IoModes::new();
+        let never = |_: ()| -> Result<u32, ()> { panic!("no backing file may be registered now") };
+        // A cached read-only open registers the backing file.
+        let (a, _) = m.open(7, Some(()), |()| Ok::<_, ()>(70));
+        assert_eq!(a, OpenMode::Passthrough(Arc::new(70)));
+        // A second cached one shares it; a writer (not cached) names it too.
+        assert_eq!(m.open(7, Some(()), never).0, OpenMode::Passthrough(Arc::new(70)));
+        assert_eq!(m.open(7, None, never).0, OpenMode::Shared(Arc::new(70)));
+        for _ in 0..3 {
+            m.close(7, true);
+        }
+        assert_eq!(m.len(), 0, "the last holder took the entry");
+        // A plain open first: a cached open meanwhile is plain too.
+        assert_eq!(m.open(8, None, never).0, OpenMode::Plain);
+        assert_eq!(m.open(8, Some(()), never).0, OpenMode::Plain);
+        m.close(8, false);
+        assert_eq!(m.open(8, Some(()), never).0, OpenMode::Plain, "one plain open is still there");
+        m.close(8, false);
+        m.close(8, false);
+        assert_eq!(m.len(), 0);
+        // Once the plain opens are gone, a backing file again.
+        assert_eq!(m.open(8, Some(()), |()| Ok::<_, ()>(80)).0, OpenMode::Passthrough(Arc::new(80)));
+        // A refused registration: a plain open, and the refusal reported.
+        let (mode, refused) = m.open(9, Some(()), |()| Err::<u32, _>("EPERM"));
+        assert_eq!((mode, refused), (OpenMode::Plain, Some("EPERM")));
+        // A close the table never saw (none) changes nothing.
+        m.close(10, true);
+        assert_eq!(m.len(), 2);
+    }
+
     #[test]
     fn connections_table_holds_at_most_connections_max() {
         let s = served("conns");
@@ -722,10 +861,10 @@ mod tests {
         let c = Arc::new(Remote::connect(s.0.addr()).unwrap());
         for _ in 0..2 {
             let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
-            fs.add_handle(Arc::clone(&c), fd, 2, None).unwrap();
+            fs.add_handle(Arc::clone(&c), fd, 2, false).unwrap();
         }
         let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
-        assert_eq!(fs.add_handle(Arc::clone(&c), fd, 2, None).err(), Some(Errno::ENFILE));
+        assert_eq!(fs.add_handle(Arc::clone(&c), fd, 2, false).err(), Some(Errno::ENFILE));
     }
 
     #[test]

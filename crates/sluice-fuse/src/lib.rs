@@ -11,8 +11,9 @@
 //! the same time. Files are opened in direct-I/O mode, so the kernel
 //! neither caches nor reshapes the data path and the scheduler sees the
 //! application's own request sizes (up to `MAX_WRITE_BYTES` per request);
-//! except, with `passthrough`, a read-only open of a file wholly in the
-//! page cache, which the kernel may read itself (`fs.rs`).
+//! except, with `passthrough` (the default), a buffered read-only open of
+//! a file wholly in the page cache, which the kernel may read itself
+//! (`fs.rs`).
 //!
 //! Why `fuser` (not `fuse3`, used before): it lets an open hand the kernel
 //! a backing file (`FUSE_DEV_IOC_BACKING_OPEN`, Linux 6.9+), the only way
@@ -56,15 +57,15 @@ pub struct MountConfig {
     /// `HOST:PORT`; port 0 picks one (printed on stdout).
     pub metrics: Option<String>,
     /// Let the kernel read files wholly in the page cache itself (FUSE
-    /// passthrough; needs root and Linux 6.9+, else unused). Default off:
-    /// while a passthrough open lasts, the kernel refuses every other open
-    /// of the file that is not one (a writer's, say) with EIO.
+    /// passthrough; needs root and Linux 6.9+, else unused). Default on:
+    /// other opens of such a file meanwhile (writers, O_DIRECT) still send
+    /// their I/O through the mount (`fs.rs`).
     pub passthrough: bool,
 }
 
 impl MountConfig {
     pub fn new(server: impl Into<String>, mountpoint: impl Into<PathBuf>) -> MountConfig {
-        MountConfig { server: server.into(), mountpoint: mountpoint.into(), app: None, allow_other: false, metrics: None, passthrough: false }
+        MountConfig { server: server.into(), mountpoint: mountpoint.into(), app: None, allow_other: false, metrics: None, passthrough: true }
     }
 }
 

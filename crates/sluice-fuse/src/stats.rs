@@ -17,6 +17,9 @@ pub(crate) struct Stats {
     pub leased_reads: AtomicU64,
     /// Opens the kernel reads by itself (passthrough).
     pub passthrough_opens: AtomicU64,
+    /// Opens that named a passthrough open's backing file but send their
+    /// I/O to the mount (the kernel's rule: module `fs`).
+    pub shared_opens: AtomicU64,
     /// Client calls carried out (data and metadata).
     pub calls: AtomicU64,
     /// Calls answered with an errno.
@@ -35,6 +38,7 @@ pub(crate) static STATS: Stats = Stats {
     written_bytes: AtomicU64::new(0),
     leased_reads: AtomicU64::new(0),
     passthrough_opens: AtomicU64::new(0),
+    shared_opens: AtomicU64::new(0),
     calls: AtomicU64::new(0),
     errors: AtomicU64::new(0),
     handles_open: AtomicU64::new(0),
@@ -63,9 +67,10 @@ impl Stats {
         e.family("sluice_mount_bytes_total", "counter", "Bytes read and written through the mount");
         e.sample("sluice_mount_bytes_total", &[("op", "read")], get(&self.read_bytes));
         e.sample("sluice_mount_bytes_total", &[("op", "write")], get(&self.written_bytes));
-        let simple: [(&str, &str, &str, f64); 6] = [
+        let simple: [(&str, &str, &str, f64); 7] = [
             ("sluice_mount_leased_reads_total", "counter", "Reads answered inside a cache lease, without a message to the server", get(&self.leased_reads)),
             ("sluice_mount_passthrough_opens_total", "counter", "Read-only opens of files wholly in the page cache that the kernel then read itself (FUSE passthrough)", get(&self.passthrough_opens)),
+            ("sluice_mount_shared_opens_total", "counter", "Opens of a file that passthrough opens held (writers, O_DIRECT, not all cached): they name its backing file, as the kernel requires, and their I/O still goes through the mount", get(&self.shared_opens)),
             ("sluice_mount_calls_total", "counter", "Client calls carried out, data and metadata", get(&self.calls)),
             ("sluice_mount_errors_total", "counter", "Client calls answered with an errno", get(&self.errors)),
             ("sluice_mount_handles_open", "gauge", "Files open through the mount now", get(&self.handles_open)),

@@ -210,7 +210,7 @@ fn mpi_io_collective_four_ranks_through_the_mount() {
 #[test]
 fn the_mount_serves_its_own_metrics() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let m = Mounted::start_with("metrics", &["--metrics", &port.to_string()]);
+    let m = Mounted::start_with("metrics", &["--metrics", &port.to_string(), "--no-passthrough"]);
     let f = m.mnt().join("f");
     ok(&format!("dd if=/dev/urandom of={} bs=1M count=3 status=none", f.display()));
     ok(&format!("cat {} > /dev/null", f.display()));
@@ -224,7 +224,7 @@ fn the_mount_serves_its_own_metrics() {
     assert_eq!(v("sluice_mount_request_seconds_count", &[("op", "write")]), v("sluice_mount_requests_total", &[("op", "write")]));
     assert_eq!(v("sluice_mount_handles_open", &[]), 0.0, "dd and cat closed their files");
     assert!(v("sluice_mount_connections", &[]) >= 1.0);
-    assert_eq!(v("sluice_mount_passthrough_opens_total", &[]), 0.0, "no passthrough by default");
+    assert_eq!(v("sluice_mount_passthrough_opens_total", &[]), 0.0, "--no-passthrough: cat's read came through the mount");
 }
 
 /// Whether this kernel and user can hand FUSE a backing file: Linux 6.9
@@ -237,12 +237,14 @@ fn passthrough_possible() -> bool {
     (major, minor) >= (6, 9) && unsafe { libc::geteuid() } == 0
 }
 
-/// With `--passthrough`, a read-only open of a file wholly in the page
-/// cache is handed the file itself: its reads never reach the mount (no
-/// bytes counted there), and return the file's bytes; two such opens
-/// share the inode's backing file; a write open meanwhile fails with EIO
-/// (the kernel's rule, documented). A file not all cached and a write
-/// open take the mount's path.
+/// By default, a read-only open of a file wholly in the page cache is
+/// handed the file itself: its reads never reach the mount (no bytes
+/// counted there), and return the file's bytes; two such opens share the
+/// inode's backing file. A write open meanwhile names that backing file
+/// too (the kernel refuses it otherwise) but its writes still go through
+/// the mount, and the passthrough readers see them. A read open while a
+/// plain open lasts, a file not all cached, and a write open alone take
+/// the mount's path.
 #[test]
 fn passthrough_reads_cached_files_without_the_mount() {
     if !passthrough_possible() {
@@ -250,7 +252,7 @@ fn passthrough_reads_cached_files_without_the_mount() {
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let m = Mounted::start_with("passthrough", &["--metrics", &port.to_string(), "--passthrough"]);
+    let m = Mounted::start_with("passthrough", &["--metrics", &port.to_string()]);
     let (f, backing) = (m.mnt().join("f"), m.root().join("f"));
     ok(&format!("dd if=/dev/urandom of={} bs=1M count=8 status=none", f.display()));
     wait_for(|| std::net::TcpStream::connect(port).is_ok(), "the mount's metrics endpoint");
@@ -264,30 +266,52 @@ fn passthrough_reads_cached_files_without_the_mount() {
     same(&backing, &copy);
     assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 1.0);
     assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), 0.0, "the kernel read the file itself");
-    // Two opens of the cached file at once: the kernel allows one backing
-    // file per inode, so both share it. A write open meanwhile is refused
-    // by the kernel (EIO); once they are closed it succeeds.
+    let written = metric("sluice_mount_bytes_total", &[("op", "write")]);
+    // Two opens of the cached file at once share the inode's backing file;
+    // a write open meanwhile is a shared one: its write reaches the mount
+    // and both readers see it.
     let both = format!(
-        "python3 -c 'import os, errno; a = os.open(\"{f}\", os.O_RDONLY); b = os.open(\"{f}\", os.O_RDONLY); \
+        "python3 -c 'import os; a = os.open(\"{f}\", os.O_RDONLY); b = os.open(\"{f}\", os.O_RDONLY); \
          x = os.pread(a, 1 << 20, 0); y = os.pread(b, 1 << 20, 1 << 20); \
          assert x == open(\"{g}\", \"rb\").read(1 << 20) and len(y) == 1 << 20; \
-         e = None\ntry: os.open(\"{f}\", os.O_WRONLY)\nexcept OSError as x: e = x.errno\nassert e == errno.EIO, e; [os.close(d) for d in (a, b)]; os.close(os.open(\"{f}\", os.O_WRONLY)); print(\"ok\")'",
+         w = os.open(\"{f}\", os.O_WRONLY); assert os.pwrite(w, b\"x\" * 4096, 4096) == 4096; \
+         assert os.pread(a, 8192, 0) == x[:4096] + b\"x\" * 4096 and os.pread(b, 4096, 4096) == b\"x\" * 4096; \
+         [os.close(d) for d in (a, b, w)]; print(\"ok\")'",
         f = f.display(),
         g = backing.display()
     );
     let out = sh(&both);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok", "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0, "both read opens passed through");
+    assert_eq!(metric("sluice_mount_shared_opens_total", &[]), 1.0, "the write open shared the backing file");
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "write")]), written + 4096.0, "the shared open's write went through the mount");
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), 0.0);
+    // A plain open first (a writer): a cached read open meanwhile takes
+    // the mount's path, since the kernel would refuse a backing file now.
+    let plain_first = format!(
+        "python3 -c 'import os; w = os.open(\"{f}\", os.O_WRONLY); r = os.open(\"{f}\", os.O_RDONLY); \
+         assert os.pread(r, 4096, 4096) == b\"x\" * 4096; [os.close(d) for d in (r, w)]; print(\"ok\")'",
+        f = f.display()
+    );
+    let out = sh(&plain_first);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0, "a plain open was live: no passthrough");
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), 4096.0);
+    // O_DIRECT asked for the device: the mount's path, cached or not.
+    ok(&format!("dd if={} of=/dev/null bs=4k count=1 iflag=direct status=none", f.display()));
+    assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0, "O_DIRECT: no passthrough");
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), 8192.0);
     // Out of the page cache (the backing file written back, its pages
     // dropped): the mount's path.
     ok(&format!("python3 -c 'import os; fd = os.open(\"{}\", os.O_RDONLY); os.fsync(fd); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)'", backing.display()));
     ok(&format!("dd if={} of={} bs=1M status=none", f.display(), copy.display()));
     same(&backing, &copy);
     assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0, "not all cached: no passthrough");
-    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), (8 << 20) as f64);
-    // A write open is never handed the file, cached or not.
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "read")]), (8192 + (8 << 20)) as f64);
+    // A write open alone is never handed the file, cached or not.
     ok(&format!("dd if=/dev/zero of={} bs=4k count=1 conv=notrunc status=none", f.display()));
     assert_eq!(metric("sluice_mount_passthrough_opens_total", &[]), 3.0);
-    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "write")]), ((8 << 20) + 4096) as f64);
+    assert_eq!(metric("sluice_mount_shared_opens_total", &[]), 1.0);
+    assert_eq!(metric("sluice_mount_bytes_total", &[("op", "write")]), written + 8192.0);
     ok(&format!("cmp -n 4096 {} /dev/zero", f.display()));
 }

@@ -19,14 +19,15 @@ pub struct MountArgs {
     /// Serve the mount's metrics at http://HOST:PORT/metrics (port 0: any).
     #[arg(long)]
     metrics: Option<String>,
-    /// Let the kernel read cached files itself (FUSE passthrough; root,
-    /// Linux 6.9+): a read-only open of a file wholly in the page cache is
-    /// handed the file, and its reads reach neither the mount nor the
-    /// scheduler until it is closed. While such an open lasts, the kernel
-    /// refuses (EIO) any other open of that file that is not passthrough,
-    /// so a write open of a file being read fails. Off by default.
+    /// Never let the kernel read cached files itself. By default (root,
+    /// Linux 6.9+: FUSE passthrough) a buffered read-only open of a file
+    /// wholly in the page cache is handed the file, and its reads reach
+    /// neither the mount nor the scheduler until it is closed (a page
+    /// evicted meanwhile is read from the device unscheduled); other opens
+    /// of that file meanwhile (writers, O_DIRECT) still go through the
+    /// mount.
     #[arg(long)]
-    passthrough: bool,
+    no_passthrough: bool,
     #[command(flatten)]
     patience: super::remote::Patience,
     /// Where to mount.
@@ -40,6 +41,6 @@ pub fn run(a: MountArgs) -> anyhow::Result<()> {
     cfg.app = a.app;
     cfg.allow_other = a.allow_other;
     cfg.metrics = a.metrics;
-    cfg.passthrough = a.passthrough;
+    cfg.passthrough = !a.no_passthrough;
     sluice_fuse::mount(cfg).map_err(|e| anyhow::anyhow!("{e}"))
 }
