@@ -1,7 +1,13 @@
 //! `sluice bench connections`: what `count` idle connected clients cost the
 //! server (threads and resident memory it adds), and a 4 KiB round trip
 //! of one more client while they stay connected (issue 12's 10,000
-//! connections goal).
+//! connections goal). With `stalled_writes`, it then measures issue 12's
+//! second memory bound: that many more connections each send the header of
+//! a `stalled_body_mib` write and `stalled_sent_mib` of its body, then
+//! stop; the server's resident memory may grow by at most its budget for
+//! partial frames (`partial_bytes_max`, 512 MiB by default), since a body
+//! reserves its length from that budget when its header arrives and past
+//! it the server reads no new body.
 //!
 //! The server runs with `clients_max = count + 1`: as a `sluice serve`
 //! child process when `server_exe` names the binary (the figures are then
@@ -18,7 +24,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use sluice_client::{Client, ConnectOptions};
-use sluice_proto::{check_header, encode_request, Hello, Request, FRAME_BYTES_MAX, HEADER_BYTES, VERSION};
+use sluice_proto::{check_header, encode_header, encode_request, Hello, Opcode, Request, FRAME_BYTES_MAX, HEADER_BYTES, VERSION};
 
 use sluice_server::{Error, ErrorKind, Listen, Result, Server, ServerConfig};
 
@@ -34,6 +40,11 @@ pub struct ConnectionsBenchConfig {
     /// Run the server as `EXE serve ...` in a child process (the `sluice`
     /// binary); `None`: in this process.
     pub server_exe: Option<PathBuf>,
+    /// Connections that then each stall in the body of one write (0: none).
+    pub stalled_writes: u32,
+    /// That write's body length and how much of it is sent, MiB.
+    pub stalled_body_mib: u32,
+    pub stalled_sent_mib: u32,
 }
 
 /// The figures.
@@ -50,6 +61,16 @@ pub struct ConnectionsBenchReport {
     pub connect_s: f64,
     /// One more client's 4 KiB read round trip meanwhile, µs.
     pub rtt_4k_us: f64,
+    /// The stalled writes (`stalled_*` of the configuration).
+    pub stalled_writes: u32,
+    pub stalled_body_mib: u32,
+    pub stalled_sent_mib: u32,
+    /// Resident memory the stalled writes added once it settled, MiB.
+    pub stalled_rss_added_mib: f64,
+    /// What the server may hold in partial frames (`partial_bytes_max`,
+    /// its default), MiB: the bound `stalled_rss_added_mib` is checked
+    /// against.
+    pub partial_budget_mib: f64,
 }
 
 fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -116,11 +137,59 @@ fn idle_client(path: &std::path::Path, i: u32) -> Result<UnixStream> {
     Ok(s)
 }
 
+/// A connection that sent the header of a `body` byte write and `sent`
+/// bytes of its body, from a thread of its own (the server stops reading a
+/// body it has no budget for, so the send blocks): the thread and a handle
+/// to unblock it.
+fn stalled_write(path: &std::path::Path, i: u32, body: u32, sent: usize) -> Result<(UnixStream, std::thread::JoinHandle<()>)> {
+    let s = idle_client(path, i)?;
+    let mut frame = Vec::with_capacity(HEADER_BYTES + 16);
+    encode_header(Opcode::Write, 1, body, &mut frame);
+    // The body starts with the handle and offset: a handle never opened,
+    // so the write, if ever whole, is answered EBADF and writes nothing.
+    frame.extend_from_slice(&u64::MAX.to_le_bytes());
+    frame.extend_from_slice(&0u64.to_le_bytes());
+    let mut w = s.try_clone().map_err(io_err("clone socket"))?;
+    let rest = sent.saturating_sub(16);
+    let t = std::thread::spawn(move || {
+        let chunk = vec![0x5Au8; 1 << 20];
+        if w.write_all(&frame).is_err() {
+            return;
+        }
+        let mut left = rest;
+        while left > 0 {
+            let n = left.min(chunk.len());
+            if w.write_all(&chunk[..n]).is_err() {
+                return;
+            }
+            left -= n;
+        }
+    });
+    Ok((s, t))
+}
+
+/// Resident memory of `pid` once it stops growing: sampled every 100 ms
+/// until two samples 500 ms apart agree within 1 MiB, or 10 s.
+fn settled_rss(pid: &str) -> Result<u64> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    let mut last = threads_and_rss(pid)?.1;
+    let mut stable_since = Instant::now();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = threads_and_rss(pid)?.1;
+        if now.abs_diff(last) > 1 << 20 {
+            (last, stable_since) = (now, Instant::now());
+        } else if stable_since.elapsed() >= std::time::Duration::from_millis(500) || Instant::now() > deadline {
+            return Ok(now);
+        }
+    }
+}
+
 /// Run the benchmark. See the module documentation.
 pub fn run(cfg: &ConnectionsBenchConfig) -> Result<ConnectionsBenchReport> {
     let limit = sluice_server::raise_fd_limit();
     let per_conn = if cfg.server_exe.is_some() { 1 } else { 2 };
-    let need = u64::from(cfg.count) * per_conn + FD_MARGIN;
+    let need = (u64::from(cfg.count) + u64::from(cfg.stalled_writes)) * per_conn + FD_MARGIN;
     if need > limit {
         return Err(Error::config(format!(
             "{} connections need about {need} descriptors in this process, and its limit is {limit} (raise it, or run the server as a child: the sluice command does)",
@@ -137,7 +206,7 @@ pub fn run(cfg: &ConnectionsBenchConfig) -> Result<ConnectionsBenchReport> {
 
 fn measure(cfg: &ConnectionsBenchConfig, scratch: &std::path::Path) -> Result<ConnectionsBenchReport> {
     let sock = scratch.join("s.sock");
-    let clients_max = cfg.count.saturating_add(1);
+    let clients_max = cfg.count.saturating_add(cfg.stalled_writes).saturating_add(1);
     // The server: a child process, or in this one.
     let (child, mut server) = match &cfg.server_exe {
         Some(exe) => (Some(spawn_server(exe, scratch, &sock, clients_max)?), None),
@@ -163,6 +232,21 @@ fn measure(cfg: &ConnectionsBenchConfig, scratch: &std::path::Path) -> Result<Co
     }
     let rtt_4k_us = t.elapsed().as_secs_f64() * 1e6 / f64::from(cfg.rtt_requests.max(1));
     drop(c);
+    // The stalled writes, measured against the memory with the idle
+    // connections open.
+    let body = cfg.stalled_body_mib.saturating_mul(1 << 20).min(FRAME_BYTES_MAX);
+    let sent = (cfg.stalled_sent_mib as usize) << 20;
+    let mut stalled_rss_added_mib = 0.0;
+    if cfg.stalled_writes > 0 {
+        let before = settled_rss(&pid)?;
+        let stalled = (0..cfg.stalled_writes).map(|i| stalled_write(&sock, cfg.count + i, body, sent)).collect::<Result<Vec<_>>>()?;
+        let after = settled_rss(&pid)?;
+        stalled_rss_added_mib = after.saturating_sub(before) as f64 / f64::from(1u32 << 20);
+        for (s, t) in stalled {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+            let _ = t.join();
+        }
+    }
     drop(idle);
     if let Some(s) = server.as_mut() {
         s.shutdown()?;
@@ -175,11 +259,30 @@ fn measure(cfg: &ConnectionsBenchConfig, scratch: &std::path::Path) -> Result<Co
         rss_added_mib: rss_connected.saturating_sub(rss_idle) as f64 / f64::from(1u32 << 20),
         connect_s,
         rtt_4k_us,
+        stalled_writes: cfg.stalled_writes,
+        stalled_body_mib: body >> 20,
+        stalled_sent_mib: cfg.stalled_sent_mib,
+        stalled_rss_added_mib,
+        partial_budget_mib: ServerConfig::new(".", Listen::Unix(sock.clone())).limits.partial_bytes_max as f64 / f64::from(1u32 << 20),
     })
 }
 
 /// The report as a few lines of text.
 pub fn table(r: &ConnectionsBenchReport) -> String {
+    let stalled = if r.stalled_writes == 0 {
+        String::new()
+    } else {
+        format!(
+            "{} stalled writes ({} MiB of {} MiB sent each)\n\
+             resident memory added:        {:.1} MiB (budget for partial frames {:.0} MiB: {})\n",
+            r.stalled_writes,
+            r.stalled_sent_mib,
+            r.stalled_body_mib,
+            r.stalled_rss_added_mib,
+            r.partial_budget_mib,
+            if r.stalled_rss_added_mib <= r.partial_budget_mib { "within" } else { "OVER" }
+        )
+    };
     format!(
         "{} idle connections\n\
          threads:                      {} idle -> {} connected (+{})\n\
@@ -194,5 +297,5 @@ pub fn table(r: &ConnectionsBenchReport) -> String {
         r.rss_added_mib * 1024.0 / f64::from(r.count.max(1)),
         r.connect_s,
         r.rtt_4k_us
-    )
+    ) + &stalled
 }

@@ -268,58 +268,22 @@ fn cp_and_ls_copy_byte_identically_and_refuse_escapes() {
     check_cmd(&absent, false, "cannot connect to sluice server at unix:/nonexistent.sock");
 }
 
-/// Resident memory of process `pid`, in bytes.
-fn rss_bytes(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap();
-    kib << 10
-}
-
 /// Issue 12's probe: 60 connections each send 16 MiB of a 64 MiB write and
 /// stall. Before the budget this added 1 GB to the server; now at most
 /// `partial_bytes_max` (512 MiB by default) plus the chunks in flight.
+/// Measured by `sluice bench connections --stalled-writes`, on a `sluice
+/// serve` child.
 #[test]
 fn sixty_stalled_64_mib_writes_add_at_most_the_partial_budget_to_rss() {
-    use sluice_proto::{encode_header, encode_request, Hello, Opcode, Request, VERSION};
-    use std::io::Write;
-    let s = Serve::start(&[]);
-    let pid = s.child.as_ref().unwrap().id();
-    let before = rss_bytes(pid);
-    let sock_path = s.addr.strip_prefix("unix:").unwrap().to_string();
-    let body_len = (64 << 20) + 16;
-    let sent = 16 << 20;
-    let socks: Vec<_> = std::thread::scope(|sc| {
-        let handles: Vec<_> = (0..60)
-            .map(|i| {
-                let path = sock_path.clone();
-                sc.spawn(move || {
-                    let mut sock = std::os::unix::net::UnixStream::connect(&path).unwrap();
-                    let mut frame = Vec::new();
-                    encode_request(0, &Request::Hello(Hello { version: VERSION, app: "stall", weight: 1, client_id: i, cred: None }), &mut frame).unwrap();
-                    encode_header(Opcode::Write, 1, body_len, &mut frame);
-                    frame.extend_from_slice(&[0u8; 16]);
-                    frame.resize(frame.len() + sent, 0x77);
-                    // Past the budget the server stops reading: the send
-                    // then blocks, and gives up after this.
-                    sock.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
-                    let _ = sock.write_all(&frame);
-                    sock
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    std::thread::sleep(Duration::from_millis(500));
-    let grown = rss_bytes(pid).saturating_sub(before);
-    drop(socks);
-    let budget = 512u64 << 20;
+    let (out, v) = common::bench_json(&["connections", "--count", "1", "--rtt-requests", "10", "--stalled-writes", "60"], "stall.json");
+    assert!(out.contains("60 stalled writes (16 MiB of 64 MiB sent each)"), "{out}");
+    let (grown, budget) = (v["stalled_rss_added_mib"].as_f64().unwrap(), v["partial_budget_mib"].as_f64().unwrap());
+    assert_eq!(budget, 512.0, "{v}");
     // Slack: one 1 MiB chunk being filled per connection, and the stashes.
-    let slack = 60u64 << 20;
-    eprintln!("server RSS grew by {} MiB with 60 stalled writes", grown >> 20);
-    assert!(grown <= budget + slack, "RSS grew by {} MiB, over the {} MiB budget", grown >> 20, budget >> 20);
+    assert!(grown <= budget + 60.0, "RSS grew by {grown} MiB, over the {budget} MiB budget");
     // Each body reserves its 64 MiB when its header arrives: eight fit the
     // budget, and each holds the 16 MiB it received (128 MiB).
-    assert!(grown >= 96 << 20, "the probe did not load the server ({} MiB): the check would prove nothing", grown >> 20);
+    assert!(grown >= 96.0, "the probe did not load the server ({grown} MiB): the check would prove nothing");
 }
 
 /// `sluice bench service` measures the IPC floor in the same run and

@@ -69,6 +69,18 @@ pub struct ConnectionsArgs {
     /// Blocking 4 KiB reads timed while they are open.
     #[arg(long, default_value_t = 5_000)]
     rtt_requests: u32,
+    /// Then this many more connections each stall in one write's body,
+    /// and the server's added memory is checked against its budget for
+    /// partial frames (issue 12: 60 writes of 64 MiB, 16 MiB sent each).
+    #[arg(long, default_value_t = 0)]
+    stalled_writes: u32,
+    /// Body of each stalled write, MiB (at most the frame bound, 64 MiB
+    /// of data).
+    #[arg(long, default_value_t = 64)]
+    stalled_body_mib: u32,
+    /// Of which each sends this much, MiB.
+    #[arg(long, default_value_t = 16)]
+    stalled_sent_mib: u32,
     /// Scratch directory.
     #[arg(long, default_value = "/var/tmp")]
     dir: PathBuf,
@@ -81,7 +93,15 @@ pub struct ConnectionsArgs {
 pub fn connections(a: ConnectionsArgs) -> anyhow::Result<()> {
     use sluice_bench::connections::{run, table, ConnectionsBenchConfig};
     let exe = std::env::current_exe().context("the path of this sluice binary")?;
-    let r = run(&ConnectionsBenchConfig { dir: a.dir, count: a.count, rtt_requests: a.rtt_requests, server_exe: Some(exe) })?;
+    let r = run(&ConnectionsBenchConfig {
+        dir: a.dir,
+        count: a.count,
+        rtt_requests: a.rtt_requests,
+        server_exe: Some(exe),
+        stalled_writes: a.stalled_writes,
+        stalled_body_mib: a.stalled_body_mib,
+        stalled_sent_mib: a.stalled_sent_mib,
+    })?;
     print!("{}", table(&r));
     if let Some(path) = &a.json {
         write_json(path, &r)?;
