@@ -1107,6 +1107,12 @@ impl EventLoop {
             return false;
         }
         let Some((granted, in_file)) = crate::lease::grant(file.fd.as_raw_fd(), offset, u64::from(len), l.lease_bytes_max) else { return false };
+        // A lease no longer than a small request saves nothing: the client
+        // would still make one round trip per read, and then a `pread` of
+        // its own; the loop reads it as cheaply (`lease::SHORT_BYTES_MIN`).
+        if granted <= u64::from(len) && u64::from(len) < crate::lease::SHORT_BYTES_MIN {
+            return false;
+        }
         let lend = if session.lent.contains(&fd) {
             None
         } else {

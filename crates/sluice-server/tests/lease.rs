@@ -83,14 +83,72 @@ fn lease_bytes_max_at_n_and_n_plus_1() {
     c.pread(fd, &mut buf, 0).unwrap();
     assert_eq!(counts(&c, "bound"), (0, n), "a lease covers lease_bytes_max");
     // The last byte of the lease is inside it, the next one is not. The
-    // read of byte N-1, past the lease's middle, also asks for the next
-    // lease ahead (from N: `Client::lease_ahead`), and only that.
+    // read of byte N-1 is past the lease's middle but does not continue
+    // the read before, so it asks for no lease ahead (`Client::lease_ahead`:
+    // only sequential readers do).
     c.pread(fd, &mut buf[..1], n - 1).unwrap();
-    assert_eq!(counts(&c, "bound"), (0, 2 * n), "byte N-1 is read under the lease; the next lease, from N, is asked for ahead");
-    // A read reaching byte N from N-1 is not the one asked ahead (it
-    // starts at N-1): that one is dropped, and this read asks again.
+    assert_eq!(counts(&c, "bound"), (0, n), "byte N-1 is read under the lease, and nothing is asked ahead");
+    // A read reaching byte N from N-1 asks again.
     c.pread(fd, &mut buf[..2], n - 1).unwrap();
-    assert_eq!(counts(&c, "bound").1, 3 * n, "a read reaching byte N asks again (and gets a new lease)");
+    assert_eq!(counts(&c, "bound").1, 2 * n, "a read reaching byte N asks again (and gets a new lease)");
+}
+
+/// Keep only `[from, to)` of `path` in the page cache: the whole file
+/// written back and dropped, then that range read without read-ahead.
+/// False where the file system keeps its pages (tmpfs).
+fn cache_only(path: &std::path::Path, from: u64, to: u64) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    f.sync_all().unwrap();
+    let fd = f.as_raw_fd();
+    // SAFETY: plain advice and a read into a buffer of the right length,
+    // on a descriptor we hold.
+    unsafe {
+        assert_eq!(libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED), 0);
+        assert_eq!(libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM), 0);
+        let mut b = vec![0u8; (to - from) as usize];
+        assert_eq!(libc::pread(fd, b.as_mut_ptr().cast(), b.len(), from as libc::off_t), b.len() as isize);
+    }
+    sluice_net::cache::all_cached(fd, to, 4096) == Some(false)
+}
+
+/// A small read whose pages are cached but nothing past them (a strided
+/// reader of cold data) is read by the server: a lease of just the
+/// request would cost the same round trip and a `pread` more. A lease
+/// reaches only as far as the pages are cached, and a large read gets
+/// one even when it is all the lease covers.
+#[test]
+fn a_lease_covers_the_cached_prefix_and_a_short_one_is_not_given_for_a_small_read() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    let s = TestServer::start(|_| {});
+    let data = pattern(8 << 20, 9);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let c = client(&s, "strided", true);
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 512 << 10];
+    if !cache_only(&s.path("f"), 1 << 20, (1 << 20) + 4096) {
+        eprintln!("the file system keeps its pages: nothing to test");
+        return;
+    }
+    assert_eq!(c.pread(fd, &mut buf[..4096], 1 << 20).unwrap(), 4096);
+    assert_eq!(buf[..4096], data[1 << 20..(1 << 20) + 4096]);
+    assert_eq!(counts(&c, "strided"), (1, 0), "scheduled, not leased");
+    // 512 KiB cached from 2 MiB: a 4 KiB read there is leased up to the
+    // first look past it that finds a page missing (the request, then
+    // 256 KiB), and reads inside it send nothing.
+    assert!(cache_only(&s.path("f"), 2 << 20, (2 << 20) + (512 << 10)));
+    assert_eq!(c.pread(fd, &mut buf[..4096], 2 << 20).unwrap(), 4096);
+    assert_eq!(counts(&c, "strided"), (1, 4096 + (256 << 10)));
+    assert_eq!(c.pread(fd, &mut buf[..4096], (2 << 20) + (128 << 10)).unwrap(), 4096);
+    assert_eq!(buf[..4096], data[(2 << 20) + (128 << 10)..(2 << 20) + (132 << 10)]);
+    assert_eq!(counts(&c, "strided"), (1, 4096 + (256 << 10)), "inside the lease: nothing sent");
+    // A 512 KiB read of exactly what is cached: leased, though the lease
+    // is just the request.
+    assert_eq!(c.pread(fd, &mut buf, 2 << 20).unwrap(), 512 << 10);
+    assert_eq!(buf, data[2 << 20..(2 << 20) + (512 << 10)]);
+    assert_eq!(counts(&c, "strided"), (1, 4096 + (256 << 10) + (512 << 10)));
 }
 
 #[test]
