@@ -87,16 +87,21 @@ enum Backend {
 impl Backend {
     fn open(spec: &WorkerSpec) -> Result<Backend, WorkloadError> {
         let name = spec.app.file_name(spec.rank);
+        // A reader opens read-only, as applications do (ROMIO's
+        // MPI_MODE_RDONLY is O_RDONLY); through the service that lets a
+        // page-cache read take a cache lease, which a read-write handle
+        // never gets.
+        let write = spec.app.op == Dir::Write;
         match &spec.target {
             Target::Direct { root, direct_io } => {
                 let flags = if *direct_io { libc::O_DIRECT } else { 0 };
-                let f = OpenOptions::new().read(true).write(true).custom_flags(flags).open(root.join(&name));
+                let f = OpenOptions::new().read(true).write(write).custom_flags(flags).open(root.join(&name));
                 Ok(Backend::File(f.map_err(|e| WorkloadError::io(format!("open {name}"), e))?))
             }
             Target::Service { addr } => {
                 let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank), ..Default::default() };
                 let c = sluice_client::Client::connect_with(addr, opts).map_err(WorkloadError::client)?;
-                let fd = c.open(&name, libc::O_RDWR, 0).map_err(WorkloadError::client)?;
+                let fd = c.open(&name, if write { libc::O_RDWR } else { libc::O_RDONLY }, 0).map_err(WorkloadError::client)?;
                 Ok(Backend::Service(Box::new(c), fd))
             }
         }
