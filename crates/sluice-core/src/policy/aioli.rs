@@ -75,6 +75,10 @@ use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 /// Fewest device slots queued bytes are spread over when joining them
 /// past the useful size (`pick`): the daemon's default depth.
 const SPREAD_SLOTS: u32 = 8;
+/// Largest aggregate that spreading queued pieces builds past the useful
+/// size: it is there to spread each dispatch's CPU over more bytes, and
+/// past 1 MiB that cost is small next to the transfer.
+const SPREAD_BYTES_MAX: u64 = 1 << 20;
 /// Entries of a file's map examined when looking for the turn
 /// application's next request after the head.
 const TURN_SCAN_MAX: usize = 32;
@@ -563,7 +567,7 @@ impl Policy for Aioli {
         // would grow them further.
         let wanted = quantum.max(target);
         let spread = match self.cost {
-            Some(c) if useful < wanted => store.files.get(&file).map_or(0, |f| f.bytes) / u64::from(c.parallelism.max(SPREAD_SLOTS)),
+            Some(c) if useful < wanted => (store.files.get(&file).map_or(0, |f| f.bytes) / u64::from(c.parallelism.max(SPREAD_SLOTS))).min(SPREAD_BYTES_MAX),
             _ => 0,
         };
         let limit = wanted.min(useful.max(spread)).max(store.entry(slot).req.len);
