@@ -84,6 +84,9 @@ pub struct MatrixRow {
     pub best_baseline: String,
     /// The default's makespan over the best baseline's (target <= 1.05).
     pub default_over_best: f64,
+    /// Every run of the default was slower than every run of the best
+    /// baseline: a loss the runs' own spread does not cover.
+    pub slower_in_every_run: bool,
     /// Direct POSIX's makespan over the default's (> 1: the default wins).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speedup_over_direct: Option<f64>,
@@ -101,6 +104,8 @@ pub struct MatrixReport {
     pub rows: Vec<MatrixRow>,
     /// Rows whose `default_over_best` exceeds `DEFAULT_RATIO_MAX`.
     pub rows_over_target: usize,
+    /// Of those, the rows `slower_in_every_run`.
+    pub rows_over_in_every_run: usize,
 }
 
 /// One workload row to run.
@@ -159,6 +164,10 @@ fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool,
     let (best_baseline, best) =
         BASELINES.iter().filter_map(|b| makespan_s.get(*b).map(|&m| (b.to_string(), m))).fold((String::new(), f64::MAX), |a, b| if b.1 < a.1 { b } else { a });
     let default = makespan_s.get(&cfg.default_policy).copied().unwrap_or(f64::NAN);
+    let runs = |m: &str| runs_s.get(m).map(Vec::as_slice).unwrap_or_default();
+    let fastest_default = runs(&cfg.default_policy).iter().copied().fold(f64::INFINITY, f64::min);
+    let slowest_best = runs(&best_baseline).iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let slower_in_every_run = !runs(&cfg.default_policy).is_empty() && fastest_default > slowest_best;
     let device = match device {
         DeviceKind::Real => "real",
         DeviceKind::Hdd7200 => "hdd7200",
@@ -169,6 +178,7 @@ fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool,
         direct_io,
         speedup_over_direct: makespan_s.get("direct").map(|d| d / default),
         default_over_best: default / best,
+        slower_in_every_run,
         best_baseline,
         makespan_s,
         runs_s,
@@ -283,8 +293,10 @@ pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
         rows.push(sim_row(cfg)?);
     }
     // A ratio that is not a number (a mode missing) counts as over.
-    let rows_over_target = rows.iter().filter(|r| r.default_over_best.is_nan() || r.default_over_best > DEFAULT_RATIO_MAX).count();
-    Ok(MatrixReport { quick: cfg.quick, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target })
+    let over = |r: &&MatrixRow| r.default_over_best.is_nan() || r.default_over_best > DEFAULT_RATIO_MAX;
+    let rows_over_target = rows.iter().filter(over).count();
+    let rows_over_in_every_run = rows.iter().filter(over).filter(|r| r.slower_in_every_run).count();
+    Ok(MatrixReport { quick: cfg.quick, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target, rows_over_in_every_run })
 }
 
 /// One line per row: each mode's makespan, then the verdicts.
@@ -305,7 +317,7 @@ pub fn table(r: &MatrixReport) -> String {
     let cell = |row: &MatrixRow, m: &str| row.makespan_s.get(m).map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
     for row in &r.rows {
         out += &format!(
-            "{:<28} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9.2}{} {:>10}\n",
+            "{:<28} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9.2}{:<2} {:>9}\n",
             row.workload,
             row.device,
             if row.direct_io { "yes" } else { "no" },
@@ -314,7 +326,11 @@ pub fn table(r: &MatrixReport) -> String {
             cell(row, "fifo-merge"),
             cell(row, d),
             row.default_over_best,
-            if row.default_over_best <= DEFAULT_RATIO_MAX { " " } else { "!" },
+            match (row.default_over_best <= DEFAULT_RATIO_MAX, row.slower_in_every_run) {
+                (true, _) => "",
+                (false, false) => "!",
+                (false, true) => "!!",
+            },
             row.speedup_over_direct.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into()),
         );
         if let Some(n) = row.apps_slower_than_fifo {
@@ -323,6 +339,7 @@ pub fn table(r: &MatrixReport) -> String {
     }
     out += &format!("makespans are medians of {} run(s) per row (the simulator's row: one, it is deterministic)\n", r.runs);
     out += &format!("rows where {d} is over {DEFAULT_RATIO_MAX}x the best of fifo and fifo-merge (marked !): {} of {}\n", r.rows_over_target, r.rows.len());
+    out += &format!("of them, slower than that baseline in every run (marked !!): {}\n", r.rows_over_in_every_run);
     out
 }
 
@@ -342,9 +359,28 @@ mod tests {
         assert_eq!(row.best_baseline, "fifo-merge");
         assert!((row.default_over_best - 1.05).abs() < 1e-12, "at the target");
         assert!((row.speedup_over_direct.unwrap() - 1.0 / 2.1).abs() < 1e-12);
-        let report = MatrixReport { quick: true, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows: vec![row] };
+        let report = MatrixReport { quick: true, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows: vec![row] };
         let t = table(&report);
         assert!(t.contains("1.05 ") && !t.contains("1.05!"), "1.05 is within the target: {t}");
+    }
+
+    /// A row over the target is marked `!!` only when every run of the
+    /// default was slower than every run of the better baseline.
+    #[test]
+    fn a_loss_beyond_the_runs_spread_is_marked_apart() {
+        let row = |aioli: [f64; 3]| {
+            let runs: BTreeMap<String, Vec<f64>> = [("fifo", vec![3.0, 3.0, 3.0]), ("fifo-merge", vec![1.0, 1.2, 1.1]), ("aioli", aioli.to_vec())].map(|(k, v)| (k.to_string(), v)).into();
+            judge(&cfg(), "w".into(), DeviceKind::Real, true, runs, None)
+        };
+        // Median 1.3 against 1.1, but one run at 1.15 is within the
+        // baseline's 1.0-1.2: over the target, not in every run.
+        let (spread, every) = (row([1.3, 1.15, 1.4]), row([1.3, 1.21, 1.4]));
+        assert!(spread.default_over_best > DEFAULT_RATIO_MAX && !spread.slower_in_every_run);
+        assert!(every.slower_in_every_run, "1.21 is past the baseline's slowest run, 1.2");
+        let report = MatrixReport { quick: true, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows: vec![spread, every] };
+        let t = table(&report);
+        assert_eq!((t.matches("1.18! ").count(), t.matches("1.18!!").count()), (1, 1), "{t}");
+        assert!(t.contains("(marked !!): 1"), "{t}");
     }
 
     #[test]

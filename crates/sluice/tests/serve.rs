@@ -314,6 +314,8 @@ fn bench_matrix_quick_judges_every_row_and_writes_json() {
     assert!(rows.iter().any(|r| r["workload"] == "mix10" && r["apps_slower_than_fifo"].is_u64()));
     let over = rows.iter().filter(|r| r["default_over_best"].as_f64().unwrap() > 1.05).count();
     assert_eq!(v["rows_over_target"].as_u64().unwrap() as usize, over);
+    let every = rows.iter().filter(|r| r["default_over_best"].as_f64().unwrap() > 1.05 && r["slower_in_every_run"].as_bool().unwrap()).count();
+    assert_eq!(v["rows_over_in_every_run"].as_u64().unwrap() as usize, every);
 }
 
 /// `sluice bench connections`: the server's threads and memory for idle
