@@ -1110,7 +1110,9 @@ impl EventLoop {
         // A lease no longer than a small request saves nothing: the client
         // would still make one round trip per read, and then a `pread` of
         // its own; the loop reads it as cheaply (`lease::SHORT_BYTES_MIN`).
-        if granted <= u64::from(len) && u64::from(len) < crate::lease::SHORT_BYTES_MIN {
+        // Except the handle's first, which lends the descriptor (the FUSE
+        // mount's passthrough asks for it with a 4 KiB read).
+        if granted <= u64::from(len) && u64::from(len) < crate::lease::SHORT_BYTES_MIN && session.lent.contains(&fd) {
             return false;
         }
         let lend = if session.lent.contains(&fd) {

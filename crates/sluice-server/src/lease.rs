@@ -81,7 +81,7 @@ const AHEAD_PROBE_BYTES: u64 = 256 << 10;
 /// least this many bytes (the copy through the server it saves is then
 /// worth the client's own `pread`); a smaller cached read that nothing
 /// cached follows is read by the server, which costs the same one round
-/// trip.
+/// trip, except the handle's first lease, which lends the descriptor.
 pub(crate) const SHORT_BYTES_MIN: u64 = 256 << 10;
 
 #[cfg(test)]
