@@ -200,6 +200,13 @@ def test_constructor_flattening_agrees_with_mpi_pack():
         MPI.INT.Create_indexed_block(2, [0, 4]).Commit(),
         MPI.INT.Create_vector(2, 1, 3).Create_vector(2, 1, 2).Commit(),
         MPI.DOUBLE.Create_vector(2, 2, 3).Create_subarray([3, 2], [2, 1], [1, 1]).Commit(),
+        # Subarrays of a contiguous base go row by row; of a base with
+        # holes (resized), element by element.
+        MPI.DOUBLE.Create_subarray([10], [3], [4]).Commit(),
+        MPI.BYTE.Create_subarray([3, 4, 5, 6], [2, 2, 3, 4], [1, 0, 2, 1]).Commit(),
+        MPI.BYTE.Create_subarray([3, 4, 5, 6], [2, 4, 5, 6], [1, 0, 0, 0], order=MPI.ORDER_FORTRAN).Commit(),
+        MPI.DOUBLE.Create_contiguous(2).Create_subarray([4, 3], [2, 2], [2, 1]).Commit(),
+        MPI.INT.Create_resized(0, 8).Create_subarray([4, 3], [2, 2], [1, 1]).Commit(),
     ]
     for t in types:
         got, want = _coalesce(*_runs_of_type(t)), runs_of(_pack_offsets(t))
