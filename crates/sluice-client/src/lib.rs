@@ -44,6 +44,11 @@
 //! inside a live lease are `pread`s on that descriptor with no message at
 //! all; the rest go to the server as before. The page cache is coherent
 //! across descriptors, so a leased read sees every completed write.
+//! Writes of a writable handle (without O_APPEND) ask `WriteLease`
+//! likewise, which a server started with `--write-leases` answers with a
+//! write lease: the client then writes that write, and later ones inside
+//! the live lease, through the lent descriptor itself. A handle whose
+//! write the server carried out instead asks no more.
 //!
 //! Invariant: no call waits on a silent server longer than `timeout`
 //! without saying so (hard) or failing (soft); a write is never sent twice.
@@ -105,6 +110,11 @@ pub struct Ticket {
     /// A read inside a live cache lease: done with `pread` on this lent
     /// descriptor at wait time, no message sent (`id` is 0).
     local: Option<Arc<Lent>>,
+    /// A write that may be answered with a write lease: its handle,
+    /// offset and length (its data is in `slot`).
+    write: Option<(Fd, u64, usize)>,
+    /// A write done inside a live write lease when submitted (`id` is 0).
+    done: Option<usize>,
 }
 
 /// A list read or write in flight ([`Client::submit_read_list`],
@@ -373,6 +383,14 @@ impl Lent {
     fn intact(&self) -> bool {
         file_key(&self.file) == Some(self.key)
     }
+}
+
+/// `pwrite` all of `data` on a lent descriptor (checked `intact` by the
+/// caller, as for reads).
+fn local_pwrite(lent: &Lent, data: &[u8], offset: u64) -> Result<usize> {
+    use std::os::unix::fs::FileExt;
+    lent.file.write_all_at(data, offset).map_err(|e| ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("leased write: {e}")))?;
+    Ok(data.len())
 }
 
 /// `pread` on a lent descriptor until `buf` is full or end of file.
@@ -682,9 +700,9 @@ impl Client {
             if len > s.io_bytes_max {
                 return Err(ClientError::invalid(format!("read of {len} bytes exceeds io_bytes_max ({})", s.io_bytes_max)));
             }
-            let (local, lease_ok) = self.leased(fd, s.gen, offset, len);
+            let (local, lease_ok) = self.leased(fd, s.gen, offset, len, false);
             if local.is_some() {
-                return Ok(Ticket { id: 0, session: Arc::clone(s), read: Some((fd, len, offset)), slot: None, local });
+                return Ok(Ticket { id: 0, session: Arc::clone(s), read: Some((fd, len, offset)), slot: None, local, write: None, done: None });
             }
             let slot = s.shm.as_ref().and_then(|r| r.take(len));
             let req = match &slot {
@@ -695,20 +713,27 @@ impl Client {
             let id = send_in(s, &req, slot.as_ref())?;
             // The session the request went out on, exactly: ids restart
             // with each connection.
-            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot, local: None })
+            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot, local: None, write: None, done: None })
         })
     }
 
-    /// For a read of `fd` on session `gen`: the lent descriptor when a live
-    /// lease covers it, and whether to ask for a lease otherwise (leases
-    /// on, a read-only handle).
-    fn leased(&self, fd: Fd, gen: u64, offset: u64, len: usize) -> (Option<Arc<Lent>>, bool) {
+    /// For a read (or, with `write`, a write) of `fd` on session `gen`: the
+    /// lent descriptor when a live lease covers it, and whether to ask for
+    /// a lease otherwise (leases on; a read-only handle for a read, a
+    /// writable one without O_APPEND for a write: a handle's leases are
+    /// all of its one kind, so a read of a read-write handle never uses
+    /// a write lease).
+    fn leased(&self, fd: Fd, gen: u64, offset: u64, len: usize, write: bool) -> (Option<Arc<Lent>>, bool) {
         if !self.opts.leases {
             return (None, false);
         }
         let mut h = lock(&self.handles);
         let Some(h) = h.get_mut(&fd.0) else { return (None, false) };
-        let ok = h.flags & libc::O_ACCMODE == libc::O_RDONLY && !h.leases_off;
+        let kind = if write { h.flags & libc::O_ACCMODE != libc::O_RDONLY && h.flags & libc::O_APPEND == 0 } else { h.flags & libc::O_ACCMODE == libc::O_RDONLY };
+        if !kind {
+            return (None, false);
+        }
+        let ok = !h.leases_off;
         let live = match (&h.lent, h.lease) {
             (Some(file), Some((start, end, until))) if h.gen == gen && offset >= start && offset.saturating_add(len as u64) <= end && Instant::now() < until => {
                 Some(Arc::clone(file))
@@ -804,26 +829,60 @@ impl Client {
             return Err(ClientError::invalid(format!("write of {} bytes exceeds io_bytes_max ({})", data.len(), s.io_bytes_max)));
         }
         self.on_fd(fd, false, |s, server| {
+            let (local, lease_ok) = self.leased(fd, s.gen, offset, data.len(), true);
+            if let Some(file) = local {
+                let n = local_pwrite(&file, data, offset)?;
+                return Ok(Ticket { id: 0, session: Arc::clone(s), read: None, slot: None, local: None, write: None, done: Some(n) });
+            }
             let slot = if data.len() >= shm::WRITE_MIN_BYTES { s.shm.as_ref().and_then(|r| r.take(data.len())) } else { None };
             let req = match &slot {
                 Some(sl) => {
                     sl.fill(data);
-                    Request::WriteShm { fd: server, offset, len: data.len() as u32, at: sl.at() }
+                    let (len, at) = (data.len() as u32, sl.at());
+                    if lease_ok {
+                        Request::WriteLease { fd: server, offset, len, at }
+                    } else {
+                        Request::WriteShm { fd: server, offset, len, at }
+                    }
                 }
                 None => Request::Write { fd: server, offset, data },
             };
             let id = send_in(s, &req, slot.as_ref())?;
-            Ok(Ticket { id, session: Arc::clone(s), read: None, slot, local: None })
+            let write = (lease_ok && slot.is_some()).then_some((fd, offset, data.len()));
+            Ok(Ticket { id, session: Arc::clone(s), read: None, slot, local: None, write, done: None })
         })
     }
 
     /// Bytes written; acknowledged only after the server's system call
     /// returned. A write whose connection broke fails with EIO (it may or
     /// may not have reached the disk) and is never sent twice.
+    /// A write answered with a write lease is written here, from its slot,
+    /// through the lent descriptor.
     pub fn wait_write(&self, mut t: Ticket) -> Result<usize> {
+        if let Some(n) = t.done {
+            return Ok(n);
+        }
         let r = t.session.conn.wait(t.id, None);
+        if let (Some(sl), Ok(Reply::Lease(start, len, valid, lent)), Some((fd, offset, n))) = (t.slot.take(), &r, t.write) {
+            let lent = lent.as_ref().and_then(|l| l.try_clone().ok());
+            let done = match self.keep_lease(fd, t.session.gen, *start, *len, *valid, lent) {
+                Some(file) => local_pwrite(&file, sl.contents(n), offset),
+                // Rare (threads racing on a handle's first lease): write it
+                // through the socket.
+                None => self.on_fd(fd, false, |s, server| self.written("write", s, s.conn.call(&Request::Write { fd: server, offset, data: sl.contents(n) }))),
+            };
+            sl.release();
+            return done;
+        }
         if let (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) = (t.slot.take(), &r) {
             sl.release();
+        }
+        if let (Some((fd, _, _)), Ok(Reply::Count(_))) = (t.write, &r) {
+            // Written by the server: it grants this handle no write lease
+            // (O_DIRECT, an emulated device, O_APPEND...), and will not.
+            if let Some(h) = lock(&self.handles).get_mut(&fd.0) {
+                h.leases_off = true;
+            }
         }
         self.written("write", &t.session, r)
     }
@@ -1002,12 +1061,25 @@ impl Client {
     /// callers that must not block, such as the FUSE mount's async threads.
     pub fn pread_leased(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Option<Result<usize>> {
         let gen = self.current().gen;
-        let (file, _) = self.leased(fd, gen, offset, buf.len());
+        let (file, _) = self.leased(fd, gen, offset, buf.len(), false);
         file.map(|f| local_pread(&f, buf, offset))
     }
 
     /// Write all of `data` at `offset`; large writes are split and pipelined.
+    /// Inside a live write lease, one local `pwrite`; a large write that
+    /// may get one sends its first slot's worth alone, so that the lease
+    /// its answer may bring covers the rest.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
+        let s = self.current();
+        let (local, lease_ok) = self.leased(fd, s.gen, offset, data.len(), true);
+        if let Some(file) = local {
+            return local_pwrite(&file, data, offset);
+        }
+        if lease_ok && s.shm.is_some() && data.len() > shm::SLOT_BYTES {
+            let first = self.wait_write(self.submit_write(fd, &data[..shm::SLOT_BYTES], offset)?)?;
+            let rest = offset + shm::SLOT_BYTES as u64;
+            return Ok(first + self.pwrite(fd, &data[shm::SLOT_BYTES..], rest)?);
+        }
         let chunk = self.io_bytes_max();
         let tickets: Vec<Ticket> = data.chunks(chunk).enumerate().map(|(i, c)| self.submit_write(fd, c, offset + (i * chunk) as u64)).collect::<Result<_>>()?;
         // Every ticket is waited on, even after a failure (see `pread`).

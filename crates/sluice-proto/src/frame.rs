@@ -41,6 +41,9 @@ pub enum Opcode {
     ReadListGroup = 0x18,
     /// `WriteList` as one participant of a collective.
     WriteListGroup = 0x19,
+    /// A write that may be answered with a write lease instead of being
+    /// carried out (`Lease`); otherwise as `WriteShm`.
+    WriteLease = 0x1a,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -56,7 +59,7 @@ pub enum Opcode {
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 36] = [
+const OPCODES: [Opcode; 37] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -82,6 +85,7 @@ const OPCODES: [Opcode; 36] = [
     Opcode::ReadLease,
     Opcode::ReadListGroup,
     Opcode::WriteListGroup,
+    Opcode::WriteLease,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,

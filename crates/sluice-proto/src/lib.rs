@@ -47,7 +47,8 @@ pub use msg::{
 /// 3: shared-memory data (`ShmAttach`, `ReadShm`, `WriteShm`).
 /// 4: cache leases (`ReadLease`, `Lease`); `AppStats::bytes_leased`.
 /// 5: server-directed collectives (`ReadListGroup`, `WriteListGroup`).
-pub const VERSION: u16 = 5;
+/// 6: write leases (`WriteLease`).
+pub const VERSION: u16 = 6;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.

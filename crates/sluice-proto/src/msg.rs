@@ -168,6 +168,15 @@ pub enum Request<'a> {
         len: u32,
         at: u64,
     },
+    /// As `WriteShm`, but the server may answer `Lease` instead of
+    /// writing: the client writes the range itself (buffered, so nothing
+    /// to schedule before the kernel's write-back).
+    WriteLease {
+        fd: u64,
+        offset: u64,
+        len: u32,
+        at: u64,
+    },
 }
 
 /// File metadata, as `stat(2)` reports it.
@@ -381,7 +390,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Stats => Request::Stats,
         Opcode::Auth => Request::Auth { mac: r.array("mac")? },
         Opcode::ShmAttach => Request::ShmAttach { bytes: r.u64("bytes")? },
-        Opcode::ReadShm | Opcode::WriteShm | Opcode::ReadLease => {
+        Opcode::ReadShm | Opcode::WriteShm | Opcode::ReadLease | Opcode::WriteLease => {
             let (fd, offset, len, at) = (r.u64("fd")?, r.u64("offset")?, r.u32("len")?, r.u64("at")?);
             if len > IO_BYTES_MAX {
                 return Err(too_large("shared-memory transfer length", u64::from(len), u64::from(IO_BYTES_MAX)));
@@ -391,6 +400,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
             match h.opcode {
                 Opcode::ReadShm => Request::ReadShm { fd, offset, len, at },
                 Opcode::WriteShm => Request::WriteShm { fd, offset, len, at },
+                Opcode::WriteLease => Request::WriteLease { fd, offset, len, at },
                 _ => Request::ReadLease { fd, offset, len, at },
             }
         }
@@ -491,7 +501,7 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize
             (Opcode::Auth, 0)
         }
         Request::ShmAttach { bytes } => fd_only(Opcode::ShmAttach, bytes, out),
-        Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } | Request::ReadLease { fd, offset, len, at } => {
+        Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } | Request::ReadLease { fd, offset, len, at } | Request::WriteLease { fd, offset, len, at } => {
             put_u64(out, fd);
             put_u64(out, offset);
             put_u32(out, len);
@@ -499,6 +509,7 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize
             let op = match req {
                 Request::ReadShm { .. } => Opcode::ReadShm,
                 Request::WriteShm { .. } => Opcode::WriteShm,
+                Request::WriteLease { .. } => Opcode::WriteLease,
                 _ => Opcode::ReadLease,
             };
             (op, 0)

@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..26, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..27, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], data: &'a [u8]) -> Request<'a> {
@@ -47,6 +47,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         21 => Request::ReadShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
         22 => Request::WriteShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
         23 => Request::ReadLease { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
+        26 => Request::WriteLease { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
         1 => Request::Open { path: p, flags: b as i32, mode: a as u32 },
         2 => Request::Close { fd },
         3 => Request::Read { fd, offset: b, len: (a % u64::from(IO_BYTES_MAX)) as u32 },

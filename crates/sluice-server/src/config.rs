@@ -178,6 +178,11 @@ pub struct ServerConfig {
     pub policy: PolicyConfig,
     /// Open backing files with O_DIRECT (bounce buffers handle alignment).
     pub direct: bool,
+    /// Grant write leases (`WriteLease`, `lease.rs`): local clients then
+    /// write through the page cache themselves, and their writes reach
+    /// neither the scheduler nor the per-application counters (only
+    /// `bytes_leased`). Off by default (`sluice serve --write-leases`).
+    pub write_leases: bool,
     pub device: DeviceKind,
     /// Most dispatches in flight, 1..=`QUEUE_DEPTH_MAX` (the executor's
     /// threads); the scheduler keeps as many of them busy as the learned
@@ -229,6 +234,7 @@ impl ServerConfig {
             listen,
             policy: PolicyConfig::from_name("aioli").expect("aioli is a known policy"),
             direct: false,
+            write_leases: false,
             device: DeviceKind::Real,
             queue_depth: QUEUE_DEPTH_DEFAULT,
             device_model: None,

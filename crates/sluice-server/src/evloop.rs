@@ -892,7 +892,7 @@ impl EventLoop {
             Pool,
         }
         let id = h.request_id;
-        let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteListGroup | Opcode::WriteShm) { Op::Write } else { Op::Read };
+        let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteListGroup | Opcode::WriteShm | Opcode::WriteLease) { Op::Write } else { Op::Read };
         let list = matches!(h.opcode, Opcode::ReadList | Opcode::WriteList | Opcode::ReadListGroup | Opcode::WriteListGroup);
         let kind = {
             let req = match parse_request(&h, &body) {
@@ -908,6 +908,12 @@ impl EventLoop {
                 Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None),
                 Request::ReadLease { fd, offset, len, at } => {
                     if self.lease(c, id, fd, offset, len) {
+                        return Flow::Next;
+                    }
+                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
+                }
+                Request::WriteLease { fd, offset, len, at } => {
+                    if self.write_lease(c, id, fd, offset, len) {
                         return Flow::Next;
                     }
                     Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
@@ -1127,6 +1133,47 @@ impl EventLoop {
             session.lent.insert(fd);
         }
         lock(&self.shared.apps).record_lease(session.app, in_file);
+        let out = Out::Lease(offset, granted, l.lease_valid_us, lend.is_some());
+        c.push_with(wire_id, out, 0, &self.shared.reply_bytes, lend);
+        true
+    }
+
+    /// Answer a `WriteLease` with a write lease (`lease.rs`; only with
+    /// `ServerConfig::write_leases`): on a server
+    /// that writes through the page cache, a buffered write only copies
+    /// into it, and what the device pays comes with the kernel's
+    /// write-back, which no order of those copies changes. So the client
+    /// may write `[offset, offset + max(len, lease_bytes_max))` itself for
+    /// `lease_valid_us`, through the handle's own descriptor, lent with the
+    /// first lease. False: the write goes through the scheduler as a
+    /// `WriteShm` (write leases or leases off, O_DIRECT or an emulated device, which must
+    /// see every write; not a regular file open for writing; O_APPEND,
+    /// where a `pwrite` ignores its offset; a bad handle).
+    fn write_lease(&mut self, c: &mut Conn, wire_id: u64, fd: u64, offset: u64, len: u32) -> bool {
+        let (l, cfg) = (&self.shared.config.limits, &self.shared.config);
+        if !cfg.write_leases || l.lease_bytes_max == 0 || cfg.direct || cfg.device != crate::DeviceKind::Real || !matches!(c.stream, crate::net::Stream::Unix(_)) || len == 0 {
+            return false;
+        }
+        let session = c.session.as_mut().expect("a ready connection holds its session");
+        let Ok(file) = session.file(fd) else { return false };
+        // SAFETY: F_GETFL on a descriptor the handle holds open.
+        let append = unsafe { libc::fcntl(file.fd.as_raw_fd(), libc::F_GETFL) } & libc::O_APPEND != 0;
+        if !file.regular || file.access == libc::O_RDONLY || append {
+            return false;
+        }
+        let granted = u64::from(len).max(l.lease_bytes_max);
+        let lend = if session.lent.contains(&fd) {
+            None
+        } else {
+            match file.fd.try_clone() {
+                Ok(d) => Some(d),
+                Err(_) => return false,
+            }
+        };
+        if lend.is_some() {
+            session.lent.insert(fd);
+        }
+        lock(&self.shared.apps).record_lease(session.app, granted);
         let out = Out::Lease(offset, granted, l.lease_valid_us, lend.is_some());
         c.push_with(wire_id, out, 0, &self.shared.reply_bytes, lend);
         true

@@ -230,6 +230,67 @@ fn no_lease_for_writable_handles_direct_servers_emulated_devices_or_leases_off()
     }
 }
 
+/// Write leases (`sluice serve --write-leases`, a server writing through
+/// the page cache): a writable
+/// handle's write is answered with a lease and written by the client
+/// itself, through the lent descriptor; writes inside the live lease send
+/// nothing; every byte lands; reads of that read-write handle stay
+/// scheduled; a large write asks with its first slot only and the lease
+/// covers the rest.
+#[test]
+fn a_writable_handle_writes_under_a_write_lease() {
+    let s = TestServer::start(|c| c.write_leases = true);
+    let c = client(&s, "wl", true);
+    let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    let (a, b) = (pattern(256 << 10, 3), pattern(256 << 10, 4));
+    assert_eq!(c.pwrite(fd, &a, 0).unwrap(), a.len());
+    assert_eq!(counts(&c, "wl"), (0, 32 << 20), "leased (lease_bytes_max from the offset), not scheduled");
+    assert_eq!(c.pwrite(fd, &b, 1 << 20).unwrap(), b.len());
+    assert_eq!(counts(&c, "wl"), (0, 32 << 20), "inside the lease: nothing sent");
+    let on_disk = std::fs::read(s.path("f")).unwrap();
+    assert_eq!((&on_disk[..256 << 10], &on_disk[1 << 20..]), (&a[..], &b[..]));
+    assert!(on_disk[256 << 10..1 << 20].iter().all(|&x| x == 0), "the hole between");
+    let mut buf = vec![0u8; 256 << 10];
+    assert_eq!(c.pread(fd, &mut buf, 1 << 20).unwrap(), buf.len());
+    assert_eq!((buf.as_slice(), counts(&c, "wl").0), (&b[..], 1), "a read of a read-write handle is scheduled");
+    let g = c.open("g", libc::O_WRONLY | libc::O_CREAT, 0o644).unwrap();
+    let big = pattern(4 << 20, 5);
+    assert_eq!(c.pwrite(g, &big, 0).unwrap(), big.len());
+    assert_eq!(counts(&c, "wl"), (1, 64 << 20), "one lease for the 4 MiB write");
+    assert_eq!(std::fs::read(s.path("g")).unwrap(), big);
+}
+
+/// No write lease unless the server grants them (`--write-leases`), and
+/// then not for an O_APPEND handle (a `pwrite` there ignores its offset),
+/// on an O_DIRECT server or an emulated device (which must see every
+/// write), or with leases off on either side: the writes are scheduled,
+/// and land.
+#[test]
+fn no_write_lease_for_append_direct_servers_emulated_devices_or_leases_off() {
+    type Tweak = Box<dyn Fn(&mut sluice_server::ServerConfig)>;
+    let cases: [(&str, Tweak, i32, bool); 6] = [
+        ("default", Box::new(|_| {}), libc::O_WRONLY, true),
+        ("append", Box::new(|c| c.write_leases = true), libc::O_WRONLY | libc::O_APPEND, true),
+        ("direct", Box::new(|c| (c.write_leases, c.direct) = (true, true)), libc::O_WRONLY, true),
+        ("hdd", Box::new(|c| (c.write_leases, c.device) = (true, DeviceKind::Hdd7200)), libc::O_WRONLY, true),
+        ("off", Box::new(|c| (c.write_leases, c.limits.lease_bytes_max) = (true, 0)), libc::O_WRONLY, true),
+        ("client-off", Box::new(|c| c.write_leases = true), libc::O_WRONLY, false),
+    ];
+    for (name, tweak, flags, leases) in cases {
+        let s = TestServer::start(tweak);
+        std::fs::write(s.path("f"), b"").unwrap();
+        let c = client(&s, name, leases);
+        let fd = c.open("f", flags, 0).unwrap();
+        let data = pattern(512 << 10, 8);
+        for i in 0..2usize {
+            let part = &data[i * (256 << 10)..(i + 1) * (256 << 10)];
+            assert_eq!(c.pwrite(fd, part, (i * (256 << 10)) as u64).unwrap(), part.len(), "{name}: write {i}");
+        }
+        assert_eq!(counts(&c, name), (2, 0), "{name}: both writes scheduled, nothing leased");
+        assert_eq!(std::fs::read(s.path("f")).unwrap(), data, "{name}");
+    }
+}
+
 #[test]
 fn an_uncached_range_is_scheduled_then_leased_once_cached() {
     if !kernel_has_cachestat() {
