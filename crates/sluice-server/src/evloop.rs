@@ -907,13 +907,13 @@ impl EventLoop {
                 Request::WriteList { fd, pieces, data, group } => Kind::Io(fd, pieces, Some(body.len() - data.len()), None, group),
                 Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None),
                 Request::ReadLease { fd, offset, len, at } => {
-                    if self.lease(c, id, fd, offset, len) {
+                    if self.lease(c, id, fd, offset, len, Op::Read) {
                         return Flow::Next;
                     }
                     Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
                 }
                 Request::WriteLease { fd, offset, len, at } => {
-                    if self.write_lease(c, id, fd, offset, len) {
+                    if self.lease(c, id, fd, offset, len, Op::Write) {
                         return Flow::Next;
                     }
                     Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
@@ -1096,31 +1096,58 @@ impl EventLoop {
         Ok(())
     }
 
-    /// Answer a `ReadLease` with a cache lease when its range is in the
-    /// page cache (`lease.rs`), lending the handle's descriptor with the
-    /// first one; false: the read goes through the scheduler as a
-    /// `ReadShm` (leases off, O_DIRECT, an emulated device, which must see
-    /// every read, not a read-only regular file, not cached, or a bad
-    /// handle, which that path answers).
-    fn lease(&mut self, c: &mut Conn, wire_id: u64, fd: u64, offset: u64, len: u32) -> bool {
+    /// Answer a `ReadLease` or (`op` a write) a `WriteLease` with a lease,
+    /// lending the handle's descriptor with its first one (`lease.rs`);
+    /// false: the request goes through the scheduler as a `ReadShm` or
+    /// `WriteShm`. Never with leases off, on O_DIRECT or an emulated
+    /// device (which must see every access), but for a regular file, or
+    /// for a bad handle (which that path answers).
+    /// - A read: on a read-only handle, when its range is in the page
+    ///   cache (`lease::grant`).
+    /// - A write (only with `ServerConfig::write_leases`): on a writable
+    ///   handle without O_APPEND (where a `pwrite` ignores its offset), for
+    ///   `max(len, lease_bytes_max)` bytes from the offset. A buffered
+    ///   write only copies into the page cache, and what the device pays
+    ///   comes with the kernel's write-back, which no order of those
+    ///   copies changes.
+    fn lease(&mut self, c: &mut Conn, wire_id: u64, fd: u64, offset: u64, len: u32, op: Op) -> bool {
         let (l, cfg) = (&self.shared.config.limits, &self.shared.config);
         if l.lease_bytes_max == 0 || cfg.direct || cfg.device != crate::DeviceKind::Real || !matches!(c.stream, crate::net::Stream::Unix(_)) {
             return false;
         }
         let session = c.session.as_mut().expect("a ready connection holds its session");
         let Ok(file) = session.file(fd) else { return false };
-        if !file.regular || file.access != libc::O_RDONLY {
+        if !file.regular {
             return false;
         }
-        let Some((granted, in_file)) = crate::lease::grant(file.fd.as_raw_fd(), offset, u64::from(len), l.lease_bytes_max) else { return false };
-        // A lease no longer than a small request saves nothing: the client
-        // would still make one round trip per read, and then a `pread` of
-        // its own; the loop reads it as cheaply (`lease::SHORT_BYTES_MIN`).
-        // Except the handle's first, which lends the descriptor (the FUSE
-        // mount's passthrough asks for it with a 4 KiB read).
-        if granted <= u64::from(len) && u64::from(len) < crate::lease::SHORT_BYTES_MIN && session.lent.contains(&fd) {
-            return false;
-        }
+        // The span granted, and the bytes counted as leased.
+        let (granted, counted) = match op {
+            Op::Read => {
+                if file.access != libc::O_RDONLY {
+                    return false;
+                }
+                let Some((granted, in_file)) = crate::lease::grant(file.fd.as_raw_fd(), offset, u64::from(len), l.lease_bytes_max) else { return false };
+                // A lease no longer than a small request saves nothing: the
+                // client would still make one round trip per read, and then
+                // a `pread` of its own; the loop reads it as cheaply
+                // (`lease::SHORT_BYTES_MIN`). Except the handle's first,
+                // which lends the descriptor (the FUSE mount's passthrough
+                // asks for it with a 4 KiB read).
+                if granted <= u64::from(len) && u64::from(len) < crate::lease::SHORT_BYTES_MIN && session.lent.contains(&fd) {
+                    return false;
+                }
+                (granted, in_file)
+            }
+            Op::Write => {
+                // SAFETY: F_GETFL on a descriptor the handle holds open.
+                let append = unsafe { libc::fcntl(file.fd.as_raw_fd(), libc::F_GETFL) } & libc::O_APPEND != 0;
+                if !cfg.write_leases || len == 0 || file.access == libc::O_RDONLY || append {
+                    return false;
+                }
+                let granted = u64::from(len).max(l.lease_bytes_max);
+                (granted, granted)
+            }
+        };
         let lend = if session.lent.contains(&fd) {
             None
         } else {
@@ -1132,48 +1159,7 @@ impl EventLoop {
         if lend.is_some() {
             session.lent.insert(fd);
         }
-        lock(&self.shared.apps).record_lease(session.app, in_file);
-        let out = Out::Lease(offset, granted, l.lease_valid_us, lend.is_some());
-        c.push_with(wire_id, out, 0, &self.shared.reply_bytes, lend);
-        true
-    }
-
-    /// Answer a `WriteLease` with a write lease (`lease.rs`; only with
-    /// `ServerConfig::write_leases`): on a server
-    /// that writes through the page cache, a buffered write only copies
-    /// into it, and what the device pays comes with the kernel's
-    /// write-back, which no order of those copies changes. So the client
-    /// may write `[offset, offset + max(len, lease_bytes_max))` itself for
-    /// `lease_valid_us`, through the handle's own descriptor, lent with the
-    /// first lease. False: the write goes through the scheduler as a
-    /// `WriteShm` (write leases or leases off, O_DIRECT or an emulated device, which must
-    /// see every write; not a regular file open for writing; O_APPEND,
-    /// where a `pwrite` ignores its offset; a bad handle).
-    fn write_lease(&mut self, c: &mut Conn, wire_id: u64, fd: u64, offset: u64, len: u32) -> bool {
-        let (l, cfg) = (&self.shared.config.limits, &self.shared.config);
-        if !cfg.write_leases || l.lease_bytes_max == 0 || cfg.direct || cfg.device != crate::DeviceKind::Real || !matches!(c.stream, crate::net::Stream::Unix(_)) || len == 0 {
-            return false;
-        }
-        let session = c.session.as_mut().expect("a ready connection holds its session");
-        let Ok(file) = session.file(fd) else { return false };
-        // SAFETY: F_GETFL on a descriptor the handle holds open.
-        let append = unsafe { libc::fcntl(file.fd.as_raw_fd(), libc::F_GETFL) } & libc::O_APPEND != 0;
-        if !file.regular || file.access == libc::O_RDONLY || append {
-            return false;
-        }
-        let granted = u64::from(len).max(l.lease_bytes_max);
-        let lend = if session.lent.contains(&fd) {
-            None
-        } else {
-            match file.fd.try_clone() {
-                Ok(d) => Some(d),
-                Err(_) => return false,
-            }
-        };
-        if lend.is_some() {
-            session.lent.insert(fd);
-        }
-        lock(&self.shared.apps).record_lease(session.app, granted);
+        lock(&self.shared.apps).record_lease(session.app, counted);
         let out = Out::Lease(offset, granted, l.lease_valid_us, lend.is_some());
         c.push_with(wire_id, out, 0, &self.shared.reply_bytes, lend);
         true
