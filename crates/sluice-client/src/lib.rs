@@ -1077,9 +1077,18 @@ impl Client {
         }
         if lease_ok && s.shm.is_some() && data.len() > shm::SLOT_BYTES {
             let first = self.wait_write(self.submit_write(fd, &data[..shm::SLOT_BYTES], offset)?)?;
-            let rest = offset + shm::SLOT_BYTES as u64;
-            return Ok(first + self.pwrite(fd, &data[shm::SLOT_BYTES..], rest)?);
+            let (rest, at) = (&data[shm::SLOT_BYTES..], offset + shm::SLOT_BYTES as u64);
+            return Ok(first
+                + match self.leased(fd, s.gen, at, rest.len(), true).0 {
+                    Some(file) => local_pwrite(&file, rest, at)?,
+                    None => self.pwrite_chunks(fd, rest, at)?,
+                });
         }
+        self.pwrite_chunks(fd, data, offset)
+    }
+
+    /// `pwrite` through the server: `io_bytes_max` pieces, pipelined.
+    fn pwrite_chunks(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
         let chunk = self.io_bytes_max();
         let tickets: Vec<Ticket> = data.chunks(chunk).enumerate().map(|(i, c)| self.submit_write(fd, c, offset + (i * chunk) as u64)).collect::<Result<_>>()?;
         // Every ticket is waited on, even after a failure (see `pread`).
