@@ -19,12 +19,18 @@
 //!   later leased read, like any two `pread`s of one file.
 //! - A page evicted between the check and the client's read is read from
 //!   the device without the scheduler: `valid_us` keeps that window short.
-//!   (`sluice mount --passthrough` hands the kernel this descriptor for a
+//!   (The FUSE mount, by default, hands the kernel this descriptor for a
 //!   whole open of a file all cached at open time; its window is the open:
 //!   docs/fuse.md.)
 //! - O_DIRECT servers (`--direct`) never lease: their reads do not go
 //!   through the page cache. Nor does a server on an emulated device
 //!   (`--device hdd7200`), whose cost must be paid by every read.
+//!
+//! Write leases (`WriteLease`, only on a server started with
+//! `--write-leases`) are the same for a writable handle: "write this range
+//! yourself". They need no check: on a server writing through the page
+//! cache a buffered write only copies into it, and what the device pays
+//! comes with the kernel's write-back (`EventLoop::lease`).
 //!
 //! The check is `cachestat(2)` (Linux 6.5): one system call, no copy.
 //! Where the kernel lacks it, no lease is granted and reads take the
