@@ -260,6 +260,29 @@ fn a_writable_handle_writes_under_a_write_lease() {
     assert_eq!(std::fs::read(s.path("g")).unwrap(), big);
 }
 
+/// A list write takes write leases too: its first piece asks (with
+/// `pwrite`), the lease then covers the others, and nothing is scheduled;
+/// on a server without write leases the first piece is scheduled alone
+/// and the rest go as one list message (three requests in the scheduler,
+/// one per piece, as for one list message).
+#[test]
+fn a_list_write_takes_write_leases_where_the_server_grants_them() {
+    for (grants, want) in [(true, (0, 32 << 20)), (false, (3, 0))] {
+        let s = TestServer::start(|c| c.write_leases = grants);
+        let c = client(&s, "list", true);
+        let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+        let data = pattern(3 * (64 << 10), 11);
+        let pieces = [(0u64, 64u64 << 10), (1 << 20, 64 << 10), (3 << 20, 64 << 10)];
+        assert_eq!(c.write_list(fd, &pieces, &data).unwrap(), data.len());
+        assert_eq!(counts(&c, "list"), want, "write leases granted: {grants}");
+        let on_disk = std::fs::read(s.path("f")).unwrap();
+        for (k, &(o, n)) in pieces.iter().enumerate() {
+            let (o, n) = (o as usize, n as usize);
+            assert_eq!(&on_disk[o..o + n], &data[k * n..(k + 1) * n], "piece {k}, write leases {grants}");
+        }
+    }
+}
+
 /// No write lease unless the server grants them (`--write-leases`), and
 /// then not for an O_APPEND handle (a `pwrite` there ignores its offset),
 /// on an O_DIRECT server or an emulated device (which must see every
