@@ -862,18 +862,20 @@ impl Client {
         if let Some(n) = t.done {
             return Ok(n);
         }
-        let r = t.session.conn.wait(t.id, None);
-        if let (Some(sl), Ok(Reply::Lease(start, len, valid, lent)), Some((fd, offset, n))) = (t.slot.take(), &r, t.write) {
-            let lent = lent.as_ref().and_then(|l| l.try_clone().ok());
-            let done = match self.keep_lease(fd, t.session.gen, *start, *len, *valid, lent) {
-                Some(file) => local_pwrite(&file, sl.contents(n), offset),
-                // Rare (threads racing on a handle's first lease): write it
-                // through the socket.
-                None => self.on_fd(fd, false, |s, server| self.written("write", s, s.conn.call(&Request::Write { fd: server, offset, data: sl.contents(n) }))),
-            };
-            sl.release();
-            return done;
-        }
+        let r = match (t.session.conn.wait(t.id, None), t.write) {
+            (Ok(Reply::Lease(start, len, valid, lent)), Some((fd, offset, n))) => {
+                let sl = t.slot.take().expect("a write that asks for a lease has its data in a slot");
+                let done = match self.keep_lease(fd, t.session.gen, start, len, valid, lent) {
+                    Some(file) => local_pwrite(&file, sl.contents(n), offset),
+                    // Rare (threads racing on a handle's first lease): write
+                    // it through the socket.
+                    None => self.on_fd(fd, false, |s, server| self.written("write", s, s.conn.call(&Request::Write { fd: server, offset, data: sl.contents(n) }))),
+                };
+                sl.release();
+                return done;
+            }
+            (r, _) => r,
+        };
         if let (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) = (t.slot.take(), &r) {
             sl.release();
         }
@@ -1071,11 +1073,15 @@ impl Client {
     /// its answer may bring covers the rest.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
         let s = self.current();
+        // A write within one slot: `submit_write` looks for the lease.
+        if data.len() <= shm::SLOT_BYTES || s.shm.is_none() {
+            return self.pwrite_chunks(fd, data, offset);
+        }
         let (local, lease_ok) = self.leased(fd, s.gen, offset, data.len(), true);
         if let Some(file) = local {
             return local_pwrite(&file, data, offset);
         }
-        if lease_ok && s.shm.is_some() && data.len() > shm::SLOT_BYTES {
+        if lease_ok {
             let first = self.wait_write(self.submit_write(fd, &data[..shm::SLOT_BYTES], offset)?)?;
             let (rest, at) = (&data[shm::SLOT_BYTES..], offset + shm::SLOT_BYTES as u64);
             return Ok(first
