@@ -111,13 +111,18 @@ fn run_once(cfg: &Config, policy: &str) -> (f64, u64) {
     let mut admitted = 0u64;
     let start = Instant::now();
     loop {
-        while admitted < cfg.requests && s.stats().queued + s.stats().blocked < cfg.queued {
+        while admitted < cfg.requests && s.waiting() < cfg.queued {
             s.enqueue(w.next(), now).expect("the bench stays within the default limits");
             admitted += 1;
         }
         now += 1_000;
         match s.next(now) {
-            Decision::Dispatch(d) => s.complete(d.id, now).expect("dispatch is in flight"),
+            Decision::Dispatch(d) => {
+                s.complete(d.id, now).expect("dispatch is in flight");
+                // As the daemon and the simulator do: the member list
+                // serves a later dispatch.
+                s.recycle(d);
+            }
             Decision::WaitUntil(t) => now = t,
             Decision::Idle if s.is_empty() && admitted == cfg.requests => break,
             Decision::Idle => {}

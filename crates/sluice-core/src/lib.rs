@@ -35,6 +35,7 @@ mod config;
 pub mod cost;
 mod error;
 mod hash;
+mod index;
 mod policy;
 pub mod replay;
 mod scheduler;

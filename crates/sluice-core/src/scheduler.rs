@@ -199,6 +199,17 @@ impl Scheduler {
         Stats { windows: self.policy.windows_opened(), ..self.stats }
     }
 
+    /// Requests queued or blocked now (`stats().queued + stats().blocked`,
+    /// without building the whole record).
+    pub fn waiting(&self) -> u64 {
+        self.stats.queued + self.stats.blocked
+    }
+
+    /// Dispatches in flight now (`stats().inflight_dispatches`).
+    pub fn inflight(&self) -> u64 {
+        self.stats.inflight_dispatches
+    }
+
     /// The byte quantum the policy holds for `app` now, where it keeps one
     /// (aioli's multi-level feedback, drr's deficit).
     pub fn quantum(&self, app: AppId) -> Option<u64> {
@@ -543,7 +554,7 @@ impl Scheduler {
             let inflight_writes: u64 = self.inflight.iter().filter(|d| d.file == *file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
             assert_eq!(u64::from(fq.writes), writes as u64 + inflight_writes, "file {file:?} write count");
             queued += fq.count() as u64;
-            let fb: u64 = fq.maps.iter().flat_map(|m| m.values()).map(|&s| self.store.entry(s).req.len).sum();
+            let fb: u64 = fq.maps.iter().flat_map(|m| m.values()).map(|s| self.store.entry(s).req.len).sum();
             assert_eq!(fb, fq.bytes, "file {file:?} byte count");
             bytes += fb;
             blocked += fq.blocked.len() as u64;

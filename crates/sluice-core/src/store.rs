@@ -10,10 +10,10 @@
 //! blocked behind an overlapping write, so the conflict check is local to
 //! one file.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::ops::Bound;
+use std::collections::VecDeque;
 
 use crate::hash::FxHashMap;
+use crate::index::OffsetIndex;
 use crate::types::{DispatchId, FileId, Nanos, Op, Request};
 
 /// Index of a queued request in the slab.
@@ -52,7 +52,7 @@ pub(crate) struct InFlight {
 #[derive(Default, Debug)]
 pub(crate) struct FileQ {
     /// Eligible requests by `(offset, seq)`, reads at 0 and writes at 1.
-    pub maps: [BTreeMap<(u64, u64), Slot>; 2],
+    pub maps: [OffsetIndex; 2],
     /// Longest request queued since the maps were last empty: bounds how
     /// far back an overlap search must look.
     pub len_max: u64,
@@ -162,6 +162,8 @@ pub(crate) struct Store {
     idle_order: VecDeque<(FileId, u64)>,
     idle_generation_next: u64,
     arrivals: LazyFifo,
+    /// Reused by `take` (the slots an index span gave back).
+    scratch: Vec<Slot>,
     /// Eligible requests and their bytes.
     pub queued: usize,
     pub queued_bytes: u64,
@@ -209,19 +211,6 @@ impl Store {
         slot
     }
 
-    fn remove(&mut self, slot: Slot) -> Entry {
-        let e = self.slab[slot as usize].take().expect("slot is live");
-        self.free.push(slot);
-        let fq = self.files.get_mut(&e.req.file).expect("file of a queued request");
-        fq.maps[op_index(e.req.op)].remove(&(e.req.offset, e.seq));
-        fq.bytes -= e.req.len;
-        if fq.count() == 0 {
-            fq.len_max = 0;
-        }
-        self.queued -= 1;
-        self.queued_bytes -= e.req.len;
-        e
-    }
 
     /// The oldest eligible request.
     pub fn oldest(&mut self) -> Option<Slot> {
@@ -235,13 +224,13 @@ impl Store {
     /// `offset` in `file`'s `op` map.
     pub fn first_at_or_after(&self, file: FileId, op: Op, offset: u64) -> Option<Slot> {
         let fq = self.files.get(&file)?;
-        fq.maps[op_index(op)].range((offset, 0)..).next().map(|(_, &s)| s)
+        fq.maps[op_index(op)].from((offset, 0)).next().map(|(_, s)| s)
     }
 
     /// An eligible request starting exactly at `offset`, either op.
     pub fn starting_at(&self, file: FileId, offset: u64) -> Option<Slot> {
         let fq = self.files.get(&file)?;
-        fq.maps.iter().find_map(|m| m.range((offset, 0)..(offset + 1, 0)).next().map(|(_, &s)| s))
+        fq.maps.iter().find_map(|m| m.range((offset, 0), (offset + 1, 0)).next().map(|(_, s)| s))
     }
 
     /// The slots of the contiguous run around `start`, in offset order, whose
@@ -259,7 +248,7 @@ impl Store {
         let key = (s.req.offset, s.seq);
         let (mut lo, mut hi) = (s.req.offset, s.req.end());
         if backward {
-            for (_, &c) in map.range(..key).rev() {
+            for (_, c) in map.before(key) {
                 let r = self.entry(c).req;
                 if r.end() < lo || hi.max(r.end()) - r.offset > limit {
                     break;
@@ -271,7 +260,7 @@ impl Store {
         }
         out.reverse();
         out.push(start);
-        for (_, &c) in map.range((Bound::Excluded(key), Bound::Unbounded)) {
+        for (_, c) in map.after(key) {
             let r = self.entry(c).req;
             if r.offset > hi || hi.max(r.end()) - lo > limit {
                 break;
@@ -281,10 +270,29 @@ impl Store {
         }
     }
 
-    /// Remove the slots of a run, returning their entries in offset order.
+    /// Remove the slots of a run (`Store::run`'s: consecutive in their
+    /// file's index), returning their entries in offset order.
     pub fn take(&mut self, run: &[Slot], out: &mut Vec<Entry>) {
         out.clear();
-        out.extend(run.iter().map(|&s| self.remove(s)));
+        let Some(&start) = run.first() else { return };
+        let first = *self.entry(start);
+        let fq = self.files.get_mut(&first.req.file).expect("file of a queued request");
+        let mut slots = std::mem::take(&mut self.scratch);
+        slots.clear();
+        fq.maps[op_index(first.req.op)].remove_span((first.req.offset, first.seq), run.len(), &mut slots);
+        debug_assert_eq!(slots, run, "a run is consecutive in its file's index");
+        for &slot in run {
+            let e = self.slab[slot as usize].take().expect("slot is live");
+            self.free.push(slot);
+            fq.bytes -= e.req.len;
+            self.queued -= 1;
+            self.queued_bytes -= e.req.len;
+            out.push(e);
+        }
+        if fq.count() == 0 {
+            fq.len_max = 0;
+        }
+        self.scratch = slots;
         let mut arrivals = std::mem::take(&mut self.arrivals);
         arrivals.shrink(self, self.queued);
         self.arrivals = arrivals;
@@ -308,7 +316,7 @@ impl Store {
         let from = offset.saturating_sub(fq.len_max);
         let maps: &[usize] = if op == Op::Write { &[0, 1] } else { &[1] };
         maps.iter().filter(|&&i| !fq.maps[i].is_empty()).any(|&i| {
-            fq.maps[i].range((from, 0)..(end, 0)).any(|(&(_, s_seq), &slot)| {
+            fq.maps[i].range((from, 0), (end, 0)).any(|((_, s_seq), slot)| {
                 let r = self.entry(slot).req;
                 s_seq < seq && clash(r.op, r.offset, r.end())
             })

@@ -112,7 +112,7 @@ impl Dispatcher {
             Decision::Dispatch(d) => {
                 let seek = self.head != Some((d.file, d.offset));
                 self.head = Some((d.file, d.end()));
-                self.sent.insert(d.id, (d.len, seek, self.sched.stats().inflight_dispatches as u32));
+                self.sent.insert(d.id, (d.len, seek, self.sched.inflight() as u32));
                 let items = d.members.iter().map(|m| self.pending.remove(&m.id).expect("every member is pending")).collect();
                 Ok(Job { dispatch: d, items, started: 0, service_ns: 0 })
             }
@@ -167,7 +167,9 @@ impl Dispatcher {
             t.send(Record::Dispatch { id: d.id.0, op: d.op, file: d.file.0, offset: d.offset, len: d.len, started: job.started, service: job.service_ns, answered: now, members });
         }
         drop(table);
-        job.items.into_iter().filter_map(Pending::answer).collect()
+        let replies = job.items.into_iter().filter_map(Pending::answer).collect();
+        self.sched.recycle(job.dispatch);
+        replies
     }
 
     /// Feed dispatch `id`'s service time to the learner; pass the model on

@@ -364,8 +364,8 @@ impl Aioli {
     /// at or after where the turn stands in its file, else its oldest.
     fn turn_request(&mut self, store: &Store, t: &Turn) -> Slot {
         if let Some(fq) = store.files.get(&t.file) {
-            let ahead = fq.maps[op_index(t.op)].range((t.next_offset, 0)..).take(TURN_SCAN_MAX);
-            if let Some((_, &s)) = ahead.into_iter().find(|(_, &s)| store.entry(s).req.app == t.app) {
+            let mut ahead = fq.maps[op_index(t.op)].from((t.next_offset, 0)).take(TURN_SCAN_MAX);
+            if let Some((_, s)) = ahead.find(|&(_, s)| store.entry(s).req.app == t.app) {
                 return s;
             }
         }
