@@ -66,6 +66,18 @@ impl Net {
         Crossing { head_at: start + first + lat, tail_at: end + lat }
     }
 
+    /// Prefetch the link hop `hop` of a message from `src` to `dst` uses.
+    pub fn prefetch(&self, hop: u8, src: usize, dst: usize) {
+        let link = match hop {
+            0 => self.tx.get(src),
+            1 => None,
+            _ => self.rx.get(dst),
+        };
+        if let Some(l) = link {
+            crate::engine::prefetch(l);
+        }
+    }
+
     /// Bytes on the wire for a request or reply carrying `payload` bytes.
     pub fn wire_bytes(&self, payload: u64) -> u64 {
         self.cfg.header_bytes + payload

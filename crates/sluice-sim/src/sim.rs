@@ -25,9 +25,63 @@ impl World {
             if self.q.popped() > events_max || now > sim_max {
                 return Err(Error::new(ErrorKind::Bound, format!("events_max {events_max} or sim_ns_max {sim_max} reached at t = {now} ns")));
             }
+            if self.prefetch {
+                self.prefetch_ahead();
+            }
             self.handle(now, ev)?;
         }
         self.check_finished()
+    }
+
+    /// Start loading what the events after this one will touch. At
+    /// 10^5-10^6 processes every event reaches records that are far apart
+    /// in memory (its message, piece, process, server), each a cache miss;
+    /// those misses overlap instead of coming one after another. A chain
+    /// of records is loaded in stages: `FAR` events ahead the event's own
+    /// record, `MID` ahead (it has arrived) the one it names, `NEAR` ahead
+    /// the next (a message's piece, then the piece's server or process).
+    /// Only for worlds of `PREFETCH_PROCS_MIN` processes or more: in
+    /// smaller ones the records stay in the caches and the look-ahead is
+    /// pure cost (`sluice sim --bench`: 10,000 processes about 5-8% slower
+    /// with it, 100,000 about 11% faster, 1,000,000 15-45% faster).
+    fn prefetch_ahead(&self) {
+        fn prefetch_some<T>(r: Option<&T>) {
+            if let Some(r) = r {
+                crate::engine::prefetch(r);
+            }
+        }
+        const NEAR: usize = 2;
+        const MID: usize = 5;
+        const FAR: usize = 9;
+        if let Some(ev) = self.q.peek_ahead(FAR) {
+            match *ev {
+                Ev::Hop(m) | Ev::Deliver(m) => prefetch_some(self.msgs.peek(m)),
+                Ev::Start(p) | Ev::Ready(p) => prefetch_some(self.procs.get(p as usize)),
+                Ev::DevDone(s) | Ev::Wake(s) => prefetch_some(self.servers.get(s as usize)),
+                Ev::Admit(id) => prefetch_some(self.pieces.peek(id)),
+                Ev::Round(_) => {}
+            }
+        }
+        if let Some(&Ev::Hop(m) | &Ev::Deliver(m)) = self.q.peek_ahead(MID) {
+            if let Some(msg) = self.msgs.peek(m) {
+                if msg.hop == HOPS {
+                    prefetch_some(self.pieces.peek(msg.id));
+                } else {
+                    self.net.prefetch(msg.hop, msg.src as usize, msg.dst as usize);
+                }
+            }
+        }
+        if let Some(&Ev::Deliver(m)) = self.q.peek_ahead(NEAR) {
+            if let Some(msg) = self.msgs.peek(m) {
+                if let Some(piece) = self.pieces.peek(msg.id) {
+                    match msg.kind {
+                        MsgKind::ToServer => prefetch_some(self.servers.get(piece.server as usize)),
+                        MsgKind::Reply => prefetch_some(self.procs.get(piece.proc as usize)),
+                        _ => {}
+                    }
+                }
+            }
+        }
     }
 
     fn handle(&mut self, now: Time, ev: Ev) -> Result<(), Error> {

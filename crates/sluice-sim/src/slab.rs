@@ -39,6 +39,11 @@ impl<T: Copy + Default> Slab<T> {
         &self.items[i as usize]
     }
 
+    /// Slot `i`'s record if the slot was ever used (for prefetching).
+    pub fn peek(&self, i: u32) -> Option<&T> {
+        self.items.get(i as usize)
+    }
+
     pub fn get_mut(&mut self, i: u32) -> &mut T {
         &mut self.items[i as usize]
     }

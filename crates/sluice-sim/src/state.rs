@@ -24,6 +24,10 @@ use crate::slab::Slab;
 use crate::trace::Trace;
 use crate::workload::{Layout, TwoPhase};
 
+/// Processes from which the event loop prefetches what the coming events
+/// touch (`World::prefetch_ahead`).
+pub(crate) const PREFETCH_PROCS_MIN: u64 = 50_000;
+
 /// Pieces of cache fills and backlogged requests a run may hold beyond
 /// the processes' own pieces in flight.
 const FILL_PIECES_MAX: usize = 1 << 20;
@@ -192,6 +196,8 @@ pub(crate) struct World {
     /// When each of the host's cores is next free (`host_cores`; empty:
     /// every node has its own CPU).
     pub cores: Vec<Time>,
+    /// Prefetch ahead of the events (`PREFETCH_PROCS_MIN`).
+    pub prefetch: bool,
 }
 
 impl World {
@@ -217,6 +223,7 @@ impl World {
             trace,
             compute_nodes: sc.cluster.compute_nodes as u32,
             cores: vec![0; sc.cluster.host_cores as usize],
+            prefetch: procs_total >= PREFETCH_PROCS_MIN,
         };
         w.build_apps()?;
         Ok(w)
