@@ -43,7 +43,10 @@ impl World {
     /// Only for worlds of `PREFETCH_PROCS_MIN` processes or more: in
     /// smaller ones the records stay in the caches and the look-ahead is
     /// pure cost (`sluice sim --bench`: 10,000 processes about 5-8% slower
-    /// with it, 100,000 about 11% faster, 1,000,000 15-45% faster).
+    /// with it, 100,000 about 11% faster, 1,000,000 15-45% faster). Kept
+    /// out of line: inlined into the loop, it slowed the loop by about 4%
+    /// even where it is off.
+    #[inline(never)]
     fn prefetch_ahead(&self) {
         fn prefetch_some<T>(r: Option<&T>) {
             if let Some(r) = r {
