@@ -16,7 +16,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_net::Stream;
 use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, DirEntry, HelloOk, Opcode, Request, Response, WireStat, FRAME_BYTES_MAX, HEADER_BYTES};
@@ -93,6 +93,11 @@ fn owned(r: Response<'_>, lent: &mut VecDeque<OwnedFd>) -> io::Result<std::resul
 /// Descriptors one receive takes at most; the kernel hands over those of
 /// one message per `recvmsg`, and the server attaches one per frame.
 const FDS_PER_RECEIVE_MAX: usize = 4;
+/// A receive that took at least this long slept (a shorter one found its
+/// bytes there): only those choose how the next receive waits.
+const SLEPT_MIN: Duration = Duration::from_micros(5);
+/// After a wait this long the next receive sleeps in `poll` (`Rx::recv`).
+const POLL_AFTER_WAIT: Duration = Duration::from_micros(100);
 /// Descriptors received and not yet claimed by their lease reply. A
 /// server that sends more is broken: the connection is dropped.
 const LENT_PENDING_MAX: usize = 64;
@@ -105,6 +110,10 @@ const LENT_PENDING_MAX: usize = 64;
 pub(crate) struct Rx {
     stream: Stream,
     lent: VecDeque<OwnedFd>,
+    /// How long a receive waits (the patience), for `poll`.
+    timeout_ms: libc::c_int,
+    /// The last wait was long: wait in `poll` first (`recv`).
+    poll_first: bool,
 }
 
 impl Rx {
@@ -113,6 +122,31 @@ impl Rx {
             Stream::Unix(s) => s.as_raw_fd(),
             Stream::Tcp(_) => return self.stream.read(buf),
         };
+        // After a long wait, sleep in `poll`, not in `recvmsg`. A Unix
+        // stream socket wakes every task asleep on the sender's socket when
+        // the peer consumes what it sent (`unix_write_space`, "room to
+        // write again"): a task blocked in `recvmsg` is woken by that too,
+        // finds nothing and sleeps again, one wasted context switch per
+        // request, since the server reads each request while its client
+        // waits for the answer. `poll` waits for readability only. But on
+        // an idle machine (a virtual one at least) that early wake-up is
+        // what brings the client's CPU out of its idle state in time for
+        // the answer: a lone client's round trip was 7-10 us slower with
+        // `poll`. So a wait that took less than `POLL_AFTER_WAIT` (a quick
+        // server, an idle machine) leaves the next one in `recvmsg`, and a
+        // longer one (a loaded server: the wasted wake-up costs CPU that
+        // others wait for; a slow device: the `poll` is noise beside it)
+        // sends the next one through `poll`.
+        let started = Instant::now();
+        if self.poll_first {
+            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one live pollfd.
+            match unsafe { libc::poll(&mut pfd, 1, self.timeout_ms) } {
+                0 => return Err(io::Error::from(io::ErrorKind::TimedOut)),
+                n if n < 0 => return Err(io::Error::last_os_error()),
+                _ => {}
+            }
+        }
         let mut cmsg = [0u64; 2 + FDS_PER_RECEIVE_MAX];
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
         // SAFETY: an all-zero msghdr is valid; the iovec and control
@@ -124,6 +158,10 @@ impl Rx {
         msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
         // SAFETY: msg points at live buffers.
         let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        let waited = started.elapsed();
+        if waited >= SLEPT_MIN {
+            self.poll_first = waited >= POLL_AFTER_WAIT;
+        }
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -212,18 +250,19 @@ impl Conn {
         // reading, breaks the connection after the same patience.
         let _ = s.set_write_timeout(Some(patience.timeout));
         let _ = r.set_read_timeout(Some(patience.timeout));
+        let timeout_ms = patience.timeout.as_millis().clamp(1, libc::c_int::MAX as u128) as libc::c_int;
         Ok(Conn {
             addr: addr.to_string(),
             output: Mutex::new(s),
-            read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new() }), stash: HashMap::new(), broken: None }),
+            read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }), stash: HashMap::new(), broken: None }),
             id_next: AtomicU64::new(1),
             patience,
         })
     }
 
-    /// Wait for the next frame to start arriving: one blocking receive
-    /// into the read buffer, bounded by the socket's receive timeout (the
-    /// patience), so a reply costs no `poll` before its `recv`. `Err` for a
+    /// Wait for the next frame to start arriving: one receive into the
+    /// read buffer (a `poll` for readability, then `recvmsg`, on a Unix
+    /// socket: `Rx::recv` says why), bounded by the patience. `Err` for a
     /// soft connection past its patience (which abandons the connection).
     fn await_frame(&self, g: &mut ReadSide) -> Result<()> {
         if !g.input.buffer().is_empty() {
@@ -387,7 +426,7 @@ mod tests {
     #[test]
     fn lent_pending_max_at_n_and_n_plus_1() {
         let (server, client) = UnixStream::pair().unwrap();
-        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new() };
+        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new(), timeout_ms: 5_000, poll_first: false };
         let null = std::fs::File::open("/dev/null").unwrap();
         let mut b = [0u8; 16];
         for _ in 0..LENT_PENDING_MAX {
@@ -406,5 +445,27 @@ mod tests {
         rx.lent.pop_front();
         send_fd(&server, null.as_raw_fd());
         assert_eq!(rx.recv(&mut b).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_long_wait_sends_the_next_through_poll_which_keeps_the_patience() {
+        use std::io::Write;
+        let (mut server, client) = UnixStream::pair().unwrap();
+        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new(), timeout_ms: 50, poll_first: false };
+        let mut b = [0u8; 16];
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            server.write_all(b"x").unwrap();
+            server
+        });
+        assert_eq!(rx.recv(&mut b).unwrap(), 1);
+        assert!(rx.poll_first, "a 20 ms wait is past POLL_AFTER_WAIT");
+        let _server = late.join().unwrap();
+        // Nothing comes: the poll gives up at the patience, as the
+        // socket's receive timeout does for `recvmsg`.
+        let t0 = Instant::now();
+        let e = rx.recv(&mut b).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert!(t0.elapsed() >= Duration::from_millis(45), "waited {:?}", t0.elapsed());
     }
 }
