@@ -36,9 +36,12 @@ struct Item {
 /// An ordered map from [`Key`] to a slot number.
 #[derive(Debug, Default)]
 pub(crate) struct OffsetIndex {
-    /// Non-empty sorted chunks in key order (one empty chunk may remain
-    /// when the index is empty).
-    chunks: Vec<Vec<Item>>,
+    /// The first chunk, kept in the index itself: most files need no
+    /// other, and a lookup then follows one pointer, not two. Empty only
+    /// when the index is.
+    head: Vec<Item>,
+    /// The chunks after the first, in key order, none empty.
+    tail: Vec<Vec<Item>>,
     len: usize,
 }
 
@@ -55,55 +58,84 @@ impl OffsetIndex {
         self.len == 0
     }
 
+    fn chunks(&self) -> usize {
+        1 + self.tail.len()
+    }
+
+    fn chunk(&self, c: usize) -> &Vec<Item> {
+        if c == 0 {
+            &self.head
+        } else {
+            &self.tail[c - 1]
+        }
+    }
+
+    fn chunk_mut(&mut self, c: usize) -> &mut Vec<Item> {
+        if c == 0 {
+            &mut self.head
+        } else {
+            &mut self.tail[c - 1]
+        }
+    }
+
+    /// Drop chunk `c`, empty, unless it is the only one.
+    fn drop_chunk(&mut self, c: usize) {
+        match c {
+            _ if self.tail.is_empty() => {}
+            0 => self.head = self.tail.remove(0),
+            _ => {
+                self.tail.remove(c - 1);
+            }
+        }
+    }
+
     /// The chunk that holds `key`, or would: the first whose last key is
     /// not below it, else the last chunk.
     fn chunk_of(&self, key: Key) -> usize {
-        let n = self.chunks.len();
-        if n <= 1 {
+        if self.tail.is_empty() || self.head.last().is_none_or(|l| l.key >= key) {
             return 0;
         }
-        // Past the last chunk's first half: usually the last chunk.
-        let i = self.chunks[..n - 1].partition_point(|c| c.last().is_some_and(|l| l.key < key));
-        i.min(n - 1)
+        let n = self.tail.len();
+        1 + self.tail[..n - 1].partition_point(|c| c.last().is_some_and(|l| l.key < key))
     }
 
     /// The position of the first entry at or after `key` (may be one past
     /// the end of a chunk, then the next chunk's start follows).
     fn lower_bound(&self, key: Key) -> Pos {
-        if self.chunks.is_empty() {
-            return Pos(0, 0);
-        }
         let c = self.chunk_of(key);
-        Pos(c, self.chunks[c].partition_point(|it| it.key < key))
+        Pos(c, self.chunk(c).partition_point(|it| it.key < key))
     }
 
     /// Insert `key`; a key already present takes the new value.
     pub fn insert(&mut self, key: Key, value: u32) {
         let item = Item { key, value };
-        if self.chunks.is_empty() {
-            self.chunks.push(Vec::with_capacity(CHUNK_FIRST));
+        if self.head.capacity() == 0 {
+            self.head.reserve_exact(CHUNK_FIRST);
         }
-        let last = self.chunks.len() - 1;
-        let c = match self.chunks[last].last() {
+        let last = self.chunks() - 1;
+        let c = match self.chunk(last).last() {
             // In offset order: append (the common case of a sequential
             // reader or writer).
             Some(l) if l.key < key => last,
             _ => self.chunk_of(key),
         };
-        let chunk = &mut self.chunks[c];
+        let chunk = self.chunk_mut(c);
         let at = chunk.partition_point(|it| it.key < key);
         if chunk.get(at).is_some_and(|it| it.key == key) {
             chunk[at].value = value;
             return;
         }
         chunk.insert(at, item);
-        self.len += 1;
-        if chunk.len() > CHUNK_MAX {
+        let upper = (chunk.len() > CHUNK_MAX).then(|| {
             // The new chunk gets the whole capacity at once (it would grow
             // to it by reallocations otherwise).
             let mut upper = Vec::with_capacity(CHUNK_MAX + 1);
             upper.extend(chunk.drain(chunk.len() / 2..));
-            self.chunks.insert(c + 1, upper);
+            upper
+        });
+        self.len += 1;
+        if let Some(upper) = upper {
+            self.tail.insert(c, upper);
         }
     }
 
@@ -111,23 +143,16 @@ impl OffsetIndex {
     /// whole spans, `remove_span`; this one is the tests' reference.)
     #[cfg(test)]
     pub fn remove(&mut self, key: Key) -> Option<u32> {
-        if self.chunks.is_empty() {
-            return None;
-        }
         let c = self.chunk_of(key);
-        let chunk = &mut self.chunks[c];
+        let chunk = self.chunk_mut(c);
         let at = chunk.partition_point(|it| it.key < key);
         if chunk.get(at).is_none_or(|it| it.key != key) {
             return None;
         }
         let value = chunk.remove(at).value;
         self.len -= 1;
-        if chunk.is_empty() && self.chunks.len() > 1 {
-            self.chunks.remove(c);
-        }
-        if self.len == 0 {
-            self.chunks.truncate(1);
-            self.chunks.shrink_to(CHUNKS_KEPT);
+        if self.chunk(c).is_empty() {
+            self.drop_chunk(c);
         }
         Some(value)
     }
@@ -141,27 +166,29 @@ impl OffsetIndex {
         let mut left = n;
         let mut at = at;
         while left > 0 {
-            let chunk = &mut self.chunks[c];
+            let chunk = self.chunk_mut(c);
             let take = left.min(chunk.len() - at);
             out.extend(chunk.drain(at..at + take).map(|it| it.value));
             left -= take;
             self.len -= take;
-            if chunk.is_empty() && self.chunks.len() > 1 {
-                self.chunks.remove(c);
+            if self.chunk(c).is_empty() && !self.tail.is_empty() {
+                self.drop_chunk(c);
             } else {
                 c += 1;
             }
             at = 0;
-            assert!(left == 0 || c < self.chunks.len(), "span of {n} from {first:?} runs past the index");
+            assert!(left == 0 || c < self.chunks(), "span of {n} from {first:?} runs past the index");
         }
-        if self.len == 0 {
-            self.chunks.truncate(1);
-            self.chunks.shrink_to(CHUNKS_KEPT);
+        if self.tail.is_empty() && self.tail.capacity() > CHUNKS_KEPT {
+            self.tail.shrink_to(CHUNKS_KEPT);
         }
     }
 
     fn item(&self, p: Pos) -> Option<&Item> {
-        self.chunks.get(p.0)?.get(p.1)
+        if p.0 >= self.chunks() {
+            return None;
+        }
+        self.chunk(p.0).get(p.1)
     }
 
     /// Entries with keys at or after `from`, ascending.
@@ -201,7 +228,7 @@ impl OffsetIndex {
     /// The chunks' sizes (for tests of the bound).
     #[cfg(test)]
     fn chunk_lens(&self) -> Vec<usize> {
-        self.chunks.iter().map(Vec::len).collect()
+        (0..self.chunks()).map(|c| self.chunk(c).len()).collect()
     }
 }
 
@@ -213,7 +240,7 @@ pub(crate) struct Ascending<'a> {
 
 impl Ascending<'_> {
     fn settle(&mut self) {
-        while self.pos.0 < self.index.chunks.len() && self.pos.1 >= self.index.chunks[self.pos.0].len() {
+        while self.pos.0 < self.index.chunks() && self.pos.1 >= self.index.chunk(self.pos.0).len() {
             self.pos = Pos(self.pos.0 + 1, 0);
         }
     }
@@ -250,14 +277,14 @@ impl Iterator for Descending<'_> {
         loop {
             if self.end > 0 {
                 self.end -= 1;
-                let it = self.index.chunks[self.chunk][self.end];
+                let it = self.index.chunk(self.chunk)[self.end];
                 return Some((it.key, it.value));
             }
             if self.chunk == 0 {
                 return None;
             }
             self.chunk -= 1;
-            self.end = self.index.chunks[self.chunk].len();
+            self.end = self.index.chunk(self.chunk).len();
         }
     }
 }
@@ -365,7 +392,7 @@ mod tests {
         }
         assert!(ix.is_empty());
         assert_eq!(ix.chunk_lens(), vec![0]);
-        assert!(ix.chunks[0].capacity() <= CHUNK_MAX + 1);
+        assert!(ix.head.capacity() <= CHUNK_MAX + 1);
     }
 
     #[test]
