@@ -83,6 +83,10 @@ fn dispatches_inflight_max() {
     let Decision::Dispatch(a) = s.next(1) else { panic!() };
     let Decision::Dispatch(_) = s.next(1) else { panic!() };
     assert_eq!(s.next(1), Decision::Idle, "the third dispatch waits for a slot");
+    // The cheap counters agree with the full record.
+    let st = s.stats();
+    assert_eq!((s.inflight(), s.waiting()), (st.inflight_dispatches, st.queued + st.blocked));
+    assert_eq!((s.inflight(), s.waiting()), (2, 1));
     s.complete(a.id, 2).unwrap();
     assert!(matches!(s.next(2), Decision::Dispatch(_)));
     assert_eq!(kind(s.complete(a.id, 3)), Some(ErrorKind::UnknownDispatch), "a dispatch completes once");
