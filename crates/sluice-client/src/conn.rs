@@ -261,8 +261,9 @@ impl Conn {
     }
 
     /// Wait for the next frame to start arriving: one receive into the
-    /// read buffer (a `poll` for readability, then `recvmsg`, on a Unix
-    /// socket: `Rx::recv` says why), bounded by the patience. `Err` for a
+    /// read buffer (on a Unix socket, after a long wait, a `poll` for
+    /// readability first: `Rx::recv` says why), bounded by the patience
+    /// (the socket's receive timeout, or the `poll`'s). `Err` for a
     /// soft connection past its patience (which abandons the connection).
     fn await_frame(&self, g: &mut ReadSide) -> Result<()> {
         if !g.input.buffer().is_empty() {
