@@ -280,7 +280,7 @@ impl Store {
         let mut slots = std::mem::take(&mut self.scratch);
         slots.clear();
         fq.maps[op_index(first.req.op)].remove_span((first.req.offset, first.seq), run.len(), &mut slots);
-        debug_assert_eq!(slots, run, "a run is consecutive in its file's index");
+        assert_eq!(slots, run, "a run is consecutive in its file's index");
         for &slot in run {
             let e = self.slab[slot as usize].take().expect("slot is live");
             self.free.push(slot);
