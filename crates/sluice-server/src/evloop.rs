@@ -166,6 +166,8 @@ pub(crate) struct EventLoop {
     request_next: u64,
     /// Page-cache dispatches may run on this thread (`RWF_NOWAIT`).
     inline: bool,
+    /// Ranges found in the page cache lately (`lease::Verified`).
+    verified: crate::lease::Verified,
     /// Dispatches that would block, handed to the kernel from this thread
     /// (`ring.rs`); `None`: workers carry them out.
     ring: Option<Ring>,
@@ -237,6 +239,7 @@ impl EventLoop {
             deferred: Vec::new(),
             request_next: 0,
             inline,
+            verified: crate::lease::Verified::new(crate::lease::VERIFIED_FILES_MAX),
             ring,
             ring_reaped: Vec::new(),
             next_sweep: None,
@@ -1126,7 +1129,15 @@ impl EventLoop {
                 if file.access != libc::O_RDONLY {
                     return false;
                 }
-                let Some((granted, in_file)) = crate::lease::grant(file.fd.as_raw_fd(), offset, u64::from(len), l.lease_bytes_max) else { return false };
+                let (now, fresh) = (Instant::now(), Duration::from_micros(u64::from(l.lease_valid_us) / 2));
+                let found = self.verified.lookup(file.id, offset, u64::from(len), l.lease_bytes_max, now, fresh).or_else(|| {
+                    let g = crate::lease::grant(file.fd.as_raw_fd(), offset, u64::from(len), l.lease_bytes_max);
+                    if let Some(g) = g {
+                        self.verified.record(file.id, offset, g, now, fresh);
+                    }
+                    g
+                });
+                let Some((granted, in_file)) = found else { return false };
                 // A lease no longer than a small request saves nothing: the
                 // client would still make one round trip per read, and then
                 // a `pread` of its own; the loop reads it as cheaply
