@@ -1108,8 +1108,10 @@ impl EventLoop {
     /// - A read: on a read-only handle, when its range is in the page
     ///   cache (`lease::grant`).
     /// - A write (only with `ServerConfig::write_leases`): on a writable
-    ///   handle without O_APPEND (where a `pwrite` ignores its offset), for
-    ///   `max(len, lease_bytes_max)` bytes from the offset. A buffered
+    ///   handle, for `max(len, lease_bytes_max)` bytes from the offset (the
+    ///   server never opens with O_APPEND, `ops::OPEN_FLAGS_ALLOWED`, so a
+    ///   lent descriptor's `pwrite` lands at its offset; the client asks
+    ///   for no write lease on its own O_APPEND handles). A buffered
     ///   write only copies into the page cache, and what the device pays
     ///   comes with the kernel's write-back, which no order of those
     ///   copies changes.
@@ -1150,9 +1152,7 @@ impl EventLoop {
                 (granted, in_file)
             }
             Op::Write => {
-                // SAFETY: F_GETFL on a descriptor the handle holds open.
-                let append = unsafe { libc::fcntl(file.fd.as_raw_fd(), libc::F_GETFL) } & libc::O_APPEND != 0;
-                if !cfg.write_leases || len == 0 || file.access == libc::O_RDONLY || append {
+                if !cfg.write_leases || len == 0 || file.access == libc::O_RDONLY {
                     return false;
                 }
                 let granted = u64::from(len).max(l.lease_bytes_max);

@@ -120,9 +120,11 @@ impl Verified {
     pub fn lookup(&self, file: sluice_core::FileId, offset: u64, len: u64, ahead_max: u64, now: std::time::Instant, fresh: std::time::Duration) -> Option<(u64, u64)> {
         let e = self.files.get(&file)?;
         let covered = e.start <= offset && offset < e.in_file_end && offset.saturating_add(len) <= e.granted_end;
-        let to_the_end = e.granted_end > e.in_file_end;
-        let granted = if to_the_end { len.max(ahead_max) } else { e.granted_end - offset };
-        (covered && now.saturating_duration_since(e.at) <= fresh).then_some((granted, e.in_file_end - offset))
+        if !covered || now.saturating_duration_since(e.at) > fresh {
+            return None;
+        }
+        let granted = if e.granted_end > e.in_file_end { len.max(ahead_max) } else { e.granted_end - offset };
+        Some((granted, e.in_file_end - offset))
     }
 
     /// `grant` answered `(granted, in_file)` for a read at `offset`.
@@ -168,6 +170,7 @@ mod tests {
         assert_eq!(v.lookup(FileId(1), 8192, 4096, 1 << 30, t0, fresh), Some(((1 << 20) - 4096, (1 << 20) - 4096)));
         assert_eq!(v.lookup(FileId(1), 0, 4096, 1 << 30, t0, fresh), None, "before the look");
         assert_eq!(v.lookup(FileId(1), (1 << 20), 8192, 1 << 30, t0, fresh), None, "past its end");
+        assert_eq!(v.lookup(FileId(1), 8 << 20, 4096, 1 << 30, t0, fresh), None, "far past its end");
         assert_eq!(v.lookup(FileId(2), 8192, 4096, 1 << 30, t0, fresh), None, "another file");
         assert_eq!(v.lookup(FileId(1), 8192, 4096, 1 << 30, t0 + Duration::from_millis(6), fresh), None, "stale");
         // A look that reached the end of a 64 KiB file: the whole span.
