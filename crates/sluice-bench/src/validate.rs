@@ -40,12 +40,10 @@ const ONE_HOST: Network =
 const SLOT_BYTES: u64 = 1 << 20;
 /// The error the issue accepts.
 pub const TARGET: f64 = 0.05;
-/// How far apart the twin's processes start: the bench releases its
-/// workers from a barrier, but on two cores ninety processes take
-/// milliseconds to all get running, in no fixed order.
+/// How far apart the twin's processes start when no real run says when
+/// they did: the bench releases its workers from a barrier, but on two
+/// cores ninety processes take milliseconds to all get running.
 const START_JITTER_NS: u64 = 1_000_000;
-/// Seeds of the twin per policy (its makespan is their median).
-pub const SIM_SEEDS: u64 = 5;
 
 /// One workload to validate.
 #[derive(Clone, Debug)]
@@ -97,7 +95,8 @@ pub struct Config {
 pub struct Row {
     pub workload: String,
     pub policy: String,
-    /// Medians: of the real runs, and of the twin over `SIM_SEEDS` seeds.
+    /// Medians: of the real runs, and of their twins (one per real run,
+    /// started as it was).
     pub real_s: f64,
     pub sim_s: f64,
     /// The spread of each: (min, max).
@@ -173,6 +172,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
             cache_block_bytes: 0,
             backlog_max: 1 << 20,
             cpu_ns_per_request: 0,
+            scheduler_model: None,
         },
         client: Client { fs_piece_bytes: SLOT_BYTES, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: START_JITTER_NS },
         apps,
@@ -242,13 +242,21 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             let cpu_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.and_then(|c| c.server_cpu_s)).map(per_request).collect());
             let client_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.and_then(|c| Some(c.cpu_s - c.server_cpu_s?))).map(|s| per_request(s.max(0.0))).collect());
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+            // One twin per real run, its processes started when that
+            // run's did (a FIFO server serves them in the order their
+            // first requests arrived for the rest of the run), with the
+            // cost model that run's server learned.
             let twin_runs = |cpu_ns: u64, client_ns: u64| -> Result<Vec<sluice_sim::RunReport>, String> {
                 let mut sc = sc.clone();
                 sc.server.cpu_ns_per_request = cpu_ns;
                 sc.cluster.client_cpu_ns_per_request = client_ns;
                 sc.cluster.host_cores = if cpu_ns + client_ns > 0 { cores } else { 0 };
-                (1..=SIM_SEEDS)
-                    .map(|seed| {
+                real_runs
+                    .iter()
+                    .zip(1..)
+                    .map(|(run, seed)| {
+                        let mut sc = sc.clone();
+                        as_run(&mut sc, run);
                         let opts = sluice_sim::RunOptions { modes: vec![policy.clone()], seed: Some(seed), ..sluice_sim::RunOptions::default() };
                         Ok(sluice_sim::run(&sc, &opts).map_err(|e| e.to_string())?.0.runs.remove(0))
                     })
@@ -272,6 +280,22 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         }
     }
     Ok(Report { target: TARGET, rows })
+}
+
+/// Make the twin of `run`: its processes start when the real ones did
+/// (its applications are the twin's, in the same order), and its
+/// scheduler weighs with the cost model the real server had learned (its
+/// costs divided by the parallelism, as the twin's device is).
+fn as_run(sc: &mut sluice_sim::Scenario, run: &crate::workload::report::RunReport) {
+    for (app, real) in sc.apps.iter_mut().zip(&run.apps) {
+        if real.start_offsets_ns.len() as u64 == app.procs {
+            app.start_offsets_ns = real.start_offsets_ns.clone();
+        }
+    }
+    if let Some(m) = run.device_model {
+        let p = u64::from(m.parallelism.max(1));
+        sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: m.dispatch_ns / p, byte_ps: m.byte_ps, seek_ns: m.seek_ns / p });
+    }
 }
 
 /// Request messages the workload's processes send: each application
@@ -355,7 +379,11 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>) -> String {
         // The twin already charges the CPU time the real server and
         // processes spent; what is left is waiting for it (wake-ups and
         // context switches on shared cores) or the network.
-        let what = if rest < 0.0 { "the real run spends it outside the device, beyond the CPU time the twin charges: waits for a core, wake-ups, the network" } else { "the twin waits longer outside the device" };
+        let what = if rest < 0.0 {
+            "the real run spends it outside the device, beyond the CPU time the twin charges: waits for a core, wake-ups, the network"
+        } else {
+            "the twin waits longer outside the device"
+        };
         parts.push(format!("{:+.0}% not in device time ({what})", rest * 100.0));
     }
     parts.join("; ")
@@ -407,6 +435,43 @@ mod tests {
         let sc = twin(&direct, Some(&model)).unwrap();
         let p = sc.server.profile.unwrap();
         assert_eq!((p.access_ns, p.seek_ns, p.bytes_per_s), (10_000, 1_250, 1_250_000_000));
+    }
+
+    #[test]
+    fn each_twin_starts_and_weighs_as_its_real_run_did() {
+        use crate::workload::report::{AppReport, DeviceModel, RunReport};
+        let w = workloads(1.0).into_iter().find(|w| w.device == DeviceKind::Hdd7200 && w.scenario.apps.len() == 2).unwrap();
+        let mut sc = twin(&w, None).unwrap();
+        let app = |a: &AppSpec, starts: Vec<u64>| AppReport {
+            name: a.name.clone(),
+            procs: a.procs,
+            bytes: a.bytes(),
+            completion_s: 1.0,
+            mib_s: 1.0,
+            slowdown: None,
+            requests_per_dispatch: None,
+            start_offsets_ns: starts,
+        };
+        let (decomp, cat) = (&w.scenario.apps[0], &w.scenario.apps[1]);
+        let starts: Vec<u64> = (0..u64::from(decomp.procs)).rev().map(|r| r * 1_000).collect();
+        let run = RunReport {
+            mode: "aioli".into(),
+            granularity: None,
+            makespan_s: 1.0,
+            jain: 1.0,
+            // A start list of the wrong length (a worker that reported
+            // none) leaves the twin's jitter.
+            apps: vec![app(decomp, starts.clone()), app(cat, vec![5, 6])],
+            device_model: Some(DeviceModel { dispatch_ns: 40_000, byte_ps: 10_000, seek_ns: 6_000_000, parallelism: 2 }),
+            dispatches: None,
+            device_busy_s: None,
+            cpu: None,
+        };
+        as_run(&mut sc, &run);
+        assert_eq!(sc.apps[0].start_offsets_ns, starts);
+        assert!(sc.apps[1].start_offsets_ns.is_empty());
+        assert_eq!(sc.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 20_000, byte_ps: 10_000, seek_ns: 3_000_000 }));
+        sc.validate().unwrap();
     }
 
     #[test]

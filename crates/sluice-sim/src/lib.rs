@@ -61,12 +61,13 @@ pub use error::{Error, ErrorKind};
 pub use plot::sweep_png;
 pub use report::{jain, AppReport, DeviceReport, Report, RunReport};
 pub use scenario::{
-    AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, Server,
+    AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, SchedulerModel,
+    Server,
 };
 pub use scenario::{APPS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use state::device;
-pub use units::size;
 pub use trace::Trace;
+pub use units::size;
 pub use workload::{stripe_map, Layout, TwoPhase};
 
 /// Command-line overrides of a scenario.
@@ -226,6 +227,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             cache_block_bytes: 0,
             backlog_max: 1 << 20,
             cpu_ns_per_request: 0,
+            scheduler_model: None,
         },
         client: Client { fs_piece_bytes: 0, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 1_000_000 },
         apps,

@@ -198,6 +198,25 @@ pub struct Server {
     /// from the real server's CPU per request.
     #[serde(default)]
     pub cpu_ns_per_request: u64,
+    /// The cost model the scheduler weighs its holds and windows with, when
+    /// it is not the device's own figures: a real server learns its model
+    /// online, and `sluice sim --validate` hands its twin the one the real
+    /// server had learned. None (the default): the device's figures.
+    #[serde(default)]
+    pub scheduler_model: Option<SchedulerModel>,
+}
+
+/// A cost model as the scheduler sees it (`sluice_core::DeviceCost`, one
+/// dispatch at a time).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerModel {
+    /// Fixed cost of every dispatch.
+    pub dispatch_ns: u64,
+    /// Transfer, picoseconds per byte.
+    pub byte_ps: u64,
+    /// Extra cost of a dispatch that does not continue the previous one.
+    pub seek_ns: u64,
 }
 
 fn stripe_default() -> u64 {
@@ -311,6 +330,13 @@ pub struct App {
     pub think_ns: u64,
     #[serde(default)]
     pub start_ns: u64,
+    /// Each process's start after `start_ns`, in rank order, instead of
+    /// the client's seeded jitter: measured starts (`sluice sim
+    /// --validate` gives its twin those of the real run, since the order
+    /// in which the processes first reach the server decides a FIFO
+    /// server's order for the rest of the run). Empty: the jitter.
+    #[serde(default)]
+    pub start_offsets_ns: Vec<u64>,
     /// Blocks of `granularity_bytes` per call of a strided POSIX process:
     /// one call lists this many of its blocks (non-contiguous list I/O,
     /// PIOsimHD's "100 blocks"), sent as separate pieces, up to
@@ -480,6 +506,7 @@ impl App {
             k_bytes: 0,
             think_ns: 0,
             start_ns: 0,
+            start_offsets_ns: Vec::new(),
             blocks_per_call: one(),
             sweep: false,
             recorded: None,
@@ -496,6 +523,9 @@ impl App {
         }
         if self.granularity_bytes > 64 << 20 {
             return bad("granularity_bytes at most 64 MiB");
+        }
+        if !self.start_offsets_ns.is_empty() && self.start_offsets_ns.len() as u64 != self.procs {
+            return bad(&format!("start_offsets_ns lists {} starts for {} processes", self.start_offsets_ns.len(), self.procs));
         }
         if self.interface == Interface::Mpiio && (self.aggregators == 0 || self.aggregators > self.procs) {
             return bad("aggregators must be 1..=procs");

@@ -19,7 +19,7 @@ use sluice_device::{DeviceModel, Hdd, Ssd};
 use crate::engine::{EventQueue, Rng, Time};
 use crate::error::{Error, ErrorKind};
 use crate::net::Net;
-use crate::scenario::{Cache, Interface, Mode, Scenario};
+use crate::scenario::{Cache, Interface, Mode, Scenario, SchedulerModel};
 use crate::slab::Slab;
 use crate::trace::Trace;
 use crate::workload::{Layout, TwoPhase};
@@ -243,7 +243,11 @@ impl World {
                 // application's processes set theirs per request.
                 let (write, file) = (a.op == crate::scenario::OpName::Write, i as u64 + 1);
                 self.procs.push(Proc { app: i as u32, rank, node: node as u32, write, file, ..Proc::default() });
-                self.q.push(a.start_ns + rng.below(jitter + 1), Ev::Start(first + rank as u32))?;
+                let offset = match a.start_offsets_ns.get(rank as usize) {
+                    Some(&measured) => measured,
+                    None => rng.below(jitter + 1),
+                };
+                self.q.push(a.start_ns.saturating_add(offset), Ev::Start(first + rank as u32))?;
             }
             self.apps.push(AppRun {
                 name: a.name.clone(),
@@ -367,8 +371,10 @@ impl ServerState {
         let mut sched = Scheduler::new(policy, limits);
         // The simulator knows its device: the same numbers the daemon
         // learns reach the policies here exactly (one dispatch at a time).
+        // A scenario may hand it another (a real server's learned model).
         let c = dev.cost_parts();
-        sched.set_device_cost(Some(DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)));
+        let m = sc.server.scheduler_model.unwrap_or(SchedulerModel { dispatch_ns: c.access_ns, byte_ps: c.byte_ps, seek_ns: c.seek_ns });
+        sched.set_device_cost(Some(DeviceCost::new(m.dispatch_ns, m.byte_ps, m.seek_ns, 1)));
         Ok(ServerState {
             sched,
             dev,
@@ -436,4 +442,3 @@ impl ServerState {
         Ok(())
     }
 }
-

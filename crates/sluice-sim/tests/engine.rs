@@ -404,3 +404,55 @@ fn processes_cpu_on_a_shared_host_queues_for_its_cores() {
     sc.cluster.host_cores = sluice_sim::HOST_CORES_MAX;
     completion(&sc, "fifo");
 }
+
+#[test]
+fn measured_starts_set_the_order_a_fifo_disk_serves_in() {
+    // Four processes read one file in 32 KiB blocks, block i by process
+    // i % 4. Started in rank order, a FIFO server keeps that order for
+    // the whole run: every read continues the previous one. Started in
+    // reverse, every read jumps back or ahead within the file.
+    let mut sc = lone_reader("hdd7200", (16 * 32) << 10, 32 << 10);
+    sc.apps[0].procs = 4;
+    sc.apps[0].pattern = sluice_sim::Pattern::Strided;
+    sc.cluster.compute_nodes = 4;
+    let seeks = |sc: &Scenario| {
+        let d = check(sc, 1.0, &["fifo"]).runs.remove(0).device_stats;
+        (d.seeks_far, d.seeks_near, d.seeks_none)
+    };
+    sc.apps[0].start_offsets_ns = vec![0, 10_000, 20_000, 30_000];
+    assert_eq!(seeks(&sc), (1, 0, 15));
+    sc.apps[0].start_offsets_ns = vec![30_000, 20_000, 10_000, 0];
+    assert_eq!(seeks(&sc), (1, 15, 0));
+    // One start per process: N is taken, N + 1 and N - 1 are refused.
+    for n in [3, 5] {
+        sc.apps[0].start_offsets_ns = vec![0; n];
+        let err = sluice_sim::run(&sc, &RunOptions { modes: vec!["fifo".into()], ..RunOptions::default() }).unwrap_err();
+        assert!(err.to_string().contains(&format!("start_offsets_ns lists {n} starts for 4 processes")), "{err}");
+    }
+}
+
+#[test]
+fn a_scheduler_model_replaces_the_device_figures_in_the_policy_only() {
+    let sc = shipped("decomposition-cat");
+    let base = check(&sc, 1.0 / 64.0, &["aioli"]).runs.remove(0);
+    // The device's own figures, handed over: the same run.
+    let mut same = sc.clone();
+    let c = sluice_device::Hdd::hdd7200();
+    let parts = sluice_device::DeviceModel::cost_parts(&c);
+    same.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: parts.access_ns, byte_ps: parts.byte_ps, seek_ns: parts.seek_ns });
+    let again = check(&same, 1.0 / 64.0, &["aioli"]).runs.remove(0);
+    assert_eq!((again.events, again.makespan_s), (base.events, base.makespan_s));
+    // A scheduler that believes seeks are free holds for nothing: other
+    // decisions, on the same device.
+    let mut free = sc.clone();
+    free.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 0, byte_ps: parts.byte_ps, seek_ns: 0 });
+    let other = check(&free, 1.0 / 64.0, &["aioli"]).runs.remove(0);
+    assert_ne!(other.device_stats.dispatches, base.device_stats.dispatches);
+    // In a scenario file: the three figures, nothing else.
+    let text = std::fs::read_to_string(format!("{}/../../scenarios/mix10.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let model = "\n[server.scheduler_model]\ndispatch_ns = 1\nbyte_ps = 2\nseek_ns = 3\n";
+    let parsed = Scenario::from_toml(&format!("{text}{model}")).unwrap();
+    assert_eq!(parsed.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 1, byte_ps: 2, seek_ns: 3 }));
+    let e = Scenario::from_toml(&format!("{text}{model}parallelism = 2\n")).unwrap_err();
+    assert!(e.to_string().contains("parallelism"), "{e}");
+}

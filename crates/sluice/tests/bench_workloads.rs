@@ -46,6 +46,12 @@ fn check_shape(v: &Value, modes: &[&str], apps: usize) {
         assert!(jain > 0.0 && jain <= 1.0 + 1e-9);
         for a in r["apps"].as_array().unwrap() {
             assert!(a["bytes"].as_u64().unwrap() > 0 && a["completion_s"].as_f64().unwrap() > 0.0, "{a}");
+            // Each process's start, after the common release and before
+            // its application finished.
+            let starts = a["start_offsets_ns"].as_array().unwrap();
+            assert_eq!(starts.len() as u64, a["procs"].as_u64().unwrap(), "{a}");
+            let done_ns = a["completion_s"].as_f64().unwrap() * 1e9;
+            assert!(starts.iter().all(|s| (s.as_u64().unwrap() as f64) < done_ns), "{a}");
         }
     }
 }

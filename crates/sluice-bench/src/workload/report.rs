@@ -18,6 +18,10 @@ pub struct AppReport {
     /// Requests per device operation, from the server's counters.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub requests_per_dispatch: Option<f64>,
+    /// Each rank's start after the runner's `go` to all (ns), in rank
+    /// order: the order in which they reach the server (`sluice sim
+    /// --validate` starts its twin's processes so).
+    pub start_offsets_ns: Vec<u64>,
 }
 
 /// One mode (direct, or a policy) over the whole scenario.

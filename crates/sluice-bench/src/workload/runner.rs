@@ -15,7 +15,7 @@ use super::pattern::AppSpec;
 use super::replay::ReplayLog;
 use super::report::{jain, AppReport, Report, RunReport};
 use super::scenario::Scenario;
-use super::worker::{Target, WorkerResult, WorkerSpec, SPEC_ENV};
+use super::worker::{monotonic_ns, Target, WorkerResult, WorkerSpec, SPEC_ENV};
 use super::WorkloadError;
 
 /// How long workers may take to open their files and say `ready`.
@@ -173,14 +173,15 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
         dispatches = Some(summary.scheduler.dispatches);
         device_busy_s = Some(summary.device_busy_ns as f64 / 1e9);
     }
-    let (times, mut cpu) = timed?;
+    let Timed { done: times, starts, mut cpu } = timed?;
     if let (Some(c), false) = (&mut cpu, started) {
         c.server_cpu_s = None;
     }
     let apps: Vec<AppReport> = apps
         .iter()
         .zip(times)
-        .map(|(a, t)| {
+        .zip(starts)
+        .map(|((a, t), start_offsets_ns)| {
             let rpd = stats.as_ref().and_then(|st| st.iter().find(|s| s.name == a.name)).filter(|s| s.dispatches > 0);
             AppReport {
                 name: a.name.clone(),
@@ -190,6 +191,7 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
                 mib_s: a.bytes() as f64 / 1048576.0 / t.max(1e-9),
                 slowdown: None,
                 requests_per_dispatch: rpd.map(|s| s.requests as f64 / s.dispatches as f64),
+                start_offsets_ns,
             }
         })
         .collect();
@@ -231,10 +233,19 @@ enum Event {
     Failed(usize, String),
 }
 
-/// Start one worker per rank, release them together, and return each
-/// application's completion time in seconds, with the CPU used from the
-/// start until the last worker finished.
-fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) -> Result<(Vec<f64>, Option<CpuUse>), WorkloadError> {
+/// What `run_workers` measured.
+struct Timed {
+    /// Each application's completion time (s).
+    done: Vec<f64>,
+    /// Each application's ranks' starts after the `go` (ns).
+    starts: Vec<Vec<u64>>,
+    /// CPU used from the start until the last worker finished.
+    cpu: Option<CpuUse>,
+}
+
+/// Start one worker per rank, release them together, and return what
+/// each application took and when each rank started.
+fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) -> Result<Timed, WorkloadError> {
     let (tx, rx) = mpsc::channel();
     let mut workers = Workers(Vec::new());
     let mut stdins: Vec<ChildStdin> = Vec::new();
@@ -267,18 +278,22 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
     }
     let cpu0 = CpuSample::now();
     let t0 = Instant::now();
+    let t0_ns = monotonic_ns();
     for s in &mut stdins {
         s.write_all(b"go\n").map_err(|e| WorkloadError::io("start signal".into(), e))?;
     }
     drop(stdins);
     let mut done = vec![0.0f64; apps.len()];
     let mut moved = vec![0u64; apps.len()];
+    let mut starts: Vec<Vec<u64>> = apps.iter().map(|a| vec![0; a.procs as usize]).collect();
+    let first_worker: Vec<usize> = apps.iter().scan(0, |n, a| Some(std::mem::replace(n, *n + a.procs as usize))).collect();
     let mut cpu = None;
     for finished in 1..=n {
         match rx.recv() {
             Ok(Event::Done(w, at, r)) => {
                 done[owner[w]] = done[owner[w]].max((at - t0).as_secs_f64());
                 moved[owner[w]] += r.bytes;
+                starts[owner[w]][w - first_worker[owner[w]]] = r.start_ns.saturating_sub(t0_ns);
             }
             Ok(Event::Failed(w, msg)) => return Err(WorkloadError::usage(format!("worker {w} ({}) failed: {msg}", apps[owner[w]].name))),
             Ok(Event::Ready) | Err(_) => return Err(WorkloadError::usage("a worker vanished".into())),
@@ -298,7 +313,7 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
             return Err(WorkloadError::usage(format!("{} moved {m} bytes, expected {}", a.name, a.bytes())));
         }
     }
-    Ok((done, cpu))
+    Ok(Timed { done, starts, cpu })
 }
 
 /// A thread per worker turning its output into events.

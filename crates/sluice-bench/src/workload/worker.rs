@@ -43,6 +43,20 @@ pub const SPEC_ENV: &str = "SLUICE_BENCH_WORKER";
 pub struct WorkerResult {
     pub bytes: u64,
     pub requests: u64,
+    /// When the rank started, on the machine's monotonic clock
+    /// (`monotonic_ns`): right after the runner's `go`, before its first
+    /// request.
+    pub start_ns: u64,
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for the runner and its
+/// workers (a `std::time::Instant` cannot cross processes).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(r, 0, "CLOCK_MONOTONIC is always available on Linux");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Alignment of O_DIRECT buffers (the logical block size of any disk).
@@ -148,7 +162,7 @@ pub fn run_worker() -> Result<(), WorkloadError> {
     let mut buf = AlignedBuf::new(spec.app.granularity as usize);
     buf.slice(spec.app.granularity as usize).fill(0x5a ^ spec.rank as u8);
     ready_then_go()?;
-    let mut result = WorkerResult::default();
+    let mut result = WorkerResult { start_ns: monotonic_ns(), ..WorkerResult::default() };
     for (offset, len) in pieces {
         let done = backend.access(spec.app.op, buf.slice(len as usize), offset)?;
         if done != len as usize {
@@ -199,7 +213,7 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
     let mut buf = AlignedBuf::new(len_max);
     buf.slice(len_max).fill(0x5a ^ spec.rank as u8);
     ready_then_go()?;
-    let mut result = WorkerResult::default();
+    let mut result = WorkerResult { start_ns: monotonic_ns(), ..WorkerResult::default() };
     for a in mine {
         if a.think_ns > 0 {
             std::thread::sleep(std::time::Duration::from_nanos(a.think_ns));
