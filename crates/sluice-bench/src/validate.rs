@@ -8,17 +8,21 @@
 //!   fast, short link (`ONE_HOST`: the Unix socket's round trip here is
 //!   about 50 µs, and data moves by copies of several GB/s);
 //! - requests cut at the client's 1 MiB shared-memory slot, each process
-//!   synchronous, no think time, a common start (the bench's barrier);
+//!   synchronous, no think time, started when the real run's process
+//!   started (each real run has its own twin);
 //! - the device: the emulated 7200 rpm disk (the same model the server
 //!   emulates), or for the real disk the model `sluice calibrate`
 //!   measured, with its access and seek costs divided by the parallelism
 //!   it found (the simulated device serves one dispatch at a time, the
-//!   real one several: this keeps the throughput, not the latency).
+//!   real one several: this keeps the throughput, not the latency);
+//! - the scheduler: weighing with the cost model the real run's server
+//!   had learned by its end.
 //!
 //! Where the makespans differ, the report splits the gap: the device (the
-//! real server's summed service time against the twin's), the schedule
-//! (dispatch counts that differ: the real server learns its device model
-//! online, the twin is handed it), and the rest, which is time neither
+//! real server's summed service time against the twin's, and their seek
+//! counts), the schedule (dispatch counts that differ: the real server
+//! learned its model while it ran, the twin has the end result from the
+//! start), and the rest, which is time neither
 //! device nor schedule explain: the per-request cost of the service
 //! (network, server and client CPU on two shared cores).
 
@@ -111,6 +115,10 @@ pub struct Row {
     pub sim_dispatches: u64,
     pub real_device_busy_s: Option<f64>,
     pub sim_device_busy_s: f64,
+    /// Dispatches that did not continue the previous one: the real
+    /// server's count, and the twin's far and near seeks.
+    pub real_seeks: Option<u64>,
+    pub sim_seeks: u64,
     /// The share of `error` the device's busy time explains (sim - real,
     /// over the real makespan; on a device that serves P dispatches at
     /// once, the real busy time over P); the rest is `error - device`.
@@ -348,8 +356,10 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         sim_dispatches: s.device_stats.dispatches,
         real_device_busy_s: r.device_busy_s,
         sim_device_busy_s: sim_busy,
+        real_seeks: r.seeks,
+        sim_seeks: s.device_stats.seeks_far + s.device_stats.seeks_near,
         device,
-        cause: cause(error, device, schedule),
+        cause: cause(error, device, schedule, r.seeks.map(|real| (real, s.device_stats.seeks_far + s.device_stats.seeks_near))),
         server_cpu_ns: None,
         client_cpu_ns: None,
         host_cores: 0,
@@ -358,17 +368,22 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
 }
 
 /// Name the component the gap comes from: the device when its busy-time
-/// difference explains most of the gap, the schedule when the dispatch
-/// counts differ by more than a tenth, else the per-request costs the
-/// twin does not model.
-pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>) -> String {
+/// difference explains most of the gap (with the seek counts, real and
+/// twin, where they differ by more than a tenth), the schedule when the
+/// dispatch counts differ by more than a tenth, else the per-request costs
+/// the twin does not model.
+pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>, seeks: Option<(u64, u64)>) -> String {
     if error.abs() <= TARGET {
         return String::new();
     }
     let mut parts = Vec::new();
     if let Some(d) = device {
         if d.abs() >= error.abs() / 2.0 {
-            parts.push(format!("device ({:+.0}% of the makespan in service time)", d * 100.0));
+            let seeks = match seeks {
+                Some((real, twin)) if real.abs_diff(twin) * 10 > real.max(twin) => format!(", {real} seeks real against {twin}"),
+                _ => String::new(),
+            };
+            parts.push(format!("device ({:+.0}% of the makespan in service time{seeks})", d * 100.0));
         }
     }
     if let Some(q) = schedule.filter(|q| q.abs() > 0.1) {
@@ -465,6 +480,7 @@ mod tests {
             device_model: Some(DeviceModel { dispatch_ns: 40_000, byte_ps: 10_000, seek_ns: 6_000_000, parallelism: 2 }),
             dispatches: None,
             device_busy_s: None,
+            seeks: None,
             cpu: None,
         };
         as_run(&mut sc, &run);
@@ -476,10 +492,13 @@ mod tests {
 
     #[test]
     fn the_cause_names_the_larger_share() {
-        assert_eq!(cause(0.03, Some(0.5), Some(0.5)), "");
-        assert!(cause(-0.30, Some(-0.25), Some(0.0)).starts_with("device (-25%"));
-        let c = cause(-0.30, Some(0.0), Some(0.0));
+        assert_eq!(cause(0.03, Some(0.5), Some(0.5), None), "");
+        assert!(cause(-0.30, Some(-0.25), Some(0.0), None).starts_with("device (-25%"));
+        let c = cause(-0.30, Some(0.0), Some(0.0), None);
         assert!(c.starts_with("-30% not in device time") && c.contains("CPU"), "{c}");
-        assert!(cause(0.20, Some(0.02), Some(0.5)).contains("schedule (+50% dispatches)"));
+        assert!(cause(0.20, Some(0.02), Some(0.5), None).contains("schedule (+50% dispatches)"));
+        // Seek counts are named when they differ by more than a tenth.
+        assert_eq!(cause(-0.20, Some(-0.2), None, Some((100, 90))), "device (-20% of the makespan in service time)");
+        assert_eq!(cause(-0.20, Some(-0.2), None, Some((100, 89))), "device (-20% of the makespan in service time, 100 seeks real against 89)");
     }
 }

@@ -29,6 +29,8 @@ pub struct Ended {
     pub device_model: Option<DeviceCost>,
     /// Sum of the dispatches' service times (overlapping ones each count).
     pub device_busy_ns: u64,
+    /// Dispatches that did not continue the previous one.
+    pub device_seeks: u64,
 }
 
 pub struct Dispatcher {
@@ -233,6 +235,6 @@ impl Dispatcher {
         self.sched.check_invariants();
         assert!(self.pending.is_empty(), "{} requests pending at shutdown", self.pending.len());
         assert_eq!(self.admitted, self.answered, "admitted and answered requests differ at shutdown");
-        Ended { scheduler: self.sched.stats(), device_model: (self.learner.observed() > 0).then(|| self.learner.model()), device_busy_ns: self.device.busy_ns }
+        Ended { scheduler: self.sched.stats(), device_model: (self.learner.observed() > 0).then(|| self.learner.model()), device_busy_ns: self.device.busy_ns, device_seeks: self.device.seeks }
     }
 }

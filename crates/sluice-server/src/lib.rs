@@ -105,6 +105,9 @@ pub struct Summary {
     pub device_model: Option<sluice_core::DeviceCost>,
     /// Sum of the dispatches' service times (overlapping ones each count).
     pub device_busy_ns: u64,
+    /// Dispatches that did not continue the previous one (a seek on a
+    /// disk).
+    pub device_seeks: u64,
 }
 
 /// The service. See the crate documentation.
@@ -361,7 +364,7 @@ impl ServerHandle {
             let _ = std::fs::remove_file(p);
         }
         self.workers.drain(..).for_each(|w| drop(w.join()));
-        Ok(Summary { apps: self.stats(), scheduler: ended.scheduler, device_model: ended.device_model, device_busy_ns: ended.device_busy_ns })
+        Ok(Summary { apps: self.stats(), scheduler: ended.scheduler, device_model: ended.device_model, device_busy_ns: ended.device_busy_ns, device_seeks: ended.device_seeks })
     }
 }
 

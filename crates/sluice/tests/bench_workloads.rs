@@ -42,6 +42,13 @@ fn check_shape(v: &Value, modes: &[&str], apps: usize) {
     for r in runs {
         assert_eq!(r["apps"].as_array().unwrap().len(), apps);
         assert!(r["makespan_s"].as_f64().unwrap() > 0.0);
+        // A service mode counts its dispatches and, of those, the seeks.
+        if r["mode"] != "direct" {
+            let (d, seeks) = (r["dispatches"].as_u64().unwrap(), r["seeks"].as_u64().unwrap());
+            assert!(d > 0 && seeks >= 1 && seeks <= d, "{r}");
+        } else {
+            assert!(r.get("seeks").is_none(), "{r}");
+        }
         let jain = r["jain"].as_f64().unwrap();
         assert!(jain > 0.0 && jain <= 1.0 + 1e-9);
         for a in r["apps"].as_array().unwrap() {

@@ -42,6 +42,10 @@ pub struct RunReport {
     pub dispatches: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_busy_s: Option<f64>,
+    /// Of those dispatches, the ones that did not continue the previous
+    /// one (a seek on a disk). None for `direct`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seeks: Option<u64>,
     /// CPU used from the start until the last process finished: the
     /// whole machine's and the started server's (`cpu_s`, `cpu_share`,
     /// `server_cpu_s`). None where `/proc` cannot be read.
