@@ -106,6 +106,8 @@ pub struct Row {
     /// The spread of each: (min, max).
     pub real_range_s: (f64, f64),
     pub sim_range_s: (f64, f64),
+    /// Each real run's makespan beside its own twin's, in run order.
+    pub pairs_s: Vec<(f64, f64)>,
     /// (sim - real) / real, of the medians.
     pub error: f64,
     /// The application with the largest error, and that error.
@@ -154,9 +156,10 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         DeviceKind::Hdd7200 => ("hdd7200".to_string(), None),
         DeviceKind::Real => {
             let m = model.ok_or_else(|| format!("{}: the real disk needs its calibrated model (sluice calibrate --direct)", w.name))?;
-            let p = u64::from(m.parallelism.max(1));
+            let gain = parallel_gain(m);
             let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
-            ("profile".to_string(), Some(ProfileFigures { access_ns: m.dispatch_ns / p, bytes_per_s, seek_ns: m.seek_ns / p }))
+            let per = |ns: u64| (ns as f64 / gain).round() as u64;
+            ("profile".to_string(), Some(ProfileFigures { access_ns: per(m.dispatch_ns), bytes_per_s, seek_ns: per(m.seek_ns) }))
         }
     };
     let sc = sluice_sim::Scenario {
@@ -189,6 +192,23 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
     };
     sc.validate().map_err(|e| e.to_string())?;
     Ok(sc)
+}
+
+/// How many times the device's throughput of small dispatches grows from
+/// one in flight to `parallelism` in flight: what `sluice calibrate`
+/// measured (4 KiB random reads at each depth), else the parallelism
+/// itself (a device that scales perfectly). A device that serves 32 at
+/// once may well serve them only five times as fast as one.
+fn parallel_gain(m: &ModelFile) -> f64 {
+    let p = f64::from(m.parallelism.max(1));
+    let Some(depth) = m.measured.as_ref().map(|x| &x.depth) else { return p };
+    let one = depth.iter().find(|c| c.depth == 1).map_or(0.0, |c| c.ops_per_s);
+    let at_p = depth.iter().filter(|c| c.depth <= m.parallelism).map(|c| c.ops_per_s).fold(0.0, f64::max);
+    if one > 0.0 && at_p > 0.0 {
+        (at_p / one).clamp(1.0, p)
+    } else {
+        p
+    }
 }
 
 fn twin_app(a: &AppSpec) -> Result<App, String> {
@@ -283,6 +303,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             row.server_cpu_ns = cpu_ns.map(|c| c.round() as u64);
             row.client_cpu_ns = client_ns.map(|c| c.round() as u64);
             row.host_cores = cores;
+            row.pairs_s = real_runs.iter().zip(&sim).map(|(r, s)| (r.makespan_s, s.makespan_s)).collect();
             row.sim_free_cpu_s = median_by(&free.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s;
             rows.push(row);
         }
@@ -349,6 +370,7 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         sim_s: s.makespan_s,
         real_range_s,
         sim_range_s,
+        pairs_s: Vec::new(),
         error,
         worst_app,
         worst_app_error,
@@ -446,10 +468,23 @@ mod tests {
         // The real disk needs its model.
         let direct = workloads(1.0).into_iter().find(|w| w.device == DeviceKind::Real).unwrap();
         assert!(twin(&direct, None).unwrap_err().contains("calibrate"));
-        // Parallelism divides the latency, not the bandwidth.
+        // Parallelism divides the latency, not the bandwidth: by the
+        // parallelism where nothing was measured...
         let sc = twin(&direct, Some(&model)).unwrap();
         let p = sc.server.profile.unwrap();
         assert_eq!((p.access_ns, p.seek_ns, p.bytes_per_s), (10_000, 1_250, 1_250_000_000));
+        // ... else by the throughput gain measured up to the parallelism
+        // (deeper cells do not count).
+        let cell = |depth, ops_per_s| crate::calibrate::DepthCell { depth, ops_per_s };
+        let depth = vec![cell(1, 10_000.0), cell(2, 18_000.0), cell(4, 25_000.0), cell(8, 40_000.0), cell(16, 90_000.0)];
+        let measured = crate::calibrate::Measured { root: "/".into(), direct: true, latency: Vec::new(), depth };
+        let model = ModelFile { measured: Some(measured), ..model };
+        let p = twin(&direct, Some(&model)).unwrap().server.profile.unwrap();
+        assert_eq!((p.access_ns, p.seek_ns, p.bytes_per_s), (20_000, 2_500, 1_250_000_000));
+        // A gain under 1 (a device slower in parallel) counts as 1.
+        let mut slower = model.clone();
+        slower.measured.as_mut().unwrap().depth = vec![cell(1, 10_000.0), cell(8, 5_000.0)];
+        assert_eq!(twin(&direct, Some(&slower)).unwrap().server.profile.unwrap().access_ns, 80_000);
     }
 
     #[test]
