@@ -438,6 +438,15 @@ pub struct Client {
     /// that dead session fail at once instead of each waiting `timeout`.
     recovering: Mutex<Option<(u64, Instant)>>,
     reconnects: AtomicU64,
+    mark: SendMark,
+}
+
+/// When a read or write left, for a caller that asked
+/// (`Client::mark_next_send`).
+#[derive(Default)]
+struct SendMark {
+    armed: AtomicBool,
+    at: Mutex<Option<Instant>>,
 }
 
 /// Lock `m`, using the data of a mutex poisoned by a panicking thread as
@@ -519,10 +528,31 @@ impl Client {
             fd_next: AtomicU64::new(1),
             recovering: Mutex::new(None),
             reconnects: AtomicU64::new(0),
+            mark: SendMark::default(),
         })
     }
 
     /// How many times this client reconnected after a break.
+    /// Remember when the next read or write this client sends leaves
+    /// (`marked_send`): a benchmark's record of when a process first
+    /// reached the server, closer to it than a clock read before the call.
+    pub fn mark_next_send(&self) {
+        *lock(&self.mark.at) = None;
+        self.mark.armed.store(true, Ordering::Release);
+    }
+
+    /// When the read or write `mark_next_send` asked about left (just
+    /// before its message was encoded and written); None before that.
+    pub fn marked_send(&self) -> Option<Instant> {
+        *lock(&self.mark.at)
+    }
+
+    fn note_send(&self) {
+        if self.mark.armed.load(Ordering::Relaxed) && self.mark.armed.swap(false, Ordering::AcqRel) {
+            *lock(&self.mark.at) = Some(Instant::now());
+        }
+    }
+
     pub fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::Relaxed)
     }
@@ -710,6 +740,7 @@ impl Client {
                 Some(sl) => Request::ReadShm { fd: server, offset, len: len as u32, at: sl.at() },
                 None => Request::Read { fd: server, offset, len: len as u32 },
             };
+            self.note_send();
             let id = send_in(s, &req, slot.as_ref())?;
             // The session the request went out on, exactly: ids restart
             // with each connection.
@@ -847,6 +878,7 @@ impl Client {
                 }
                 None => Request::Write { fd: server, offset, data },
             };
+            self.note_send();
             let id = send_in(s, &req, slot.as_ref())?;
             let write = (lease_ok && slot.is_some()).then_some((fd, offset, data.len()));
             Ok(Ticket { id, session: Arc::clone(s), read: None, slot, local: None, write, done: None })

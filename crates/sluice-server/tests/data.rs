@@ -271,3 +271,28 @@ fn queued_contiguous_reads_are_aggregated_on_the_emulated_disk() {
     assert_eq!(a.requests, 32);
     assert!(a.dispatches <= 8 && a.aggregation_factor() >= 4.0, "{a:?}");
 }
+
+#[test]
+fn a_marked_send_is_the_next_read_or_write_only() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("mark");
+    let fd = c.open("m.dat", RW_CREATE, 0o644).unwrap();
+    assert_eq!(c.pwrite(fd, &pattern(4096, 1), 0).unwrap(), 4096);
+    // Nothing marked: no time, whatever is sent.
+    assert!(c.marked_send().is_none());
+    c.mark_next_send();
+    assert!(c.marked_send().is_none(), "marked, not yet sent");
+    let before = std::time::Instant::now();
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 4096);
+    let after = std::time::Instant::now();
+    let at = c.marked_send().expect("the read was sent");
+    assert!(before <= at && at <= after);
+    // Later requests leave the mark as it was; a new mark starts afresh.
+    assert_eq!(c.pwrite(fd, &pattern(4096, 2), 4096).unwrap(), 4096);
+    assert_eq!(c.marked_send(), Some(at));
+    c.mark_next_send();
+    assert!(c.marked_send().is_none());
+    assert_eq!(c.pwrite(fd, &pattern(4096, 3), 8192).unwrap(), 4096);
+    assert!(c.marked_send().is_some_and(|t| t > at), "a write is marked too");
+}

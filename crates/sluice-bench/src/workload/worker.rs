@@ -44,8 +44,8 @@ pub struct WorkerResult {
     pub bytes: u64,
     pub requests: u64,
     /// When the rank started, on the machine's monotonic clock
-    /// (`monotonic_ns`): right after the runner's `go`, before its first
-    /// request.
+    /// (`monotonic_ns`): when its first request left (through the service,
+    /// as the client sent it; on a file, the clock read before the call).
     pub start_ns: u64,
 }
 
@@ -121,6 +121,22 @@ impl Backend {
         }
     }
 
+    /// Note when the first request leaves (`first_sent`).
+    fn mark_first(&self) {
+        if let Backend::Service(c, _) = self {
+            c.mark_next_send();
+        }
+    }
+
+    /// When the first request left, on the monotonic clock: as the client
+    /// saw it send, else `before` (the clock read before the call).
+    fn first_sent(&self, before: u64) -> u64 {
+        match self {
+            Backend::Service(c, _) => sent_ns(c, before),
+            Backend::File(_) => before,
+        }
+    }
+
     fn access(&self, op: Dir, buf: &mut [u8], offset: u64) -> Result<usize, WorkloadError> {
         match (self, op) {
             (Backend::File(f), Dir::Read) => f.read_at(buf, offset).map_err(|e| WorkloadError::io("pread".into(), e)),
@@ -129,6 +145,13 @@ impl Backend {
             (Backend::Service(c, fd), Dir::Write) => c.pwrite(*fd, buf, offset).map_err(WorkloadError::client),
         }
     }
+}
+
+/// When `c`'s marked request left, on the monotonic clock (`before` when
+/// it sent none): a clock read right at the send, so that two processes
+/// that reach the server microseconds apart are recorded in that order.
+fn sent_ns(c: &sluice_client::Client, before: u64) -> u64 {
+    c.marked_send().map_or(before, |at| monotonic_ns().saturating_sub(at.elapsed().as_nanos() as u64).max(before))
 }
 
 /// Say `ready`, then wait for the runner's `go` (the common start).
@@ -162,9 +185,14 @@ pub fn run_worker() -> Result<(), WorkloadError> {
     let mut buf = AlignedBuf::new(spec.app.granularity as usize);
     buf.slice(spec.app.granularity as usize).fill(0x5a ^ spec.rank as u8);
     ready_then_go()?;
-    let mut result = WorkerResult { start_ns: monotonic_ns(), ..WorkerResult::default() };
-    for (offset, len) in pieces {
+    let before = monotonic_ns();
+    backend.mark_first();
+    let mut result = WorkerResult { start_ns: before, ..WorkerResult::default() };
+    for (i, (offset, len)) in pieces.into_iter().enumerate() {
         let done = backend.access(spec.app.op, buf.slice(len as usize), offset)?;
+        if i == 0 {
+            result.start_ns = backend.first_sent(before);
+        }
         if done != len as usize {
             return Err(WorkloadError::usage(format!("short {:?} at {offset}: {done} of {len} bytes", spec.app.op)));
         }
@@ -213,7 +241,11 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
     let mut buf = AlignedBuf::new(len_max);
     buf.slice(len_max).fill(0x5a ^ spec.rank as u8);
     ready_then_go()?;
-    let mut result = WorkerResult { start_ns: monotonic_ns(), ..WorkerResult::default() };
+    let before = monotonic_ns();
+    if let ReplayFiles::Service(c, _) = &files {
+        c.mark_next_send();
+    }
+    let mut result = WorkerResult { start_ns: before, ..WorkerResult::default() };
     for a in mine {
         if a.think_ns > 0 {
             std::thread::sleep(std::time::Duration::from_nanos(a.think_ns));
@@ -227,6 +259,9 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
         };
         if done != a.len as usize {
             return Err(WorkloadError::usage(format!("short {} at {} of {}: {done} of {} bytes", if a.write { "write" } else { "read" }, a.offset, name(a.file), a.len)));
+        }
+        if let (0, ReplayFiles::Service(c, _)) = (result.requests, &files) {
+            result.start_ns = sent_ns(c, before);
         }
         result.bytes += a.len;
         result.requests += 1;
