@@ -12,9 +12,10 @@
 //!   started (each real run has its own twin);
 //! - the device: the emulated 7200 rpm disk (the same model the server
 //!   emulates), or for the real disk the model `sluice calibrate`
-//!   measured, with its access and seek costs divided by the parallelism
-//!   it found (the simulated device serves one dispatch at a time, the
-//!   real one several: this keeps the throughput, not the latency);
+//!   measured, with its access and seek costs divided by the throughput
+//!   gain it measured from one to P in flight (the simulated device serves
+//!   one dispatch at a time, the real one several: this keeps the
+//!   throughput, not the latency);
 //! - the scheduler: weighing with the cost model the real run's server
 //!   had learned by its end.
 //!
@@ -156,7 +157,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         DeviceKind::Hdd7200 => ("hdd7200".to_string(), None),
         DeviceKind::Real => {
             let m = model.ok_or_else(|| format!("{}: the real disk needs its calibrated model (sluice calibrate --direct)", w.name))?;
-            let gain = parallel_gain(m);
+            let gain = parallel_gain(Some(m));
             let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
             let per = |ns: u64| (ns as f64 / gain).round() as u64;
             ("profile".to_string(), Some(ProfileFigures { access_ns: per(m.dispatch_ns), bytes_per_s, seek_ns: per(m.seek_ns) }))
@@ -199,7 +200,8 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
 /// measured (4 KiB random reads at each depth), else the parallelism
 /// itself (a device that scales perfectly). A device that serves 32 at
 /// once may well serve them only five times as fast as one.
-fn parallel_gain(m: &ModelFile) -> f64 {
+fn parallel_gain(m: Option<&ModelFile>) -> f64 {
+    let Some(m) = m else { return 1.0 };
     let p = f64::from(m.parallelism.max(1));
     let Some(depth) = m.measured.as_ref().map(|x| &x.depth) else { return p };
     let one = depth.iter().find(|c| c.depth == 1).map_or(0.0, |c| c.ops_per_s);
@@ -255,6 +257,12 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         }
         // The real device's busy time sums overlapping dispatches; the
         // twin's device serves one at a time with the throughput of P.
+        // The twin's device and scheduler costs are the real ones over
+        // this (`parallel_gain`).
+        let gain = match w.device {
+            DeviceKind::Real => parallel_gain(cfg.model.as_ref()),
+            DeviceKind::Hdd7200 => 1.0,
+        };
         let parallel = match w.device {
             DeviceKind::Real => f64::from(cfg.model.as_ref().map_or(1, |m| m.parallelism.max(1))),
             DeviceKind::Hdd7200 => 1.0,
@@ -284,7 +292,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
                     .zip(1..)
                     .map(|(run, seed)| {
                         let mut sc = sc.clone();
-                        as_run(&mut sc, run);
+                        as_run(&mut sc, run, gain);
                         let opts = sluice_sim::RunOptions { modes: vec![policy.clone()], seed: Some(seed), ..sluice_sim::RunOptions::default() };
                         Ok(sluice_sim::run(&sc, &opts).map_err(|e| e.to_string())?.0.runs.remove(0))
                     })
@@ -313,17 +321,18 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
 
 /// Make the twin of `run`: its processes start when the real ones did
 /// (its applications are the twin's, in the same order), and its
-/// scheduler weighs with the cost model the real server had learned (its
-/// costs divided by the parallelism, as the twin's device is).
-fn as_run(sc: &mut sluice_sim::Scenario, run: &crate::workload::report::RunReport) {
+/// scheduler weighs with the cost model the real server had learned, its
+/// costs divided by `gain` as the twin's device's are (1 on the emulated
+/// disk).
+fn as_run(sc: &mut sluice_sim::Scenario, run: &crate::workload::report::RunReport, gain: f64) {
     for (app, real) in sc.apps.iter_mut().zip(&run.apps) {
         if real.start_offsets_ns.len() as u64 == app.procs {
             app.start_offsets_ns = real.start_offsets_ns.clone();
         }
     }
     if let Some(m) = run.device_model {
-        let p = u64::from(m.parallelism.max(1));
-        sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: m.dispatch_ns / p, byte_ps: m.byte_ps, seek_ns: m.seek_ns / p });
+        let per = |ns: u64| (ns as f64 / gain.max(1.0)).round() as u64;
+        sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: per(m.dispatch_ns), byte_ps: m.byte_ps, seek_ns: per(m.seek_ns) });
     }
 }
 
@@ -512,13 +521,14 @@ mod tests {
             // A start list of the wrong length (a worker that reported
             // none) leaves the twin's jitter.
             apps: vec![app(decomp, starts.clone()), app(cat, vec![5, 6])],
-            device_model: Some(DeviceModel { dispatch_ns: 40_000, byte_ps: 10_000, seek_ns: 6_000_000, parallelism: 2 }),
+            device_model: Some(DeviceModel { dispatch_ns: 40_000, byte_ps: 10_000, seek_ns: 6_000_000, parallelism: 8 }),
             dispatches: None,
             device_busy_s: None,
             seeks: None,
             cpu: None,
         };
-        as_run(&mut sc, &run);
+        // Divided by the device's gain (2), not by the learned depth (8).
+        as_run(&mut sc, &run, 2.0);
         assert_eq!(sc.apps[0].start_offsets_ns, starts);
         assert!(sc.apps[1].start_offsets_ns.is_empty());
         assert_eq!(sc.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 20_000, byte_ps: 10_000, seek_ns: 3_000_000 }));
