@@ -122,6 +122,9 @@ pub struct Row {
     /// server's count, and the twin's far and near seeks.
     pub real_seeks: Option<u64>,
     pub sim_seeks: u64,
+    /// The scheduler's holds and windows (aioli's): real, and twin.
+    pub real_holds_windows: Option<(u64, u64)>,
+    pub sim_holds_windows: (u64, u64),
     /// The share of `error` the device's busy time explains (sim - real,
     /// over the real makespan; on a device that serves P dispatches at
     /// once, the real busy time over P); the rest is `error - device`.
@@ -389,8 +392,16 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         sim_device_busy_s: sim_busy,
         real_seeks: r.seeks,
         sim_seeks: s.device_stats.seeks_far + s.device_stats.seeks_near,
+        real_holds_windows: r.holds.zip(r.windows),
+        sim_holds_windows: (s.device_stats.holds, s.device_stats.windows),
         device,
-        cause: cause(error, device, schedule, r.seeks.map(|real| (real, s.device_stats.seeks_far + s.device_stats.seeks_near))),
+        cause: cause(
+            error,
+            device,
+            schedule,
+            r.seeks.map(|real| (real, s.device_stats.seeks_far + s.device_stats.seeks_near)),
+            r.holds.zip(r.windows).map(|real| (real, (s.device_stats.holds, s.device_stats.windows))),
+        ),
         server_cpu_ns: None,
         client_cpu_ns: None,
         host_cores: 0,
@@ -401,9 +412,9 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
 /// Name the component the gap comes from: the device when its busy-time
 /// difference explains most of the gap (with the seek counts, real and
 /// twin, where they differ by more than a tenth), the schedule when the
-/// dispatch counts differ by more than a tenth, else the per-request costs
-/// the twin does not model.
-pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>, seeks: Option<(u64, u64)>) -> String {
+/// dispatch counts, or the holds or windows (real, twin), differ by more
+/// than a tenth, else the per-request costs the twin does not model.
+pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>, seeks: Option<(u64, u64)>, holds_windows: Option<((u64, u64), (u64, u64))>) -> String {
     if error.abs() <= TARGET {
         return String::new();
     }
@@ -417,8 +428,17 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>, seeks: Opti
             parts.push(format!("device ({:+.0}% of the makespan in service time{seeks})", d * 100.0));
         }
     }
-    if let Some(q) = schedule.filter(|q| q.abs() > 0.1) {
-        parts.push(format!("schedule ({:+.0}% dispatches)", q * 100.0));
+    let apart = |(a, b): (u64, u64)| a.abs_diff(b) * 10 > a.max(b);
+    let waits = holds_windows.filter(|&((rh, rw), (sh, sw))| apart((rh, sh)) || apart((rw, sw)));
+    if schedule.is_some_and(|q| q.abs() > 0.1) || waits.is_some() {
+        let mut what = Vec::new();
+        if let Some(q) = schedule.filter(|q| q.abs() > 0.1) {
+            what.push(format!("{:+.0}% dispatches", q * 100.0));
+        }
+        if let Some(((rh, rw), (sh, sw))) = waits {
+            what.push(format!("holds {rh} real against {sh}, windows {rw} against {sw}"));
+        }
+        parts.push(format!("schedule ({})", what.join("; ")));
     }
     let rest = error - device.unwrap_or(0.0);
     if rest.abs() >= error.abs() / 2.0 || parts.is_empty() {
@@ -525,6 +545,8 @@ mod tests {
             dispatches: None,
             device_busy_s: None,
             seeks: None,
+            holds: None,
+            windows: None,
             cpu: None,
         };
         // Divided by the device's gain (2), not by the learned depth (8).
@@ -537,13 +559,19 @@ mod tests {
 
     #[test]
     fn the_cause_names_the_larger_share() {
-        assert_eq!(cause(0.03, Some(0.5), Some(0.5), None), "");
-        assert!(cause(-0.30, Some(-0.25), Some(0.0), None).starts_with("device (-25%"));
-        let c = cause(-0.30, Some(0.0), Some(0.0), None);
+        assert_eq!(cause(0.03, Some(0.5), Some(0.5), None, None), "");
+        assert!(cause(-0.30, Some(-0.25), Some(0.0), None, None).starts_with("device (-25%"));
+        let c = cause(-0.30, Some(0.0), Some(0.0), None, None);
         assert!(c.starts_with("-30% not in device time") && c.contains("CPU"), "{c}");
-        assert!(cause(0.20, Some(0.02), Some(0.5), None).contains("schedule (+50% dispatches)"));
+        assert!(cause(0.20, Some(0.02), Some(0.5), None, None).contains("schedule (+50% dispatches)"));
         // Seek counts are named when they differ by more than a tenth.
-        assert_eq!(cause(-0.20, Some(-0.2), None, Some((100, 90))), "device (-20% of the makespan in service time)");
-        assert_eq!(cause(-0.20, Some(-0.2), None, Some((100, 89))), "device (-20% of the makespan in service time, 100 seeks real against 89)");
+        assert_eq!(cause(-0.20, Some(-0.2), None, Some((100, 90)), None), "device (-20% of the makespan in service time)");
+        assert_eq!(cause(-0.20, Some(-0.2), None, Some((100, 89)), None), "device (-20% of the makespan in service time, 100 seeks real against 89)");
+        // So are the holds and windows, with the dispatch counts.
+        assert_eq!(cause(-0.20, Some(-0.2), Some(0.0), None, Some(((90, 25), (100, 27)))), "device (-20% of the makespan in service time)");
+        let c = cause(-0.20, Some(-0.2), Some(0.2), None, Some(((90, 25), (151, 29))));
+        assert!(c.ends_with("schedule (+20% dispatches; holds 90 real against 151, windows 25 against 29)"), "{c}");
+        let c = cause(-0.20, Some(-0.2), Some(0.0), None, Some(((90, 25), (90, 29))));
+        assert!(c.ends_with("schedule (holds 90 real against 90, windows 25 against 29)"), "{c}");
     }
 }

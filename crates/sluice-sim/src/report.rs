@@ -46,6 +46,10 @@ pub struct DeviceReport {
     pub bytes: u64,
     pub busy_s: f64,
     pub cache_hits: u64,
+    /// The scheduler's holds for missing pieces and windows for
+    /// synchronous readers (aioli; 0 under other policies).
+    pub holds: u64,
+    pub windows: u64,
 }
 
 impl DeviceReport {
@@ -59,6 +63,8 @@ impl DeviceReport {
         self.bytes += d.bytes;
         self.busy_s += d.busy_ns as f64 / 1e9;
         self.cache_hits += d.cache_hits;
+        self.holds += s.holds;
+        self.windows += s.windows;
     }
 }
 

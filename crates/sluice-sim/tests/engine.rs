@@ -435,6 +435,11 @@ fn measured_starts_set_the_order_a_fifo_disk_serves_in() {
 fn a_scheduler_model_replaces_the_device_figures_in_the_policy_only() {
     let sc = shipped("decomposition-cat");
     let base = check(&sc, 1.0 / 64.0, &["aioli"]).runs.remove(0);
+    // aioli held for the decomposition's pieces and kept windows for the
+    // cat; fifo does neither.
+    assert!(base.device_stats.holds > 0 && base.device_stats.windows > 0, "{:?}", base.device_stats);
+    let fifo = check(&sc, 1.0 / 64.0, &["fifo"]).runs.remove(0);
+    assert_eq!((fifo.device_stats.holds, fifo.device_stats.windows), (0, 0));
     // The device's own figures, handed over: the same run.
     let mut same = sc.clone();
     let c = sluice_device::Hdd::hdd7200();

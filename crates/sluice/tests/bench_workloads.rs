@@ -46,6 +46,10 @@ fn check_shape(v: &Value, modes: &[&str], apps: usize) {
         if r["mode"] != "direct" {
             let (d, seeks) = (r["dispatches"].as_u64().unwrap(), r["seeks"].as_u64().unwrap());
             assert!(d > 0 && seeks >= 1 && seeks <= d, "{r}");
+            assert!(r["holds"].as_u64().is_some() && r["windows"].as_u64().is_some(), "{r}");
+            if r["mode"] == "fifo" {
+                assert_eq!((r["holds"].as_u64(), r["windows"].as_u64()), (Some(0), Some(0)), "fifo neither holds nor opens windows: {r}");
+            }
         } else {
             assert!(r.get("seeks").is_none(), "{r}");
         }

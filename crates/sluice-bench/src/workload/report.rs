@@ -46,6 +46,12 @@ pub struct RunReport {
     /// one (a seek on a disk). None for `direct`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seeks: Option<u64>,
+    /// The scheduler's holds for missing pieces and windows for
+    /// synchronous readers (aioli's). None for `direct`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows: Option<u64>,
     /// CPU used from the start until the last process finished: the
     /// whole machine's and the started server's (`cpu_s`, `cpu_share`,
     /// `server_cpu_s`). None where `/proc` cannot be read.

@@ -167,12 +167,14 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
     let stats = server.as_mut().map(|s| s.stats());
     let started = server.is_some();
     let (mut device_model, mut dispatches, mut device_busy_s, mut seeks) = (None, None, None, None);
+    let (mut holds, mut windows) = (None, None);
     if let Some(mut s) = server {
         let summary = s.shutdown().map_err(|e| WorkloadError::usage(format!("server shutdown: {e}")))?;
         device_model = summary.device_model.map(Into::into);
         dispatches = Some(summary.scheduler.dispatches);
         device_busy_s = Some(summary.device_busy_ns as f64 / 1e9);
         seeks = Some(summary.device_seeks);
+        (holds, windows) = (Some(summary.scheduler.holds), Some(summary.scheduler.windows));
     }
     let Timed { done: times, starts, mut cpu } = timed?;
     if let (Some(c), false) = (&mut cpu, started) {
@@ -198,7 +200,7 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
         .collect();
     let makespan_s = apps.iter().map(|a| a.completion_s).fold(0.0, f64::max);
     let jain = jain(&apps.iter().map(|a| a.mib_s).collect::<Vec<_>>());
-    Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps, device_model, dispatches, device_busy_s, seeks, cpu })
+    Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps, device_model, dispatches, device_busy_s, seeks, holds, windows, cpu })
 }
 
 fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHandle, WorkloadError> {
