@@ -258,14 +258,14 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             let _ = std::fs::remove_dir_all(&run_cfg.root);
             real.push(r?);
         }
-        // The real device's busy time sums overlapping dispatches; the
-        // twin's device serves one at a time with the throughput of P.
         // The twin's device and scheduler costs are the real ones over
         // this (`parallel_gain`).
         let gain = match w.device {
             DeviceKind::Real => parallel_gain(cfg.model.as_ref()),
             DeviceKind::Hdd7200 => 1.0,
         };
+        // The real device's busy time sums overlapping dispatches; the
+        // twin's device serves one at a time with the throughput of P.
         let parallel = match w.device {
             DeviceKind::Real => f64::from(cfg.model.as_ref().map_or(1, |m| m.parallelism.max(1))),
             DeviceKind::Hdd7200 => 1.0,

@@ -532,7 +532,6 @@ impl Client {
         })
     }
 
-    /// How many times this client reconnected after a break.
     /// Remember when the next read or write this client sends leaves
     /// (`marked_send`): a benchmark's record of when a process first
     /// reached the server, closer to it than a clock read before the call.
@@ -553,6 +552,7 @@ impl Client {
         }
     }
 
+    /// How many times this client reconnected after a break.
     pub fn reconnects(&self) -> u64 {
         self.reconnects.load(Ordering::Relaxed)
     }

@@ -442,3 +442,4 @@ impl ServerState {
         Ok(())
     }
 }
+
