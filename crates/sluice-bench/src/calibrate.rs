@@ -9,7 +9,11 @@
 //!   random cells over the sequential ones);
 //! - random 4 KiB reads at queue depths 1, 2, 4, 8, 16 and 32 (one thread
 //!   per slot): the parallelism is the smallest depth whose throughput
-//!   reaches `PARALLEL_GAIN_PCT` of the best, the learner's own rule.
+//!   reaches `PARALLEL_GAIN_PCT` of the best, the learner's own rule;
+//! - random 64 KiB and 1 MiB reads at the server's default queue depth
+//!   (`AT_DEPTH`): with the 4 KiB cell of that depth, the time each
+//!   dispatch holds the device when it is kept busy, fixed and per byte
+//!   (`ModelFile::sim_device`: the simulator's parallel device).
 //!
 //! Each cell runs for `cell_ms`; the whole run stays well under a minute.
 //! The result is a [`ModelFile`], written as TOML, that `sluice serve
@@ -33,6 +37,12 @@ use crate::workload::worker::AlignedBuf;
 pub const SIZES: [u64; 3] = [4 << 10, 64 << 10, 1 << 20];
 /// Queue depths of the throughput cells.
 pub const DEPTHS: [u32; 6] = [1, 2, 4, 8, 16, 32];
+/// The depth of the larger reads' throughput cells: a server's default
+/// queue depth, the depth it keeps its device at.
+pub const AT_DEPTH: u32 = sluice_server::QUEUE_DEPTH_DEFAULT;
+/// Sizes of the throughput cells at `AT_DEPTH` (4 KiB is in the depth
+/// table).
+pub const AT_DEPTH_SIZES: [u64; 2] = [64 << 10, 1 << 20];
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct CalibrateConfig {
@@ -60,6 +70,14 @@ pub struct DepthCell {
     pub ops_per_s: f64,
 }
 
+/// One throughput cell of larger reads.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SizeDepthCell {
+    pub bytes: u64,
+    pub depth: u32,
+    pub ops_per_s: f64,
+}
+
 /// The model file: the four numbers the scheduler weighs, and the
 /// measurements they came from.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -81,6 +99,10 @@ pub struct Measured {
     pub direct: bool,
     pub latency: Vec<LatencyCell>,
     pub depth: Vec<DepthCell>,
+    /// Random reads of `AT_DEPTH_SIZES` at `AT_DEPTH` (absent from files
+    /// written before them).
+    #[serde(default)]
+    pub at_depth: Vec<SizeDepthCell>,
 }
 
 impl ModelFile {
@@ -98,6 +120,48 @@ impl ModelFile {
             return Err(format!("device model: parallelism {} outside 1..={}", m.parallelism, sluice_core::cost::DEPTH_MAX));
         }
         Ok(m)
+    }
+
+    /// The device as the simulator serves it (`sluice sim --device-model`;
+    /// `sluice sim --validate` keeps its one-at-a-time twin, docs/sim.md),
+    /// and how many dispatches a server keeps in flight on it. On a device that gains from
+    /// parallelism (`parallelism` > 1) the simulated device has one
+    /// channel per dispatch in flight, the server's queue depth at most:
+    /// each dispatch takes its measured latency, but holds the part of the
+    /// device the channels share for the time per dispatch measured at
+    /// that depth (a fit over the 4 KiB, 64 KiB and 1 MiB cells at
+    /// `AT_DEPTH`), so the throughput at depth is the measured one. A file
+    /// without those cells shares the transfer only, on as many channels
+    /// as the 4 KiB throughput grew from one in flight to that depth.
+    pub fn sim_device(&self) -> (sluice_sim::ProfileFigures, u32) {
+        let bytes_per_s = 1_000_000_000_000u64.checked_div(self.byte_ps).unwrap_or(u64::MAX / 2);
+        let mut p = sluice_sim::ProfileFigures { access_ns: self.dispatch_ns, bytes_per_s, seek_ns: self.seek_ns, shared_ns: 0, shared_bytes_per_s: 0 };
+        let depth = self.parallelism.clamp(1, AT_DEPTH);
+        if depth == 1 {
+            return (p, 1);
+        }
+        match self.measured.as_ref().and_then(shared_fit) {
+            Some((ns, bytes_per_s)) => {
+                (p.shared_ns, p.shared_bytes_per_s) = (ns, bytes_per_s);
+                (p, depth)
+            }
+            None => (p, (self.gain_at(depth).round() as u32).clamp(1, depth)),
+        }
+    }
+
+    /// How many times the 4 KiB throughput grew from one in flight to
+    /// `depth` (`depth` itself where nothing was measured: a device that
+    /// scales perfectly), at least 1.
+    pub fn gain_at(&self, depth: u32) -> f64 {
+        let p = f64::from(depth.max(1));
+        let Some(cells) = self.measured.as_ref().map(|x| &x.depth) else { return p };
+        let one = cells.iter().find(|c| c.depth == 1).map_or(0.0, |c| c.ops_per_s);
+        let at = cells.iter().filter(|c| c.depth <= depth).map(|c| c.ops_per_s).fold(0.0, f64::max);
+        if one > 0.0 && at > 0.0 {
+            (at / one).clamp(1.0, p)
+        } else {
+            p
+        }
     }
 
     /// Read a model file written by `sluice calibrate`.
@@ -168,29 +232,11 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
     }
     let mut depth = Vec::new();
     for &d in &DEPTHS {
-        let f = open(path, cfg.direct).map_err(|e| io("opening", e))?;
-        drop_cache(&f);
-        let start = Instant::now();
-        let ops: u64 = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..d)
-                .map(|t| {
-                    let f = &f;
-                    s.spawn(move || {
-                        let mut buf = AlignedBuf::new(4096);
-                        let (mut rng, mut ops) = (Rng::new(0x9e37_79b9_7f4a_7c15 ^ u64::from(t + 1)), 0u64);
-                        while start.elapsed() < cell {
-                            if f.read_at(buf.slice(4096), (rng.next_u64() % (file_bytes / 4096)) * 4096).is_err() {
-                                break;
-                            }
-                            ops += 1;
-                        }
-                        ops
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
-        });
-        depth.push(DepthCell { depth: d, ops_per_s: ops as f64 / start.elapsed().as_secs_f64() });
+        depth.push(DepthCell { depth: d, ops_per_s: throughput(cfg, path, file_bytes, 4096, d, cell)? });
+    }
+    let mut at_depth = Vec::new();
+    for &bytes in &AT_DEPTH_SIZES {
+        at_depth.push(SizeDepthCell { bytes, depth: AT_DEPTH, ops_per_s: throughput(cfg, path, file_bytes, bytes, AT_DEPTH, cell)? });
     }
     let cost = fit(&latency, &depth);
     Ok(ModelFile {
@@ -198,8 +244,67 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
         byte_ps: cost.byte_ps,
         seek_ns: cost.seek_ns,
         parallelism: cost.parallelism,
-        measured: Some(Measured { root: cfg.root.display().to_string(), direct: cfg.direct, latency, depth }),
+        measured: Some(Measured { root: cfg.root.display().to_string(), direct: cfg.direct, latency, depth, at_depth }),
     })
+}
+
+/// Random reads of `bytes` by `depth` threads for `cell`: operations per
+/// second.
+fn throughput(cfg: &CalibrateConfig, path: &Path, file_bytes: u64, bytes: u64, depth: u32, cell: Duration) -> Result<f64, String> {
+    let f = open(path, cfg.direct).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    drop_cache(&f);
+    let blocks = file_bytes / bytes;
+    let start = Instant::now();
+    let ops: u64 = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..depth)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || {
+                    let mut buf = AlignedBuf::new(bytes as usize);
+                    let (mut rng, mut ops) = (Rng::new(0x9e37_79b9_7f4a_7c15 ^ u64::from(t + 1) ^ bytes), 0u64);
+                    while start.elapsed() < cell {
+                        if f.read_at(buf.slice(bytes as usize), (rng.next_u64() % blocks) * bytes).is_err() {
+                            break;
+                        }
+                        ops += 1;
+                    }
+                    ops
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    });
+    Ok(ops as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The time per dispatch at `AT_DEPTH` against its size, a least-squares
+/// line over the 4 KiB cell of the depth table and the `at_depth` cells:
+/// (fixed nanoseconds, bytes per second). None without those cells.
+pub fn shared_fit(m: &Measured) -> Option<(u64, u64)> {
+    let four = m.depth.iter().find(|c| c.depth == AT_DEPTH).map(|c| (4096.0, c.ops_per_s));
+    let pts: Vec<(f64, f64)> = four
+        .into_iter()
+        .chain(m.at_depth.iter().filter(|c| c.depth == AT_DEPTH).map(|c| (c.bytes as f64, c.ops_per_s)))
+        .filter(|p| p.1 > 0.0)
+        .map(|(b, ops)| (b, 1e9 / ops))
+        .collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let (slope, intercept) = line(&pts);
+    let bytes_per_s = if slope > 0.0 { (1e9 / slope).min(u64::MAX as f64 / 2.0) as u64 } else { 0 };
+    Some((intercept as u64, bytes_per_s))
+}
+
+/// Least squares of y against x: (slope, intercept), both at least 0.
+fn line(pts: &[(f64, f64)]) -> (f64, f64) {
+    let n = pts.len() as f64;
+    let (sx, sy) = (pts.iter().map(|p| p.0).sum::<f64>(), pts.iter().map(|p| p.1).sum::<f64>());
+    let (sxx, sxy) = (pts.iter().map(|p| p.0 * p.0).sum::<f64>(), pts.iter().map(|p| p.0 * p.1).sum::<f64>());
+    let den = n * sxx - sx * sx;
+    let slope = if den.abs() > f64::EPSILON { ((n * sxy - sx * sy) / den).max(0.0) } else { 0.0 };
+    let intercept = if n > 0.0 { ((sy - slope * sx) / n).max(0.0) } else { 0.0 };
+    (slope, intercept)
 }
 
 /// The model from the cells: least squares of the sequential latencies
@@ -207,12 +312,7 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
 /// the parallelism rule over the depths.
 pub fn fit(latency: &[LatencyCell], depth: &[DepthCell]) -> DeviceCost {
     let seq: Vec<(f64, f64)> = latency.iter().filter(|c| !c.random).map(|c| (c.bytes as f64, c.mean_ns as f64)).collect();
-    let n = seq.len() as f64;
-    let (sx, sy) = (seq.iter().map(|p| p.0).sum::<f64>(), seq.iter().map(|p| p.1).sum::<f64>());
-    let (sxx, sxy) = (seq.iter().map(|p| p.0 * p.0).sum::<f64>(), seq.iter().map(|p| p.0 * p.1).sum::<f64>());
-    let den = n * sxx - sx * sx;
-    let slope = if den.abs() > f64::EPSILON { ((n * sxy - sx * sy) / den).max(0.0) } else { 0.0 };
-    let intercept = if n > 0.0 { ((sy - slope * sx) / n).max(0.0) } else { 0.0 };
+    let (slope, intercept) = line(&seq);
     let excess: Vec<f64> =
         latency.iter().filter(|c| c.random).filter_map(|r| latency.iter().find(|s| !s.random && s.bytes == r.bytes).map(|s| r.mean_ns as f64 - s.mean_ns as f64)).collect();
     let seek = if excess.is_empty() { 0.0 } else { (excess.iter().sum::<f64>() / excess.len() as f64).max(0.0) };
@@ -235,6 +335,12 @@ pub fn table(m: &ModelFile) -> String {
         for c in &ms.depth {
             out += &format!("{:<9} {:>15.0}\n", c.depth, c.ops_per_s);
         }
+        for c in &ms.at_depth {
+            out += &format!("{}K random at depth {}: {:.0} ops/s ({:.0} MB/s)\n", c.bytes >> 10, c.depth, c.ops_per_s, c.ops_per_s * c.bytes as f64 / 1e6);
+        }
+        if let Some((ns, bps)) = shared_fit(ms) {
+            out += &format!("at depth {AT_DEPTH}: each dispatch holds the device {:.1} us + its bytes at {:.0} MB/s\n", ns as f64 / 1e3, bps as f64 / 1e6);
+        }
     }
     out += &format!("model: {}\n", crate::workload::report::DeviceModel::from(m.cost()));
     out
@@ -251,6 +357,38 @@ mod tests {
         let latency: Vec<_> = SIZES.iter().flat_map(|&b| [lat(b, false), lat(b, true)]).collect();
         let depth: Vec<_> = DEPTHS.iter().map(|&d| DepthCell { depth: d, ops_per_s: 1_000.0 * f64::from(d.min(8)) }).collect();
         assert_eq!(fit(&latency, &depth), DeviceCost::new(50_000, 1_000, 100_000, 8));
+    }
+
+    #[test]
+    fn the_time_a_dispatch_holds_the_device_at_depth_by_hand() {
+        // At depth 8, 20 us per dispatch plus its bytes at 2 GB/s.
+        let per = |b: u64| 1e9 / (20_000.0 + b as f64 / 2.0);
+        let mut depth: Vec<_> = DEPTHS.iter().map(|&d| DepthCell { depth: d, ops_per_s: 1_000.0 * f64::from(d) }).collect();
+        depth[3].ops_per_s = per(4096);
+        let at_depth = AT_DEPTH_SIZES.iter().map(|&bytes| SizeDepthCell { bytes, depth: AT_DEPTH, ops_per_s: per(bytes) }).collect();
+        let m = Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth };
+        let (ns, bps) = shared_fit(&m).unwrap();
+        assert!(ns.abs_diff(20_000) <= 1 && bps.abs_diff(2_000_000_000) <= 2_000, "{ns} ns, {bps} B/s");
+        // The simulator's device: a channel per dispatch in flight (the
+        // server's queue depth of the model's 16), each with the latency.
+        let model = ModelFile { dispatch_ns: 50_000, byte_ps: 1_000, seek_ns: 0, parallelism: 16, measured: Some(m.clone()) };
+        let (p, channels) = model.sim_device();
+        assert_eq!((p.access_ns, p.bytes_per_s, p.shared_ns, channels), (50_000, 1_000_000_000, ns, AT_DEPTH));
+        // One cell is no line; a file written before the cells has none.
+        let bare = Measured { at_depth: Vec::new(), ..m };
+        assert_eq!(shared_fit(&bare), None);
+        // Without them the channels share the transfer only, as many as
+        // the 4 KiB throughput grew up to the depth (deeper cells do not
+        // count); a device that does not gain is one channel.
+        let cell = |depth, ops_per_s| DepthCell { depth, ops_per_s };
+        let depth = vec![cell(1, 10_000.0), cell(2, 18_000.0), cell(4, 25_000.0), cell(8, 40_000.0), cell(16, 90_000.0)];
+        let old_file = ModelFile { measured: Some(Measured { depth, ..bare }), ..model };
+        let (p, channels) = old_file.sim_device();
+        assert_eq!((p.shared_ns, p.shared_bytes_per_s, channels), (0, 0, 4));
+        assert_eq!(ModelFile { parallelism: 1, ..old_file.clone() }.sim_device().1, 1);
+        assert_eq!(ModelFile { measured: None, ..old_file }.sim_device().1, AT_DEPTH);
+        let old = "dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 4\n[measured]\nroot = \"/\"\ndirect = true\nlatency = []\ndepth = []\n";
+        assert_eq!(ModelFile::from_toml(old).unwrap().measured.unwrap().at_depth, Vec::new());
     }
 
     #[test]

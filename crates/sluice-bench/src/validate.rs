@@ -163,7 +163,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
             let gain = parallel_gain(Some(m));
             let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
             let per = |ns: u64| (ns as f64 / gain).round() as u64;
-            ("profile".to_string(), Some(ProfileFigures { access_ns: per(m.dispatch_ns), bytes_per_s, seek_ns: per(m.seek_ns) }))
+            ("profile".to_string(), Some(ProfileFigures { access_ns: per(m.dispatch_ns), bytes_per_s, seek_ns: per(m.seek_ns), shared_ns: 0, shared_bytes_per_s: 0 }))
         }
     };
     let sc = sluice_sim::Scenario {
@@ -188,6 +188,8 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
             backlog_max: 1 << 20,
             cpu_ns_per_request: 0,
             scheduler_model: None,
+            channels: 1,
+            dispatches_inflight: 0,
         },
         client: Client { fs_piece_bytes: SLOT_BYTES, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: START_JITTER_NS },
         apps,
@@ -204,16 +206,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
 /// itself (a device that scales perfectly). A device that serves 32 at
 /// once may well serve them only five times as fast as one.
 fn parallel_gain(m: Option<&ModelFile>) -> f64 {
-    let Some(m) = m else { return 1.0 };
-    let p = f64::from(m.parallelism.max(1));
-    let Some(depth) = m.measured.as_ref().map(|x| &x.depth) else { return p };
-    let one = depth.iter().find(|c| c.depth == 1).map_or(0.0, |c| c.ops_per_s);
-    let at_p = depth.iter().filter(|c| c.depth <= m.parallelism).map(|c| c.ops_per_s).fold(0.0, f64::max);
-    if one > 0.0 && at_p > 0.0 {
-        (at_p / one).clamp(1.0, p)
-    } else {
-        p
-    }
+    m.map_or(1.0, |m| m.gain_at(m.parallelism))
 }
 
 fn twin_app(a: &AppSpec) -> Result<App, String> {
@@ -335,7 +328,7 @@ fn as_run(sc: &mut sluice_sim::Scenario, run: &crate::workload::report::RunRepor
     }
     if let Some(m) = run.device_model {
         let per = |ns: u64| (ns as f64 / gain.max(1.0)).round() as u64;
-        sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: per(m.dispatch_ns), byte_ps: m.byte_ps, seek_ns: per(m.seek_ns) });
+        sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: per(m.dispatch_ns), byte_ps: m.byte_ps, seek_ns: per(m.seek_ns), parallelism: None });
     }
 }
 
@@ -506,7 +499,7 @@ mod tests {
         // (deeper cells do not count).
         let cell = |depth, ops_per_s| crate::calibrate::DepthCell { depth, ops_per_s };
         let depth = vec![cell(1, 10_000.0), cell(2, 18_000.0), cell(4, 25_000.0), cell(8, 40_000.0), cell(16, 90_000.0)];
-        let measured = crate::calibrate::Measured { root: "/".into(), direct: true, latency: Vec::new(), depth };
+        let measured = crate::calibrate::Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth: Vec::new() };
         let model = ModelFile { measured: Some(measured), ..model };
         let p = twin(&direct, Some(&model)).unwrap().server.profile.unwrap();
         assert_eq!((p.access_ns, p.seek_ns, p.bytes_per_s), (20_000, 2_500, 1_250_000_000));
@@ -553,7 +546,7 @@ mod tests {
         as_run(&mut sc, &run, 2.0);
         assert_eq!(sc.apps[0].start_offsets_ns, starts);
         assert!(sc.apps[1].start_offsets_ns.is_empty());
-        assert_eq!(sc.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 20_000, byte_ps: 10_000, seek_ns: 3_000_000 }));
+        assert_eq!(sc.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 20_000, byte_ps: 10_000, seek_ns: 3_000_000, parallelism: None }));
         sc.validate().unwrap();
     }
 

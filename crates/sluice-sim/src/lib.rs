@@ -64,7 +64,7 @@ pub use scenario::{
     AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, SchedulerModel,
     Server,
 };
-pub use scenario::{APPS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
+pub use scenario::{APPS_MAX, CHANNELS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use state::device;
 pub use units::size;
 pub use trace::Trace;
@@ -228,6 +228,8 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             backlog_max: 1 << 20,
             cpu_ns_per_request: 0,
             scheduler_model: None,
+            channels: 1,
+            dispatches_inflight: 0,
         },
         client: Client { fs_piece_bytes: 0, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 1_000_000 },
         apps,

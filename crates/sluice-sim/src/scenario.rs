@@ -24,6 +24,9 @@ pub const HOST_CORES_MAX: u64 = 4_096;
 pub const APPS_MAX: usize = 4_096;
 /// Points of a granularity sweep.
 pub const SWEEP_POINTS_MAX: usize = 64;
+/// Most dispatches one simulated device serves at once, and most a server
+/// keeps in flight (`channels`, `dispatches_inflight`).
+pub const CHANNELS_MAX: u32 = 64;
 
 /// A whole scenario file.
 #[derive(Clone, Debug, Deserialize)]
@@ -204,6 +207,30 @@ pub struct Server {
     /// server had learned. None (the default): the device's figures.
     #[serde(default)]
     pub scheduler_model: Option<SchedulerModel>,
+    /// Dispatches the device serves at once (flash, a virtual disk): each
+    /// pays its fixed and seek cost on a channel of its own, in parallel,
+    /// while the bytes of all of them share the device's bandwidth, one
+    /// transfer at a time. 1 (the default): one dispatch at a time (one
+    /// disk arm), exactly the model's service time each.
+    #[serde(default = "one_u32")]
+    pub channels: u32,
+    /// Dispatches the server keeps in flight (the daemon's
+    /// `--queue-depth`, as limited by what it learned); those past
+    /// `channels` wait in the device's queue, in order. 0 (the default):
+    /// `channels`.
+    #[serde(default)]
+    pub dispatches_inflight: u32,
+}
+
+impl Server {
+    /// Dispatches the server keeps in flight.
+    pub fn depth(&self) -> u32 {
+        if self.dispatches_inflight == 0 {
+            self.channels
+        } else {
+            self.dispatches_inflight
+        }
+    }
 }
 
 /// A cost model as the scheduler sees it (`sluice_core::DeviceCost`, one
@@ -217,6 +244,14 @@ pub struct SchedulerModel {
     pub byte_ps: u64,
     /// Extra cost of a dispatch that does not continue the previous one.
     pub seek_ns: u64,
+    /// Dispatches the model says the device serves at once (the learned
+    /// parallelism). None (the default): the device's `channels`.
+    #[serde(default)]
+    pub parallelism: Option<u32>,
+}
+
+fn one_u32() -> u32 {
+    1
 }
 
 fn stripe_default() -> u64 {
@@ -246,6 +281,15 @@ pub struct ProfileFigures {
     /// Extra cost of an access that does not continue the previous one.
     #[serde(default)]
     pub seek_ns: u64,
+    /// With several `channels`: the part of each dispatch's service time
+    /// the channels do not overlap, `shared_ns` plus its bytes at
+    /// `shared_bytes_per_s` (what `sluice calibrate` measures at the
+    /// server's queue depth). Both 0 (the default): the transfer at
+    /// `bytes_per_s`.
+    #[serde(default)]
+    pub shared_ns: u64,
+    #[serde(default)]
+    pub shared_bytes_per_s: u64,
 }
 
 /// The client side of the file system and of MPI-IO.
@@ -470,6 +514,12 @@ impl Scenario {
         }
         if s.hdd.as_ref().is_some_and(|h| h.bytes_per_s == 0) || s.profile.as_ref().is_some_and(|p| p.bytes_per_s == 0) {
             return Err(invalid("device bytes_per_s must be positive".into()));
+        }
+        if !(1..=CHANNELS_MAX).contains(&s.channels) || s.dispatches_inflight > CHANNELS_MAX {
+            return Err(invalid(format!("channels must be 1..={CHANNELS_MAX} and dispatches_inflight 0..={CHANNELS_MAX}")));
+        }
+        if s.scheduler_model.and_then(|m| m.parallelism).is_some_and(|p| !(1..=CHANNELS_MAX).contains(&p)) {
+            return Err(invalid(format!("scheduler_model.parallelism must be 1..={CHANNELS_MAX}")));
         }
         Ok(())
     }

@@ -2,11 +2,14 @@
 //! each owns one [`sluice_core::Scheduler`] — the policy code the daemon
 //! runs — a cache layer and a device model from `sluice-device`.
 //!
-//! The device serves one dispatch at a time (one disk arm). When it is
-//! free the server asks its scheduler `next(now)`: a dispatch is served
-//! for `service_ns` of the device model; `WaitUntil(t)` schedules a wake-up
-//! at `t` (and any arrival or completion polls again earlier); `Idle`
-//! waits for an arrival or completion.
+//! The device serves one dispatch at a time (one disk arm), or with
+//! `channels` several: each dispatch pays its fixed and seek cost on a
+//! channel of its own while the transfers share the bandwidth, one at a
+//! time (`ServerState::serve`). While fewer than `dispatches_inflight` are
+//! in flight the server asks its scheduler `next(now)`: a dispatch goes to
+//! the device; `WaitUntil(t)` schedules a wake-up at `t` (and any arrival
+//! or completion polls again earlier); `Idle` waits for an arrival or
+//! completion.
 //!
 //! Cache layers: `none` passes every piece to the scheduler and replies
 //! when the device is done; `write-behind` acknowledges writes on arrival
@@ -18,7 +21,6 @@
 //! (the nfsd threads' socket backlog).
 
 use sluice_core::{Decision, FileId, Op, Request, RequestId};
-use sluice_device::{Access, SeekKind};
 
 use crate::engine::Time;
 use crate::error::{Error, ErrorKind};
@@ -94,37 +96,35 @@ impl World {
         Ok(p.server)
     }
 
-    /// Ask server `s`'s scheduler what to do, if its device is free.
+    /// Ask server `s`'s scheduler what to do while it has room for
+    /// another dispatch in flight.
     pub(crate) fn poll(&mut self, s: u32, now: Time) -> Result<(), Error> {
-        let srv = &mut self.servers[s as usize];
-        if srv.busy.is_some() {
-            return Ok(());
-        }
-        match srv.sched.next(now) {
-            Decision::Dispatch(d) => {
-                let a = Access { file: d.file.0, offset: d.offset, len: d.len };
-                match srv.dev.seek_kind(a) {
-                    SeekKind::None => srv.stats.seeks_none += 1,
-                    SeekKind::Near => srv.stats.seeks_near += 1,
-                    SeekKind::Far => srv.stats.seeks_far += 1,
+        loop {
+            let srv = &mut self.servers[s as usize];
+            if srv.inflight.len() >= srv.depth {
+                return Ok(());
+            }
+            match srv.sched.next(now) {
+                Decision::Dispatch(d) => {
+                    let done = srv.serve(&d, now);
+                    srv.inflight.push((d, now, done));
+                    self.q.push(done, Ev::DevDone(s))?;
                 }
-                let ns = srv.dev.service_ns(a).max(1);
-                srv.stats.busy_ns += ns;
-                srv.stats.bytes += d.len;
-                srv.busy = Some((d, now));
-                self.q.push(now + ns, Ev::DevDone(s))
+                Decision::WaitUntil(t) if srv.wake_at.is_none_or(|w| w > t) => {
+                    srv.wake_at = Some(t);
+                    return self.q.push(t, Ev::Wake(s));
+                }
+                Decision::WaitUntil(_) | Decision::Idle => return Ok(()),
             }
-            Decision::WaitUntil(t) if srv.wake_at.is_none_or(|w| w > t) => {
-                srv.wake_at = Some(t);
-                self.q.push(t, Ev::Wake(s))
-            }
-            Decision::WaitUntil(_) | Decision::Idle => Ok(()),
         }
     }
 
     pub(crate) fn device_done(&mut self, s: u32, now: Time) -> Result<(), Error> {
         let srv = &mut self.servers[s as usize];
-        let (d, start) = srv.busy.take().expect("a completion has a dispatch");
+        // The first dispatch due now (several due at once complete in the
+        // order they left, one per event).
+        let i = srv.inflight.iter().position(|&(_, _, done)| done == now).expect("a completion has a dispatch");
+        let (d, start, _) = srv.inflight.remove(i);
         srv.sched.complete(d.id, now).map_err(|e| Error::new(ErrorKind::Scheduler, e.to_string()))?;
         srv.drain_backlog(now)?;
         if let Some(t) = self.trace.as_mut() {

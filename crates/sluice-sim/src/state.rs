@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use sluice_core::{AppId, ClientId, DeviceCost, Dispatch, ErrorKind as CoreKind, Limits, PolicyConfig, Request, Scheduler};
-use sluice_device::{DeviceModel, Hdd, Ssd};
+use sluice_device::{Access, DeviceModel, Hdd, SeekKind, Ssd};
 
 use crate::engine::{EventQueue, Rng, Time};
 use crate::error::{Error, ErrorKind};
@@ -328,7 +328,18 @@ pub(crate) struct Blocks {
 pub(crate) struct ServerState {
     pub sched: Scheduler,
     pub dev: Box<dyn DeviceModel>,
-    pub busy: Option<(Dispatch, Time)>,
+    /// Dispatches in flight, in the order they left: each with when it
+    /// left and when the device is done with it (at most `depth`).
+    pub inflight: Vec<(Dispatch, Time, Time)>,
+    /// Dispatches kept in flight (`Server::depth`).
+    pub depth: usize,
+    /// When each of the device's channels is next free (`Server::channels`).
+    pub chan_free: Vec<Time>,
+    /// When the part of the device the channels share is next free.
+    pub bus_free: Time,
+    /// That part of a dispatch: fixed nanoseconds and picoseconds per
+    /// byte (`ProfileFigures::shared_ns`); None: the transfer.
+    pub shared: Option<(u64, u64)>,
     pub wake_at: Option<Time>,
     pub backlog: VecDeque<Request>,
     pub backlog_max: usize,
@@ -365,20 +376,28 @@ impl ServerState {
             Some(p) => p,
             None => return Err(Error::new(ErrorKind::UnknownMode, mode.policy.clone())),
         };
-        let limits = Limits { dispatches_inflight_max: 1, ..Limits::default() };
+        let depth = sc.server.depth();
+        let limits = Limits { dispatches_inflight_max: depth, ..Limits::default() };
         let block = if sc.server.cache_block_bytes == 0 { sc.server.stripe_bytes } else { sc.server.cache_block_bytes };
         let dev = device(sc);
         let mut sched = Scheduler::new(policy, limits);
         // The simulator knows its device: the same numbers the daemon
-        // learns reach the policies here exactly (one dispatch at a time).
-        // A scenario may hand it another (a real server's learned model).
+        // learns reach the policies here exactly (its channels as the
+        // parallelism). A scenario may hand it another (a real server's
+        // learned model).
         let c = dev.cost_parts();
-        let m = sc.server.scheduler_model.unwrap_or(SchedulerModel { dispatch_ns: c.access_ns, byte_ps: c.byte_ps, seek_ns: c.seek_ns });
-        sched.set_device_cost(Some(DeviceCost::new(m.dispatch_ns, m.byte_ps, m.seek_ns, 1)));
+        let m = sc.server.scheduler_model.unwrap_or(SchedulerModel { dispatch_ns: c.access_ns, byte_ps: c.byte_ps, seek_ns: c.seek_ns, parallelism: None });
+        sched.set_device_cost(Some(DeviceCost::new(m.dispatch_ns, m.byte_ps, m.seek_ns, m.parallelism.unwrap_or(sc.server.channels))));
+        let profile = sc.server.profile.as_ref().filter(|_| sc.server.device == "profile");
+        let shared = profile.filter(|p| p.shared_ns > 0 || p.shared_bytes_per_s > 0).map(|p| (p.shared_ns, 1_000_000_000_000u64.checked_div(p.shared_bytes_per_s).unwrap_or(0)));
         Ok(ServerState {
             sched,
             dev,
-            busy: None,
+            inflight: Vec::with_capacity(depth as usize),
+            depth: depth as usize,
+            chan_free: vec![0; sc.server.channels as usize],
+            bus_free: 0,
+            shared,
             wake_at: None,
             backlog: VecDeque::new(),
             backlog_max: sc.server.backlog_max as usize,
@@ -392,6 +411,34 @@ impl ServerState {
         })
     }
 
+    /// Hand dispatch `d` to the device at `now`; when the device is done
+    /// with it. The earliest free channel serves the part of the model's
+    /// service time the channels overlap, then the shared part (the
+    /// transfer, or `shared`) waits for the dispatches ahead of it. With
+    /// one channel, kept busy one dispatch at a time, that is `now` plus
+    /// the model's service time.
+    pub fn serve(&mut self, d: &Dispatch, now: Time) -> Time {
+        let a = Access { file: d.file.0, offset: d.offset, len: d.len };
+        match self.dev.seek_kind(a) {
+            SeekKind::None => self.stats.seeks_none += 1,
+            SeekKind::Near => self.stats.seeks_near += 1,
+            SeekKind::Far => self.stats.seeks_far += 1,
+        }
+        let ns = self.dev.service_ns(a).max(1);
+        self.stats.busy_ns += ns;
+        self.stats.bytes += d.len;
+        let shared = match self.shared {
+            Some((fixed, ps)) => u128::from(fixed) + u128::from(d.len) * u128::from(ps) / 1_000,
+            None => u128::from(d.len) * u128::from(self.dev.cost_parts().byte_ps) / 1_000,
+        }
+        .min(u128::from(ns)) as u64;
+        let (c, free) = self.chan_free.iter().copied().enumerate().min_by_key(|&(i, t)| (t, i)).expect("a device has a channel");
+        let done = (free.max(now) + (ns - shared)).max(self.bus_free) + shared;
+        self.chan_free[c] = done;
+        self.bus_free = done;
+        done
+    }
+
     pub fn wake_fired(&mut self, now: Time) {
         if self.wake_at == Some(now) {
             self.wake_at = None;
@@ -402,7 +449,7 @@ impl ServerState {
     /// invariants hold.
     pub fn check_drained(&self) -> Result<(), Error> {
         self.sched.check_invariants();
-        if !self.sched.is_empty() || !self.backlog.is_empty() || self.busy.is_some() || self.dirty != 0 || !self.blocks.filling.is_empty() || !self.held.is_empty() {
+        if !self.sched.is_empty() || !self.backlog.is_empty() || !self.inflight.is_empty() || self.dirty != 0 || !self.blocks.filling.is_empty() || !self.held.is_empty() {
             return Err(Error::new(ErrorKind::Stuck, format!("server not drained: {:?}", self.sched.stats())));
         }
         Ok(())

@@ -368,7 +368,7 @@ fn server_cpu_per_request_is_one_thread_before_the_scheduler() {
     // Two readers: the CPU is one thread, so a request waits for the
     // other reader's; with a device that costs almost nothing the run
     // takes all 32 requests' CPU in a row.
-    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 1, bytes_per_s: 1 << 50, seek_ns: 0 });
+    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 1, bytes_per_s: 1 << 50, seek_ns: 0, shared_ns: 0, shared_bytes_per_s: 0 });
     sc.apps[0].procs = 2;
     sc.apps[0].bytes = 32 << 20;
     sc.server.cpu_ns_per_request = 10_000_000;
@@ -381,7 +381,7 @@ fn processes_cpu_on_a_shared_host_queues_for_its_cores() {
     // Two readers, 16 requests each, a device and a server that cost
     // nothing, 10 ms of the process's own CPU per request.
     let mut sc = lone_reader("profile", 32 << 20, 1 << 20);
-    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 1, bytes_per_s: 1 << 50, seek_ns: 0 });
+    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 1, bytes_per_s: 1 << 50, seek_ns: 0, shared_ns: 0, shared_bytes_per_s: 0 });
     sc.apps[0].procs = 2;
     sc.cluster.client_cpu_ns_per_request = 10_000_000;
     // Each process on its own CPU: 16 x 10 ms side by side.
@@ -444,20 +444,77 @@ fn a_scheduler_model_replaces_the_device_figures_in_the_policy_only() {
     let mut same = sc.clone();
     let c = sluice_device::Hdd::hdd7200();
     let parts = sluice_device::DeviceModel::cost_parts(&c);
-    same.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: parts.access_ns, byte_ps: parts.byte_ps, seek_ns: parts.seek_ns });
+    same.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: parts.access_ns, byte_ps: parts.byte_ps, seek_ns: parts.seek_ns, parallelism: None });
     let again = check(&same, 1.0 / 64.0, &["aioli"]).runs.remove(0);
     assert_eq!((again.events, again.makespan_s), (base.events, base.makespan_s));
     // A scheduler that believes seeks are free holds for nothing: other
     // decisions, on the same device.
     let mut free = sc.clone();
-    free.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 0, byte_ps: parts.byte_ps, seek_ns: 0 });
+    free.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 0, byte_ps: parts.byte_ps, seek_ns: 0, parallelism: None });
     let other = check(&free, 1.0 / 64.0, &["aioli"]).runs.remove(0);
     assert_ne!(other.device_stats.dispatches, base.device_stats.dispatches);
     // In a scenario file: the three figures, nothing else.
     let text = std::fs::read_to_string(format!("{}/../../scenarios/mix10.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let model = "\n[server.scheduler_model]\ndispatch_ns = 1\nbyte_ps = 2\nseek_ns = 3\n";
     let parsed = Scenario::from_toml(&format!("{text}{model}")).unwrap();
-    assert_eq!(parsed.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 1, byte_ps: 2, seek_ns: 3 }));
-    let e = Scenario::from_toml(&format!("{text}{model}parallelism = 2\n")).unwrap_err();
-    assert!(e.to_string().contains("parallelism"), "{e}");
+    assert_eq!(parsed.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 1, byte_ps: 2, seek_ns: 3, parallelism: None }));
+    let e = Scenario::from_toml(&format!("{text}{model}speed = 2\n")).unwrap_err();
+    assert!(e.to_string().contains("speed"), "{e}");
+    // The learned parallelism may come with them.
+    let parsed = Scenario::from_toml(&format!("{text}{model}parallelism = 8\n")).unwrap();
+    assert_eq!(parsed.server.scheduler_model.and_then(|m| m.parallelism), Some(8));
+}
+
+#[test]
+fn a_parallel_device_overlaps_fixed_costs_and_shares_its_bandwidth() {
+    // Eight synchronous readers of 64 x 4 KiB each, fifo (no merging):
+    // 512 dispatches of 100 us + 4,096 B at 200 MB/s (20.48 us).
+    let mut sc = lone_reader("profile", 512 * 4096, 4096);
+    sc.apps[0].procs = 8;
+    let one = completion(&sc, "fifo");
+    assert!((one - 512.0 * 120.48e-6).abs() < 1e-6, "one at a time: {one} s");
+    // Eight channels: the fixed costs overlap, the transfers take turns,
+    // so the transfers bound the run (512 x 20.48 us, after the first
+    // dispatch's 100 us).
+    sc.server.channels = 8;
+    let eight = completion(&sc, "fifo");
+    assert!((512.0 * 20.48e-6..512.0 * 20.48e-6 + 2e-4).contains(&eight), "eight channels: {eight} s");
+    // The part they share, as calibrated: 50 us per dispatch.
+    let mut shared = sc.clone();
+    let p = shared.server.profile.as_mut().unwrap();
+    (p.shared_ns, p.shared_bytes_per_s) = (50_000, 0);
+    let t = completion(&shared, "fifo");
+    assert!((512.0 * 50e-6..512.0 * 50e-6 + 2e-4).contains(&t), "50 us shared: {t} s");
+    // A server that keeps two in flight uses two channels: about half
+    // the time of one at a time.
+    sc.server.dispatches_inflight = 2;
+    let two = completion(&sc, "fifo");
+    assert!((256.0 * 120.48e-6..256.0 * 140.96e-6).contains(&two), "two in flight: {two} s");
+    // The same answers, in the same order, every time.
+    assert_eq!(completion(&sc, "fifo"), two);
+    for policy in ["fifo-merge", "aioli"] {
+        sc.server.dispatches_inflight = 0;
+        let t = completion(&sc, policy);
+        assert!(t < one, "{policy}: {t} s against {one} s one at a time");
+    }
+}
+
+#[test]
+fn channels_and_dispatches_in_flight_are_bounded() {
+    let run = |sc: &Scenario| sluice_sim::run(sc, &RunOptions { modes: vec!["fifo".into()], ..RunOptions::default() });
+    let mut sc = lone_reader("profile", 64 * 4096, 4096);
+    let max = sluice_sim::CHANNELS_MAX;
+    for (channels, inflight, parallelism) in [(max, max, max), (1, 0, 1)] {
+        sc.server.channels = channels;
+        sc.server.dispatches_inflight = inflight;
+        sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 1, byte_ps: 1, seek_ns: 0, parallelism: Some(parallelism) });
+        run(&sc).unwrap();
+    }
+    for (channels, inflight, parallelism) in [(max + 1, 0, 1), (0, 0, 1), (1, max + 1, 1), (1, 0, max + 1), (1, 0, 0)] {
+        sc.server.channels = channels;
+        sc.server.dispatches_inflight = inflight;
+        sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 1, byte_ps: 1, seek_ns: 0, parallelism: Some(parallelism) });
+        let e = run(&sc).unwrap_err();
+        assert!(e.to_string().contains("channels") || e.to_string().contains("parallelism"), "{e}");
+    }
 }

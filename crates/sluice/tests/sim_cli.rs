@@ -100,6 +100,13 @@ fn calibrate_writes_a_model_that_sim_loads() {
     let _ = makespan(&model, "calibrated.json");
     let (f, s) = (makespan(&fast, "fast.json"), makespan(&slow, "slow.json"));
     assert!(s > f, "a 10x access cost did not slow the simulated run: {s} vs {f}");
+    // The larger reads at the server's queue depth are in the file, and a
+    // device that serves four at once is simulated as one.
+    assert!(text.contains("[[measured.at_depth]]"), "{text}");
+    let serial = dir.0.join("serial.toml");
+    std::fs::write(&serial, "dispatch_ns = 500000\nbyte_ps = 1000\nseek_ns = 0\nparallelism = 1\n").unwrap();
+    let one = makespan(&serial, "serial.json");
+    assert!(s < one, "four channels were no faster than one: {s} vs {one}");
     let bad = dir.0.join("bad.toml");
     std::fs::write(&bad, "dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 0\n").unwrap();
     let out = Command::new(SLUICE).args(["sim", &scenario("mix10.toml"), "--device-model"]).arg(&bad).output().unwrap();

@@ -144,9 +144,10 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = &a.device_model {
         let m = sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?;
-        let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
+        let (profile, channels) = m.sim_device();
         scenario.server.device = "profile".into();
-        scenario.server.profile = Some(sluice_sim::ProfileFigures { access_ns: m.dispatch_ns, bytes_per_s, seek_ns: m.seek_ns });
+        scenario.server.profile = Some(profile);
+        (scenario.server.channels, scenario.server.dispatches_inflight) = (channels, 0);
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let jobs = a.jobs.unwrap_or(if a.bench { 1 } else { cores.min(4) }).max(1);
