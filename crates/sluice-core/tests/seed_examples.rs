@@ -49,6 +49,27 @@ fn two_cats_get_dedicated_windows() {
     assert!(c1.max(c2) < 2 * c1.min(c2) + 50_000_000, "cat completions {c1} vs {c2}");
 }
 
+/// Slide 15 on a busy host: a reader beside an application that always
+/// has requests queued (eight in flight on another file), and every
+/// eighth request of the reader comes 300 us late (its process woken
+/// late), ten times its usual think time. Its window covers its recent
+/// peak, not twice its mean, so the late request still finds the disk
+/// waiting for it, and the reader's turns are not cut short by a seek to
+/// the other file and back.
+#[test]
+fn a_reader_late_now_and_then_keeps_its_window() {
+    let mut late = cat(1, 1, 32 * KIB, 64, 0, 30_000);
+    late.thinks = (0..64).map(|k| if k % 8 == 0 { 300_000 } else { 0 }).collect();
+    let mut busy = cat(2, 2, 32 * KIB, 512, 1_000, 0);
+    busy.depth = 8;
+    let aioli = run("aioli", &[late, busy], hdd());
+    // With windows of twice the mean think time only: 33 seeks, the
+    // reader done at 639 ms; with the peak: 16 seeks, 314 ms.
+    let (sa, cat_done) = (seeks(&aioli), completion_of(&aioli, 1));
+    assert!(sa <= 20, "aioli {sa} seeks");
+    assert!(cat_done < 400_000_000, "the late reader finished at {cat_done} ns");
+}
+
 /// Slide 14: three applications with backlogs. Quanta grow while an
 /// application waits, so each turn of a long waiter is longer than the
 /// minimum quantum, and a heavier weight grows faster.

@@ -30,7 +30,10 @@
 //!    one completes. When one of its requests completes during its
 //!    application's turn, the device is kept for it for a window of twice
 //!    its observed think time (clamped to `sync_window_ns_min..max`) instead
-//!    of seeking to another file. A window that expires unused resets the
+//!    of seeking to another file; the think time is the larger of its mean
+//!    and its recent peak (the longest, decaying by 1/32 per newer
+//!    request), so a reader whose process is now and then woken late on a
+//!    busy host keeps its window through it. A window that expires unused resets the
 //!    stream's evidence, so a reader that stopped costs one window only.
 //!
 //! 4. **A quantum adapted to the file's access history** (slide 16/26, n
@@ -135,13 +138,17 @@ struct Stream {
     last_dispatch: u64,
     used: u64,
     hits: u32,
+    /// The longest recent think time, decaying by 1/32 at each newer
+    /// one (nanoseconds, saturating): a reader that is late now and then
+    /// keeps a window that long.
+    think_peak: u32,
 }
 
 const NONE: u64 = u64::MAX;
 
 impl Default for Stream {
     fn default() -> Stream {
-        Stream { expected_file: FileId(0), expected_offset: NONE, think_ns: 0, last_complete: NONE, last_dispatch: NONE, used: 0, hits: 0 }
+        Stream { expected_file: FileId(0), expected_offset: NONE, think_ns: 0, last_complete: NONE, last_dispatch: NONE, used: 0, hits: 0, think_peak: 0 }
     }
 }
 
@@ -520,6 +527,7 @@ impl Policy for Aioli {
             if s.last_complete != NONE {
                 let think = now.saturating_sub(s.last_complete);
                 s.think_ns = if s.think_ns == 0 { think } else { (3 * s.think_ns + think) / 4 };
+                s.think_peak = (s.think_peak - s.think_peak / 32).max(u32::try_from(think).unwrap_or(u32::MAX));
             }
         } else {
             s.hits = 0;
@@ -650,7 +658,7 @@ impl Policy for Aioli {
                 continue;
             }
             searching = false;
-            let len = (2 * s.think_ns).clamp(wmin, wmax.max(wmin));
+            let len = (2 * s.think_ns.max(u64::from(s.think_peak))).clamp(wmin, wmax.max(wmin));
             if cost.is_none_or(|c| c.window_pays(len)) {
                 self.windows += 1;
                 self.window = Some(SyncWindow { app: m.app, client: m.client, file: d.file, offset: m.end(), until: now + len.max(1) });
