@@ -64,6 +64,17 @@ pub use ident::{Squash, ANON_ID};
 pub use meta::META_THREADS;
 
 use dispatch::Dispatcher;
+
+/// Where the cost learner starts when no calibrated model is given: on the
+/// emulated disk, the figures it emulates (the server knows that device
+/// as the simulator knows its own), so its first decisions already see a
+/// disk's seeks; elsewhere the learner's generic prior.
+fn emulated_prior(device: DeviceKind) -> Option<sluice_core::DeviceCost> {
+    (device == DeviceKind::Hdd7200).then(|| {
+        let c = sluice_device::DeviceModel::cost_parts(&Hdd::hdd7200());
+        sluice_core::DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)
+    })
+}
 use evloop::{EventLoop, Waker, Workers};
 use exec::Executor;
 use sluice_net::Listener;
@@ -138,7 +149,7 @@ impl Server {
         let mut limits = config.sched_limits.clone();
         limits.dispatches_inflight_max = config.queue_depth;
         let limits = limits.clamped();
-        let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model);
+        let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model.or_else(|| emulated_prior(config.device)));
         let waker = Arc::new(Waker::new().map_err(|e| Error::io("eventfd", &e))?);
         let shared = Arc::new(Shared {
             root,

@@ -192,3 +192,25 @@ fn the_live_trace_holds_every_request_and_a_pause_records_nothing() {
     assert!(ev.iter().any(|e| e["name"] == "process_name" && e["args"]["name"] == "traced"), "the application's track is named");
     assert_eq!(doc["otherData"]["records_dropped"], 0);
 }
+
+#[test]
+fn the_emulated_disk_starts_the_learner_from_its_own_figures() {
+    // One 4 KiB write and read: far too few dispatches to learn a seek
+    // cost, so what the model shows is where the learner started. On the
+    // emulated disk that is the disk's own figures (13.17 ms of seek and
+    // rotation); on a real device the generic prior (no seek).
+    for (device, seek_min, seek_max) in [(sluice_server::DeviceKind::Hdd7200, 0.010, 0.015), (sluice_server::DeviceKind::Real, 0.0, 0.000_001)] {
+        let s = TestServer::start(|c| {
+            c.metrics = Some("127.0.0.1:0".into());
+            c.device = device;
+            c.queue_depth = 1;
+        });
+        let c = client(&s, "one");
+        let fd = c.open("f", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+        c.pwrite(fd, &pattern(4096, 1), 0).unwrap();
+        let mut buf = vec![0u8; 4096];
+        c.pread(fd, &mut buf, 0).unwrap();
+        let seek = value(&scrape(&s), "sluice_device_model_seek_seconds", &[]).expect("the model is exposed after a dispatch");
+        assert!((seek_min..=seek_max).contains(&seek), "{device:?}: the model starts at {seek} s of seek");
+    }
+}
