@@ -40,6 +40,13 @@ pub const DEPTHS: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// The depth of the larger reads' throughput cells: a server's default
 /// queue depth, the depth it keeps its device at.
 pub const AT_DEPTH: u32 = sluice_server::QUEUE_DEPTH_DEFAULT;
+// `shared_fit` takes the 4 KiB point at `AT_DEPTH` from the depth table.
+const _: () = {
+    let mut i = 0;
+    while DEPTHS[i] != AT_DEPTH {
+        i += 1;
+    }
+};
 /// Sizes of the throughput cells at `AT_DEPTH` (4 KiB is in the depth
 /// table).
 pub const AT_DEPTH_SIZES: [u64; 2] = [64 << 10, 1 << 20];
@@ -122,20 +129,20 @@ impl ModelFile {
         Ok(m)
     }
 
-    /// The device as the simulator serves it (`sluice sim --device-model`;
-    /// `sluice sim --validate` keeps its one-at-a-time twin, docs/sim.md),
-    /// and how many dispatches a server keeps in flight on it. On a device that gains from
-    /// parallelism (`parallelism` > 1) the simulated device has one
-    /// channel per dispatch in flight, the server's queue depth at most:
-    /// each dispatch takes its measured latency, but holds the part of the
-    /// device the channels share for the time per dispatch measured at
-    /// that depth (a fit over the 4 KiB, 64 KiB and 1 MiB cells at
-    /// `AT_DEPTH`), so the throughput at depth is the measured one. A file
-    /// without those cells shares the transfer only, on as many channels
-    /// as the 4 KiB throughput grew from one in flight to that depth.
+    /// The device as the simulator serves it (`sluice sim
+    /// --device-model`; `sluice sim --validate` keeps its one-channel
+    /// twin, docs/sim.md) and its channel count. On a device that gains
+    /// from parallelism (`parallelism` > 1) it has `min(parallelism,
+    /// AT_DEPTH)` channels: each dispatch takes its measured latency, but
+    /// holds the part of the device the channels share for the time per
+    /// dispatch measured at `AT_DEPTH` (a fit over the 4 KiB, 64 KiB and
+    /// 1 MiB cells there), so with `AT_DEPTH` channels busy the
+    /// throughput is the measured one (with fewer, that figure still
+    /// bounds it). A file without those cells shares the transfer only,
+    /// on as many channels as the 4 KiB throughput grew from one in flight
+    /// to that depth.
     pub fn sim_device(&self) -> (sluice_sim::ProfileFigures, u32) {
-        let bytes_per_s = 1_000_000_000_000u64.checked_div(self.byte_ps).unwrap_or(u64::MAX / 2);
-        let mut p = sluice_sim::ProfileFigures { access_ns: self.dispatch_ns, bytes_per_s, seek_ns: self.seek_ns, shared_ns: 0, shared_bytes_per_s: 0 };
+        let mut p = sluice_sim::ProfileFigures { access_ns: self.dispatch_ns, bytes_per_s: self.bytes_per_s(), seek_ns: self.seek_ns, shared_ns: 0, shared_bytes_per_s: 0 };
         let depth = self.parallelism.clamp(1, AT_DEPTH);
         if depth == 1 {
             return (p, 1);
@@ -147,6 +154,12 @@ impl ModelFile {
             }
             None => (p, (self.gain_at(depth).round() as u32).clamp(1, depth)),
         }
+    }
+
+    /// The transfer rate, bytes per second (a model without a byte cost:
+    /// practically unbounded).
+    pub fn bytes_per_s(&self) -> u64 {
+        1_000_000_000_000u64.checked_div(self.byte_ps).unwrap_or(u64::MAX / 2)
     }
 
     /// How many times the 4 KiB throughput grew from one in flight to
@@ -363,8 +376,7 @@ mod tests {
     fn the_time_a_dispatch_holds_the_device_at_depth_by_hand() {
         // At depth 8, 20 us per dispatch plus its bytes at 2 GB/s.
         let per = |b: u64| 1e9 / (20_000.0 + b as f64 / 2.0);
-        let mut depth: Vec<_> = DEPTHS.iter().map(|&d| DepthCell { depth: d, ops_per_s: 1_000.0 * f64::from(d) }).collect();
-        depth[3].ops_per_s = per(4096);
+        let depth: Vec<_> = DEPTHS.iter().map(|&d| DepthCell { depth: d, ops_per_s: if d == AT_DEPTH { per(4096) } else { 1_000.0 * f64::from(d) } }).collect();
         let at_depth = AT_DEPTH_SIZES.iter().map(|&bytes| SizeDepthCell { bytes, depth: AT_DEPTH, ops_per_s: per(bytes) }).collect();
         let m = Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth };
         let (ns, bps) = shared_fit(&m).unwrap();

@@ -13,8 +13,8 @@
 //! - the device: the emulated 7200 rpm disk (the same model the server
 //!   emulates), or for the real disk the model `sluice calibrate`
 //!   measured, with its access and seek costs divided by the throughput
-//!   gain it measured from one to P in flight (the simulated device serves
-//!   one dispatch at a time, the real one several: this keeps the
+//!   gain it measured from one to P in flight (the twin's device has one
+//!   channel, `channels = 1`, the real one serves several: this keeps the
 //!   throughput, not the latency);
 //! - the scheduler: weighing with the cost model the real run's server
 //!   had learned by its end.
@@ -161,9 +161,11 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         DeviceKind::Real => {
             let m = model.ok_or_else(|| format!("{}: the real disk needs its calibrated model (sluice calibrate --direct)", w.name))?;
             let gain = parallel_gain(Some(m));
-            let bytes_per_s = 1_000_000_000_000u64.checked_div(m.byte_ps).unwrap_or(u64::MAX / 2);
             let per = |ns: u64| (ns as f64 / gain).round() as u64;
-            ("profile".to_string(), Some(ProfileFigures { access_ns: per(m.dispatch_ns), bytes_per_s, seek_ns: per(m.seek_ns), shared_ns: 0, shared_bytes_per_s: 0 }))
+            (
+                "profile".to_string(),
+                Some(ProfileFigures { access_ns: per(m.dispatch_ns), bytes_per_s: m.bytes_per_s(), seek_ns: per(m.seek_ns), shared_ns: 0, shared_bytes_per_s: 0 }),
+            )
         }
     };
     let sc = sluice_sim::Scenario {

@@ -188,7 +188,9 @@ pub struct ServerConfig {
     /// threads); the scheduler keeps as many of them busy as the learned
     /// device model says the device gains from.
     pub queue_depth: u32,
-    /// A calibrated device model to start from (`sluice calibrate`).
+    /// A calibrated device model to start from (`sluice calibrate`). None:
+    /// the emulated disk's own figures with `device` hdd7200, else the
+    /// learner's generic prior.
     pub device_model: Option<sluice_core::DeviceCost>,
     pub limits: ServerLimits,
     /// The scheduler's bounds; `dispatches_inflight_max` is set from

@@ -69,8 +69,9 @@ fn refusal(e: sluice_core::Error) -> (i32, String) {
 }
 
 impl Dispatcher {
-    /// `prior`: a calibrated device model to start from (`sluice
-    /// calibrate`); the learner refines it from the dispatches it sees.
+    /// `prior`: a device model to start from (`sluice calibrate`, or the
+    /// emulated disk's figures); the learner refines it from the
+    /// dispatches it sees.
     pub fn new(mut sched: Scheduler, prior: Option<DeviceCost>, apps: Arc<Mutex<AppTable>>, tracer: Option<Tracer>) -> Dispatcher {
         let learner = CostLearner::new(prior);
         sched.set_device_cost(Some(learner.model()));

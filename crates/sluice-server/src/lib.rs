@@ -64,6 +64,10 @@ pub use ident::{Squash, ANON_ID};
 pub use meta::META_THREADS;
 
 use dispatch::Dispatcher;
+use evloop::{EventLoop, Waker, Workers};
+use exec::Executor;
+use sluice_net::Listener;
+use state::{lock, AppTable, Clock, FileTable};
 
 /// Where the cost learner starts when no calibrated model is given: on the
 /// emulated disk, the figures it emulates (the server knows that device
@@ -75,10 +79,6 @@ fn emulated_prior(device: DeviceKind) -> Option<sluice_core::DeviceCost> {
         sluice_core::DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)
     })
 }
-use evloop::{EventLoop, Waker, Workers};
-use exec::Executor;
-use sluice_net::Listener;
-use state::{lock, AppTable, Clock, FileTable};
 
 /// State every server thread shares.
 pub(crate) struct Shared {

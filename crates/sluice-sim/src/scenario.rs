@@ -288,6 +288,8 @@ pub struct ProfileFigures {
     /// `bytes_per_s`.
     #[serde(default)]
     pub shared_ns: u64,
+    /// The bandwidth of the shared part; 0 with `shared_ns` > 0: the bytes
+    /// share nothing, only `shared_ns` is shared.
     #[serde(default)]
     pub shared_bytes_per_s: u64,
 }
@@ -515,8 +517,11 @@ impl Scenario {
         if s.hdd.as_ref().is_some_and(|h| h.bytes_per_s == 0) || s.profile.as_ref().is_some_and(|p| p.bytes_per_s == 0) {
             return Err(invalid("device bytes_per_s must be positive".into()));
         }
-        if !(1..=CHANNELS_MAX).contains(&s.channels) || s.dispatches_inflight > CHANNELS_MAX {
-            return Err(invalid(format!("channels must be 1..={CHANNELS_MAX} and dispatches_inflight 0..={CHANNELS_MAX}")));
+        if !(1..=CHANNELS_MAX).contains(&s.channels) {
+            return Err(invalid(format!("channels {} outside 1..={CHANNELS_MAX}", s.channels)));
+        }
+        if s.dispatches_inflight > CHANNELS_MAX {
+            return Err(invalid(format!("dispatches_inflight {} outside 0..={CHANNELS_MAX}", s.dispatches_inflight)));
         }
         if s.scheduler_model.and_then(|m| m.parallelism).is_some_and(|p| !(1..=CHANNELS_MAX).contains(&p)) {
             return Err(invalid(format!("scheduler_model.parallelism must be 1..={CHANNELS_MAX}")));

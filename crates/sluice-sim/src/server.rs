@@ -107,7 +107,7 @@ impl World {
             match srv.sched.next(now) {
                 Decision::Dispatch(d) => {
                     let done = srv.serve(&d, now);
-                    srv.inflight.push((d, now, done));
+                    srv.inflight.push_back((d, now, done));
                     self.q.push(done, Ev::DevDone(s))?;
                 }
                 Decision::WaitUntil(t) if srv.wake_at.is_none_or(|w| w > t) => {
@@ -121,14 +121,15 @@ impl World {
 
     pub(crate) fn device_done(&mut self, s: u32, now: Time) -> Result<(), Error> {
         let srv = &mut self.servers[s as usize];
-        // The first dispatch due now (several due at once complete in the
-        // order they left, one per event).
-        let i = srv.inflight.iter().position(|&(_, _, done)| done == now).expect("a completion has a dispatch");
-        let (d, start, _) = srv.inflight.remove(i);
+        // Dispatches finish in the order they left (each one's shared
+        // part starts after the one before it ended), one per event.
+        let (d, start, done) = srv.inflight.pop_front().expect("a completion has a dispatch");
+        debug_assert_eq!(done, now, "the device finishes dispatches in the order they left");
+        let overlapping = srv.chan_free.len() > 1;
         srv.sched.complete(d.id, now).map_err(|e| Error::new(ErrorKind::Scheduler, e.to_string()))?;
         srv.drain_backlog(now)?;
         if let Some(t) = self.trace.as_mut() {
-            t.device_span(s, start, now, &d);
+            t.device_span(s, start, now, &d, overlapping);
         }
         for m in &d.members {
             self.piece_done(m.id.0 as u32, now)?;

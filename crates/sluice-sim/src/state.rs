@@ -330,7 +330,7 @@ pub(crate) struct ServerState {
     pub dev: Box<dyn DeviceModel>,
     /// Dispatches in flight, in the order they left: each with when it
     /// left and when the device is done with it (at most `depth`).
-    pub inflight: Vec<(Dispatch, Time, Time)>,
+    pub inflight: VecDeque<(Dispatch, Time, Time)>,
     /// Dispatches kept in flight (`Server::depth`).
     pub depth: usize,
     /// When each of the device's channels is next free (`Server::channels`).
@@ -338,8 +338,9 @@ pub(crate) struct ServerState {
     /// When the part of the device the channels share is next free.
     pub bus_free: Time,
     /// That part of a dispatch: fixed nanoseconds and picoseconds per
-    /// byte (`ProfileFigures::shared_ns`); None: the transfer.
-    pub shared: Option<(u64, u64)>,
+    /// byte (`ProfileFigures::shared_ns`, else 0 and the device's
+    /// transfer cost).
+    pub shared: (u64, u64),
     pub wake_at: Option<Time>,
     pub backlog: VecDeque<Request>,
     pub backlog_max: usize,
@@ -389,11 +390,14 @@ impl ServerState {
         let m = sc.server.scheduler_model.unwrap_or(SchedulerModel { dispatch_ns: c.access_ns, byte_ps: c.byte_ps, seek_ns: c.seek_ns, parallelism: None });
         sched.set_device_cost(Some(DeviceCost::new(m.dispatch_ns, m.byte_ps, m.seek_ns, m.parallelism.unwrap_or(sc.server.channels))));
         let profile = sc.server.profile.as_ref().filter(|_| sc.server.device == "profile");
-        let shared = profile.filter(|p| p.shared_ns > 0 || p.shared_bytes_per_s > 0).map(|p| (p.shared_ns, 1_000_000_000_000u64.checked_div(p.shared_bytes_per_s).unwrap_or(0)));
+        let shared = match profile.filter(|p| p.shared_ns > 0 || p.shared_bytes_per_s > 0) {
+            Some(p) => (p.shared_ns, 1_000_000_000_000u64.checked_div(p.shared_bytes_per_s).unwrap_or(0)),
+            None => (0, c.byte_ps),
+        };
         Ok(ServerState {
             sched,
             dev,
-            inflight: Vec::with_capacity(depth as usize),
+            inflight: VecDeque::with_capacity(depth as usize),
             depth: depth as usize,
             chan_free: vec![0; sc.server.channels as usize],
             bus_free: 0,
@@ -427,11 +431,8 @@ impl ServerState {
         let ns = self.dev.service_ns(a).max(1);
         self.stats.busy_ns += ns;
         self.stats.bytes += d.len;
-        let shared = match self.shared {
-            Some((fixed, ps)) => u128::from(fixed) + u128::from(d.len) * u128::from(ps) / 1_000,
-            None => u128::from(d.len) * u128::from(self.dev.cost_parts().byte_ps) / 1_000,
-        }
-        .min(u128::from(ns)) as u64;
+        let (fixed, ps) = self.shared;
+        let shared = (u128::from(fixed) + u128::from(d.len) * u128::from(ps) / 1_000).min(u128::from(ns)) as u64;
         let (c, free) = self.chan_free.iter().copied().enumerate().min_by_key(|&(i, t)| (t, i)).expect("a device has a channel");
         let done = (free.max(now) + (ns - shared)).max(self.bus_free) + shared;
         self.chan_free[c] = done;

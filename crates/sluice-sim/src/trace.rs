@@ -101,12 +101,26 @@ impl Trace {
         }
     }
 
-    /// Server `s`'s device served `d` over `[start, end)`.
-    pub(crate) fn device_span(&mut self, s: u32, start: Time, end: Time, d: &Dispatch) {
+    /// Server `s`'s device served `d` over `[start, end)`. A device of
+    /// one channel gets complete spans on the server's track; one of
+    /// several, whose dispatches overlap, async slices, which the viewer
+    /// puts side by side.
+    pub(crate) fn device_span(&mut self, s: u32, start: Time, end: Time, d: &Dispatch, overlapping: bool) {
         let name = format!("{} {} x{}", if d.op == Op::Read { "read" } else { "write" }, crate::units::size(d.len), d.members.len());
         let args = serde_json::json!({ "file": d.file.0, "offset": d.offset, "len": d.len, "requests": d.members.len() });
         let (ts, dur) = (start as f64 / 1e3, (end - start) as f64 / 1e3);
-        self.push(Event { name, ph: "X", pid: self.pid_procs + 1, tid: s, ts, dur: Some(dur), cat: None, id: None, args: Some(args) });
+        let pid = self.pid_procs + 1;
+        if !overlapping {
+            self.push(Event { name, ph: "X", pid, tid: s, ts, dur: Some(dur), cat: None, id: None, args: Some(args) });
+            return;
+        }
+        if self.events.len() + 2 > self.max {
+            self.dropped += 2;
+            return;
+        }
+        let id = Some(format!("{pid}.{s}.{}", d.id.0));
+        self.push(Event { name: name.clone(), ph: "b", pid, tid: s, ts, dur: None, cat: Some("dispatch"), id: id.clone(), args: Some(args) });
+        self.push(Event { name, ph: "e", pid, tid: s, ts: end as f64 / 1e3, dur: None, cat: Some("dispatch"), id, args: None });
     }
 
     /// The trace-event JSON document.

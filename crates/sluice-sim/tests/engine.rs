@@ -453,7 +453,8 @@ fn a_scheduler_model_replaces_the_device_figures_in_the_policy_only() {
     free.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 0, byte_ps: parts.byte_ps, seek_ns: 0, parallelism: None });
     let other = check(&free, 1.0 / 64.0, &["aioli"]).runs.remove(0);
     assert_ne!(other.device_stats.dispatches, base.device_stats.dispatches);
-    // In a scenario file: the three figures, nothing else.
+    // In a scenario file: the three figures, optionally the parallelism,
+    // nothing else.
     let text = std::fs::read_to_string(format!("{}/../../scenarios/mix10.toml", env!("CARGO_MANIFEST_DIR"))).unwrap();
     let model = "\n[server.scheduler_model]\ndispatch_ns = 1\nbyte_ps = 2\nseek_ns = 3\n";
     let parsed = Scenario::from_toml(&format!("{text}{model}")).unwrap();
@@ -510,11 +511,32 @@ fn channels_and_dispatches_in_flight_are_bounded() {
         sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 1, byte_ps: 1, seek_ns: 0, parallelism: Some(parallelism) });
         run(&sc).unwrap();
     }
-    for (channels, inflight, parallelism) in [(max + 1, 0, 1), (0, 0, 1), (1, max + 1, 1), (1, 0, max + 1), (1, 0, 0)] {
+    for (channels, inflight, parallelism, word) in
+        [(max + 1, 0, 1, "channels"), (0, 0, 1, "channels"), (1, max + 1, 1, "dispatches_inflight"), (1, 0, max + 1, "parallelism"), (1, 0, 0, "parallelism")]
+    {
         sc.server.channels = channels;
         sc.server.dispatches_inflight = inflight;
         sc.server.scheduler_model = Some(sluice_sim::SchedulerModel { dispatch_ns: 1, byte_ps: 1, seek_ns: 0, parallelism: Some(parallelism) });
         let e = run(&sc).unwrap_err();
-        assert!(e.to_string().contains("channels") || e.to_string().contains("parallelism"), "{e}");
+        assert!(e.to_string().contains(word), "{channels} / {inflight} / {parallelism}: {e}");
     }
+}
+
+#[test]
+fn dispatches_that_finish_together_complete_one_by_one_in_order() {
+    // Eight channels, nothing shared (the transfer costs nothing): the
+    // eight readers' dispatches all finish at the same instant, round
+    // after round; every one is completed, and the trace shows them as
+    // overlapping slices.
+    let mut sc = lone_reader("profile", 8 * 16 * 4096, 4096);
+    sc.apps[0].procs = 8;
+    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 100_000, bytes_per_s: 1 << 50, seek_ns: 0, shared_ns: 0, shared_bytes_per_s: 0 });
+    sc.server.channels = 8;
+    let opts = RunOptions { modes: vec!["fifo".into()], trace: true, ..RunOptions::default() };
+    let (report, trace) = sluice_sim::run(&sc, &opts).unwrap();
+    let r = &report.runs[0];
+    assert_eq!(r.device_stats.dispatches, 128);
+    assert!((r.makespan_s - 16.0 * 100e-6).abs() < 1e-6, "16 rounds of 100 us: {} s", r.makespan_s);
+    let json = trace.unwrap().to_json();
+    assert_eq!(json.matches("\"cat\":\"dispatch\"").count(), 2 * 128, "a begin and an end per dispatch");
 }

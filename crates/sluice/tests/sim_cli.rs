@@ -101,7 +101,8 @@ fn calibrate_writes_a_model_that_sim_loads() {
     let (f, s) = (makespan(&fast, "fast.json"), makespan(&slow, "slow.json"));
     assert!(s > f, "a 10x access cost did not slow the simulated run: {s} vs {f}");
     // The larger reads at the server's queue depth are in the file, and a
-    // device that serves four at once is simulated as one.
+    // model with a parallelism of four is simulated with four channels:
+    // faster than the same model with one.
     assert!(text.contains("[[measured.at_depth]]"), "{text}");
     let serial = dir.0.join("serial.toml");
     std::fs::write(&serial, "dispatch_ns = 500000\nbyte_ps = 1000\nseek_ns = 0\nparallelism = 1\n").unwrap();

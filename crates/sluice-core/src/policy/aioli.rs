@@ -33,8 +33,9 @@
 //!    of seeking to another file; the think time is the larger of its mean
 //!    and its recent peak (the longest, decaying by 1/32 per newer
 //!    request), so a reader whose process is now and then woken late on a
-//!    busy host keeps its window through it. A window that expires unused resets the
-//!    stream's evidence, so a reader that stopped costs one window only.
+//!    busy host keeps its window through it. A window that expires unused
+//!    resets the stream's evidence, so a reader that stopped costs one
+//!    window only.
 //!
 //! 4. **A quantum adapted to the file's access history** (slide 16/26, n
 //!    processes each issuing read(4MB) split by the file system). Each file

@@ -37,7 +37,9 @@ pub struct SimArgs {
     #[arg(long)]
     scale: Option<f64>,
     /// Simulate the servers' device as this calibrated model (`sluice
-    /// calibrate --out`) instead of the scenario's (one dispatch at a time).
+    /// calibrate --out`) instead of the scenario's: on a device that gains
+    /// from parallelism, with channels up to the server's queue depth
+    /// (`ModelFile::sim_device`; `--validate` keeps one channel).
     #[arg(long)]
     device_model: Option<PathBuf>,
     /// Replace the scenario's applications by a Darshan log's (its DXT
