@@ -1,6 +1,8 @@
 //! Where the CPU went during a timed run: the whole machine's busy time
-//! (`/proc/stat`) and this process's (`/proc/self/stat`: the started
-//! server's threads live here; the workers are other processes). On a
+//! (`/proc/stat`), this process's (`/proc/self/stat`: the started
+//! server's threads live here; the workers are other processes) and the
+//! started server's event-loop thread's (`sluice-loop`, from its
+//! `schedstat`, in nanoseconds). On a
 //! machine with few cores, a mode that keeps every core busy is limited
 //! by what each request costs in CPU, not by the device: these figures
 //! say which.
@@ -16,7 +18,13 @@ pub struct CpuSample {
     all: u64,
     /// Ticks this process spent (user and system).
     own: u64,
+    /// Nanoseconds the threads named `LOOP_THREAD` of this process ran;
+    /// None where there is none.
+    loop_ns: Option<u64>,
 }
+
+/// The name of a started server's event-loop thread.
+const LOOP_THREAD: &str = "sluice-loop";
 
 /// CPU used between two samples.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq)]
@@ -29,6 +37,11 @@ pub struct CpuUse {
     /// it started; None in `direct` mode and with an external server.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_cpu_s: Option<f64>,
+    /// CPU seconds of that server's event-loop thread alone (the one
+    /// thread every request passes; the executor threads' copies overlap
+    /// the device). None where no started server's loop ran throughout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_loop_cpu_s: Option<f64>,
 }
 
 impl CpuSample {
@@ -36,7 +49,7 @@ impl CpuSample {
     pub fn now() -> Option<CpuSample> {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-        parse(&stat, &own)
+        Some(CpuSample { loop_ns: loop_ns(), ..parse(&stat, &own)? })
     }
 
     /// What was used from `self` to `later`.
@@ -49,8 +62,28 @@ impl CpuSample {
             cpu_s: busy as f64 / hz,
             cpu_share: if all == 0 { 0.0 } else { busy as f64 / all as f64 },
             server_cpu_s: Some(later.own.saturating_sub(self.own) as f64 / hz),
+            server_loop_cpu_s: self.loop_ns.zip(later.loop_ns).filter(|(a, b)| b >= a).map(|(a, b)| (b - a) as f64 / 1e9),
         }
     }
+}
+
+/// Nanoseconds on CPU of this process's threads named `LOOP_THREAD`
+/// (the first field of each one's `schedstat`); None where there is none.
+fn loop_ns() -> Option<u64> {
+    let mut total = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let path = task.path();
+        if std::fs::read_to_string(path.join("comm")).is_ok_and(|c| c.trim_end() == LOOP_THREAD) {
+            let ns = std::fs::read_to_string(path.join("schedstat")).ok().and_then(|s| first_field(&s));
+            total = Some(total.unwrap_or(0) + ns?);
+        }
+    }
+    total
+}
+
+/// The first number of a `schedstat` line (time on CPU, ns).
+fn first_field(schedstat: &str) -> Option<u64> {
+    schedstat.split_whitespace().next()?.parse().ok()
 }
 
 /// The aggregate `cpu` line of `/proc/stat` and fields 14-15 (utime,
@@ -71,7 +104,7 @@ fn parse(stat: &str, own: &str) -> Option<CpuSample> {
     let g: Vec<&str> = rest.split_whitespace().collect();
     let utime: u64 = g.get(11)?.parse().ok()?;
     let stime: u64 = g.get(12)?.parse().ok()?;
-    Some(CpuSample { busy, all, own: utime + stime })
+    Some(CpuSample { busy, all, own: utime + stime, loop_ns: None })
 }
 
 #[cfg(test)]
@@ -84,19 +117,50 @@ mod tests {
     #[test]
     fn reads_the_machine_and_the_process() {
         let s = parse(STAT, OWN).expect("parses");
-        assert_eq!(s, CpuSample { busy: 100 + 5 + 50 + 3 + 2 + 10, all: 170 + 1000 + 20, own: 48 });
+        assert_eq!(s, CpuSample { busy: 100 + 5 + 50 + 3 + 2 + 10, all: 170 + 1000 + 20, own: 48, loop_ns: None });
     }
 
     #[test]
     fn use_between_two_samples() {
-        let a = CpuSample { busy: 100, all: 1000, own: 10 };
-        let b = CpuSample { busy: 400, all: 1400, own: 60 };
+        let a = CpuSample { busy: 100, all: 1000, own: 10, loop_ns: Some(1_000) };
+        let b = CpuSample { busy: 400, all: 1400, own: 60, loop_ns: Some(2_501_000) };
         let u = a.until(&b);
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         assert!((u.cpu_s - 300.0 / hz).abs() < 1e-12);
         assert!((u.cpu_share - 0.75).abs() < 1e-12);
         assert!((u.server_cpu_s.expect("measured") - 50.0 / hz).abs() < 1e-12);
+        assert!((u.server_loop_cpu_s.expect("measured") - 0.0025).abs() < 1e-12);
+        // A loop that appeared or went away during the run says nothing.
+        let c = CpuSample { loop_ns: None, ..b };
+        assert_eq!((a.until(&c).server_loop_cpu_s, c.until(&b).server_loop_cpu_s), (None, None));
+    }
+
+    #[test]
+    fn the_loop_threads_time_is_read_from_its_schedstat() {
+        assert_eq!(first_field("123456789 2000 17\n"), Some(123_456_789));
+        assert_eq!(first_field(""), None);
+        // A thread of that name that burns 30 ms of CPU (other tests of
+        // this process may run servers of their own: at least that much).
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::Builder::new()
+            .name(LOOP_THREAD.into())
+            .spawn(move || {
+                let start = std::time::Instant::now();
+                let mut x = 0u64;
+                while start.elapsed() < std::time::Duration::from_millis(30) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+                tx.send(()).unwrap();
+                let _ = go_rx.recv();
+            })
+            .unwrap();
+        rx.recv().unwrap();
+        let ns = loop_ns().expect("the thread is found");
+        go_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert!((25_000_000..2_000_000_000).contains(&ns), "{ns} ns");
     }
 
     #[test]

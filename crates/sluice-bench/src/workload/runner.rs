@@ -178,7 +178,7 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
     }
     let Timed { done: times, starts, mut cpu } = timed?;
     if let (Some(c), false) = (&mut cpu, started) {
-        c.server_cpu_s = None;
+        (c.server_cpu_s, c.server_loop_cpu_s) = (None, None);
     }
     let apps: Vec<AppReport> = apps
         .iter()
