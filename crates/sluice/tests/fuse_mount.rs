@@ -215,8 +215,16 @@ fn the_mount_serves_its_own_metrics() {
     ok(&format!("dd if=/dev/urandom of={} bs=1M count=3 status=none", f.display()));
     ok(&format!("cat {} > /dev/null", f.display()));
     wait_for(|| std::net::TcpStream::connect(port).is_ok(), "the mount's metrics endpoint");
-    let text = sluice_server::metrics::get(&port.to_string(), "/metrics", Duration::from_secs(10)).unwrap();
-    let samples = sluice_server::metrics::parse(&text).unwrap();
+    let scrape = || sluice_server::metrics::parse(&sluice_server::metrics::get(&port.to_string(), "/metrics", Duration::from_secs(10)).unwrap()).unwrap();
+    // The kernel sends FUSE's RELEASE after `close` has returned: the
+    // last handle may still be open for a moment after `cat` exits.
+    let closed = |s: &[sluice_server::metrics::Sample]| sluice_server::metrics::value(s, "sluice_mount_handles_open", &[]) == Some(0.0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut samples = scrape();
+    while !closed(&samples) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        samples = scrape();
+    }
     let v = |name: &str, labels: &[(&str, &str)]| sluice_server::metrics::value(&samples, name, labels).unwrap_or_else(|| panic!("{name} missing"));
     assert_eq!(v("sluice_mount_bytes_total", &[("op", "write")]), (3 << 20) as f64, "every byte dd wrote");
     assert_eq!(v("sluice_mount_bytes_total", &[("op", "read")]), (3 << 20) as f64, "every byte cat read");
