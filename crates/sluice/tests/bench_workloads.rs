@@ -110,6 +110,28 @@ fn interference_and_mix10_and_custom() {
 }
 
 #[test]
+fn started_servers_write_their_trace_when_asked() {
+    let s = Scratch::new("trace");
+    let traces = s.0.join("traces");
+    let json = s.0.join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["bench", "decomposition", "--procs", "4", "--granularity", "8K", "--scale", "0.0002", "--policies", "fifo,aioli", "--root"])
+        .arg(s.0.join("data"))
+        .arg("--json")
+        .arg(&json)
+        .env("SLUICE_BENCH_TRACE", &traces)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for (i, policy) in ["fifo", "aioli"].iter().enumerate() {
+        let t: Value = serde_json::from_str(&std::fs::read_to_string(traces.join(format!("{policy}.json"))).unwrap()).unwrap();
+        let dispatches = t["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "dispatch" && e["ph"] == "b").count() as u64;
+        assert_eq!(dispatches, v["runs"][i]["dispatches"].as_u64().unwrap(), "{policy}: every dispatch of the run is in its trace");
+    }
+}
+
+#[test]
 fn direct_mode_cannot_emulate_a_disk() {
     let s = Scratch::new("nodirect");
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))

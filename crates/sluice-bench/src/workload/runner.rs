@@ -215,6 +215,12 @@ fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHa
     if let Some(q) = cfg.queue_depth {
         sc.queue_depth = q;
     }
+    // A debugging aid: `SLUICE_BENCH_TRACE=DIR` has every started server
+    // write its live trace to DIR/POLICY.json (docs/bench.md).
+    if let Some(dir) = std::env::var_os("SLUICE_BENCH_TRACE").map(std::path::PathBuf::from) {
+        std::fs::create_dir_all(&dir).map_err(|e| WorkloadError::io(format!("SLUICE_BENCH_TRACE {}", dir.display()), e))?;
+        sc.trace = Some(dir.join(format!("{policy}.json")));
+    }
     Server::start(sc).map_err(|e| WorkloadError::usage(format!("starting the {policy} server: {e}")))
 }
 
