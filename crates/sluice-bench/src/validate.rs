@@ -160,7 +160,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         DeviceKind::Hdd7200 => ("hdd7200".to_string(), None),
         DeviceKind::Real => {
             let m = model.ok_or_else(|| format!("{}: the real disk needs its calibrated model (sluice calibrate --direct)", w.name))?;
-            let gain = parallel_gain(Some(m));
+            let gain = m.gain_at(m.parallelism);
             let per = |ns: u64| (ns as f64 / gain).round() as u64;
             (
                 "profile".to_string(),
@@ -200,15 +200,6 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
     };
     sc.validate().map_err(|e| e.to_string())?;
     Ok(sc)
-}
-
-/// How many times the device's throughput of small dispatches grows from
-/// one in flight to `parallelism` in flight: what `sluice calibrate`
-/// measured (4 KiB random reads at each depth), else the parallelism
-/// itself (a device that scales perfectly). A device that serves 32 at
-/// once may well serve them only five times as fast as one.
-fn parallel_gain(m: Option<&ModelFile>) -> f64 {
-    m.map_or(1.0, |m| m.gain_at(m.parallelism))
 }
 
 fn twin_app(a: &AppSpec) -> Result<App, String> {
@@ -254,9 +245,11 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             real.push(r?);
         }
         // The twin's device and scheduler costs are the real ones over
-        // this (`parallel_gain`).
+        // the throughput gain from one to P in flight (`ModelFile::gain_at`:
+        // a device that serves 32 at once may serve them only five times
+        // as fast as one).
         let gain = match w.device {
-            DeviceKind::Real => parallel_gain(cfg.model.as_ref()),
+            DeviceKind::Real => cfg.model.as_ref().map_or(1.0, |m| m.gain_at(m.parallelism)),
             DeviceKind::Hdd7200 => 1.0,
         };
         // The real device's busy time sums overlapping dispatches; the

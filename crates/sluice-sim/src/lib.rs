@@ -66,8 +66,8 @@ pub use scenario::{
 };
 pub use scenario::{APPS_MAX, CHANNELS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use state::device;
-pub use units::size;
 pub use trace::Trace;
+pub use units::size;
 pub use workload::{stripe_map, Layout, TwoPhase};
 
 /// Command-line overrides of a scenario.

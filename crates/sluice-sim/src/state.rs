@@ -490,4 +490,3 @@ impl ServerState {
         Ok(())
     }
 }
-
