@@ -37,7 +37,10 @@
 //!   to a latency (a busy event loop, a thread waiting for a core among a
 //!   hundred runnable processes) only ever lengthens it, often by more
 //!   than the device took, and a fit of the mean put that into the fixed
-//!   cost (0.3-0.9 ms learned for a 76 µs device on the 2-core VM);
+//!   cost (0.3-0.9 ms learned for a 76 µs device on the 2-core VM). An
+//!   edge enters the fit once it has seen `EDGE_SAMPLES_MIN` dispatches,
+//!   and the fixed cost is at most the lowest edge: no dispatch takes
+//!   less than it;
 //! - `parallelism` from the throughput at each depth, Little's law: depth
 //!   over the mean slowdown (latency over the model's prediction) there;
 //!   the smallest depth that reaches `PARALLEL_GAIN_PCT` of the best one.
@@ -145,15 +148,20 @@ const DECAY: f64 = 1.0 - 1.0 / 1_024.0;
 /// Length classes the learner keeps a lower edge for: one per power of two
 /// (lengths past 2^39 share the last).
 const EDGE_CLASSES: usize = 40;
-/// How fast an edge follows a latency below it (1/8 of the way) and one
-/// above it (1/256): it settles near the low end of what it sees, so that
-/// latencies the host delayed barely move it, and still rises, slowly,
-/// when the device itself gets slower.
-const EDGE_DOWN: f64 = 1.0 / 8.0;
+/// An edge drops to any latency below it at once (the host only ever
+/// lengthens a latency, so none is shorter than the device took) and
+/// follows one above it 1/256 of the way: latencies the host delayed
+/// barely move it, and it still rises, slowly, when the device itself
+/// gets slower. (Following lower ones 1/8 of the way, as before, left the
+/// 64 KiB edge at 300-430 us after a dozen dispatches whose lowest was
+/// 90-120 us, on a device that takes 86, and the fit's fixed cost at
+/// 270-610 us.)
 const EDGE_UP: f64 = 1.0 / 256.0;
 /// A class's weight in the fit: its decayed count of observations, at
 /// most this.
 const EDGE_WEIGHT_MAX: f64 = 256.0;
+/// Observations a length class needs before its edge enters the fit.
+const EDGE_SAMPLES_MIN: u32 = 8;
 
 /// The lower edge of one length class's latencies.
 #[derive(Clone, Copy, Debug, Default)]
@@ -164,6 +172,8 @@ struct Edge {
     latency: f64,
     /// Decayed count of observations.
     weight: f64,
+    /// Observations ever (not decayed).
+    seen: u32,
 }
 
 impl Edge {
@@ -172,10 +182,17 @@ impl Edge {
             (self.len, self.latency) = (len, latency);
         } else {
             self.len += (len - self.len) / 8.0;
-            let rate = if latency < self.latency { EDGE_DOWN } else { EDGE_UP };
-            self.latency += (latency - self.latency) * rate;
+            self.latency = if latency < self.latency { latency } else { self.latency + (latency - self.latency) * EDGE_UP };
         }
         self.weight += 1.0;
+        self.seen = self.seen.saturating_add(1);
+    }
+
+    /// Whether it has seen enough latencies to be an edge: it starts at
+    /// the first one, which may be any latency at all (a cold start's
+    /// 2.8 ms for 128 KiB).
+    fn settled(&self) -> bool {
+        self.seen >= EDGE_SAMPLES_MIN
     }
 }
 
@@ -282,11 +299,16 @@ impl CostLearner {
             for len in [4_096u64, 1 << 20] {
                 line.add(len as f64, self.prior.service_ns(len, false) as f64, 2.0 * PRIOR_WEIGHT * rel(len as f64));
             }
-            for (s, e) in self.edges.iter().flat_map(|pair| pair.iter().enumerate()).filter(|(_, e)| e.weight > 0.0) {
+            for (s, e) in self.edges.iter().flat_map(|pair| pair.iter().enumerate()).filter(|(_, e)| e.settled()) {
                 line.add(e.len, e.latency - s as f64 * seek, e.weight.min(EDGE_WEIGHT_MAX) * rel(e.len));
             }
             if let Some((fixed, per_byte)) = line.solve() {
-                (self.model.dispatch_ns, self.model.byte_ps) = (clamp(fixed), clamp(per_byte * 1_000.0));
+                // No dispatch takes less than the fixed cost, so the
+                // lowest edge bounds it: host delays that do not grow
+                // with length (a loop thread waiting for a core) tilt the
+                // line and lift its intercept above every short latency.
+                let lowest = self.edges.iter().flatten().filter(|e| e.settled()).map(|e| e.latency).fold(f64::INFINITY, f64::min);
+                (self.model.dispatch_ns, self.model.byte_ps) = (clamp(fixed.min(lowest)), clamp(per_byte * 1_000.0));
             }
             self.model.seek_ns = clamp(seek);
         }
@@ -306,7 +328,7 @@ impl CostLearner {
         let (mut sum, mut weight) = (self.prior.seek_ns as f64 * PRIOR_WEIGHT, PRIOR_WEIGHT);
         for [cont, seek] in &self.edges {
             let w = cont.weight.min(seek.weight).min(EDGE_WEIGHT_MAX);
-            if w > 0.0 {
+            if cont.settled() && seek.settled() {
                 sum += w * (seek.latency - cont.latency - per_byte * (seek.len - cont.len));
                 weight += w;
             }

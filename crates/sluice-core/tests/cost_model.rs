@@ -85,6 +85,33 @@ fn delays_the_host_adds_do_not_inflate_the_fixed_cost() {
 }
 
 #[test]
+fn delays_that_do_not_grow_with_length_leave_the_fixed_cost_below_every_short_dispatch() {
+    // What a server trace of the 64 KiB x 128 O_DIRECT decomposition
+    // showed: aggregates of 0.5-2 MiB on a device of about 50 us + 0.65
+    // ns per byte, with 128 processes on two cores delaying every
+    // completion by 0.2-1.5 ms whatever its length, so that the lower
+    // edges of the long classes lie nearly flat; a few 64 KiB dispatches
+    // as short as the device makes them; and a first 128 KiB dispatch at
+    // 2.8 ms (a cold start), seen twice. The line through those edges
+    // crossed zero length at 270-610 us, five times what any 64 KiB
+    // dispatch took, and aioli then built aggregates of 2.5 MiB.
+    let device = |len: u64| 50_000 + len * 65 / 100;
+    let mut l = CostLearner::default();
+    let mut rng = Rng(0x6a09_e667_f3bc_c909);
+    for _ in 0..2 {
+        l.observe(Observation { len: 131_072, seek: false, depth: 1, latency_ns: 2_800_000 });
+    }
+    for i in 0..600u64 {
+        let (len, delay) = if i % 25 == 0 { (65_536, rng.next() % 20_000) } else { ((512 << 10) << (rng.next() % 3), 200_000 + rng.next() % 1_300_000) };
+        let depth = 1 + (rng.next() % u64::from(l.depth_cap())) as u32;
+        l.observe(Observation { len, seek: rng.next().is_multiple_of(3), depth, latency_ns: device(len) + delay });
+    }
+    let m = l.model();
+    // The 64 KiB dispatches took 93-113 us.
+    assert!(m.dispatch_ns <= device(65_536) + 20_000, "the fixed cost is above every 64 KiB dispatch: {m:?}");
+}
+
+#[test]
 fn a_seek_cost_is_found_only_between_equal_lengths() {
     // No seek cost, but dispatches of 2 MiB and more cost 0.7 ms above a
     // straight line, and (as under an aggregating scheduler) only they
