@@ -222,6 +222,21 @@ fn ten_thousand_processes_with_memory_bounded_by_what_is_in_flight() {
 }
 
 #[test]
+fn the_benchmark_s_event_bound_grows_with_its_size() {
+    let per = sluice_sim::BENCH_EVENTS_PER_REQUEST_MAX;
+    let default = sluice_sim::Bounds::default().events_max;
+    assert_eq!(sluice_sim::bench_scenario(10_000, 200).bounds.events_max, default);
+    assert_eq!(sluice_sim::bench_scenario(1_000_000, 200).bounds.events_max, 1_000_000 * 200 * per);
+    // The bound holds what a run takes: under both policies, well within it.
+    let sc = sluice_sim::bench_scenario(2_000, 20);
+    for policy in ["fifo", "aioli"] {
+        let r = check(&sc, 1.0, &[policy]);
+        let requests: u64 = r.runs[0].apps.iter().map(|a| a.bytes / 65_536).sum();
+        assert!(r.runs[0].events * 2 <= requests * per, "{policy}: {} events for {requests} requests", r.runs[0].events);
+    }
+}
+
+#[test]
 fn aioli_overrides_reach_the_policy() {
     let mut sc = shipped("mix10");
     sc.aioli.hold_ns_max = Some(0);
