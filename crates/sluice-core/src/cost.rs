@@ -38,9 +38,9 @@
 //!   hundred runnable processes) only ever lengthens it, often by more
 //!   than the device took, and a fit of the mean put that into the fixed
 //!   cost (0.3-0.9 ms learned for a 76 µs device on the 2-core VM). An
-//!   edge enters the fit once it has seen `EDGE_SAMPLES_MIN` dispatches,
-//!   and the fixed cost is at most the lowest edge: no dispatch takes
-//!   less than it;
+//!   edge enters the fit once it has seen `EDGE_SAMPLES_MIN` dispatches
+//!   (that did not queue), and the fixed cost is at most the lowest edge
+//!   seen lately: no dispatch takes less than it;
 //! - `parallelism` from the throughput at each depth, Little's law: depth
 //!   over the mean slowdown (latency over the model's prediction) there;
 //!   the smallest depth that reaches `PARALLEL_GAIN_PCT` of the best one.
@@ -149,13 +149,16 @@ const DECAY: f64 = 1.0 - 1.0 / 1_024.0;
 /// (lengths past 2^39 share the last).
 const EDGE_CLASSES: usize = 40;
 /// An edge drops to any latency below it at once (the host only ever
-/// lengthens a latency, so none is shorter than the device took) and
+/// lengthens a latency; the daemon does not report failed or short
+/// transfers, which may be faster than the device's cost) and
 /// follows one above it 1/256 of the way: latencies the host delayed
 /// barely move it, and it still rises, slowly, when the device itself
 /// gets slower. (Following lower ones 1/8 of the way, as before, left the
 /// 64 KiB edge at 300-430 us after a dozen dispatches whose lowest was
-/// 90-120 us, on a device that takes 86, and the fit's fixed cost at
-/// 270-610 us.)
+/// 90-125 us, on a device that takes 86, and the fit's fixed cost at
+/// 270-610 us.) On the emulated disk a seek class's edge is its nearest
+/// seek's (5.17 ms near, 13.17 ms far), as the 1/8 step's was nearly:
+/// the seek cost learned there is the cheap end of the disk's.
 const EDGE_UP: f64 = 1.0 / 256.0;
 /// A class's weight in the fit: its decayed count of observations, at
 /// most this.
@@ -178,7 +181,7 @@ struct Edge {
 
 impl Edge {
     fn add(&mut self, len: f64, latency: f64) {
-        if self.weight == 0.0 {
+        if self.seen == 0 {
             (self.len, self.latency) = (len, latency);
         } else {
             self.len += (len - self.len) / 8.0;
@@ -193,6 +196,14 @@ impl Edge {
     /// 2.8 ms for 128 KiB).
     fn settled(&self) -> bool {
         self.seen >= EDGE_SAMPLES_MIN
+    }
+
+    /// Settled and seen lately (a decayed count of one or more): an edge
+    /// that may bound the fixed cost. A class the scheduler stopped
+    /// sending keeps its edge, which would otherwise hold the fixed cost
+    /// down after the device got slower.
+    fn current(&self) -> bool {
+        self.settled() && self.weight >= 1.0
     }
 }
 
@@ -226,6 +237,12 @@ impl Line {
         }
         let slope = (self.w * self.xy - self.x * self.y) / d;
         Some(((self.y - slope * self.x) / self.w, slope))
+    }
+
+    /// The slope of the best line with the given intercept; `None`
+    /// without a point away from zero length.
+    fn slope_through(&self, intercept: f64) -> Option<f64> {
+        (self.xx > 0.0).then(|| (self.xy - intercept * self.x) / self.xx)
     }
 }
 
@@ -304,18 +321,21 @@ impl CostLearner {
             }
             if let Some((fixed, per_byte)) = line.solve() {
                 // No dispatch takes less than the fixed cost, so the
-                // lowest edge bounds it: host delays that do not grow
-                // with length (a loop thread waiting for a core) tilt the
-                // line and lift its intercept above every short latency.
-                let lowest = self.edges.iter().flatten().filter(|e| e.settled()).map(|e| e.latency).fold(f64::INFINITY, f64::min);
-                (self.model.dispatch_ns, self.model.byte_ps) = (clamp(fixed.min(lowest)), clamp(per_byte * 1_000.0));
+                // lowest current edge bounds it: host delays that do not
+                // grow with length (a loop thread waiting for a core)
+                // tilt the line and lift its intercept above every short
+                // latency. Bounded, the cost per byte is refitted through
+                // the bound.
+                let lowest = self.edges.iter().flatten().filter(|e| e.current()).map(|e| e.latency).fold(f64::INFINITY, f64::min);
+                let (fixed, per_byte) = if fixed > lowest { (lowest, line.slope_through(lowest).unwrap_or(per_byte)) } else { (fixed, per_byte) };
+                (self.model.dispatch_ns, self.model.byte_ps) = (clamp(fixed), clamp(per_byte * 1_000.0));
             }
             self.model.seek_ns = clamp(seek);
         }
         self.model.parallelism = self.parallelism_estimate();
     }
 
-    /// The seek cost: in each length class that holds both kinds, how much
+    /// The seek cost: in each length class whose two edges are settled, how much
     /// the seeking dispatches' edge lies above the continuing ones', less
     /// what their lengths differ by; weighted by the rarer kind's count,
     /// with the prior's seek cost as one more class. Only dispatches of

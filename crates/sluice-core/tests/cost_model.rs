@@ -1,6 +1,7 @@
 //! The device cost model (issue 11): the learner converges on synthetic
 //! devices, and aioli's holds and windows obey it.
 
+use sluice_core::cost::GENERIC;
 use sluice_core::{AppId, ClientId, CostLearner, Decision, DeviceCost, FileId, Limits, Observation, Op, PolicyConfig, Request, RequestId, Scheduler};
 
 /// A deterministic generator (xorshift), so the tests need no crate.
@@ -94,7 +95,7 @@ fn delays_that_do_not_grow_with_length_leave_the_fixed_cost_below_every_short_di
     // as short as the device makes them; and a first 128 KiB dispatch at
     // 2.8 ms (a cold start), seen twice. The line through those edges
     // crossed zero length at 270-610 us, five times what any 64 KiB
-    // dispatch took, and aioli then built aggregates of 2.5 MiB.
+    // dispatch took, and aioli then built aggregates of up to 2.7 MiB.
     let device = |len: u64| 50_000 + len * 65 / 100;
     let mut l = CostLearner::default();
     let mut rng = Rng(0x6a09_e667_f3bc_c909);
@@ -109,6 +110,25 @@ fn delays_that_do_not_grow_with_length_leave_the_fixed_cost_below_every_short_di
     let m = l.model();
     // The 64 KiB dispatches took 93-113 us.
     assert!(m.dispatch_ns <= device(65_536) + 20_000, "the fixed cost is above every 64 KiB dispatch: {m:?}");
+    assert!(m.dispatch_ns >= 30_000, "{m:?}");
+    assert!(m.seek_ns <= 50_000, "a seek cost where every dispatch waited as long: {m:?}");
+}
+
+#[test]
+fn a_class_seen_a_few_times_is_not_yet_an_edge() {
+    // Two cold starts alone: the model stays the prior.
+    let mut l = CostLearner::default();
+    for _ in 0..2 {
+        l.observe(Observation { len: 131_072, seek: false, depth: 1, latency_ns: 2_800_000 });
+    }
+    let m = l.model();
+    // The prior's own points, solved in floating point: within a unit.
+    assert!(m.dispatch_ns.abs_diff(GENERIC.dispatch_ns) <= 1 && m.byte_ps.abs_diff(GENERIC.byte_ps) <= 1 && m.seek_ns == 0, "{m:?}");
+    // Six more: settled, the model moves toward them.
+    for _ in 0..6 {
+        l.observe(Observation { len: 131_072, seek: false, depth: 1, latency_ns: 2_800_000 });
+    }
+    assert!(l.model().dispatch_ns > GENERIC.dispatch_ns, "{:?}", l.model());
 }
 
 #[test]

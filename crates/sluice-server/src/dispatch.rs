@@ -129,7 +129,10 @@ impl Dispatcher {
     /// its replies.
     pub fn done(&mut self, job: Job, now: u64) -> Vec<Delivery> {
         let id = job.dispatch.id;
-        let seek = self.learn(id, job.service_ns);
+        // A failed or short transfer (a read past the end of the file)
+        // says nothing of what the device charges for its length.
+        let whole = job.items.iter().all(|it| it.result == Ok(it.req.len));
+        let seek = self.learn(id, job.service_ns, whole);
         let d = &mut self.device;
         d.dispatches += 1;
         d.busy_ns += job.service_ns;
@@ -175,11 +178,14 @@ impl Dispatcher {
         replies
     }
 
-    /// Feed dispatch `id`'s service time to the learner; pass the model on
-    /// to the scheduler every `MODEL_EVERY` dispatches.
-    /// Whether it was a seek.
-    fn learn(&mut self, id: DispatchId, service_ns: u64) -> bool {
+    /// Feed dispatch `id`'s service time to the learner if it moved its
+    /// `whole` length; pass the model on to the scheduler every
+    /// `MODEL_EVERY` dispatches. Whether it was a seek.
+    fn learn(&mut self, id: DispatchId, service_ns: u64, whole: bool) -> bool {
         let Some((len, seek, depth)) = self.sent.remove(&id) else { return false };
+        if !whole {
+            return seek;
+        }
         self.learner.observe(Observation { len, seek, depth, latency_ns: service_ns });
         if self.learner.observed().is_multiple_of(MODEL_EVERY) {
             self.sched.set_device_cost(Some(self.learner.model()));

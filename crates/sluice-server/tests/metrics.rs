@@ -214,3 +214,22 @@ fn the_emulated_disk_starts_the_learner_from_its_own_figures() {
         assert!((seek_min..=seek_max).contains(&seek), "{device:?}: the model starts at {seek} s of seek");
     }
 }
+
+#[test]
+fn a_short_read_teaches_the_learner_nothing() {
+    // A read past the end of the file returns at once with nothing: were
+    // it a latency of its length, the learner's lower edges (which drop
+    // to any shorter latency) would take it for the device's cost.
+    let s = TestServer::start(|c| c.metrics = Some("127.0.0.1:0".into()));
+    std::fs::write(s.root.path().join("f"), pattern(4096, 1)).unwrap();
+    let c = client(&s, "one");
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for _ in 0..4 {
+        assert_eq!(c.pread(fd, &mut buf, 1 << 20).unwrap(), 0);
+    }
+    assert_eq!(c.pread(fd, &mut buf, 2048).unwrap(), 2048, "a read that ends at the end of the file is short too");
+    assert_eq!(value(&scrape(&s), "sluice_device_model_seek_seconds", &[]), None, "the model is shown once a dispatch was observed");
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 4096);
+    assert!(value(&scrape(&s), "sluice_device_model_seek_seconds", &[]).is_some(), "a whole read is observed");
+}
