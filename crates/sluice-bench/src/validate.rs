@@ -13,7 +13,8 @@
 //! - the device: the emulated 7200 rpm disk (the same model the server
 //!   emulates), or for the real disk the model `sluice calibrate`
 //!   measured, with its access and seek costs divided by the throughput
-//!   gain it measured from one to P in flight (the twin's device has one
+//!   gain it measured from one to P in flight, P the calibrated
+//!   parallelism but at most the real server's queue depth, 8 (the twin's device has one
 //!   channel, `channels = 1`, the real one serves several: this keeps the
 //!   throughput, not the latency);
 //! - the scheduler: weighing with the cost model the real run's server
@@ -152,6 +153,23 @@ pub struct Report {
     pub rows: Vec<Row>,
 }
 
+/// Dispatches the real run's server keeps in flight at most: its queue
+/// depth (`sluice serve --queue-depth`; 1 on the emulated disk).
+fn queue_depth(w: &Workload) -> u32 {
+    match w.device {
+        DeviceKind::Hdd7200 => 1,
+        DeviceKind::Real => sluice_server::QUEUE_DEPTH_DEFAULT,
+    }
+}
+
+/// The depth the twin's device is credited with: the calibrated
+/// parallelism, but no more than the real server ever had in flight (a
+/// device that gains up to 32 in flight serves a server that keeps 8 at
+/// 8's throughput).
+fn twin_depth(w: &Workload, m: &ModelFile) -> u32 {
+    m.parallelism.clamp(1, queue_depth(w))
+}
+
 /// The simulated twin of `w` (see the module documentation).
 pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scenario, String> {
     let procs: u64 = w.scenario.apps.iter().map(|a| u64::from(a.procs)).sum();
@@ -160,7 +178,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         DeviceKind::Hdd7200 => ("hdd7200".to_string(), None),
         DeviceKind::Real => {
             let m = model.ok_or_else(|| format!("{}: the real disk needs its calibrated model (sluice calibrate --direct)", w.name))?;
-            let gain = m.gain_at(m.parallelism);
+            let gain = m.gain_at(twin_depth(w, m));
             let per = |ns: u64| (ns as f64 / gain).round() as u64;
             (
                 "profile".to_string(),
@@ -226,7 +244,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             device: w.device,
             root: cfg.root.join(w.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
             server: None,
-            queue_depth: (w.device == DeviceKind::Hdd7200).then_some(1),
+            queue_depth: Some(queue_depth(w)),
             uring: true,
             alone: false,
             seed: cfg.seed,
@@ -249,13 +267,13 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         // a device that serves 32 at once may serve them only five times
         // as fast as one).
         let gain = match w.device {
-            DeviceKind::Real => cfg.model.as_ref().map_or(1.0, |m| m.gain_at(m.parallelism)),
+            DeviceKind::Real => cfg.model.as_ref().map_or(1.0, |m| m.gain_at(twin_depth(w, m))),
             DeviceKind::Hdd7200 => 1.0,
         };
         // The real device's busy time sums overlapping dispatches; the
         // twin's device serves one at a time with the throughput of P.
         let parallel = match w.device {
-            DeviceKind::Real => f64::from(cfg.model.as_ref().map_or(1, |m| m.parallelism.max(1))),
+            DeviceKind::Real => f64::from(cfg.model.as_ref().map_or(1, |m| twin_depth(w, m))),
             DeviceKind::Hdd7200 => 1.0,
         };
         let requests = requests_of(&w.scenario);
@@ -500,6 +518,11 @@ mod tests {
         let model = ModelFile { measured: Some(measured), ..model };
         let p = twin(&direct, Some(&model)).unwrap().server.profile.unwrap();
         assert_eq!((p.access_ns, p.seek_ns, p.bytes_per_s), (20_000, 2_500, 1_250_000_000));
+        // A device calibrated to gain up to 16 in flight serves the real
+        // server, which keeps at most its queue depth (8), at 8's gain.
+        let deep = ModelFile { parallelism: 16, ..model.clone() };
+        assert_eq!(twin(&direct, Some(&deep)).unwrap().server.profile.unwrap().access_ns, 20_000);
+        assert_eq!(twin_depth(&direct, &deep), sluice_server::QUEUE_DEPTH_DEFAULT);
         // A gain under 1 (a device slower in parallel) counts as 1.
         let mut slower = model.clone();
         slower.measured.as_mut().unwrap().depth = vec![cell(1, 10_000.0), cell(8, 5_000.0)];
