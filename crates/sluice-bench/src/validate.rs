@@ -151,6 +151,10 @@ pub struct Row {
 pub struct Report {
     pub target: f64,
     pub rows: Vec<Row>,
+    /// The real disk's model the twins used (its calibration moves them
+    /// most), and the throughput gain they were credited with.
+    pub device_model: Option<crate::workload::report::DeviceModel>,
+    pub device_gain: Option<f64>,
 }
 
 /// Dispatches the real run's server keeps in flight at most: its queue
@@ -327,7 +331,9 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             rows.push(row);
         }
     }
-    Ok(Report { target: TARGET, rows })
+    let real = cfg.workloads.iter().find(|w| w.device == DeviceKind::Real);
+    let device_gain = real.zip(cfg.model.as_ref()).map(|(w, m)| m.gain_at(twin_depth(w, m)));
+    Ok(Report { target: TARGET, rows, device_model: cfg.model.as_ref().map(|m| m.cost().into()), device_gain })
 }
 
 /// Make the twin of `run`: its processes start when the real ones did
@@ -486,6 +492,9 @@ pub fn table(r: &Report) -> String {
             free * 100.0
         );
     }
+    if let (Some(m), Some(g)) = (r.device_model, r.device_gain) {
+        out += &format!("the real disk's model: {m}; the twin's disk serves at {g:.2}x one in flight\n");
+    }
     out
 }
 
@@ -568,6 +577,15 @@ mod tests {
         assert!(sc.apps[1].start_offsets_ns.is_empty());
         assert_eq!(sc.server.scheduler_model, Some(sluice_sim::SchedulerModel { dispatch_ns: 20_000, byte_ps: 10_000, seek_ns: 3_000_000, parallelism: None }));
         sc.validate().unwrap();
+    }
+
+    #[test]
+    fn the_table_names_the_disk_model_the_twins_used() {
+        let model = crate::workload::report::DeviceModel { dispatch_ns: 47_000, byte_ps: 680, seek_ns: 0, parallelism: 32 };
+        let with = table(&Report { target: TARGET, rows: Vec::new(), device_model: Some(model), device_gain: Some(2.87) });
+        assert!(with.contains("the real disk's model: 47.0 us per dispatch") && with.contains("2.87x"), "{with}");
+        let without = table(&Report { target: TARGET, rows: Vec::new(), device_model: None, device_gain: None });
+        assert!(!without.contains("model"), "{without}");
     }
 
     #[test]
