@@ -169,7 +169,7 @@ fn queue_depth(w: &Workload) -> u32 {
 /// The depth the twin's device is credited with: the calibrated
 /// parallelism, but no more than the real server ever had in flight (a
 /// device that gains up to 32 in flight serves a server that keeps 8 at
-/// 8's throughput).
+/// 8's throughput; the emulated disk, 1).
 fn twin_depth(w: &Workload, m: &ModelFile) -> u32 {
     m.parallelism.clamp(1, queue_depth(w))
 }
@@ -269,17 +269,11 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
         // The twin's device and scheduler costs are the real ones over
         // the throughput gain from one to P in flight (`ModelFile::gain_at`:
         // a device that serves 32 at once may serve them only five times
-        // as fast as one).
-        let gain = match w.device {
-            DeviceKind::Real => cfg.model.as_ref().map_or(1.0, |m| m.gain_at(twin_depth(w, m))),
-            DeviceKind::Hdd7200 => 1.0,
-        };
+        // as fast as one; on the emulated disk, depth 1: no gain).
+        let gain = cfg.model.as_ref().map_or(1.0, |m| m.gain_at(twin_depth(w, m)));
         // The real device's busy time sums overlapping dispatches; the
         // twin's device serves one at a time with the throughput of P.
-        let parallel = match w.device {
-            DeviceKind::Real => f64::from(cfg.model.as_ref().map_or(1, |m| twin_depth(w, m))),
-            DeviceKind::Hdd7200 => 1.0,
-        };
+        let parallel = f64::from(cfg.model.as_ref().map_or(1, |m| twin_depth(w, m)));
         let requests = requests_of(&w.scenario);
         for (i, policy) in cfg.policies.iter().enumerate() {
             let real_runs: Vec<_> = real.iter().map(|r| &r.runs[i]).collect();
