@@ -98,6 +98,10 @@ const FDS_PER_RECEIVE_MAX: usize = 4;
 const SLEPT_MIN: Duration = Duration::from_micros(5);
 /// After a wait this long the next receive sleeps in `poll` (`Rx::recv`).
 const POLL_AFTER_WAIT: Duration = Duration::from_micros(100);
+/// A thread asleep on a post record wakes this often to look at the
+/// socket for a server gone (`Conn::wait_posted`): how late a dead
+/// server is noticed.
+const POST_CHECK: Duration = Duration::from_millis(50);
 /// Descriptors received and not yet claimed by their lease reply. A
 /// server that sends more is broken: the connection is dropped.
 const LENT_PENDING_MAX: usize = 64;
@@ -231,6 +235,9 @@ pub(crate) struct Conn {
     read: Mutex<ReadSide>,
     id_next: AtomicU64,
     patience: std::sync::Arc<Patience>,
+    /// The socket, on a Unix connection: looked at (never read) by a
+    /// thread waiting on a post record, to notice the server gone.
+    unix_fd: Option<RawFd>,
 }
 
 /// Open a socket to `addr` (`unix:PATH` or `tcp:HOST:PORT`).
@@ -251,12 +258,17 @@ impl Conn {
         let _ = s.set_write_timeout(Some(patience.timeout));
         let _ = r.set_read_timeout(Some(patience.timeout));
         let timeout_ms = patience.timeout.as_millis().clamp(1, libc::c_int::MAX as u128) as libc::c_int;
+        let unix_fd = match &s {
+            Stream::Unix(u) => Some(u.as_raw_fd()),
+            Stream::Tcp(_) => None,
+        };
         Ok(Conn {
             addr: addr.to_string(),
             output: Mutex::new(s),
             read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }), stash: HashMap::new(), broken: None }),
             id_next: AtomicU64::new(1),
             patience,
+            unix_fd,
         })
     }
 
@@ -354,15 +366,77 @@ impl Conn {
         }
     }
 
+    /// Wait for the answer to `id`, a request that named post record
+    /// `post`: a `Count` there, or (the record says so) a frame on the
+    /// socket. Sleeps on the record's futex word in slices of
+    /// `POST_CHECK`, looking between them at the socket for a server gone
+    /// (the server answers every such request in its record, or closes
+    /// the connection) and at the patience, as `wait` does.
+    pub(crate) fn wait_posted(&self, id: u64, post: &crate::shm::Post<'_>) -> Result<Reply> {
+        use sluice_proto::post::{POST_COUNTED, POST_ON_SOCKET, POST_PENDING, POST_SLEEPING};
+        let mut since = Instant::now();
+        loop {
+            match post.state.load(Ordering::Acquire) {
+                POST_COUNTED => {
+                    self.patience.answered(&self.addr);
+                    let (rid, n) = (post.id.load(Ordering::Relaxed), post.count.load(Ordering::Relaxed));
+                    if rid != id {
+                        return Err(self.lost(&format!("post record answered request {rid}, not {id}")));
+                    }
+                    return Ok(Reply::Count(n));
+                }
+                POST_ON_SOCKET => return self.wait(id, None),
+                POST_PENDING => {
+                    let _ = post.state.compare_exchange(POST_PENDING, POST_SLEEPING, Ordering::AcqRel, Ordering::Acquire);
+                }
+                _ => {
+                    let slice = POST_CHECK.min(self.patience.timeout);
+                    let ts = libc::timespec { tv_sec: slice.as_secs() as libc::time_t, tv_nsec: slice.subsec_nanos() as libc::c_long };
+                    // SAFETY: FUTEX_WAIT on a live, aligned word of the
+                    // shared region (not PRIVATE: the waker is the server
+                    // process), with a live timeout.
+                    let r =
+                        unsafe { libc::syscall(libc::SYS_futex, post.state.as_ptr(), libc::FUTEX_WAIT, POST_SLEEPING, &ts as *const libc::timespec, std::ptr::null::<u32>(), 0) };
+                    if r == 0 || post.state.load(Ordering::Acquire) != POST_SLEEPING {
+                        continue;
+                    }
+                    if let Some(why) = self.gone() {
+                        let why = lock(&self.read).broken.get_or_insert(why).clone();
+                        return Err(self.lost(&why));
+                    }
+                    if since.elapsed() >= self.patience.timeout {
+                        self.out_of_patience(&mut lock(&self.read))?;
+                        since = Instant::now();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Why the connection is gone, if it is: another thread found it
+    /// broken, or the server closed or reset it.
+    fn gone(&self) -> Option<String> {
+        if let Ok(g) = self.read.try_lock() {
+            if let Some(why) = &g.broken {
+                return Some(why.clone());
+            }
+        }
+        let fd = self.unix_fd?;
+        let mut pfd = libc::pollfd { fd, events: libc::POLLRDHUP, revents: 0 };
+        // SAFETY: one live pollfd; the descriptor lives as long as `self`.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        (n > 0 && pfd.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0).then(|| "server closed the connection".to_string())
+    }
+
     /// Ask for a shared-memory region (right after the handshake, with
     /// nothing else in flight): the answer's descriptor is the one `Rx`
     /// queued with it, the only one queued then. `None` when the server
     /// refused (the socket path stays).
-    pub(crate) fn attach_shm(&self, bytes: u64) -> Result<Option<crate::shm::Region>> {
+    pub(crate) fn attach_shm(&self, bytes: u64, posts: bool) -> Result<Option<crate::shm::Region>> {
         match self.call(&Request::ShmAttach { bytes }) {
             Ok(Reply::Count(granted)) => {
                 let fd = lock(&self.read).input.get_mut().lent.pop_front().ok_or_else(|| self.lost("shared-memory answer without its descriptor"))?;
-                Ok(crate::shm::Region::map(&fd, granted).ok())
+                Ok(crate::shm::Region::map(&fd, granted, posts).ok())
             }
             Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. }) => Ok(None),
             Err(e) => Err(e),

@@ -176,6 +176,9 @@ pub struct ConnectOptions {
     /// Ask for cache leases on reads of read-only handles (needs `shm`):
     /// default on, off when `SLUICE_LEASES=0`.
     pub leases: bool,
+    /// Have the shared region's requests answered in its post records
+    /// (needs `shm`; `shm.rs`): default on, off when `SLUICE_POST=0`.
+    pub post: bool,
 }
 
 impl Default for ConnectOptions {
@@ -192,6 +195,7 @@ impl Default for ConnectOptions {
             timeout: Duration::from_secs(timeout_s),
             shm: std::env::var(shm::SHM_ENV).map_or(true, |v| v != "0"),
             leases: std::env::var(LEASES_ENV).map_or(true, |v| v != "0"),
+            post: std::env::var(shm::POST_ENV).map_or(true, |v| v != "0"),
         }
     }
 }
@@ -297,7 +301,7 @@ fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen
         }
         r => return Err(unexpected("hello", &r)),
     };
-    let shm = if opts.shm && addr.starts_with("unix:") { conn.attach_shm(shm::REGION_BYTES)?.map(Arc::new) } else { None };
+    let shm = if opts.shm && addr.starts_with("unix:") { conn.attach_shm(shm::REGION_BYTES, opts.post)?.map(Arc::new) } else { None };
     Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize, shm })
 }
 
@@ -736,8 +740,8 @@ impl Client {
             }
             let slot = s.shm.as_ref().and_then(|r| r.take(len));
             let req = match &slot {
-                Some(sl) if lease_ok => Request::ReadLease { fd: server, offset, len: len as u32, at: sl.at() },
-                Some(sl) => Request::ReadShm { fd: server, offset, len: len as u32, at: sl.at() },
+                Some(sl) if lease_ok => Request::ReadLease { fd: server, offset, len: len as u32, at: sl.at(), post: sl.arm() },
+                Some(sl) => Request::ReadShm { fd: server, offset, len: len as u32, at: sl.at(), post: sl.arm() },
                 None => Request::Read { fd: server, offset, len: len as u32 },
             };
             self.note_send();
@@ -808,7 +812,10 @@ impl Client {
             return local_pread(&file, &mut buf[..want], offset);
         }
         let slot = t.slot.take();
-        let r = t.session.conn.wait(t.id, if slot.is_some() { None } else { Some(&mut *buf) });
+        let r = match slot.as_ref().and_then(|sl| sl.post()) {
+            Some(post) => t.session.conn.wait_posted(t.id, &post),
+            None => t.session.conn.wait(t.id, if slot.is_some() { None } else { Some(&mut *buf) }),
+        };
         // Answered (data or error): the slot is done with; the server
         // wrote the data into it before answering.
         let r = match (slot, r) {
@@ -869,11 +876,11 @@ impl Client {
             let req = match &slot {
                 Some(sl) => {
                     sl.fill(data);
-                    let (len, at) = (data.len() as u32, sl.at());
+                    let (len, at, post) = (data.len() as u32, sl.at(), sl.arm());
                     if lease_ok {
-                        Request::WriteLease { fd: server, offset, len, at }
+                        Request::WriteLease { fd: server, offset, len, at, post }
                     } else {
-                        Request::WriteShm { fd: server, offset, len, at }
+                        Request::WriteShm { fd: server, offset, len, at, post }
                     }
                 }
                 None => Request::Write { fd: server, offset, data },
@@ -894,7 +901,11 @@ impl Client {
         if let Some(n) = t.done {
             return Ok(n);
         }
-        let r = match (t.session.conn.wait(t.id, None), t.write) {
+        let answer = match t.slot.as_ref().and_then(|sl| sl.post()) {
+            Some(post) => t.session.conn.wait_posted(t.id, &post),
+            None => t.session.conn.wait(t.id, None),
+        };
+        let r = match (answer, t.write) {
             (Ok(Reply::Lease(start, len, valid, lent)), Some((fd, offset, n))) => {
                 let sl = t.slot.take().expect("a write that asks for a lease has its data in a slot");
                 let done = match self.keep_lease(fd, t.session.gen, start, len, valid, lent) {

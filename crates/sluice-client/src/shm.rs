@@ -9,17 +9,24 @@
 //! copies in, the server's `pwritev` takes it from there). Anything else
 //! keeps the socket path.
 //!
+//! The region's last `POST_AREA_BYTES` hold post records, one a slot
+//! (`sluice_proto::post`): the server answers a slot's `Count` there and
+//! wakes the client with a futex, instead of sending a frame. The client
+//! sleeps in one `futex` call where it would `poll` and `recvmsg` (and the
+//! server saves its `sendmsg`): `Conn::wait_posted`. `SLUICE_POST=0`
+//! keeps the answers on the socket.
+//!
 //! A slot is free again once its request was answered. A request whose
 //! ticket is dropped unanswered keeps its slot for the session's life: the
 //! server may still write into it.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Bytes the client asks for: sixteen 1 MiB slots.
-pub const REGION_BYTES: u64 = 16 << 20;
+/// Bytes the client asks for: sixteen 1 MiB slots and the post area.
+pub const REGION_BYTES: u64 = (16 << 20) + sluice_proto::POST_AREA_BYTES;
 /// Bytes of one slot.
 pub const SLOT_BYTES: usize = 1 << 20;
 /// Writes smaller than this go through the socket (one system call with
@@ -27,6 +34,9 @@ pub const SLOT_BYTES: usize = 1 << 20;
 pub const WRITE_MIN_BYTES: usize = 16 << 10;
 /// Environment variable: `0` keeps every request on the socket.
 pub const SHM_ENV: &str = "SLUICE_SHM";
+/// Environment variable: `0` has the region's requests answered on the
+/// socket, not in post records.
+pub const POST_ENV: &str = "SLUICE_POST";
 
 /// A mapped region and which of its slots are taken (one bit each; at
 /// most 64 slots).
@@ -35,6 +45,8 @@ pub(crate) struct Region {
     len: usize,
     slots: u32,
     taken: AtomicU64,
+    /// Answers come in post records (the last `POST_AREA_BYTES`).
+    posts: bool,
 }
 
 // SAFETY: the mapping lives until `Drop`; slots are handed out exclusively
@@ -51,16 +63,22 @@ pub(crate) struct Slot {
 }
 
 impl Region {
-    /// Map `len` bytes of the memfd the server sent.
-    pub fn map(fd: &OwnedFd, len: u64) -> io::Result<Region> {
+    /// Map `len` bytes of the memfd the server sent; with `posts`, its
+    /// end holds post records (when there is room for a slot besides).
+    pub fn map(fd: &OwnedFd, len: u64, posts: bool) -> io::Result<Region> {
         let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: a fresh shared mapping of the descriptor's first len bytes.
         let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
-        let slots = (len / SLOT_BYTES).min(64) as u32;
-        Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0) })
+        let area = sluice_proto::POST_AREA_BYTES as usize;
+        let posts = posts && len >= area + SLOT_BYTES;
+        let data = if posts { len - area } else { len };
+        // At most 64 slots (one bit each), so a slot's index names its
+        // post record (`POSTS_MAX` of them).
+        let slots = (data / SLOT_BYTES).min(64).min(sluice_proto::POSTS_MAX as usize) as u32;
+        Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0), posts })
     }
 
     /// A free slot for `len` bytes, if one fits and is free.
@@ -87,7 +105,44 @@ impl Region {
     }
 }
 
+/// A slot's post record: the futex word and the answer.
+pub(crate) struct Post<'a> {
+    pub state: &'a AtomicU32,
+    pub id: &'a AtomicU64,
+    pub count: &'a AtomicU64,
+}
+
 impl Slot {
+    /// Ready the slot's post record for the answer of a request about to
+    /// be sent: the `post` that request names (`NO_POST` without posts).
+    pub fn arm(&self) -> u32 {
+        match self.post() {
+            Some(p) => {
+                p.state.store(sluice_proto::post::POST_PENDING, Ordering::Release);
+                self.index
+            }
+            None => sluice_proto::NO_POST,
+        }
+    }
+
+    /// The slot's post record, if the region has them.
+    pub fn post(&self) -> Option<Post<'_>> {
+        use sluice_proto::post::{COUNT, ID, STATE};
+        if !self.region.posts {
+            return None;
+        }
+        let at = self.region.len - sluice_proto::POST_AREA_BYTES as usize + self.index as usize * sluice_proto::POST_RECORD_BYTES as usize;
+        // SAFETY: the record lies inside the mapping (`map` left the post
+        // area past the slots, and `index` < `POSTS_MAX`), is 64-byte
+        // aligned in a page-aligned mapping, lives as long as the region
+        // this slot holds, and is only accessed atomically (here and by
+        // the server).
+        unsafe {
+            let p = self.region.ptr.add(at);
+            Some(Post { state: AtomicU32::from_ptr(p.add(STATE).cast()), id: AtomicU64::from_ptr(p.add(ID).cast()), count: AtomicU64::from_ptr(p.add(COUNT).cast()) })
+        }
+    }
+
     /// Where the slot starts in the region.
     pub fn at(&self) -> u64 {
         u64::from(self.index) * SLOT_BYTES as u64

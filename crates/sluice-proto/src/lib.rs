@@ -48,7 +48,9 @@ pub use msg::{
 /// 4: cache leases (`ReadLease`, `Lease`); `AppStats::bytes_leased`.
 /// 5: server-directed collectives (`ReadListGroup`, `WriteListGroup`).
 /// 6: write leases (`WriteLease`).
-pub const VERSION: u16 = 6;
+/// 7: posted answers (`post` on `ReadShm`, `WriteShm`, `ReadLease`,
+///    `WriteLease`; the records of [`post`]).
+pub const VERSION: u16 = 7;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -60,6 +62,42 @@ pub const IO_BYTES_MAX: u32 = 64 << 20;
 /// smaller bound is configured: one full I/O payload plus 64 KiB for the
 /// fixed fields and a list of pieces.
 pub const FRAME_BYTES_MAX: u32 = IO_BYTES_MAX + (64 << 10);
+/// `post` of a shared-memory request answered on the socket.
+pub const NO_POST: u32 = u32::MAX;
+/// Bytes at the end of a shared-memory region that hold its post records
+/// (one page), and of one record (a cache line, so that two clients'
+/// threads waiting on neighbouring records do not share one).
+pub const POST_AREA_BYTES: u64 = 4096;
+pub const POST_RECORD_BYTES: u64 = 64;
+/// Records in the post area: a request's `post` is below this.
+pub const POSTS_MAX: u32 = (POST_AREA_BYTES / POST_RECORD_BYTES) as u32;
+
+/// The post records: where the server answers a shared-memory request that
+/// named it (`post`), instead of sending a `Count` on the socket. It lies
+/// at `region_len - POST_AREA_BYTES + post * POST_RECORD_BYTES`.
+///
+/// | offset | field | |
+/// |---|---|---|
+/// | 0 | `state`, u32 | a futex word: one of the `POST_*` states |
+/// | 8 | `id`, u64 | the request id answered |
+/// | 16 | `count`, u64 | bytes read or written (`POST_COUNTED`) |
+///
+/// The client sets `POST_PENDING` before sending and `POST_SLEEPING`
+/// before it sleeps on the word (`FUTEX_WAIT`); the server writes `id`
+/// and `count`, then swaps in `POST_COUNTED` (or `POST_ON_SOCKET`: the
+/// answer, an error or a lease, comes on the socket as before) and wakes
+/// the word only if it found `POST_SLEEPING`. The server never reads the
+/// record otherwise: a client that scribbles on it spoils only its own
+/// answers.
+pub mod post {
+    pub const STATE: usize = 0;
+    pub const ID: usize = 8;
+    pub const COUNT: usize = 16;
+    pub const POST_PENDING: u32 = 0;
+    pub const POST_SLEEPING: u32 = 1;
+    pub const POST_COUNTED: u32 = 2;
+    pub const POST_ON_SOCKET: u32 = 3;
+}
 /// Longest relative path, in bytes: Linux's PATH_MAX.
 pub const PATH_BYTES_MAX: usize = 4096;
 /// Bytes of a challenge nonce, of the shared key, and of an `Auth` MAC

@@ -7,7 +7,7 @@ use crate::frame::{encode_header, Header, Opcode};
 use crate::wire::{put_checked, put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
 use crate::{
     APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, GROUP_PARTICIPANTS_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC,
-    MESSAGE_BYTES_MAX, PATH_BYTES_MAX, STATS_APPS_MAX, VERSION,
+    MESSAGE_BYTES_MAX, NO_POST, PATH_BYTES_MAX, POSTS_MAX, STATS_APPS_MAX, VERSION,
 };
 
 /// A caller's identity: user, group and supplementary groups, as the
@@ -146,12 +146,16 @@ pub enum Request<'a> {
         bytes: u64,
     },
     /// Read `len` bytes at `offset` into the region at `at`; answered
-    /// `Count` (bytes read), the data only in the region.
+    /// `Count` (bytes read), the data only in the region: on the socket,
+    /// or in the region's post record `post` (`crate::post`), unless the
+    /// answer is an error.
     ReadShm {
         fd: u64,
         offset: u64,
         len: u32,
         at: u64,
+        /// The post record to answer in, or `NO_POST` (the socket).
+        post: u32,
     },
     /// Write the region's `len` bytes at `at` to `offset`; answered `Count`.
     WriteShm {
@@ -159,6 +163,8 @@ pub enum Request<'a> {
         offset: u64,
         len: u32,
         at: u64,
+        /// The post record to answer in, or `NO_POST` (the socket).
+        post: u32,
     },
     /// As `ReadShm`, but the server may answer `Lease` instead of reading:
     /// the range is in the page cache and the client reads it itself.
@@ -167,6 +173,8 @@ pub enum Request<'a> {
         offset: u64,
         len: u32,
         at: u64,
+        /// The post record to answer in, or `NO_POST` (the socket).
+        post: u32,
     },
     /// As `WriteShm`, but the server may answer `Lease` instead of
     /// writing: the client writes the range itself (buffered, so nothing
@@ -176,6 +184,8 @@ pub enum Request<'a> {
         offset: u64,
         len: u32,
         at: u64,
+        /// The post record to answer in, or `NO_POST` (the socket).
+        post: u32,
     },
 }
 
@@ -391,17 +401,20 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Auth => Request::Auth { mac: r.array("mac")? },
         Opcode::ShmAttach => Request::ShmAttach { bytes: r.u64("bytes")? },
         Opcode::ReadShm | Opcode::WriteShm | Opcode::ReadLease | Opcode::WriteLease => {
-            let (fd, offset, len, at) = (r.u64("fd")?, r.u64("offset")?, r.u32("len")?, r.u64("at")?);
+            let (fd, offset, len, at, post) = (r.u64("fd")?, r.u64("offset")?, r.u32("len")?, r.u64("at")?, r.u32("post")?);
             if len > IO_BYTES_MAX {
                 return Err(too_large("shared-memory transfer length", u64::from(len), u64::from(IO_BYTES_MAX)));
             }
             offset.checked_add(u64::from(len)).ok_or_else(|| invalid("offset + length overflows"))?;
             at.checked_add(u64::from(len)).ok_or_else(|| invalid("region offset + length overflows"))?;
+            if post != NO_POST && post >= POSTS_MAX {
+                return Err(invalid(&format!("post record {post} past the region's {POSTS_MAX}")));
+            }
             match h.opcode {
-                Opcode::ReadShm => Request::ReadShm { fd, offset, len, at },
-                Opcode::WriteShm => Request::WriteShm { fd, offset, len, at },
-                Opcode::WriteLease => Request::WriteLease { fd, offset, len, at },
-                _ => Request::ReadLease { fd, offset, len, at },
+                Opcode::ReadShm => Request::ReadShm { fd, offset, len, at, post },
+                Opcode::WriteShm => Request::WriteShm { fd, offset, len, at, post },
+                Opcode::WriteLease => Request::WriteLease { fd, offset, len, at, post },
+                _ => Request::ReadLease { fd, offset, len, at, post },
             }
         }
         other => return Err(ProtoError::new(ProtoErrorKind::UnknownOpcode, format!("{other:?} is not a request"))),
@@ -501,11 +514,15 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize
             (Opcode::Auth, 0)
         }
         Request::ShmAttach { bytes } => fd_only(Opcode::ShmAttach, bytes, out),
-        Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } | Request::ReadLease { fd, offset, len, at } | Request::WriteLease { fd, offset, len, at } => {
+        Request::ReadShm { fd, offset, len, at, post }
+        | Request::WriteShm { fd, offset, len, at, post }
+        | Request::ReadLease { fd, offset, len, at, post }
+        | Request::WriteLease { fd, offset, len, at, post } => {
             put_u64(out, fd);
             put_u64(out, offset);
             put_u32(out, len);
             put_u64(out, at);
+            put_u32(out, post);
             let op = match req {
                 Request::ReadShm { .. } => Opcode::ReadShm,
                 Request::WriteShm { .. } => Opcode::WriteShm,

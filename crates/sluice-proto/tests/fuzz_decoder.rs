@@ -31,6 +31,15 @@ fn request() -> impl Strategy<Value = Parts> {
     (0u8..27, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
+/// A valid post: the socket, or one of the records.
+fn post(a: u64) -> u32 {
+    if a.is_multiple_of(3) {
+        NO_POST
+    } else {
+        (a % u64::from(POSTS_MAX)) as u32
+    }
+}
+
 fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], data: &'a [u8]) -> Request<'a> {
     let fd = a;
     match k {
@@ -44,10 +53,10 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         }),
         19 => Request::Auth { mac: [a as u8; AUTH_BYTES] },
         20 => Request::ShmAttach { bytes: a },
-        21 => Request::ReadShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
-        22 => Request::WriteShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
-        23 => Request::ReadLease { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
-        26 => Request::WriteLease { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2 },
+        21 => Request::ReadShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2, post: post(a) },
+        22 => Request::WriteShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2, post: post(a) },
+        23 => Request::ReadLease { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2, post: post(a) },
+        26 => Request::WriteLease { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2, post: post(a) },
         1 => Request::Open { path: p, flags: b as i32, mode: a as u32 },
         2 => Request::Close { fd },
         3 => Request::Read { fd, offset: b, len: (a % u64::from(IO_BYTES_MAX)) as u32 },
@@ -144,6 +153,20 @@ fn list_pieces_max_is_accepted_at_n_and_refused_at_n_plus_1() {
         encode_request(1, &Request::ReadList { fd: 1, pieces: vec![(0, 1); n], group: None }, &mut wire).unwrap();
         let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
         assert_eq!(parse_request(&h, &wire[HEADER_BYTES..]).is_ok(), ok, "{n} pieces");
+    }
+}
+
+#[test]
+fn a_post_record_past_the_area_is_refused() {
+    // The last record is `POSTS_MAX - 1`; `NO_POST` is the socket.
+    for (post, ok) in [(POSTS_MAX - 1, true), (POSTS_MAX, false), (NO_POST - 1, false), (NO_POST, true)] {
+        let mut wire = Vec::new();
+        encode_request(1, &Request::ReadShm { fd: 1, offset: 0, len: 4096, at: 0, post }, &mut wire).unwrap();
+        let h = check_header(&wire, FRAME_BYTES_MAX).unwrap().unwrap();
+        match parse_request(&h, &wire[HEADER_BYTES..]) {
+            Ok(r) => assert!(ok && matches!(r, Request::ReadShm { post: p, .. } if p == post), "post {post}"),
+            Err(e) => assert!(!ok && e.kind == ProtoErrorKind::Invalid && e.to_string().contains("post record"), "post {post}: {e}"),
+        }
     }
 }
 

@@ -92,8 +92,10 @@ pub struct ServerLimits {
     /// keep a fast reader's pipe full.
     pub reply_bytes_max: u64,
     /// Bytes of one connection's shared-memory data region (`ShmAttach`;
-    /// a larger request is granted this much). 16 MiB: sixteen 1 MiB
-    /// requests in flight. Memory is charged as the region is touched.
+    /// a larger request is granted this much). 16 MiB and a page: sixteen
+    /// 1 MiB requests in flight and their post records
+    /// (`sluice_proto::POST_AREA_BYTES`). Memory is charged as the region
+    /// is touched.
     pub shm_bytes_max: u64,
     /// Bytes of all shared-memory regions together; past it `ShmAttach` is
     /// refused (ENOMEM) and the client keeps the socket path. 1 GiB.
@@ -156,7 +158,7 @@ impl Default for ServerLimits {
             frame_stall_ms: 10_000,
             partial_bytes_max: 512 << 20,
             reply_bytes_max: 128 << 20,
-            shm_bytes_max: 16 << 20,
+            shm_bytes_max: (16 << 20) + sluice_proto::POST_AREA_BYTES,
             shm_total_bytes_max: 1 << 30,
             lease_bytes_max: 32 << 20,
             lease_valid_us: 10_000,

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{ClientId, Op, Request as CoreRequest, RequestId};
-use sluice_proto::{auth_verify, check_header, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
+use sluice_proto::{auth_verify, check_header, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, NO_POST, VERSION};
 
 use crate::collective::{Arrival, CollectiveLimits, Collectives, Joined};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
@@ -131,8 +131,9 @@ enum Place {
     Reply,
     /// A write: its frame body, from this offset.
     Body(Arc<Vec<u8>>, usize),
-    /// The connection's shared region, from this offset.
-    Shm(Arc<crate::shm::Shm>, u64),
+    /// The connection's shared region, from this offset; the post record
+    /// to answer in (`NO_POST`: the socket).
+    Shm(Arc<crate::shm::Shm>, u64, u32),
 }
 
 /// The loop's ends of the executor and the metadata pool.
@@ -163,6 +164,9 @@ pub(crate) struct EventLoop {
     dirty: Vec<u64>,
     /// Replies produced while their connection was out of the table.
     deferred: Vec<Delivery>,
+    /// Post records answered this turn whose clients sleep on them: woken
+    /// at the end of the turn, with the socket replies (`flush_dirty`).
+    wakes: Vec<(Arc<crate::shm::Shm>, u32)>,
     request_next: u64,
     /// Page-cache dispatches may run on this thread (`RWF_NOWAIT`).
     inline: bool,
@@ -237,6 +241,7 @@ impl EventLoop {
             scratch: vec![0u8; SCRATCH_BYTES],
             dirty: Vec::new(),
             deferred: Vec::new(),
+            wakes: Vec::new(),
             request_next: 0,
             inline,
             verified: crate::lease::Verified::new(crate::lease::VERIFIED_FILES_MAX),
@@ -483,6 +488,19 @@ impl EventLoop {
     }
 
     /// Write replies, fix epoll interest, drop finished connections.
+    /// A request that named post record `post` is answered on the
+    /// socket: say so in the record, so that its client reads the socket.
+    fn post_on_socket(&mut self, c: &Conn, post: u32, id: u64) {
+        if post == NO_POST {
+            return;
+        }
+        if let Some(shm) = c.shm.as_ref().filter(|s| s.posts()) {
+            if shm.post(post, id, None) {
+                self.wakes.push((Arc::clone(shm), post));
+            }
+        }
+    }
+
     fn flush_dirty(&mut self) {
         let now = Instant::now();
         for id in std::mem::take(&mut self.dirty) {
@@ -515,6 +533,9 @@ impl EventLoop {
                 }
                 self.put_back(c);
             }
+        }
+        for (shm, k) in self.wakes.drain(..) {
+            shm.wake(k);
         }
     }
 
@@ -888,8 +909,9 @@ impl EventLoop {
         /// What the frame asks for, once parsed.
         enum Kind {
             /// File handle, pieces, where a write's data starts in the
-            /// body, where the data is in the shared region, the group.
-            Io(u64, Vec<(u64, u64)>, Option<usize>, Option<u64>, Option<Group>),
+            /// body, where the data is in the shared region and the post
+            /// record to answer in, the group.
+            Io(u64, Vec<(u64, u64)>, Option<usize>, Option<(u64, u32)>, Option<Group>),
             Answered(Out),
             Attach(u64),
             Pool,
@@ -908,18 +930,22 @@ impl EventLoop {
                 Request::ReadList { fd, pieces, group } => Kind::Io(fd, pieces, None, None, group),
                 Request::Write { fd, offset, data } => Kind::Io(fd, vec![(offset, data.len() as u64)], Some(body.len() - data.len()), None, None),
                 Request::WriteList { fd, pieces, data, group } => Kind::Io(fd, pieces, Some(body.len() - data.len()), None, group),
-                Request::ReadShm { fd, offset, len, at } | Request::WriteShm { fd, offset, len, at } => Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None),
-                Request::ReadLease { fd, offset, len, at } => {
-                    if self.lease(c, id, fd, offset, len, Op::Read) {
-                        return Flow::Next;
-                    }
-                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
+                Request::ReadShm { fd, offset, len, at, post } | Request::WriteShm { fd, offset, len, at, post } => {
+                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some((at, post)), None)
                 }
-                Request::WriteLease { fd, offset, len, at } => {
-                    if self.lease(c, id, fd, offset, len, Op::Write) {
+                Request::ReadLease { fd, offset, len, at, post } => {
+                    if self.lease(c, id, fd, offset, len, Op::Read) {
+                        self.post_on_socket(c, post, id);
                         return Flow::Next;
                     }
-                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some(at), None)
+                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some((at, post)), None)
+                }
+                Request::WriteLease { fd, offset, len, at, post } => {
+                    if self.lease(c, id, fd, offset, len, Op::Write) {
+                        self.post_on_socket(c, post, id);
+                        return Flow::Next;
+                    }
+                    Kind::Io(fd, vec![(offset, u64::from(len))], None, Some((at, post)), None)
                 }
                 Request::ShmAttach { bytes } => Kind::Attach(bytes),
                 other if runs_inline(&other) => {
@@ -967,12 +993,19 @@ impl EventLoop {
             c.pause = Some(Pause::Bytes(reserve));
             return Flow::Paused;
         }
+        let post = shm_at.map_or(NO_POST, |(_, post)| post);
         let place = match shm_at {
-            Some(at) => match &c.shm {
-                Some(shm) if shm.holds(at, total) => Place::Shm(Arc::clone(shm), at),
+            Some((at, post)) => match &c.shm {
+                Some(shm) if post != NO_POST && !shm.posts() => {
+                    let msg = format!("post record {post} on a shared region of {} bytes, too small for a post area", shm.len());
+                    c.push(id, Out::Error(libc::EINVAL, msg), 0, &self.shared.reply_bytes);
+                    return Flow::Next;
+                }
+                Some(shm) if shm.holds(at, total) => Place::Shm(Arc::clone(shm), at, post),
                 Some(shm) => {
                     let msg = format!("region range {at}+{total} outside the shared region of {} bytes", shm.len());
                     c.push(id, Out::Error(libc::EINVAL, msg), 0, &self.shared.reply_bytes);
+                    self.post_on_socket(c, post, id);
                     return Flow::Next;
                 }
                 None => {
@@ -987,6 +1020,7 @@ impl EventLoop {
         };
         if let Err((errno, msg)) = self.admit(c, id, fd, op, list || group.is_some(), pieces, total, place, group) {
             c.push(id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
+            self.post_on_socket(c, post, id);
         }
         Flow::Next
     }
@@ -1023,6 +1057,10 @@ impl EventLoop {
             self.collectives.check((file.id, g.id), g, op, held_bytes, (self.ready.len(), self.ready_write_bytes))?;
         }
         let reserved = REPLY_FRAME_BYTES + if matches!(place, Place::Shm(..)) { 0 } else { total };
+        let post = match &place {
+            Place::Shm(shm, _, post) if *post != NO_POST => Some((Arc::clone(shm), *post)),
+            _ => None,
+        };
         c.take(reserved, &self.shared.reply_bytes);
         c.inflight += 1;
         let mut at = 0usize;
@@ -1040,7 +1078,7 @@ impl EventLoop {
             let inner = ListInner { remaining: live.len(), data: bytes, bytes: 0, error: None };
             // Shared-memory messages, like writes, answer with a count.
             let count = op == Op::Write || matches!(place, Place::Shm(..));
-            Arc::new(ListState { conn: c.id, wire_id, counts: count, reserved, inner: std::sync::Mutex::new(inner) })
+            Arc::new(ListState { conn: c.id, wire_id, counts: count, reserved, post: post.clone(), inner: std::sync::Mutex::new(inner) })
         });
         let empty = live.is_empty();
         if empty {
@@ -1056,12 +1094,12 @@ impl EventLoop {
             let req = CoreRequest { id, app, client, file: file.id, op, offset, len };
             let buf = match &place {
                 Place::Body(body, at) => Buf::Write(Arc::clone(body), at + pos, len as usize),
-                Place::Shm(shm, at) => Buf::Shm(Arc::clone(shm), *at as usize + pos, len as usize, op == Op::Write),
+                Place::Shm(shm, at, _) => Buf::Shm(Arc::clone(shm), *at as usize + pos, len as usize, op == Op::Write),
                 Place::Reply => Buf::Read(vec![0u8; len as usize]),
             };
             let reply = match &list {
                 Some(l) => Reply::Piece(Arc::clone(l), pos),
-                None => Reply::Single(c.id, wire_id, reserved),
+                None => Reply::Single(c.id, wire_id, reserved, post.clone()),
             };
             items.push(Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) });
         }
@@ -1207,7 +1245,24 @@ impl EventLoop {
     fn deliver(&mut self, d: Delivery) {
         let Some(c) = self.conns.get_mut(&d.conn) else { return };
         c.inflight -= 1;
-        c.push(d.wire_id, d.out, d.reserved, &self.shared.reply_bytes);
+        match (d.post, d.out) {
+            // Answered in the region: no frame. The connection is still
+            // marked dirty so that a pause on its reply bytes is lifted.
+            (Some((shm, k)), Out::Count(n)) if !c.broken => {
+                c.give(d.reserved, &self.shared.reply_bytes);
+                if shm.post(k, d.wire_id, Some(n)) {
+                    self.wakes.push((shm, k));
+                }
+            }
+            (post, out) => {
+                c.push(d.wire_id, out, d.reserved, &self.shared.reply_bytes);
+                if let Some((shm, k)) = post {
+                    if shm.post(k, d.wire_id, None) {
+                        self.wakes.push((shm, k));
+                    }
+                }
+            }
+        }
         if !c.dirty {
             c.dirty = true;
             self.dirty.push(d.conn);

@@ -57,6 +57,9 @@ pub struct Delivery {
     /// Bytes the message took from its connection's `reply_bytes_max` at
     /// admission.
     pub reserved: u64,
+    /// The region's post record the answer goes to when it is a `Count`
+    /// (`Shm::post`); otherwise the frame goes out and the record says so.
+    pub post: Option<(Arc<Shm>, u32)>,
 }
 
 /// A request's data.
@@ -98,6 +101,8 @@ pub struct ListState {
     pub counts: bool,
     /// Bytes taken at admission: the pieces' total and the reply frame.
     pub reserved: u64,
+    /// The post record to answer in (`Delivery::post`).
+    pub post: Option<(Arc<Shm>, u32)>,
     pub inner: Mutex<ListInner>,
 }
 
@@ -133,14 +138,15 @@ impl ListState {
             None if self.counts => Out::Count(g.bytes),
             None => Out::Data(std::mem::take(&mut g.data)),
         };
-        Delivery { conn: self.conn, wire_id: self.wire_id, out, reserved: self.reserved }
+        Delivery { conn: self.conn, wire_id: self.wire_id, out, reserved: self.reserved, post: self.post.clone() }
     }
 }
 
 /// How a request's outcome is answered.
 pub enum Reply {
-    /// The connection, the wire id, and the bytes taken at admission.
-    Single(u64, u64, u64),
+    /// The connection, the wire id, the bytes taken at admission, and the
+    /// post record to answer in.
+    Single(u64, u64, u64, Option<(Arc<Shm>, u32)>),
     Piece(Arc<ListState>, usize),
 }
 
@@ -170,13 +176,13 @@ impl Pending {
     /// Answer with an explicit outcome (used when admission failed).
     pub fn answer_with(self, result: Result<u64, (i32, String)>) -> Option<Delivery> {
         match self.reply {
-            Reply::Single(conn, wire_id, reserved) => {
+            Reply::Single(conn, wire_id, reserved, post) => {
                 let out = match (result, self.buf) {
                     (Err((errno, msg)), _) => Out::Error(errno, msg),
                     (Ok(_), Buf::Read(b)) => Out::Data(b),
                     (Ok(n), Buf::Write(..) | Buf::Shm(..)) => Out::Count(n),
                 };
-                Some(Delivery { conn, wire_id, out, reserved })
+                Some(Delivery { conn, wire_id, out, reserved, post })
             }
             Reply::Piece(list, pos) => {
                 let piece = match &self.buf {

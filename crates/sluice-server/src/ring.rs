@@ -179,7 +179,7 @@ mod tests {
                     Op::Write => Buf::Write(Arc::new(vec![fill; req.len as usize]), 0, req.len as usize),
                 },
                 arrival_ns: 0,
-                reply: Reply::Single(0, 0, 0),
+                reply: Reply::Single(0, 0, 0, None),
                 result: Err(0),
             })
             .collect();

@@ -9,13 +9,19 @@
 //! that scribbles over a region while a request uses it only spoils its
 //! own data.
 //!
+//! A request may name a post record (`post`, protocol 7): its `Count` is
+//! then written into the record at the region's end and the client woken
+//! on it (a futex), instead of a reply frame: no socket buffer, no
+//! `sendmsg`, and the client sleeps in one `futex` call instead of `poll`
+//! and `recvmsg` (`post`).
+//!
 //! Bounds: `shm_bytes_max` per region (a larger request is granted that
 //! much) and `shm_total_bytes_max` over all regions (past it `ShmAttach`
 //! is refused with ENOMEM and the client keeps the socket path).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// One mapped region.
@@ -88,6 +94,48 @@ impl Shm {
         // SAFETY: inside the live mapping (asserted); the range is this
         // request's (see the `Sync` note).
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(at), len) }
+    }
+}
+
+impl Shm {
+    /// Whether the region has a post area (`POST_AREA_BYTES` at its end).
+    pub fn posts(&self) -> bool {
+        self.len as u64 >= sluice_proto::POST_AREA_BYTES
+    }
+
+    /// Answer in post record `k` (below `POSTS_MAX`, on a region with a
+    /// post area): request `id` moved `count` bytes, or (`None`) its answer
+    /// is on the socket. True when the client sleeps on the record: it
+    /// wants a `wake`.
+    #[must_use]
+    pub fn post(&self, k: u32, id: u64, count: Option<u64>) -> bool {
+        use sluice_proto::post::*;
+        let (state, rid, n) = self.record(k);
+        rid.store(id, Ordering::Relaxed);
+        n.store(count.unwrap_or(0), Ordering::Relaxed);
+        state.swap(if count.is_some() { POST_COUNTED } else { POST_ON_SOCKET }, Ordering::Release) == POST_SLEEPING
+    }
+
+    /// Wake the client asleep on post record `k` (after `post` said so).
+    pub fn wake(&self, k: u32) {
+        let (state, _, _) = self.record(k);
+        // SAFETY: FUTEX_WAKE on a live, aligned word of shared memory (not
+        // PRIVATE: the waiter is another process).
+        unsafe { libc::syscall(libc::SYS_futex, state.as_ptr(), libc::FUTEX_WAKE, 1, std::ptr::null::<libc::timespec>(), std::ptr::null::<u32>(), 0) };
+    }
+
+    /// Post record `k`'s state, id and count words.
+    fn record(&self, k: u32) -> (&AtomicU32, &AtomicU64, &AtomicU64) {
+        use sluice_proto::post::{COUNT, ID, STATE};
+        assert!(self.posts() && k < sluice_proto::POSTS_MAX, "a checked post record");
+        let at = self.len - sluice_proto::POST_AREA_BYTES as usize + k as usize * sluice_proto::POST_RECORD_BYTES as usize;
+        // SAFETY: the record lies inside the live mapping (asserted), is
+        // 64-byte aligned (the mapping is page-aligned), and is only ever
+        // accessed atomically, here and by the client.
+        unsafe {
+            let p = self.ptr.add(at);
+            (AtomicU32::from_ptr(p.add(STATE).cast()), AtomicU64::from_ptr(p.add(ID).cast()), AtomicU64::from_ptr(p.add(COUNT).cast()))
+        }
     }
 }
 

@@ -354,20 +354,20 @@ fn the_descriptor_is_lent_once_per_handle_on_the_wire() {
     let s = TestServer::start(|_| {});
     std::fs::write(s.path("f"), pattern(64 << 10, 6)).unwrap();
     let mut sock = common::raw_session(&s, "f");
-    let none = call(&mut sock, 3, &Request::ReadLease { fd: 3, offset: 0, len: 100, at: 0 });
+    let none = call(&mut sock, 3, &Request::ReadLease { fd: 3, offset: 0, len: 100, at: 0, post: NO_POST });
     // Cached to the end of the file: the lease spans lease_bytes_max.
     assert!(none.contains("Lease { offset: 0, len: 33554432, valid_us: 10000, lent: true }"), "{none}");
-    let again = call(&mut sock, 4, &Request::ReadLease { fd: 3, offset: 4096, len: 100, at: 0 });
+    let again = call(&mut sock, 4, &Request::ReadLease { fd: 3, offset: 4096, len: 100, at: 0, post: NO_POST });
     assert!(again.contains("Lease { offset: 4096, len: 33554432, valid_us: 10000, lent: false }"), "{again}");
     assert_eq!(call(&mut sock, 5, &Request::Open { path: "f", flags: libc::O_RDONLY, mode: 0 }), "Fd(4)");
-    let other = call(&mut sock, 6, &Request::ReadLease { fd: 4, offset: 0, len: 100, at: 0 });
+    let other = call(&mut sock, 6, &Request::ReadLease { fd: 4, offset: 0, len: 100, at: 0, post: NO_POST });
     assert!(other.contains("lent: true"), "a new handle is lent its own descriptor: {other}");
     assert_eq!(call(&mut sock, 7, &Request::Close { fd: 3 }), "Ok");
-    let closed = call(&mut sock, 8, &Request::ReadLease { fd: 3, offset: 0, len: 100, at: 0 });
+    let closed = call(&mut sock, 8, &Request::ReadLease { fd: 3, offset: 0, len: 100, at: 0, post: NO_POST });
     assert!(closed.starts_with("Error"), "a closed handle is not leased: {closed}");
     // Past the end of the file there is nothing to lease: scheduled, and
     // without a region that is refused.
-    let past = call(&mut sock, 9, &Request::ReadLease { fd: 4, offset: 1 << 20, len: 100, at: 0 });
+    let past = call(&mut sock, 9, &Request::ReadLease { fd: 4, offset: 1 << 20, len: 100, at: 0, post: NO_POST });
     assert!(past.contains("ShmAttach first"), "{past}");
 }
 

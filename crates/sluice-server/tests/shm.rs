@@ -5,13 +5,14 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{pattern, raw_call as call, TestServer};
 use sluice_client::{Client, ConnectOptions};
 use sluice_proto::*;
 
-const REGION: u64 = 16 << 20;
+const REGION: u64 = (16 << 20) + POST_AREA_BYTES;
 
 fn client(s: &TestServer, shm: bool) -> Client {
     Client::connect_with(&s.addr(), ConnectOptions { app: Some("shm".into()), shm, ..ConnectOptions::default() }).expect("client connects")
@@ -105,13 +106,13 @@ fn a_range_outside_the_region_is_refused() {
     let s = TestServer::start(|_| {});
     std::fs::write(s.path("f"), pattern(8192, 6)).unwrap();
     let mut sock = common::raw_session(&s, "f");
-    let none = call(&mut sock, 3, &Request::ReadShm { fd: 3, offset: 0, len: 100, at: 0 });
+    let none = call(&mut sock, 3, &Request::ReadShm { fd: 3, offset: 0, len: 100, at: 0, post: NO_POST });
     assert!(none.contains("ShmAttach first"), "{none}");
     // A plain read() drops the descriptor the answer carries; the region
     // is still this connection's.
     assert_eq!(call(&mut sock, 4, &Request::ShmAttach { bytes: 4096 }), "Count(4096)");
-    assert_eq!(call(&mut sock, 5, &Request::ReadShm { fd: 3, offset: 0, len: 4096, at: 0 }), "Count(4096)", "N: the whole region");
-    let out = call(&mut sock, 6, &Request::ReadShm { fd: 3, offset: 0, len: 4096, at: 1 });
+    assert_eq!(call(&mut sock, 5, &Request::ReadShm { fd: 3, offset: 0, len: 4096, at: 0, post: NO_POST }), "Count(4096)", "N: the whole region");
+    let out = call(&mut sock, 6, &Request::ReadShm { fd: 3, offset: 0, len: 4096, at: 1, post: NO_POST });
     assert!(out.contains(&format!("errno: {}", libc::EINVAL)) && out.contains("outside the shared region"), "N+1: {out}");
     let again = call(&mut sock, 7, &Request::ShmAttach { bytes: 4096 });
     assert!(again.contains(&format!("errno: {}", libc::EEXIST)), "{again}");
@@ -140,4 +141,271 @@ fn direct_io_through_the_region_in_place_and_bounced() {
         assert_eq!(n, len.min((2 << 20) - at), "read at {at}");
         assert_eq!(&buf[..n], &want[at..at + n], "read at {at}");
     }
+}
+
+// ---- posted answers (protocol 7) ----------------------------------------
+
+/// `ShmAttach` on a raw connection, keeping the descriptor the answer
+/// carries: the bytes granted and the region, mapped.
+fn attach(sock: &mut std::os::unix::net::UnixStream, id: u64, bytes: u64) -> (u64, *mut u8) {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let mut f = Vec::new();
+    encode_request(id, &Request::ShmAttach { bytes }, &mut f).unwrap();
+    sock.write_all(&f).unwrap();
+    // The answer is a header and a u64, sent at once with the descriptor.
+    let mut buf = [0u8; 256];
+    let mut cmsg = [0u64; 8];
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    // SAFETY: an all-zero msghdr is valid; it points at live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cmsg.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cmsg) as _;
+    // SAFETY: msg points at live buffers.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    assert!(n as usize >= HEADER_BYTES + 8, "the whole answer in one receive ({n} bytes)");
+    let h = check_header(&buf[..HEADER_BYTES], FRAME_BYTES_MAX).unwrap().unwrap();
+    assert_eq!(h.request_id, id);
+    let granted = match parse_response(&h, &buf[HEADER_BYTES..n as usize]).unwrap() {
+        Response::Count(g) => g,
+        other => panic!("ShmAttach answered {other:?}"),
+    };
+    // SAFETY: the kernel filled the control buffer; one SCM_RIGHTS message.
+    let fd = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        assert!(!c.is_null() && (*c).cmsg_type == libc::SCM_RIGHTS, "the region's descriptor came");
+        std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>())
+    };
+    // SAFETY: a fresh shared mapping of the memfd's granted bytes; the
+    // descriptor is closed after (the mapping keeps the region).
+    let p = unsafe {
+        let p = libc::mmap(std::ptr::null_mut(), granted as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        libc::close(fd);
+        assert_ne!(p, libc::MAP_FAILED);
+        p.cast::<u8>()
+    };
+    (granted, p)
+}
+
+/// Post record `k` of a mapped region of `len` bytes: state, id, count.
+fn record(region: *mut u8, len: u64, k: u32) -> (&'static AtomicU32, &'static AtomicU64, &'static AtomicU64) {
+    let at = (len - POST_AREA_BYTES + u64::from(k) * POST_RECORD_BYTES) as usize;
+    // SAFETY: inside the mapping, aligned, never unmapped in the test.
+    unsafe {
+        let p = region.add(at);
+        (AtomicU32::from_ptr(p.add(post::STATE).cast()), AtomicU64::from_ptr(p.add(post::ID).cast()), AtomicU64::from_ptr(p.add(post::COUNT).cast()))
+    }
+}
+
+/// Sleep on a post record as a client does, at most 10 s: whether the
+/// server woke it (or had answered before the sleep began).
+fn sleep_on(state: &AtomicU32) -> bool {
+    let ts = libc::timespec { tv_sec: 10, tv_nsec: 0 };
+    loop {
+        // SAFETY: FUTEX_WAIT on a live, aligned word of the shared region.
+        let r = unsafe { libc::syscall(libc::SYS_futex, state.as_ptr(), libc::FUTEX_WAIT, post::POST_SLEEPING, &ts as *const libc::timespec, std::ptr::null::<u32>(), 0) };
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        if r == 0 || errno == Some(libc::EAGAIN) {
+            return true;
+        }
+        if errno == Some(libc::ETIMEDOUT) {
+            return false;
+        }
+    }
+}
+
+/// A read that names a post record is answered there, and the client
+/// asleep on it is woken; no frame comes for it on the socket.
+#[test]
+fn a_posted_answer_lands_in_its_record_and_wakes_the_sleeper() {
+    // The emulated disk holds each read for milliseconds: the test is
+    // asleep on the record well before the answer.
+    let s = TestServer::start(|c| c.device = sluice_server::DeviceKind::Hdd7200);
+    let data = pattern(1 << 20, 31);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let mut sock = common::raw_session(&s, "f");
+    let (len, region) = attach(&mut sock, 3, REGION);
+    assert_eq!(len, REGION);
+    for (id, k, offset) in [(4u64, 0u32, 0u64), (5, 7, 8192), (6, POSTS_MAX - 1, 65536)] {
+        let (state, rid, count) = record(region, len, k);
+        state.store(post::POST_SLEEPING, Ordering::SeqCst);
+        let mut f = Vec::new();
+        encode_request(id, &Request::ReadShm { fd: 3, offset, len: 4096, at: 1 << 20, post: k }, &mut f).unwrap();
+        std::io::Write::write_all(&mut sock, &f).unwrap();
+        assert!(sleep_on(state), "request {id}: the server never woke its record {k}");
+        assert_eq!(state.load(Ordering::SeqCst), post::POST_COUNTED, "request {id}");
+        assert_eq!((rid.load(Ordering::SeqCst), count.load(Ordering::SeqCst)), (id, 4096), "record {k} names its request and count");
+        // SAFETY: inside the mapping; the server is done with the range.
+        let got = unsafe { std::slice::from_raw_parts(region.add(1 << 20), 4096) };
+        assert_eq!(got, &data[offset as usize..offset as usize + 4096], "request {id}'s data in the region");
+    }
+    // The next frame on the socket answers the next request: none came
+    // for the posted ones.
+    assert_eq!(call(&mut sock, 9, &Request::ReadShm { fd: 3, offset: 0, len: 100, at: 0, post: NO_POST }), "Count(100)");
+}
+
+/// An answer that is not a count (here an error) comes on the socket;
+/// the record says so, and wakes the sleeper to read it there.
+#[test]
+fn an_error_is_posted_as_on_the_socket() {
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), pattern(8192, 32)).unwrap();
+    let mut sock = common::raw_session(&s, "f");
+    let (len, region) = attach(&mut sock, 3, REGION);
+    let (state, rid, _) = record(region, len, 2);
+    state.store(post::POST_PENDING, Ordering::SeqCst);
+    let out = call(&mut sock, 4, &Request::ReadShm { fd: 99, offset: 0, len: 100, at: 0, post: 2 });
+    assert!(out.contains(&format!("errno: {}", libc::EBADF)), "{out}");
+    assert_eq!((state.load(Ordering::SeqCst), rid.load(Ordering::SeqCst)), (post::POST_ON_SOCKET, 4), "the record points at the socket");
+}
+
+/// A region holds post records only when it has room for the area:
+/// `POST_AREA_BYTES` does, one byte less does not (refused, on the socket).
+#[test]
+fn a_post_needs_a_region_with_room_for_the_area() {
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), pattern(8192, 33)).unwrap();
+    for (bytes, ok) in [(POST_AREA_BYTES, true), (POST_AREA_BYTES - 1, false)] {
+        let mut sock = common::raw_session(&s, "f");
+        let (len, region) = attach(&mut sock, 3, bytes);
+        assert_eq!(len, bytes);
+        if ok {
+            let (state, rid, count) = record(region, len, 0);
+            state.store(post::POST_SLEEPING, Ordering::SeqCst);
+            let mut f = Vec::new();
+            encode_request(4, &Request::ReadShm { fd: 3, offset: 0, len: 64, at: 64, post: 0 }, &mut f).unwrap();
+            std::io::Write::write_all(&mut sock, &f).unwrap();
+            assert!(sleep_on(state), "{bytes} bytes: never woken");
+            assert_eq!((state.load(Ordering::SeqCst), rid.load(Ordering::SeqCst), count.load(Ordering::SeqCst)), (post::POST_COUNTED, 4, 64), "{bytes} bytes");
+        } else {
+            let out = call(&mut sock, 4, &Request::ReadShm { fd: 3, offset: 0, len: 64, at: 64, post: 0 });
+            assert!(out.contains(&format!("errno: {}", libc::EINVAL)) && out.contains("too small for a post area"), "{bytes} bytes: {out}");
+        }
+    }
+}
+
+/// Reads and writes through the region give the same bytes with posted
+/// answers and with the socket's (`ConnectOptions::post`).
+#[test]
+fn posted_and_socket_answers_carry_the_same_bytes() {
+    let s = TestServer::start(|_| {});
+    let data = pattern(2 << 20, 34);
+    for post in [true, false] {
+        let c = Client::connect_with(&s.addr(), ConnectOptions { app: Some("post".into()), post, leases: false, ..ConnectOptions::default() }).unwrap();
+        let name = format!("f{post}");
+        let fd = c.open(&name, libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+        for (i, piece) in data.chunks(256 << 10).enumerate() {
+            assert_eq!(c.pwrite(fd, piece, (i * (256 << 10)) as u64).unwrap(), piece.len(), "post {post}: write {i}");
+        }
+        let tickets: Vec<_> = (0..20u64).map(|i| (i, c.submit_read(fd, 100 << 10, i * (100 << 10)).unwrap())).collect();
+        for (i, t) in tickets {
+            let mut buf = vec![0u8; 100 << 10];
+            let n = c.wait_read(t, &mut buf).unwrap();
+            let at = (i * (100 << 10)) as usize;
+            assert_eq!(&buf[..n], &data[at..(at + (100 << 10)).min(data.len())], "post {post}: read {i}");
+        }
+        assert_eq!(std::fs::read(s.path(&name)).unwrap(), data, "post {post}");
+    }
+}
+
+/// A stand-in server on a fresh socket: it answers the handshake, the
+/// region (a memfd of the bytes asked) and any open, then takes one read
+/// and never answers it. With `close` it then closes the connection (a
+/// server gone); without, it holds it open (a hung one) until the client
+/// leaves. Returns the address and the directory holding the socket.
+fn silent_server(close: bool) -> (String, tempfile::TempDir) {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::Builder::new().prefix("sluice-fake-").tempdir().unwrap();
+    let path = dir.path().join("s.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::thread::spawn(move || {
+        let (mut sock, _) = listener.accept().unwrap();
+        loop {
+            let mut h = [0u8; HEADER_BYTES];
+            if sock.read_exact(&mut h).is_err() {
+                return;
+            }
+            let h = check_header(&h, FRAME_BYTES_MAX).unwrap().unwrap();
+            let mut body = vec![0u8; h.body_len as usize];
+            sock.read_exact(&mut body).unwrap();
+            let mut out = Vec::new();
+            match parse_request(&h, &body).unwrap() {
+                Request::Hello(_) => {
+                    let ok = HelloOk { version: VERSION, frame_bytes_max: FRAME_BYTES_MAX, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: 64 };
+                    encode_response(h.request_id, &Response::HelloOk(ok), &mut out);
+                }
+                Request::ShmAttach { bytes } => {
+                    // SAFETY: plain system calls on a fresh memfd.
+                    let fd = unsafe {
+                        let fd = libc::memfd_create(c"fake".as_ptr(), libc::MFD_CLOEXEC);
+                        assert!(fd >= 0 && libc::ftruncate(fd, bytes as libc::off_t) == 0);
+                        fd
+                    };
+                    encode_response(h.request_id, &Response::Count(bytes), &mut out);
+                    let mut iov = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: out.len() };
+                    let mut cmsg = [0u64; 4];
+                    // SAFETY: a msghdr over live buffers carrying one
+                    // descriptor (SCM_RIGHTS).
+                    unsafe {
+                        let mut msg: libc::msghdr = std::mem::zeroed();
+                        msg.msg_iov = &mut iov;
+                        msg.msg_iovlen = 1;
+                        msg.msg_control = cmsg.as_mut_ptr().cast();
+                        msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+                        let c = libc::CMSG_FIRSTHDR(&msg);
+                        (*c).cmsg_level = libc::SOL_SOCKET;
+                        (*c).cmsg_type = libc::SCM_RIGHTS;
+                        (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+                        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
+                        assert_eq!(libc::sendmsg(sock.as_raw_fd(), &msg, 0), out.len() as isize);
+                        libc::close(fd);
+                    }
+                    continue;
+                }
+                Request::Open { .. } => encode_response(h.request_id, &Response::Fd(3), &mut out),
+                Request::ReadShm { post, .. } | Request::ReadLease { post, .. } => {
+                    assert_ne!(post, NO_POST, "the client named a post record");
+                    if close {
+                        return;
+                    }
+                    // Hung: hold the connection until the client leaves.
+                    let mut rest = Vec::new();
+                    let _ = sock.read_to_end(&mut rest);
+                    return;
+                }
+                other => panic!("the stand-in does not answer {other:?}"),
+            }
+            sock.write_all(&out).unwrap();
+        }
+    });
+    (format!("unix:{}", path.display()), dir)
+}
+
+/// A client asleep on a post record notices a server that went away (the
+/// record is never written) and fails with a clear error, not a hang.
+#[test]
+fn a_client_waiting_on_a_post_notices_the_server_gone() {
+    let (addr, _dir) = silent_server(true);
+    let c = Client::connect_with(&addr, ConnectOptions { app: Some("gone".into()), recovery: sluice_client::Recovery::Off, ..ConnectOptions::default() }).unwrap();
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let e = c.pread(fd, &mut buf, 0).unwrap_err();
+    assert_eq!(e.kind, sluice_client::ClientErrorKind::Disconnected, "{e}");
+    assert!(e.to_string().contains("closed the connection"), "{e}");
+}
+
+/// A client asleep on a post record of a server that never answers gives
+/// up after its patience (soft), as it does on the socket.
+#[test]
+fn a_soft_client_waiting_on_a_post_gives_up_after_its_patience() {
+    let (addr, _dir) = silent_server(false);
+    let opts = ConnectOptions { app: Some("hung".into()), recovery: sluice_client::Recovery::Soft, timeout: Duration::from_millis(300), ..ConnectOptions::default() };
+    let c = Client::connect_with(&addr, opts).unwrap();
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let e = c.pread(fd, &mut buf, 0).unwrap_err();
+    assert_eq!((e.kind, e.errno), (sluice_client::ClientErrorKind::Timeout, libc::ETIMEDOUT), "{e}");
 }
