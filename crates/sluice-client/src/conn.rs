@@ -401,7 +401,10 @@ impl Conn {
                         continue;
                     }
                     if let Some(why) = self.gone() {
-                        let why = lock(&self.read).broken.get_or_insert(why).clone();
+                        // Not waiting for a thread that reads the socket.
+                        if let Ok(mut g) = self.read.try_lock() {
+                            g.broken.get_or_insert_with(|| why.clone());
+                        }
                         return Err(self.lost(&why));
                     }
                     if since.elapsed() >= self.patience.timeout {

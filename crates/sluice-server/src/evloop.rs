@@ -487,7 +487,6 @@ impl EventLoop {
         }
     }
 
-    /// Write replies, fix epoll interest, drop finished connections.
     /// A request that named post record `post` is answered on the
     /// socket: say so in the record, so that its client reads the socket.
     fn post_on_socket(&mut self, c: &Conn, post: u32, id: u64) {
@@ -501,6 +500,8 @@ impl EventLoop {
         }
     }
 
+    /// Write replies, fix epoll interest, drop finished connections, then
+    /// wake the clients asleep on post records answered this turn.
     fn flush_dirty(&mut self) {
         let now = Instant::now();
         for id in std::mem::take(&mut self.dirty) {
