@@ -168,19 +168,13 @@ fn req(id: u64, client: u32, offset: u64) -> Request {
     Request { id: RequestId(id), app: AppId(1), client: ClientId(client), file: FileId(1), op: Op::Read, offset, len: 4096 }
 }
 
-/// Eight synchronous processes read a file in interleaved 4 KiB pieces:
-/// a round where the scheduler has seen them interleave, then a new round
-/// with half the pieces arrived. Returns what the scheduler decides.
-fn half_round(cost: Option<DeviceCost>, depth: u32) -> Decision {
-    let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits::default());
-    s.set_device_cost(cost);
-    s.set_depth(depth);
-    let mut t = 0;
-    let mut id = 0;
-    // Two rounds in which the pieces trickle in, each dispatched when the
-    // scheduler wants: a piece arriving next to one that left in another
-    // stream's dispatch is the interleaving evidence that raises the
-    // file's target. Then drain.
+/// Two rounds in which eight streams' interleaved 4 KiB pieces trickle
+/// in, each dispatched (and completed at once) when the scheduler wants:
+/// a piece arriving next to one that left in another stream's dispatch is
+/// the interleaving evidence that raises the file's target. Returns the
+/// clock and the next request id.
+fn interleave(s: &mut Scheduler) -> (u64, u64) {
+    let (mut t, mut id) = (0u64, 0u64);
     for round in 0..2u64 {
         for p in 0..8u32 {
             t += 10_000;
@@ -191,6 +185,17 @@ fn half_round(cost: Option<DeviceCost>, depth: u32) -> Decision {
             }
         }
     }
+    (t, id)
+}
+
+/// Eight synchronous processes read a file in interleaved 4 KiB pieces:
+/// a round where the scheduler has seen them interleave, then a new round
+/// with half the pieces arrived. Returns what the scheduler decides.
+fn half_round(cost: Option<DeviceCost>, depth: u32) -> Decision {
+    let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits::default());
+    s.set_device_cost(cost);
+    s.set_depth(depth);
+    let (mut t, mut id) = interleave(&mut s);
     loop {
         match s.next(t) {
             Decision::Dispatch(d) => s.complete(d.id, t + 1).unwrap(),
@@ -297,19 +302,7 @@ fn a_gathering_file_waits_with_two_dispatches_in_flight() {
     let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits::default());
     s.set_device_cost(Some(flash));
     s.set_depth(8);
-    let (mut t, mut id) = (0u64, 0u64);
-    // Interleaving evidence: rounds of eight streams' pieces, each
-    // dispatched and completed as it comes.
-    for round in 0..2u64 {
-        for p in 0..8u32 {
-            t += 10_000;
-            s.enqueue(req(id, p, (round * 8 + u64::from(p)) * 4096), t).unwrap();
-            id += 1;
-            while let Decision::Dispatch(d) = s.next(t) {
-                s.complete(d.id, t + 1).unwrap();
-            }
-        }
-    }
+    let (mut t, mut id) = interleave(&mut s);
     assert!(s.is_empty());
     // Now nothing completes: pieces of the next rounds arrive one by one,
     // far apart (no hold reaches the next), and the decisions are kept.
