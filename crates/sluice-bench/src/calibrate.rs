@@ -328,15 +328,10 @@ fn line(pts: &[(f64, f64)]) -> (f64, f64) {
 /// +4.4 us at 4 KiB and -6.1 us at 64 KiB, and the mean of the three was
 /// 47.6 us (so about +145 us at 1 MiB).
 pub fn fit(latency: &[LatencyCell], depth: &[DepthCell]) -> DeviceCost {
-    let mut excess: Vec<f64> =
+    let excess: Vec<f64> =
         latency.iter().filter(|c| c.random).filter_map(|r| latency.iter().find(|s| !s.random && s.bytes == r.bytes).map(|s| r.mean_ns as f64 - s.mean_ns as f64)).collect();
-    excess.sort_by(f64::total_cmp);
-    let seek = match excess.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => excess[n / 2],
-        n => (excess[n / 2 - 1] + excess[n / 2]) / 2.0,
-    }
-    .max(0.0);
+    // No random cell: NaN, and `max` keeps the 0.
+    let seek = crate::median(&excess).max(0.0);
     let seq: Vec<(f64, f64)> = latency.iter().filter(|c| !c.random).map(|c| (c.bytes as f64, c.mean_ns as f64)).collect();
     let (slope, intercept) = line(&seq);
     let best = depth.iter().map(|c| c.ops_per_s).fold(0.0, f64::max);

@@ -10,6 +10,19 @@
 //! ```
 
 pub mod calibrate;
+
+/// The median of `v` (the mean of the middle two for an even count); NaN
+/// when empty.
+pub(crate) fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
 pub mod cluster;
 pub mod connections;
 pub mod matrix;

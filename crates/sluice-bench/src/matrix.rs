@@ -30,6 +30,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use sluice_server::DeviceKind;
 
+use crate::median;
 use crate::workload::pattern::Dir;
 use crate::workload::runner::{run as run_workload, RunConfig};
 use crate::workload::scenario::{self, Scenario};
@@ -183,18 +184,6 @@ fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool,
         makespan_s,
         runs_s,
         apps_slower_than_fifo: slower,
-    }
-}
-
-/// The median of `v` (the mean of the middle two for an even count); NaN
-/// when empty.
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
 }
 

@@ -366,13 +366,23 @@ impl Conn {
         }
     }
 
+    /// Wait for the answer to `id`, sent through `slot` if any: in the
+    /// slot's post record when the region has them (`wait_posted`), else on
+    /// the socket (`wait`, a `Data` reply read into `into`).
+    pub(crate) fn answer(&self, id: u64, slot: Option<&crate::shm::Slot>, into: Option<&mut [u8]>) -> Result<Reply> {
+        match slot.and_then(|sl| sl.post()) {
+            Some(post) => self.wait_posted(id, &post),
+            None => self.wait(id, into),
+        }
+    }
+
     /// Wait for the answer to `id`, a request that named post record
     /// `post`: a `Count` there, or (the record says so) a frame on the
     /// socket. Sleeps on the record's futex word in slices of
     /// `POST_CHECK`, looking between them at the socket for a server gone
     /// (the server answers every such request in its record, or closes
     /// the connection) and at the patience, as `wait` does.
-    pub(crate) fn wait_posted(&self, id: u64, post: &crate::shm::Post<'_>) -> Result<Reply> {
+    fn wait_posted(&self, id: u64, post: &crate::shm::Post<'_>) -> Result<Reply> {
         use sluice_proto::post::{POST_COUNTED, POST_ON_SOCKET, POST_PENDING, POST_SLEEPING};
         let mut since = Instant::now();
         loop {

@@ -812,10 +812,7 @@ impl Client {
             return local_pread(&file, &mut buf[..want], offset);
         }
         let slot = t.slot.take();
-        let r = match slot.as_ref().and_then(|sl| sl.post()) {
-            Some(post) => t.session.conn.wait_posted(t.id, &post),
-            None => t.session.conn.wait(t.id, if slot.is_some() { None } else { Some(&mut *buf) }),
-        };
+        let r = t.session.conn.answer(t.id, slot.as_ref(), if slot.is_some() { None } else { Some(&mut *buf) });
         // Answered (data or error): the slot is done with; the server
         // wrote the data into it before answering.
         let r = match (slot, r) {
@@ -901,11 +898,7 @@ impl Client {
         if let Some(n) = t.done {
             return Ok(n);
         }
-        let answer = match t.slot.as_ref().and_then(|sl| sl.post()) {
-            Some(post) => t.session.conn.wait_posted(t.id, &post),
-            None => t.session.conn.wait(t.id, None),
-        };
-        let r = match (answer, t.write) {
+        let r = match (t.session.conn.answer(t.id, t.slot.as_ref(), None), t.write) {
             (Ok(Reply::Lease(start, len, valid, lent)), Some((fd, offset, n))) => {
                 let sl = t.slot.take().expect("a write that asks for a lease has its data in a slot");
                 let done = match self.keep_lease(fd, t.session.gen, start, len, valid, lent) {

@@ -127,11 +127,11 @@ impl Slot {
 
     /// The slot's post record, if the region has them.
     pub fn post(&self) -> Option<Post<'_>> {
-        use sluice_proto::post::{COUNT, ID, STATE};
+        use sluice_proto::post::{record_at, COUNT, ID, STATE};
         if !self.region.posts {
             return None;
         }
-        let at = self.region.len - sluice_proto::POST_AREA_BYTES as usize + self.index as usize * sluice_proto::POST_RECORD_BYTES as usize;
+        let at = record_at(self.region.len, self.index);
         // SAFETY: the record lies inside the mapping (`map` left the post
         // area past the slots, and `index` < `POSTS_MAX`), is 64-byte
         // aligned in a page-aligned mapping, lives as long as the region

@@ -97,6 +97,12 @@ pub mod post {
     pub const POST_SLEEPING: u32 = 1;
     pub const POST_COUNTED: u32 = 2;
     pub const POST_ON_SOCKET: u32 = 3;
+
+    /// Where record `k` lies in a region of `region_len` bytes (which
+    /// holds the area, and `k` below `POSTS_MAX`).
+    pub fn record_at(region_len: usize, k: u32) -> usize {
+        region_len - super::POST_AREA_BYTES as usize + k as usize * super::POST_RECORD_BYTES as usize
+    }
 }
 /// Longest relative path, in bytes: Linux's PATH_MAX.
 pub const PATH_BYTES_MAX: usize = 4096;

@@ -126,9 +126,9 @@ impl Shm {
 
     /// Post record `k`'s state, id and count words.
     fn record(&self, k: u32) -> (&AtomicU32, &AtomicU64, &AtomicU64) {
-        use sluice_proto::post::{COUNT, ID, STATE};
+        use sluice_proto::post::{record_at, COUNT, ID, STATE};
         assert!(self.posts() && k < sluice_proto::POSTS_MAX, "a checked post record");
-        let at = self.len - sluice_proto::POST_AREA_BYTES as usize + k as usize * sluice_proto::POST_RECORD_BYTES as usize;
+        let at = record_at(self.len, k);
         // SAFETY: the record lies inside the live mapping (asserted), is
         // 64-byte aligned (the mapping is page-aligned), and is only ever
         // accessed atomically, here and by the client.
