@@ -53,8 +53,8 @@
 //!    A hold that expires shrinks the target to what was reached, so a file
 //!    whose pieces stopped coming stops being waited for. While its queued
 //!    bytes are below its target, a gathering file keeps at most
-//!    `GATHER_INFLIGHT_MAX` dispatches in flight, one on the device and one
-//!    ready behind it: its pieces wait in the store, where they join,
+//!    `GATHER_INFLIGHT_MAX` dispatches in flight (one): its pieces wait in
+//!    the store while that one is on the device, and join,
 //!    rather than leave one or two at a time through every free slot of a
 //!    parallel device (where the hold rule, which weighs every free slot
 //!    as idle, would not hold them).
@@ -91,11 +91,13 @@ const SPREAD_SLOTS: u32 = 8;
 /// 4 KiB x 32 O_DIRECT decomposition at depth 8: median 187-215 us from
 /// 4 KiB to 128 KiB), eight slots took the file's pieces about two at a
 /// time as they came (1.7-2.4 requests a dispatch, 0.79-0.86x direct
-/// `pread`); with two, 5.8-6.4 joined (0.97-1.02x with a bare limit of two,
-/// three runs); a limit of three joined 4.1-4.2 (0.87-1.01x). Files whose
-/// pieces already reach the target (64 KiB x 32: useful size below one
-/// piece) keep every slot.
-const GATHER_INFLIGHT_MAX: usize = 2;
+/// `pread`); a limit of three joined 4.1-4.2 (0.87-1.01x), two 5.8-7.8,
+/// and one 10.5-13.1, the next dispatch taking everything that arrived
+/// while the last was on the device (six alternating pairs: 0.98x direct
+/// against 0.87x with two, medians; docs/scheduling.md). Other files
+/// keep the device's other slots; files whose pieces already reach the
+/// target (64 KiB x 32: useful size below one piece) keep every slot.
+const GATHER_INFLIGHT_MAX: usize = 1;
 /// Largest aggregate that spreading queued pieces builds past the useful
 /// size: it is there to spread each dispatch's CPU over more bytes, and
 /// past 1 MiB that cost is small next to the transfer.
