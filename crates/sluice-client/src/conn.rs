@@ -342,6 +342,37 @@ impl Conn {
         Ok(id)
     }
 
+    /// Leave `req` (a shared-memory request in `slot`, armed) in the
+    /// slot's post record and ring the doorbell; nudge the server when it
+    /// does not watch the doorbell now (`sluice_proto::post`). The id, as
+    /// `send`'s.
+    pub(crate) fn ring(&self, req: &Request<'_>, slot: &crate::shm::Slot) -> Result<u64> {
+        use sluice_proto::post::{RUNG_READ, RUNG_READ_LEASE, RUNG_WRITE, RUNG_WRITE_LEASE};
+        let (op, fd, offset, len) = match *req {
+            Request::ReadShm { fd, offset, len, .. } => (RUNG_READ, fd, offset, len),
+            Request::WriteShm { fd, offset, len, .. } => (RUNG_WRITE, fd, offset, len),
+            Request::ReadLease { fd, offset, len, .. } => (RUNG_READ_LEASE, fd, offset, len),
+            Request::WriteLease { fd, offset, len, .. } => (RUNG_WRITE_LEASE, fd, offset, len),
+            _ => return self.send(req),
+        };
+        let id = self.id_next.fetch_add(1, Ordering::Relaxed);
+        slot.write_rung(op, id, fd, offset, len);
+        let (mask, watched) = slot.region.doorbell();
+        // Sequentially consistent on both words, as the server's side: it
+        // clears `watched` and then reads the mask before sleeping.
+        mask.fetch_or(1 << slot.index, Ordering::SeqCst);
+        if watched.load(Ordering::SeqCst) == 0 {
+            let mut nudge = Vec::with_capacity(HEADER_BYTES);
+            sluice_proto::encode_header(Opcode::Nudge, 0, 0, &mut nudge);
+            if let Err(e) = lock(&self.output).write_all(&nudge) {
+                let why = e.to_string();
+                lock(&self.read).broken.get_or_insert(why.clone());
+                return Err(self.lost(&why));
+            }
+        }
+        Ok(id)
+    }
+
     /// Wait for the reply to `id`. A `Data` reply that fits `into` is read
     /// straight into it (`Reply::DataInto`).
     pub(crate) fn wait(&self, id: u64, mut into: Option<&mut [u8]>) -> Result<Reply> {
@@ -445,11 +476,11 @@ impl Conn {
     /// nothing else in flight): the answer's descriptor is the one `Rx`
     /// queued with it, the only one queued then. `None` when the server
     /// refused (the socket path stays).
-    pub(crate) fn attach_shm(&self, bytes: u64, posts: bool) -> Result<Option<crate::shm::Region>> {
+    pub(crate) fn attach_shm(&self, bytes: u64, posts: bool, ring: bool) -> Result<Option<crate::shm::Region>> {
         match self.call(&Request::ShmAttach { bytes }) {
             Ok(Reply::Count(granted)) => {
                 let fd = lock(&self.read).input.get_mut().lent.pop_front().ok_or_else(|| self.lost("shared-memory answer without its descriptor"))?;
-                Ok(crate::shm::Region::map(&fd, granted, posts).ok())
+                Ok(crate::shm::Region::map(&fd, granted, posts, ring).ok())
             }
             Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. }) => Ok(None),
             Err(e) => Err(e),

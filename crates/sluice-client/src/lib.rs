@@ -179,6 +179,10 @@ pub struct ConnectOptions {
     /// Have the shared region's requests answered in its post records
     /// (needs `shm`; `shm.rs`): default on, off when `SLUICE_POST=0`.
     pub post: bool,
+    /// Ring the shared region's requests on its doorbell instead of
+    /// sending them (needs `post`; `shm.rs`): default on, off when
+    /// `SLUICE_RING=0`.
+    pub ring: bool,
 }
 
 impl Default for ConnectOptions {
@@ -196,6 +200,7 @@ impl Default for ConnectOptions {
             shm: std::env::var(shm::SHM_ENV).map_or(true, |v| v != "0"),
             leases: std::env::var(LEASES_ENV).map_or(true, |v| v != "0"),
             post: std::env::var(shm::POST_ENV).map_or(true, |v| v != "0"),
+            ring: std::env::var(shm::RING_ENV).map_or(true, |v| v != "0"),
         }
     }
 }
@@ -301,7 +306,7 @@ fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen
         }
         r => return Err(unexpected("hello", &r)),
     };
-    let shm = if opts.shm && addr.starts_with("unix:") { conn.attach_shm(shm::REGION_BYTES, opts.post)?.map(Arc::new) } else { None };
+    let shm = if opts.shm && addr.starts_with("unix:") { conn.attach_shm(shm::REGION_BYTES, opts.post, opts.ring)?.map(Arc::new) } else { None };
     Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize, shm })
 }
 
@@ -502,7 +507,11 @@ fn data_into(what: &str, r: Reply, buf: &mut [u8]) -> Result<usize> {
 /// Send `req` on `s`; a slot it would have used is free again when the
 /// send failed (the server never saw the request).
 fn send_in(s: &Session, req: &Request<'_>, slot: Option<&shm::Slot>) -> Result<u64> {
-    s.conn.send(req).inspect_err(|_| {
+    let sent = match slot {
+        Some(sl) if sl.rings() => s.conn.ring(req, sl),
+        _ => s.conn.send(req),
+    };
+    sent.inspect_err(|_| {
         if let Some(sl) = slot {
             sl.release_unsent();
         }

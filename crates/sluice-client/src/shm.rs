@@ -16,6 +16,14 @@
 //! server saves its `sendmsg`): `Conn::wait_posted`. `SLUICE_POST=0`
 //! keeps the answers on the socket.
 //!
+//! A request in a slot may also be left in the slot's post record,
+//! its bit set on the region's doorbell, instead of being sent (a rung
+//! request, protocol 8): while the server's loop watches the doorbell it
+//! takes the request on its next turn, and the client makes no system
+//! call to send it. An unwatched doorbell (the loop asleep, or watching
+//! its bound of others) gets a `Nudge` frame after the bit is set
+//! (`Conn::ring`). `SLUICE_RING=0` sends every request on the socket.
+//!
 //! A slot is free again once its request was answered. A request whose
 //! ticket is dropped unanswered keeps its slot for the session's life: the
 //! server may still write into it.
@@ -37,6 +45,9 @@ pub const SHM_ENV: &str = "SLUICE_SHM";
 /// Environment variable: `0` has the region's requests answered on the
 /// socket, not in post records.
 pub const POST_ENV: &str = "SLUICE_POST";
+/// Environment variable: `0` sends the region's requests on the socket
+/// instead of ringing them (they need posts).
+pub const RING_ENV: &str = "SLUICE_RING";
 
 /// A mapped region and which of its slots are taken (one bit each; at
 /// most 64 slots).
@@ -47,6 +58,8 @@ pub(crate) struct Region {
     taken: AtomicU64,
     /// Answers come in post records (the last `POST_AREA_BYTES`).
     posts: bool,
+    /// Requests are rung on the doorbell, not sent (needs `posts`).
+    ring: bool,
 }
 
 // SAFETY: the mapping lives until `Drop`; slots are handed out exclusively
@@ -64,8 +77,9 @@ pub(crate) struct Slot {
 
 impl Region {
     /// Map `len` bytes of the memfd the server sent; with `posts`, its
-    /// end holds post records (when there is room for a slot besides).
-    pub fn map(fd: &OwnedFd, len: u64, posts: bool) -> io::Result<Region> {
+    /// end holds post records (when there is room for a slot besides),
+    /// and with `ring` as well, requests are rung on its doorbell.
+    pub fn map(fd: &OwnedFd, len: u64, posts: bool, ring: bool) -> io::Result<Region> {
         let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: a fresh shared mapping of the descriptor's first len bytes.
         let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
@@ -78,7 +92,20 @@ impl Region {
         // At most 64 slots (one bit each), so a slot's index names its
         // post record (`POSTS_MAX` of them).
         let slots = (data / SLOT_BYTES).min(64).min(sluice_proto::POSTS_MAX as usize) as u32;
-        Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0), posts })
+        Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0), posts, ring: posts && ring })
+    }
+
+    /// The doorbell's `mask` and `watched` words (`sluice_proto::post`).
+    pub fn doorbell(&self) -> (&AtomicU64, &AtomicU32) {
+        use sluice_proto::post::{doorbell_at, MASK, WATCHED};
+        assert!(self.posts, "a region with post records");
+        // SAFETY: the doorbell is the post area's last record, inside the
+        // mapping, 64-byte aligned, and only ever accessed atomically
+        // (here and by the server).
+        unsafe {
+            let p = self.ptr.add(doorbell_at(self.len));
+            (AtomicU64::from_ptr(p.add(MASK).cast()), AtomicU32::from_ptr(p.add(WATCHED).cast()))
+        }
     }
 
     /// A free slot for `len` bytes, if one fits and is free.
@@ -140,6 +167,30 @@ impl Slot {
         unsafe {
             let p = self.region.ptr.add(at);
             Some(Post { state: AtomicU32::from_ptr(p.add(STATE).cast()), id: AtomicU64::from_ptr(p.add(ID).cast()), count: AtomicU64::from_ptr(p.add(COUNT).cast()) })
+        }
+    }
+
+    /// Whether this slot's requests are rung, not sent.
+    pub fn rings(&self) -> bool {
+        self.region.ring
+    }
+
+    /// Write a request into the slot's post record (armed: `POST_PENDING`),
+    /// before its bit is set on the doorbell.
+    pub fn write_rung(&self, op: u32, id: u64, fd: u64, offset: u64, len: u32) {
+        use sluice_proto::post::{record_at, AT, FD, ID, LEN, OFFSET, OP};
+        assert!(self.region.ring, "a region that rings");
+        let at = record_at(self.region.len, self.index);
+        // SAFETY: as in `post`: the record is inside the mapping, aligned,
+        // this slot's, and only accessed atomically.
+        unsafe {
+            let p = self.region.ptr.add(at);
+            AtomicU32::from_ptr(p.add(OP).cast()).store(op, Ordering::Relaxed);
+            AtomicU64::from_ptr(p.add(ID).cast()).store(id, Ordering::Relaxed);
+            AtomicU64::from_ptr(p.add(FD).cast()).store(fd, Ordering::Relaxed);
+            AtomicU64::from_ptr(p.add(OFFSET).cast()).store(offset, Ordering::Relaxed);
+            AtomicU64::from_ptr(p.add(AT).cast()).store(self.at(), Ordering::Relaxed);
+            AtomicU32::from_ptr(p.add(LEN).cast()).store(len, Ordering::Relaxed);
         }
     }
 

@@ -44,6 +44,9 @@ pub enum Opcode {
     /// A write that may be answered with a write lease instead of being
     /// carried out (`Lease`); otherwise as `WriteShm`.
     WriteLease = 0x1a,
+    /// "Look at my doorbell" (`crate::post`): requests wait in the
+    /// connection's post records. No body, no answer.
+    Nudge = 0x1b,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -59,7 +62,7 @@ pub enum Opcode {
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 37] = [
+const OPCODES: [Opcode; 38] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -86,6 +89,7 @@ const OPCODES: [Opcode; 37] = [
     Opcode::ReadListGroup,
     Opcode::WriteListGroup,
     Opcode::WriteLease,
+    Opcode::Nudge,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,

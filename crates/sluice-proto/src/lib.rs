@@ -50,7 +50,9 @@ pub use msg::{
 /// 6: write leases (`WriteLease`).
 /// 7: posted answers (`post` on `ReadShm`, `WriteShm`, `ReadLease`,
 ///    `WriteLease`; the records of [`post`]).
-pub const VERSION: u16 = 7;
+/// 8: rung requests (a shared-memory request written into its post
+///    record and rung on the region's doorbell; `Nudge`); `POSTS_MAX` 63.
+pub const VERSION: u16 = 8;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -69,39 +71,76 @@ pub const NO_POST: u32 = u32::MAX;
 /// threads waiting on neighbouring records do not share one).
 pub const POST_AREA_BYTES: u64 = 4096;
 pub const POST_RECORD_BYTES: u64 = 64;
-/// Records in the post area: a request's `post` is below this.
-pub const POSTS_MAX: u32 = (POST_AREA_BYTES / POST_RECORD_BYTES) as u32;
+/// Records in the post area: a request's `post` is below this. The
+/// area's last record is the doorbell (`post::doorbell_at`).
+pub const POSTS_MAX: u32 = (POST_AREA_BYTES / POST_RECORD_BYTES) as u32 - 1;
 
 /// The post records: where the server answers a shared-memory request that
-/// named it (`post`), instead of sending a `Count` on the socket. It lies
-/// at `region_len - POST_AREA_BYTES + post * POST_RECORD_BYTES`.
+/// named it (`post`), instead of sending a `Count` on the socket, and
+/// where a client may leave such a request instead of sending it (a rung
+/// request). Record `k` lies at `region_len - POST_AREA_BYTES + k *
+/// POST_RECORD_BYTES`.
 ///
 /// | offset | field | |
 /// |---|---|---|
 /// | 0 | `state`, u32 | a futex word: one of the `POST_*` states |
-/// | 8 | `id`, u64 | the request id answered |
+/// | 4 | `op`, u32 | a rung request: one of the `RUNG_*` kinds |
+/// | 8 | `id`, u64 | the request id (the client's), answered with it |
 /// | 16 | `count`, u64 | bytes read or written (`POST_COUNTED`) |
+/// | 24 | `fd`, u64 | a rung request's file handle |
+/// | 32 | `offset`, u64 | its file offset |
+/// | 40 | `at`, u64 | where its data lies in the region |
+/// | 48 | `len`, u32 | its length |
 ///
-/// The client sets `POST_PENDING` before sending and `POST_SLEEPING`
-/// before it sleeps on the word (`FUTEX_WAIT`); the server writes `id`
-/// and `count`, then swaps in `POST_COUNTED` (or `POST_ON_SOCKET`: the
-/// answer, an error or a lease, comes on the socket as before) and wakes
-/// the word only if it found `POST_SLEEPING`. The server never reads the
-/// record otherwise: a client that scribbles on it spoils only its own
-/// answers.
+/// **Answers.** The client sets `POST_PENDING` before sending and
+/// `POST_SLEEPING` before it sleeps on the word (`FUTEX_WAIT`); the server
+/// writes `id` and `count`, then swaps in `POST_COUNTED` (or
+/// `POST_ON_SOCKET`: the answer, an error or a lease, comes on the socket
+/// as before) and wakes the word only if it found `POST_SLEEPING`.
+///
+/// **Rung requests.** The area's last record is the doorbell: `mask`, a
+/// u64 at 0 (bit `k`: record `k` holds a request not yet taken), and
+/// `watched`, a u32 at 8 (1 while the server looks at the mask on every
+/// turn of its loop). A client writes a `ReadShm`, `WriteShm`,
+/// `ReadLease` or `WriteLease` into the record its `post` names (`op`,
+/// `id`, `fd`, `offset`, `at`, `len`; the state `POST_PENDING`), sets the record's bit in `mask` (a sequentially
+/// consistent read-modify-write), then reads `watched`: at 0 it sends a
+/// `Nudge` frame. The server clears `watched` before it sleeps and then
+/// reads every watched mask once more, so either it sees the bit or the
+/// client sees 0 and nudges. The server takes a mask by swapping in 0 and
+/// treats each record it names as that request arriving on the socket
+/// (parsed and checked the same way). Whatever a client writes in its
+/// own records spoils only its own requests.
 pub mod post {
     pub const STATE: usize = 0;
+    pub const OP: usize = 4;
     pub const ID: usize = 8;
     pub const COUNT: usize = 16;
+    pub const FD: usize = 24;
+    pub const OFFSET: usize = 32;
+    pub const AT: usize = 40;
+    pub const LEN: usize = 48;
     pub const POST_PENDING: u32 = 0;
     pub const POST_SLEEPING: u32 = 1;
     pub const POST_COUNTED: u32 = 2;
     pub const POST_ON_SOCKET: u32 = 3;
+    pub const RUNG_READ: u32 = 1;
+    pub const RUNG_WRITE: u32 = 2;
+    pub const RUNG_READ_LEASE: u32 = 3;
+    pub const RUNG_WRITE_LEASE: u32 = 4;
+    /// The doorbell's words (offsets in its record).
+    pub const MASK: usize = 0;
+    pub const WATCHED: usize = 8;
 
     /// Where record `k` lies in a region of `region_len` bytes (which
     /// holds the area, and `k` below `POSTS_MAX`).
     pub fn record_at(region_len: usize, k: u32) -> usize {
         region_len - super::POST_AREA_BYTES as usize + k as usize * super::POST_RECORD_BYTES as usize
+    }
+
+    /// Where the doorbell lies: the area's last record.
+    pub fn doorbell_at(region_len: usize) -> usize {
+        region_len - super::POST_RECORD_BYTES as usize
     }
 }
 /// Longest relative path, in bytes: Linux's PATH_MAX.

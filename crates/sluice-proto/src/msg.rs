@@ -134,6 +134,9 @@ pub enum Request<'a> {
     },
     /// Per-application counters.
     Stats,
+    /// Requests wait in this connection's post records: look at its
+    /// doorbell (`crate::post`). No body and no answer.
+    Nudge,
     /// The answer to a `Challenge`: HMAC-SHA256 under the shared key of the
     /// challenge's nonce and the `Hello` body (see [`crate::auth_mac`]).
     Auth {
@@ -398,6 +401,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Rmdir => Request::Rmdir { path: r.path("path")? },
         Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.path("path")? },
         Opcode::Stats => Request::Stats,
+        Opcode::Nudge => Request::Nudge,
         Opcode::Auth => Request::Auth { mac: r.array("mac")? },
         Opcode::ShmAttach => Request::ShmAttach { bytes: r.u64("bytes")? },
         Opcode::ReadShm | Opcode::WriteShm | Opcode::ReadLease | Opcode::WriteLease => {
@@ -571,6 +575,7 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usiz
             put_u32(out, start);
             return path_only(Opcode::Readdir, path, out);
         }
+        Request::Nudge => (Opcode::Nudge, 0),
         _ => (Opcode::Stats, 0),
     })
 }

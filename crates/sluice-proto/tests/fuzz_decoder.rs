@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..27, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..28, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 /// A valid post: the socket, or one of the records.
@@ -80,6 +80,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         14 => Request::Mkdir { path: p, mode: b as u32 },
         15 => Request::Rmdir { path: p },
         16 => Request::Readdir { path: p, start: b as u32 },
+        27 => Request::Nudge,
         _ => Request::Stats,
     }
 }
@@ -168,6 +169,29 @@ fn a_post_record_past_the_area_is_refused() {
             Err(e) => assert!(!ok && e.kind == ProtoErrorKind::Invalid && e.to_string().contains("post record"), "post {post}: {e}"),
         }
     }
+}
+
+#[test]
+fn the_doorbell_is_the_post_area_s_last_record() {
+    // 63 records answer; the 64th of the 4 KiB area is the doorbell, so a
+    // request naming it is refused (above, at `POSTS_MAX`).
+    assert_eq!(POSTS_MAX, 63);
+    let len = (1 << 20) + POST_AREA_BYTES as usize;
+    assert_eq!(sluice_proto::post::record_at(len, POSTS_MAX - 1) + POST_RECORD_BYTES as usize, sluice_proto::post::doorbell_at(len));
+    assert_eq!(sluice_proto::post::doorbell_at(len) + POST_RECORD_BYTES as usize, len);
+}
+
+#[test]
+fn a_nudge_has_no_body() {
+    let mut wire = Vec::new();
+    encode_request(0, &Request::Nudge, &mut wire).unwrap();
+    assert_eq!(wire.len(), HEADER_BYTES);
+    // A byte of body is refused like any trailing byte.
+    let mut long = Vec::new();
+    sluice_proto::encode_header(sluice_proto::Opcode::Nudge, 0, 1, &mut long);
+    long.push(0);
+    let h = check_header(&long, FRAME_BYTES_MAX).unwrap().unwrap();
+    assert!(parse_request(&h, &long[HEADER_BYTES..]).is_err());
 }
 
 #[test]

@@ -97,6 +97,13 @@ pub struct ServerLimits {
     /// (`sluice_proto::POST_AREA_BYTES`). Memory is charged as the region
     /// is touched.
     pub shm_bytes_max: u64,
+    /// Connections whose doorbells the event loop looks at on every turn
+    /// (rung requests, `sluice_proto::post`): a connection joins with its
+    /// first `Nudge` while there is room and leaves when it closes. The
+    /// others' rung requests are taken when they nudge, which they do
+    /// for every request. 64: the busy clients of a node; each watched
+    /// doorbell costs the loop one load a turn and two stores a sleep.
+    pub doorbells_watched_max: u32,
     /// Bytes of all shared-memory regions together; past it `ShmAttach` is
     /// refused (ENOMEM) and the client keeps the socket path. 1 GiB.
     pub shm_total_bytes_max: u64,
@@ -159,6 +166,7 @@ impl Default for ServerLimits {
             partial_bytes_max: 512 << 20,
             reply_bytes_max: 128 << 20,
             shm_bytes_max: (16 << 20) + sluice_proto::POST_AREA_BYTES,
+            doorbells_watched_max: 64,
             shm_total_bytes_max: 1 << 30,
             lease_bytes_max: 32 << 20,
             lease_valid_us: 10_000,

@@ -125,6 +125,8 @@ pub struct Conn {
     pub dirty: bool,
     /// The budget came back: take in what waited at the end of the turn.
     pub resume_pending: bool,
+    /// Its doorbell is on the loop's watched list (rung requests).
+    pub watched: bool,
 }
 
 impl Conn {
@@ -155,6 +157,7 @@ impl Conn {
             shm: None,
             dirty: false,
             resume_pending: false,
+            watched: false,
         }
     }
 

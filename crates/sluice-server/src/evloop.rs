@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{ClientId, Op, Request as CoreRequest, RequestId};
-use sluice_proto::{auth_verify, check_header, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, NO_POST, VERSION};
+use sluice_proto::{auth_verify, check_header, encode_request, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, NO_POST, POSTS_MAX, VERSION};
 
 use crate::collective::{Arrival, CollectiveLimits, Collectives, Joined};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
@@ -167,6 +167,9 @@ pub(crate) struct EventLoop {
     /// Post records answered this turn whose clients sleep on them: woken
     /// at the end of the turn, with the socket replies (`flush_dirty`).
     wakes: Vec<(Arc<crate::shm::Shm>, u32)>,
+    /// Connections whose doorbells the loop looks at on every turn (rung
+    /// requests; at most `doorbells_watched_max`).
+    watched: Vec<u64>,
     request_next: u64,
     /// Page-cache dispatches may run on this thread (`RWF_NOWAIT`).
     inline: bool,
@@ -242,6 +245,7 @@ impl EventLoop {
             dirty: Vec::new(),
             deferred: Vec::new(),
             wakes: Vec::new(),
+            watched: Vec::new(),
             request_next: 0,
             inline,
             verified: crate::lease::Verified::new(crate::lease::VERIFIED_FILES_MAX),
@@ -265,9 +269,17 @@ impl EventLoop {
         let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_MAX];
         let mut wake_at: Option<u64> = None;
         loop {
-            let timeout = self.timeout_ms(wake_at);
+            let mut timeout = self.timeout_ms(wake_at);
+            // Asleep, the loop looks at no doorbell: their clients nudge.
+            let unwatched = timeout != 0 && !self.watched.is_empty();
+            if unwatched && !self.unwatch() {
+                timeout = 0;
+            }
             // SAFETY: events has room for EVENTS_MAX entries.
             let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), EVENTS_MAX as libc::c_int, timeout) };
+            if unwatched {
+                self.set_watched(true);
+            }
             for ev in &events[..n.max(0) as usize] {
                 let (token, flags) = (ev.u64, ev.events);
                 match token {
@@ -276,6 +288,7 @@ impl EventLoop {
                     id => self.on_conn(id, flags),
                 }
             }
+            self.scan_doorbells();
             self.take_back();
             if self.shared.stopping.load(Ordering::SeqCst) && !self.stopping {
                 self.begin_stop();
@@ -414,6 +427,10 @@ impl EventLoop {
             }
         }
         self.waiting_budget.retain(|&w| w != id);
+        if c.watched {
+            self.watched.retain(|&w| w != id);
+            self.shared.doorbells_watched.store(self.watched.len(), Ordering::Relaxed);
+        }
         self.shared.conns_open.store(self.conns.len(), Ordering::Relaxed);
     }
 
@@ -804,6 +821,116 @@ impl EventLoop {
         } else {
             c.stash = stash;
         }
+        // Requests rung while it was paused (an unwatched doorbell's
+        // client nudged once for them).
+        self.take_rung(c);
+    }
+
+    // ---- doorbells (rung requests: `sluice_proto::post`) ---------------
+
+    /// Whether the loop may take `c`'s rung requests now: a ready
+    /// connection with a post area, taking input, nothing blocked.
+    fn rings(&self, c: &Conn) -> bool {
+        !self.stopping && matches!(c.phase, Phase::Ready) && c.wants_input() && c.blocked.is_none() && c.shm.as_ref().is_some_and(|s| s.posts())
+    }
+
+    /// Take the requests rung on `c`'s doorbell, each as if its frame had
+    /// come on the socket (parsed and checked the same way), answered in
+    /// its own record (or on the socket, as a sent one would be). Stops where the connection pauses; the bits not
+    /// taken ring again.
+    fn take_rung(&mut self, c: &mut Conn) -> Flow {
+        use sluice_proto::post::{RUNG_READ, RUNG_READ_LEASE, RUNG_WRITE, RUNG_WRITE_LEASE};
+        if !self.rings(c) {
+            return Flow::Next;
+        }
+        let shm = Arc::clone(c.shm.as_ref().expect("rings() checked"));
+        let mut bits = shm.take_rung();
+        while bits != 0 {
+            let k = bits.trailing_zeros();
+            bits &= bits - 1;
+            if k >= POSTS_MAX {
+                // The doorbell's own bit names no record.
+                continue;
+            }
+            let r = shm.rung_request(k);
+            self.shared.rung.fetch_add(1, Ordering::Relaxed);
+            let (fd, offset, len, at, post) = (r.fd, r.offset, r.len, r.at, k);
+            let req = match r.op {
+                RUNG_READ => Request::ReadShm { fd, offset, len, at, post },
+                RUNG_WRITE => Request::WriteShm { fd, offset, len, at, post },
+                RUNG_READ_LEASE => Request::ReadLease { fd, offset, len, at, post },
+                RUNG_WRITE_LEASE => Request::WriteLease { fd, offset, len, at, post },
+                op => {
+                    self.post_on_socket(c, k, r.id);
+                    let msg = format!("post record {k} rings with operation {op}, not one of {RUNG_READ}..={RUNG_WRITE_LEASE}");
+                    c.push(r.id, Out::Error(libc::EINVAL, msg), 0, &self.shared.reply_bytes);
+                    continue;
+                }
+            };
+            let mut wire = Vec::with_capacity(HEADER_BYTES + 32);
+            encode_request(r.id, &req, &mut wire).expect("a shared-memory request always encodes");
+            let h = check_header(&wire, u32::MAX).ok().flatten().expect("a header just encoded");
+            wire.drain(..HEADER_BYTES);
+            match self.frame(c, h, Cow::Owned(wire)) {
+                Flow::Next => {}
+                Flow::Paused => {
+                    shm.ring_again(bits);
+                    return Flow::Paused;
+                }
+                Flow::Close => return Flow::Close,
+            }
+        }
+        Flow::Next
+    }
+
+    /// A `Nudge`: watch `c`'s doorbell from now on if there is room, and
+    /// take what it rang.
+    fn nudged(&mut self, c: &mut Conn) -> Flow {
+        self.shared.nudges.fetch_add(1, Ordering::Relaxed);
+        let Some(shm) = c.shm.as_ref().filter(|s| s.posts()) else { return Flow::Next };
+        if !c.watched && self.watched.len() < self.shared.config.limits.doorbells_watched_max as usize && !self.stopping {
+            shm.set_watched(true);
+            c.watched = true;
+            self.watched.push(c.id);
+            self.shared.doorbells_watched.store(self.watched.len(), Ordering::Relaxed);
+        }
+        self.take_rung(c)
+    }
+
+    /// Every turn: take the requests rung on the watched doorbells.
+    fn scan_doorbells(&mut self) {
+        for i in 0..self.watched.len() {
+            let id = self.watched[i];
+            let rung = self.conns.get(&id).is_some_and(|c| self.rings(c) && c.shm.as_ref().is_some_and(|s| s.rung()));
+            if !rung {
+                continue;
+            }
+            let mut c = self.conns.remove(&id).expect("present");
+            self.take_rung(&mut c);
+            self.put_back(c);
+        }
+    }
+
+    /// Mark every watched doorbell watched or not.
+    fn set_watched(&self, on: bool) {
+        for id in &self.watched {
+            if let Some(shm) = self.conns.get(id).and_then(|c| c.shm.as_ref()) {
+                shm.set_watched(on);
+            }
+        }
+    }
+
+    /// Before sleeping: mark the watched doorbells unwatched, then look at
+    /// them once more. False (and watched again) when one was rung
+    /// meanwhile: the loop must not sleep. A client that rings after
+    /// this sees its doorbell unwatched and nudges.
+    fn unwatch(&self) -> bool {
+        self.set_watched(false);
+        let rung = self.watched.iter().any(|id| self.conns.get(id).is_some_and(|c| self.rings(c) && c.shm.as_ref().is_some_and(|s| s.rung())));
+        if rung {
+            self.set_watched(true);
+        }
+        !rung
     }
 
     // ---- frames ----------------------------------------------------------
@@ -949,6 +1076,7 @@ impl EventLoop {
                     Kind::Io(fd, vec![(offset, u64::from(len))], None, Some((at, post)), None)
                 }
                 Request::ShmAttach { bytes } => Kind::Attach(bytes),
+                Request::Nudge => return self.nudged(c),
                 other if runs_inline(&other) => {
                     let session = c.session.as_mut().expect("a ready connection holds its session");
                     Kind::Answered(session.metadata(&self.shared, other).unwrap_or_else(|e| Out::Error(e.errno, e.message)))
@@ -1535,6 +1663,15 @@ impl EventLoop {
             self.put_back(c);
         }
         self.waiting_budget.clear();
+        // Rung requests are no longer taken: their clients nudge, and are
+        // answered when the drain closes their connections.
+        self.set_watched(false);
+        for id in std::mem::take(&mut self.watched) {
+            if let Some(c) = self.conns.get_mut(&id) {
+                c.watched = false;
+            }
+        }
+        self.shared.doorbells_watched.store(0, Ordering::Relaxed);
         self.expire_collectives(None);
     }
 }

@@ -103,6 +103,12 @@ pub(crate) struct Shared {
     pub conns_open: AtomicUsize,
     /// Bytes of all shared-memory regions (`shm_total_bytes_max`).
     pub shm_bytes: Arc<AtomicU64>,
+    /// Requests taken from doorbells (rung, not sent), and `Nudge` frames
+    /// received, since the start; doorbells watched now (at most
+    /// `doorbells_watched_max`).
+    pub rung: AtomicU64,
+    pub nudges: AtomicU64,
+    pub doorbells_watched: AtomicUsize,
     /// Where a metrics scrape asks the event loop for its view.
     pub view: metrics::ViewSlot,
 }
@@ -168,6 +174,9 @@ impl Server {
             reply_bytes: AtomicU64::new(0),
             conns_open: AtomicUsize::new(0),
             shm_bytes: Arc::new(AtomicU64::new(0)),
+            rung: AtomicU64::new(0),
+            nudges: AtomicU64::new(0),
+            doorbells_watched: AtomicUsize::new(0),
             view: metrics::ViewSlot::default(),
             config,
         });
@@ -353,6 +362,18 @@ impl ServerHandle {
     /// `shm_total_bytes_max`).
     pub fn shm_bytes(&self) -> u64 {
         self.shared.shm_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Requests taken from doorbells since the start (rung requests:
+    /// `sluice_proto::post`), and `Nudge` frames received.
+    pub fn rung_requests(&self) -> (u64, u64) {
+        (self.shared.rung.load(Ordering::Relaxed), self.shared.nudges.load(Ordering::Relaxed))
+    }
+
+    /// Doorbells the event loop watches now (at most
+    /// `doorbells_watched_max`).
+    pub fn doorbells_watched(&self) -> usize {
+        self.shared.doorbells_watched.load(Ordering::Relaxed)
     }
 
     /// Connections open now.

@@ -278,8 +278,9 @@ fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {
 }
 
 fn server(e: &mut Expo, shared: &Shared) {
-    let gauges: [(&str, &str, f64); 6] = [
+    let gauges: [(&str, &str, f64); 7] = [
         ("sluice_connections", "Connections open now", shared.conns_open.load(Ordering::Relaxed) as f64),
+        ("sluice_doorbells_watched", "Doorbells the loop looks at every turn (bounded by doorbells_watched_max)", shared.doorbells_watched.load(Ordering::Relaxed) as f64),
         ("sluice_files_open", "Distinct backing files open now", lock(&shared.files).len() as f64),
         ("sluice_partial_frame_bytes", "Bytes held in partial frames now (bounded by partial_bytes_max)", shared.partial_held.load(Ordering::Relaxed) as f64),
         ("sluice_reply_bytes", "Bytes held in admitted requests and unsent replies now", shared.reply_bytes.load(Ordering::Relaxed) as f64),
@@ -289,6 +290,14 @@ fn server(e: &mut Expo, shared: &Shared) {
     for (name, help, v) in gauges {
         e.family(name, "gauge", help);
         e.sample(name, &[], v);
+    }
+    let counters: [(&str, &str, u64); 2] = [
+        ("sluice_rung_requests_total", "Requests taken from shared-memory doorbells instead of the socket", shared.rung.load(Ordering::Relaxed)),
+        ("sluice_nudges_total", "Nudge frames received (a rung request while its doorbell was not watched)", shared.nudges.load(Ordering::Relaxed)),
+    ];
+    for (name, help, n) in counters {
+        e.family(name, "counter", help);
+        e.sample(name, &[], n as f64);
     }
 }
 

@@ -15,6 +15,12 @@
 //! `sendmsg`, and the client sleeps in one `futex` call instead of `poll`
 //! and `recvmsg` (`post`).
 //!
+//! A client may also leave such a request in its post record and ring
+//! the region's doorbell (a rung request, protocol 8): the event loop
+//! looks at the doorbells of the connections it watches on every turn,
+//! so the request costs no `sendmsg` and no `recvmsg` while the server is
+//! awake (`doorbell`, `rung_request`; `sluice_proto::post`).
+//!
 //! Bounds: `shm_bytes_max` per region (a larger request is granted that
 //! much) and `shm_total_bytes_max` over all regions (past it `ShmAttach`
 //! is refused with ENOMEM and the client keeps the socket path).
@@ -135,6 +141,77 @@ impl Shm {
         unsafe {
             let p = self.ptr.add(at);
             (AtomicU32::from_ptr(p.add(STATE).cast()), AtomicU64::from_ptr(p.add(ID).cast()), AtomicU64::from_ptr(p.add(COUNT).cast()))
+        }
+    }
+}
+
+/// A request left in a post record (`Shm::rung_request`), as the client
+/// wrote it: checked like a frame's fields before use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rung {
+    pub op: u32,
+    pub id: u64,
+    pub fd: u64,
+    pub offset: u64,
+    pub at: u64,
+    pub len: u32,
+}
+
+impl Shm {
+    /// The doorbell's `mask` and `watched` words (a region with a post
+    /// area).
+    fn doorbell(&self) -> (&AtomicU64, &AtomicU32) {
+        use sluice_proto::post::{doorbell_at, MASK, WATCHED};
+        assert!(self.posts(), "a region with a post area");
+        // SAFETY: the doorbell lies inside the live mapping (the area's
+        // last record), is 64-byte aligned, and is only ever accessed
+        // atomically, here and by the client.
+        unsafe {
+            let p = self.ptr.add(doorbell_at(self.len));
+            (AtomicU64::from_ptr(p.add(MASK).cast()), AtomicU32::from_ptr(p.add(WATCHED).cast()))
+        }
+    }
+
+    /// Tell the client whether the loop looks at its doorbell on every
+    /// turn (no `Nudge` needed). Sequentially consistent: see `rung`.
+    pub fn set_watched(&self, on: bool) {
+        self.doorbell().1.store(u32::from(on), Ordering::SeqCst);
+    }
+
+    /// Whether requests wait behind the doorbell. After `set_watched(false)`
+    /// either this sees a client's bit or that client sees 0 and nudges
+    /// (both sides sequentially consistent).
+    pub fn rung(&self) -> bool {
+        self.doorbell().0.load(Ordering::SeqCst) != 0
+    }
+
+    /// Take the doorbell's bits (one per post record holding a request).
+    pub fn take_rung(&self) -> u64 {
+        let mask = self.doorbell().0;
+        if mask.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        mask.swap(0, Ordering::SeqCst)
+    }
+
+    /// Put back bits taken and not served (the connection paused).
+    pub fn ring_again(&self, bits: u64) {
+        self.doorbell().0.fetch_or(bits, Ordering::SeqCst);
+    }
+
+    /// The request in post record `k` (below `POSTS_MAX`), after its bit
+    /// was taken: the client wrote it before ringing.
+    pub fn rung_request(&self, k: u32) -> Rung {
+        use sluice_proto::post::{record_at, AT, FD, ID, LEN, OFFSET, OP};
+        assert!(self.posts() && k < sluice_proto::POSTS_MAX, "a checked post record");
+        let at = record_at(self.len, k);
+        // SAFETY: the record lies inside the live mapping (asserted), is
+        // 64-byte aligned, and is only ever accessed atomically.
+        unsafe {
+            let p = self.ptr.add(at);
+            let u32_at = |o: usize| AtomicU32::from_ptr(p.add(o).cast()).load(Ordering::Relaxed);
+            let u64_at = |o: usize| AtomicU64::from_ptr(p.add(o).cast()).load(Ordering::Relaxed);
+            Rung { op: u32_at(OP), id: u64_at(ID), fd: u64_at(FD), offset: u64_at(OFFSET), at: u64_at(AT), len: u32_at(LEN) }
         }
     }
 }

@@ -409,3 +409,200 @@ fn a_soft_client_waiting_on_a_post_gives_up_after_its_patience() {
     let e = c.pread(fd, &mut buf, 0).unwrap_err();
     assert_eq!((e.kind, e.errno), (sluice_client::ClientErrorKind::Timeout, libc::ETIMEDOUT), "{e}");
 }
+
+/// The doorbell of a mapped region of `len` bytes: mask and watched.
+fn doorbell(region: *mut u8, len: u64) -> (&'static AtomicU64, &'static AtomicU32) {
+    let at = (len - POST_RECORD_BYTES) as usize;
+    // SAFETY: the area's last record, inside the mapping, aligned.
+    unsafe {
+        let p = region.add(at);
+        (AtomicU64::from_ptr(p.add(post::MASK).cast()), AtomicU32::from_ptr(p.add(post::WATCHED).cast()))
+    }
+}
+
+/// Leave a request in post record `k` as a client does (state sleeping,
+/// so that the answer wakes `sleep_on`) and set its bit on the doorbell.
+#[allow(clippy::too_many_arguments)]
+fn ring_raw(region: *mut u8, len: u64, k: u32, op: u32, id: u64, fd: u64, offset: u64, at: u64, n: u32) {
+    let base = (len - POST_AREA_BYTES + u64::from(k) * POST_RECORD_BYTES) as usize;
+    // SAFETY: inside the mapping, aligned, only accessed atomically.
+    unsafe {
+        let p = region.add(base);
+        AtomicU32::from_ptr(p.add(post::OP).cast()).store(op, Ordering::Relaxed);
+        AtomicU64::from_ptr(p.add(post::ID).cast()).store(id, Ordering::Relaxed);
+        AtomicU64::from_ptr(p.add(post::FD).cast()).store(fd, Ordering::Relaxed);
+        AtomicU64::from_ptr(p.add(post::OFFSET).cast()).store(offset, Ordering::Relaxed);
+        AtomicU64::from_ptr(p.add(post::AT).cast()).store(at, Ordering::Relaxed);
+        AtomicU32::from_ptr(p.add(post::LEN).cast()).store(n, Ordering::Relaxed);
+    }
+    record(region, len, k).0.store(post::POST_SLEEPING, Ordering::SeqCst);
+    doorbell(region, len).0.fetch_or(1 << k, Ordering::SeqCst);
+}
+
+fn nudge(sock: &mut std::os::unix::net::UnixStream) {
+    let mut f = Vec::new();
+    encode_request(0, &Request::Nudge, &mut f).unwrap();
+    std::io::Write::write_all(sock, &f).unwrap();
+}
+
+/// A rung request (protocol 8) is taken after its client's nudge and
+/// answered in its record; the nudge puts the doorbell on the watched
+/// list, so a later one is taken on any turn of the loop without a nudge
+/// (here the turn a socket frame wakes). A nudge without a region is
+/// ignored, and so is the doorbell's own bit.
+#[test]
+fn a_rung_request_is_answered_in_its_record() {
+    let s = TestServer::start(|c| c.device = sluice_server::DeviceKind::Hdd7200);
+    let data = pattern(1 << 20, 41);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let mut sock = common::raw_session(&s, "f");
+    nudge(&mut sock);
+    assert_eq!(call(&mut sock, 2, &Request::Fstat { fd: 3 }).split('(').next(), Some("Stat"), "a nudge without a region has no answer");
+    let (len, region) = attach(&mut sock, 3, REGION);
+    let (mask, watched) = doorbell(region, len);
+    assert_eq!(watched.load(Ordering::SeqCst), 0, "unwatched before the first nudge");
+    ring_raw(region, len, 5, post::RUNG_READ, 40, 3, 8192, 1 << 20, 4096);
+    mask.fetch_or(1 << POSTS_MAX, Ordering::SeqCst);
+    nudge(&mut sock);
+    let (state, rid, count) = record(region, len, 5);
+    assert!(sleep_on(state), "the rung read was never answered");
+    assert_eq!((state.load(Ordering::SeqCst), rid.load(Ordering::SeqCst), count.load(Ordering::SeqCst)), (post::POST_COUNTED, 40, 4096));
+    // SAFETY: inside the mapping; the server is done with the range.
+    let got = unsafe { std::slice::from_raw_parts(region.add(1 << 20), 4096) };
+    assert_eq!(got, &data[8192..8192 + 4096]);
+    assert_eq!(mask.load(Ordering::SeqCst), 0, "the doorbell's bits were taken, its own bit too");
+    assert_eq!((s.handle.rung_requests(), s.handle.doorbells_watched()), ((1, 2), 1));
+    // Watched now: ring without a nudge; a frame wakes the loop, whose
+    // turn takes the rung read too.
+    ring_raw(region, len, 6, post::RUNG_READ, 41, 3, 0, 2 << 20, 100);
+    assert_eq!(call(&mut sock, 42, &Request::ReadShm { fd: 3, offset: 0, len: 10, at: 0, post: NO_POST }), "Count(10)");
+    let (state, rid, count) = record(region, len, 6);
+    assert!(sleep_on(state), "the rung read behind a watched doorbell was never taken");
+    assert_eq!((state.load(Ordering::SeqCst), rid.load(Ordering::SeqCst), count.load(Ordering::SeqCst)), (post::POST_COUNTED, 41, 100));
+    assert_eq!(s.handle.rung_requests(), (2, 2), "taken without a nudge");
+}
+
+/// A rung request the server cannot carry out is answered on the socket,
+/// the record saying so, like a sent one: an unknown operation (EINVAL),
+/// an unknown handle (EBADF), a range outside the region (EINVAL). The
+/// connection goes on.
+#[test]
+fn a_bad_rung_request_is_answered_on_the_socket() {
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), pattern(8192, 42)).unwrap();
+    let mut sock = common::raw_session(&s, "f");
+    let (len, region) = attach(&mut sock, 3, REGION);
+    for (k, (op, fd, at, errno)) in [(9, 3, 0, libc::EINVAL), (post::RUNG_READ, 99, 0, libc::EBADF), (post::RUNG_WRITE, 3, len, libc::EINVAL)].into_iter().enumerate() {
+        let (k, id) = (k as u32, 50 + k as u64);
+        ring_raw(region, len, k, op, id, fd, 0, at, 100);
+        nudge(&mut sock);
+        let (h, body) = common::raw_reply(&mut sock);
+        let out = format!("{:?}", parse_response(&h, &body).unwrap());
+        assert_eq!(h.request_id, id, "{out}");
+        assert!(out.contains(&format!("errno: {errno}")), "record {k}: {out}");
+        let (state, rid, _) = record(region, len, k);
+        assert_eq!((state.load(Ordering::SeqCst), rid.load(Ordering::SeqCst)), (post::POST_ON_SOCKET, id), "record {k} points at the socket");
+    }
+    assert_eq!(call(&mut sock, 60, &Request::ReadShm { fd: 3, offset: 0, len: 10, at: 0, post: NO_POST }), "Count(10)");
+}
+
+/// `doorbells_watched_max` at N and N+1: with room for two, both clients'
+/// doorbells are watched; with room for one, the second client's is not,
+/// and its rung requests are still served, each after its nudge.
+#[test]
+fn doorbells_watched_max_at_n_and_n_plus_1() {
+    for (max, watched) in [(2u32, 2usize), (1, 1)] {
+        let s = TestServer::start(|c| c.limits.doorbells_watched_max = max);
+        let data = pattern(256 << 10, 43);
+        std::fs::write(s.path("f"), &data).unwrap();
+        // Leases off: every read is a request (a lease would serve the
+        // later ones locally).
+        let clients: Vec<Client> =
+            (0..2).map(|i| Client::connect_with(&s.addr(), ConnectOptions { app: Some(format!("c{i}")), leases: false, ..ConnectOptions::default() }).unwrap()).collect();
+        for (i, c) in clients.iter().enumerate() {
+            let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+            for r in 0..3u64 {
+                let mut buf = vec![0u8; 4096];
+                assert_eq!(c.pread(fd, &mut buf, r * 8192).unwrap(), 4096);
+                assert_eq!(buf, data[(r * 8192) as usize..(r * 8192) as usize + 4096], "max {max}, client {i}, read {r}");
+            }
+        }
+        assert_eq!(s.handle.doorbells_watched(), watched, "max {max}");
+        let (rung, nudges) = s.handle.rung_requests();
+        assert_eq!(rung, 6, "max {max}: every read was rung");
+        if max == 1 {
+            assert!(nudges >= 4, "max {max}: the unwatched client nudged for each of its three reads, the other at least once: {nudges}");
+        }
+    }
+}
+
+/// Rung requests (protocol 8): a client's slot-sized reads and writes are
+/// left in their post records and rung on the region's doorbell, never
+/// sent; the first one nudges, which puts the doorbell on the loop's
+/// watched list. The bytes are the socket path's (`ConnectOptions::ring`
+/// off), and a closed connection leaves the list.
+#[test]
+fn rung_and_sent_requests_carry_the_same_bytes() {
+    let s = TestServer::start(|_| {});
+    let data = pattern(1 << 20, 23);
+    let piece = pattern(32 << 10, 5);
+    for ring in [true, false] {
+        let name = format!("f{ring}");
+        std::fs::write(s.path(&name), &data).unwrap();
+        let before = s.handle.rung_requests().0;
+        let c = Client::connect_with(&s.addr(), ConnectOptions { app: Some("ring".into()), ring, ..ConnectOptions::default() }).unwrap();
+        let fd = c.open(&name, libc::O_RDWR, 0).unwrap();
+        for (i, at) in [0usize, 4096, 100_000, (1 << 20) - 4096].into_iter().enumerate() {
+            let mut buf = vec![0u8; 64 << 10];
+            let n = c.pread(fd, &mut buf, at as u64).unwrap();
+            assert_eq!(&buf[..n], &data[at..at + n], "ring {ring}: read {i}");
+        }
+        assert_eq!(c.pwrite(fd, &piece, 8192).unwrap(), piece.len());
+        assert_eq!(&std::fs::read(s.path(&name)).unwrap()[8192..8192 + piece.len()], &piece[..], "ring {ring}");
+        assert_eq!(s.handle.rung_requests().0 - before, if ring { 5 } else { 0 }, "ring {ring}: four reads and a write");
+        assert_eq!(s.handle.doorbells_watched(), usize::from(ring));
+        drop(c);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while s.handle.doorbells_watched() > 0 {
+            assert!(std::time::Instant::now() < deadline, "a closed connection's doorbell stays watched");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Many clients ringing at once while the loop falls asleep and wakes
+/// between their requests: every read is answered with its bytes (a
+/// request rung just as the loop went to sleep, unseen and un-nudged,
+/// would hang here).
+#[test]
+fn rung_requests_from_busy_clients_are_all_answered() {
+    let s = TestServer::start(|_| {});
+    let data = std::sync::Arc::new(pattern(1 << 20, 44));
+    std::fs::write(s.path("f"), &*data).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    for t in 0..4u64 {
+        let (addr, data, tx) = (s.addr(), std::sync::Arc::clone(&data), tx.clone());
+        std::thread::spawn(move || {
+            let c = Client::connect_with(&addr, ConnectOptions { app: Some(format!("busy{t}")), leases: false, ..ConnectOptions::default() }).unwrap();
+            let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+            let mut x = t + 1;
+            for i in 0..300 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let at = ((x >> 33) % 250) * 4096;
+                let mut buf = vec![0u8; 4096];
+                assert_eq!(c.pread(fd, &mut buf, at).unwrap(), 4096);
+                assert_eq!(buf, data[at as usize..at as usize + 4096], "thread {t}, read {i}");
+                if i % 50 == 0 {
+                    // Let the loop fall asleep now and then.
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            tx.send(t).unwrap();
+        });
+    }
+    drop(tx);
+    for _ in 0..4 {
+        rx.recv_timeout(Duration::from_secs(60)).expect("a client thread failed, or hung for 60 s on a rung read never answered");
+    }
+    assert_eq!(s.handle.rung_requests().0, 1200);
+}
