@@ -168,8 +168,9 @@ pub(crate) struct EventLoop {
     /// at the end of the turn, with the socket replies (`flush_dirty`).
     wakes: Vec<(Arc<crate::shm::Shm>, u32)>,
     /// Connections whose doorbells the loop looks at on every turn (rung
-    /// requests; at most `doorbells_watched_max`).
-    watched: Vec<u64>,
+    /// requests; at most `doorbells_watched_max`), with their regions, so
+    /// that a turn looks at each doorbell without finding its connection.
+    watched: Vec<(u64, Arc<crate::shm::Shm>)>,
     request_next: u64,
     /// Page-cache dispatches may run on this thread (`RWF_NOWAIT`).
     inline: bool,
@@ -428,7 +429,7 @@ impl EventLoop {
         }
         self.waiting_budget.retain(|&w| w != id);
         if c.watched {
-            self.watched.retain(|&w| w != id);
+            self.watched.retain(|(w, _)| *w != id);
             self.shared.doorbells_watched.store(self.watched.len(), Ordering::Relaxed);
         }
         self.shared.conns_open.store(self.conns.len(), Ordering::Relaxed);
@@ -891,7 +892,7 @@ impl EventLoop {
         if !c.watched && self.watched.len() < self.shared.config.limits.doorbells_watched_max as usize && !self.stopping {
             shm.set_watched(true);
             c.watched = true;
-            self.watched.push(c.id);
+            self.watched.push((c.id, Arc::clone(shm)));
             self.shared.doorbells_watched.store(self.watched.len(), Ordering::Relaxed);
         }
         self.take_rung(c)
@@ -900,9 +901,8 @@ impl EventLoop {
     /// Every turn: take the requests rung on the watched doorbells.
     fn scan_doorbells(&mut self) {
         for i in 0..self.watched.len() {
-            let id = self.watched[i];
-            let rung = self.conns.get(&id).is_some_and(|c| self.rings(c) && c.shm.as_ref().is_some_and(|s| s.rung()));
-            if !rung {
+            let (id, ref shm) = self.watched[i];
+            if !shm.rung() || !self.conns.get(&id).is_some_and(|c| self.rings(c)) {
                 continue;
             }
             let mut c = self.conns.remove(&id).expect("present");
@@ -913,10 +913,8 @@ impl EventLoop {
 
     /// Mark every watched doorbell watched or not.
     fn set_watched(&self, on: bool) {
-        for id in &self.watched {
-            if let Some(shm) = self.conns.get(id).and_then(|c| c.shm.as_ref()) {
-                shm.set_watched(on);
-            }
+        for (_, shm) in &self.watched {
+            shm.set_watched(on);
         }
     }
 
@@ -926,7 +924,7 @@ impl EventLoop {
     /// this sees its doorbell unwatched and nudges.
     fn unwatch(&self) -> bool {
         self.set_watched(false);
-        let rung = self.watched.iter().any(|id| self.conns.get(id).is_some_and(|c| self.rings(c) && c.shm.as_ref().is_some_and(|s| s.rung())));
+        let rung = self.watched.iter().any(|(id, shm)| shm.rung() && self.conns.get(id).is_some_and(|c| self.rings(c)));
         if rung {
             self.set_watched(true);
         }
@@ -1666,7 +1664,7 @@ impl EventLoop {
         // Rung requests are no longer taken: their clients nudge, and are
         // answered when the drain closes their connections.
         self.set_watched(false);
-        for id in std::mem::take(&mut self.watched) {
+        for (id, _) in std::mem::take(&mut self.watched) {
             if let Some(c) = self.conns.get_mut(&id) {
                 c.watched = false;
             }
