@@ -837,8 +837,9 @@ impl EventLoop {
 
     /// Take the requests rung on `c`'s doorbell, each as if its frame had
     /// come on the socket (parsed and checked the same way), answered in
-    /// its own record (or on the socket, as a sent one would be). Stops where the connection pauses; the bits not
-    /// taken ring again.
+    /// its own record (or on the socket, as a sent one would be). Stops
+    /// where the connection pauses; the bits not taken ring again (a
+    /// paused connection is looked at again when it resumes).
     fn take_rung(&mut self, c: &mut Conn) -> Flow {
         use sluice_proto::post::{RUNG_READ, RUNG_READ_LEASE, RUNG_WRITE, RUNG_WRITE_LEASE};
         if !self.rings(c) {

@@ -49,9 +49,14 @@ fn reads_and_writes_through_the_region_match_the_file() {
         assert_eq!(buf, data[at..at + (128 << 10)], "pipelined read {i}");
     }
     drop(c);
+    within_5s("the region outlived its connection", || s.handle.shm_bytes() == 0);
+}
+
+/// Wait up to 5 s for `done`, failing with `what`.
+fn within_5s(what: &str, done: impl Fn() -> bool) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while s.handle.shm_bytes() > 0 {
-        assert!(std::time::Instant::now() < deadline, "the region outlived its connection");
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -562,11 +567,7 @@ fn rung_and_sent_requests_carry_the_same_bytes() {
         assert_eq!(s.handle.rung_requests().0 - before, if ring { 5 } else { 0 }, "ring {ring}: four reads and a write");
         assert_eq!(s.handle.doorbells_watched(), usize::from(ring));
         drop(c);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while s.handle.doorbells_watched() > 0 {
-            assert!(std::time::Instant::now() < deadline, "a closed connection's doorbell stays watched");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        within_5s("a closed connection's doorbell stays watched", || s.handle.doorbells_watched() == 0);
     }
 }
 
