@@ -15,7 +15,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use sluice_core::{Dispatch, Op};
@@ -75,10 +75,13 @@ pub struct Executor {
     pub direct: bool,
     /// The emulated disk, held for the whole service time of a dispatch.
     pub device: Option<Mutex<Hdd>>,
-    /// Serialises `--direct` writes: read-modify-write of edge blocks and
-    /// the size fix-up after an aligned write past the end must not race
-    /// with another write to the same blocks.
-    pub direct_writes: Mutex<()>,
+    /// Orders `--direct` writes (`direct_write`): one that reads back an
+    /// edge block or fixes the file's size after writing whole blocks
+    /// past its end holds it alone, so that no write to the same blocks
+    /// and no write past the end races with it; a write of whole blocks
+    /// at both ends does neither and holds it shared, side by side with
+    /// others (the scheduler never has two overlapping writes out).
+    pub direct_writes: RwLock<()>,
 }
 
 impl Executor {
@@ -99,10 +102,7 @@ impl Executor {
             (Op::Read, false) => read_members(st, fd, d, &mut job.items),
             (Op::Write, false) => write_members(st, fd, d, &job.items),
             (Op::Read, true) => whole(direct_read(st, fd, d, &mut job.items)),
-            (Op::Write, true) => {
-                let _w = lock(&self.direct_writes);
-                whole(direct_write(st, fd, d, &mut job.items))
-            }
+            (Op::Write, true) => whole(direct_write(st, fd, d, &mut job.items, &self.direct_writes)),
         };
         if let Some(mut disk) = guard {
             let ns = disk.service_ns(Access { file: d.file.0, offset: d.offset, len: d.len });
@@ -314,9 +314,17 @@ fn file_size(fd: RawFd) -> io::Result<u64> {
     Ok(st.st_size as u64)
 }
 
-/// Aligned write through a bounce buffer. The caller holds the executor's
-/// direct-write lock.
-fn direct_write(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending]) -> io::Result<u64> {
+/// An O_DIRECT write: straight from the members' buffers when they are
+/// aligned blocks, else through an aligned bounce buffer. A range of
+/// whole blocks (both ends aligned) reads no edge back and fixes no size:
+/// it holds `order` shared; any other holds it alone (`Executor`).
+fn direct_write(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending], order: &RwLock<()>) -> io::Result<u64> {
+    let blocks = d.offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64) && d.end().is_multiple_of(DIRECT_ALIGN_BYTES as u64);
+    let (_shared, _alone) = if blocks {
+        (Some(order.read().unwrap_or_else(|p| p.into_inner())), None)
+    } else {
+        (None, Some(order.write().unwrap_or_else(|p| p.into_inner())))
+    };
     if direct_in_place(d, items, Op::Write) {
         // Whole blocks: no edge to read back, no size to fix up.
         let mut iov: Vec<libc::iovec> = items.iter().map(|it| iov_const(it.buf.data())).collect();

@@ -229,7 +229,7 @@ fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<e
     let c = &shared.config;
     let device = (c.device == DeviceKind::Hdd7200).then(|| Mutex::new(Hdd::hdd7200()));
     let storage = c.storage.as_ref().map_or_else(|| Arc::new(exec::Syscalls) as Arc<dyn exec::Storage>, |s| Arc::clone(&s.0));
-    let exec = Arc::new(Executor { storage, direct: c.direct, device, direct_writes: Mutex::new(()) });
+    let exec = Arc::new(Executor { storage, direct: c.direct, device, direct_writes: std::sync::RwLock::new(()) });
     let jobs = Arc::new(Mutex::new(jobs));
     (0..c.queue_depth)
         .map(|_| {
