@@ -320,11 +320,7 @@ fn file_size(fd: RawFd) -> io::Result<u64> {
 /// it holds `order` shared; any other holds it alone (`Executor`).
 fn direct_write(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending], order: &RwLock<()>) -> io::Result<u64> {
     let blocks = d.offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64) && d.end().is_multiple_of(DIRECT_ALIGN_BYTES as u64);
-    let (_shared, _alone) = if blocks {
-        (Some(order.read().unwrap_or_else(|p| p.into_inner())), None)
-    } else {
-        (None, Some(order.write().unwrap_or_else(|p| p.into_inner())))
-    };
+    let (_shared, _alone) = if blocks { (Some(order.read().unwrap_or_else(|p| p.into_inner())), None) } else { (None, Some(order.write().unwrap_or_else(|p| p.into_inner()))) };
     if direct_in_place(d, items, Op::Write) {
         // Whole blocks: no edge to read back, no size to fix up.
         let mut iov: Vec<libc::iovec> = items.iter().map(|it| iov_const(it.buf.data())).collect();
