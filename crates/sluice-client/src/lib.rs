@@ -878,7 +878,10 @@ impl Client {
                 let n = local_pwrite(&file, data, offset)?;
                 return Ok(Ticket { id: 0, session: Arc::clone(s), read: None, slot: None, local: None, write: None, done: Some(n) });
             }
-            let slot = if data.len() >= shm::WRITE_MIN_BYTES { s.shm.as_ref().and_then(|r| r.take(data.len())) } else { None };
+            // A small write rides the socket with its header, unless the
+            // region rings its requests (then it costs no send at all).
+            let small = data.len() < shm::WRITE_MIN_BYTES && !s.shm.as_ref().is_some_and(|r| r.rings());
+            let slot = if small { None } else { s.shm.as_ref().and_then(|r| r.take(data.len())) };
             let req = match &slot {
                 Some(sl) => {
                     sl.fill(data);

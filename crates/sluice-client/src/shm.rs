@@ -38,7 +38,9 @@ pub const REGION_BYTES: u64 = (16 << 20) + sluice_proto::POST_AREA_BYTES;
 /// Bytes of one slot.
 pub const SLOT_BYTES: usize = 1 << 20;
 /// Writes smaller than this go through the socket (one system call with
-/// the header; the region would save nothing).
+/// the header; the region would save nothing) unless the region rings
+/// its requests: a rung write makes no system call at all (on 4 KiB x 32
+/// O_DIRECT writes, 0.445 s against 0.708 s through the socket).
 pub const WRITE_MIN_BYTES: usize = 16 << 10;
 /// Environment variable: `0` keeps every request on the socket.
 pub const SHM_ENV: &str = "SLUICE_SHM";
@@ -93,6 +95,11 @@ impl Region {
         // post record (`POSTS_MAX` of them).
         let slots = (data / SLOT_BYTES).min(64).min(sluice_proto::POSTS_MAX as usize) as u32;
         Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0), posts, ring: posts && ring })
+    }
+
+    /// Whether requests in this region's slots are rung, not sent.
+    pub fn rings(&self) -> bool {
+        self.ring
     }
 
     /// The doorbell's `mask` and `watched` words (`sluice_proto::post`).

@@ -541,10 +541,10 @@ fn doorbells_watched_max_at_n_and_n_plus_1() {
     }
 }
 
-/// Rung requests (protocol 8): a client's slot-sized reads and writes are
-/// left in their post records and rung on the region's doorbell, never
-/// sent; the first one nudges, which puts the doorbell on the loop's
-/// watched list. The bytes are the socket path's (`ConnectOptions::ring`
+/// Rung requests (protocol 8): a client's slot-sized reads and writes
+/// (small writes too) are left in their post records and rung on the
+/// region's doorbell, never sent; the first one nudges, which puts the
+/// doorbell on the loop's watched list. The bytes are the socket path's (`ConnectOptions::ring`
 /// off), and a closed connection leaves the list.
 #[test]
 fn rung_and_sent_requests_carry_the_same_bytes() {
@@ -563,8 +563,13 @@ fn rung_and_sent_requests_carry_the_same_bytes() {
             assert_eq!(&buf[..n], &data[at..at + n], "ring {ring}: read {i}");
         }
         assert_eq!(c.pwrite(fd, &piece, 8192).unwrap(), piece.len());
-        assert_eq!(&std::fs::read(s.path(&name)).unwrap()[8192..8192 + piece.len()], &piece[..], "ring {ring}");
-        assert_eq!(s.handle.rung_requests().0 - before, if ring { 5 } else { 0 }, "ring {ring}: four reads and a write");
+        // A write under `WRITE_MIN_BYTES`: rung too (it would ride the
+        // socket with its header otherwise).
+        assert_eq!(c.pwrite(fd, &piece[..4096], 200_000).unwrap(), 4096);
+        let file = std::fs::read(s.path(&name)).unwrap();
+        assert_eq!(&file[8192..8192 + piece.len()], &piece[..], "ring {ring}");
+        assert_eq!(&file[200_000..204_096], &piece[..4096], "ring {ring}: the small write");
+        assert_eq!(s.handle.rung_requests().0 - before, if ring { 6 } else { 0 }, "ring {ring}: four reads and two writes");
         assert_eq!(s.handle.doorbells_watched(), usize::from(ring));
         drop(c);
         within_5s("a closed connection's doorbell stays watched", || s.handle.doorbells_watched() == 0);
