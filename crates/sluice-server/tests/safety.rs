@@ -162,7 +162,9 @@ fn clients_max_at_n_and_n_plus_1() {
 fn frame_bytes_max_at_n_and_n_plus_1() {
     let max = 4096u32;
     let s = TestServer::start(|c| c.limits.frame_bytes_max = max);
-    let c = s.client("frames");
+    // No shared region: the writes travel in frames (a region's slot would
+    // carry them, rung, whatever their size).
+    let c = Client::connect_with(&s.addr(), ConnectOptions { app: Some("frames".into()), shm: false, ..ConnectOptions::default() }).unwrap();
     let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
     let fits = max as usize - HEADER_BYTES - 16;
     assert_eq!(c.pwrite(fd, &vec![7u8; fits], 0).unwrap(), fits, "a frame of exactly frame_bytes_max");
