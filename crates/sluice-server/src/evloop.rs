@@ -518,6 +518,13 @@ impl EventLoop {
         }
     }
 
+    /// Answer request `id` with an error on the socket, its post record
+    /// (if it named one) saying so.
+    fn error_on_socket(&mut self, c: &mut Conn, id: u64, post: u32, errno: i32, msg: String) {
+        c.push(id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
+        self.post_on_socket(c, post, id);
+    }
+
     /// Write replies, fix epoll interest, drop finished connections, then
     /// wake the clients asleep on post records answered this turn.
     fn flush_dirty(&mut self) {
@@ -863,9 +870,8 @@ impl EventLoop {
                 RUNG_READ_LEASE => Request::ReadLease { fd, offset, len, at, post },
                 RUNG_WRITE_LEASE => Request::WriteLease { fd, offset, len, at, post },
                 op => {
-                    self.post_on_socket(c, k, r.id);
                     let msg = format!("post record {k} rings with operation {op}, not one of {RUNG_READ}..={RUNG_WRITE_LEASE}");
-                    c.push(r.id, Out::Error(libc::EINVAL, msg), 0, &self.shared.reply_bytes);
+                    self.error_on_socket(c, r.id, k, libc::EINVAL, msg);
                     continue;
                 }
             };
@@ -1132,8 +1138,7 @@ impl EventLoop {
                 Some(shm) if shm.holds(at, total) => Place::Shm(Arc::clone(shm), at, post),
                 Some(shm) => {
                     let msg = format!("region range {at}+{total} outside the shared region of {} bytes", shm.len());
-                    c.push(id, Out::Error(libc::EINVAL, msg), 0, &self.shared.reply_bytes);
-                    self.post_on_socket(c, post, id);
+                    self.error_on_socket(c, id, post, libc::EINVAL, msg);
                     return Flow::Next;
                 }
                 None => {
@@ -1147,8 +1152,7 @@ impl EventLoop {
             },
         };
         if let Err((errno, msg)) = self.admit(c, id, fd, op, list || group.is_some(), pieces, total, place, group) {
-            c.push(id, Out::Error(errno, msg), 0, &self.shared.reply_bytes);
-            self.post_on_socket(c, post, id);
+            self.error_on_socket(c, id, post, errno, msg);
         }
         Flow::Next
     }
