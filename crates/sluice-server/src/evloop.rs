@@ -226,7 +226,10 @@ impl EventLoop {
         // The ring serves the real device's calls; an emulated disk (which
         // holds a worker for the modelled time) or a test's storage keep
         // the workers. Where the kernel refuses io_uring, workers serve.
-        let ring = (c.uring && c.device == crate::DeviceKind::Real && c.storage.is_none()).then(|| Ring::new(c.queue_depth, waker.fd.as_raw_fd(), c.direct).ok()).flatten();
+        // With O_DIRECT, whole-block writes hold shares of the workers'
+        // order of writes (`exec::DirectOrder`).
+        let order = c.direct.then(|| Arc::clone(&shared.direct_writes));
+        let ring = (c.uring && c.device == crate::DeviceKind::Real && c.storage.is_none()).then(|| Ring::new(c.queue_depth, waker.fd.as_raw_fd(), order).ok()).flatten();
         let budget = Budget { held: 0, max: c.limits.partial_bytes_max, allocated: 0 };
         Ok(EventLoop {
             shared,

@@ -15,7 +15,7 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use sluice_core::{Dispatch, Op};
@@ -75,13 +75,115 @@ pub struct Executor {
     pub direct: bool,
     /// The emulated disk, held for the whole service time of a dispatch.
     pub device: Option<Mutex<Hdd>>,
-    /// Orders `--direct` writes (`direct_write`): one that reads back an
-    /// edge block or fixes the file's size after writing whole blocks
-    /// past its end holds it alone, so that no write to the same blocks
-    /// and no write past the end races with it; a write of whole blocks
-    /// at both ends does neither and holds it shared, side by side with
-    /// others (the scheduler never has two overlapping writes out).
-    pub direct_writes: RwLock<()>,
+    /// Orders `--direct` writes (`direct_write`, and the event loop's
+    /// ring, which holds a share for each whole-block write it submits).
+    pub direct_writes: Arc<DirectOrder>,
+}
+
+/// The order of O_DIRECT writes. A write that reads back an edge block,
+/// or fixes the file's size after writing whole blocks past its end,
+/// runs alone, so that no write to the same blocks and no write past the
+/// end races with it. A write of whole blocks at both ends does neither
+/// and runs shared, side by side with others (the scheduler never has two
+/// overlapping writes out). Unlike a `RwLock`, a share can be taken
+/// without waiting and given back from another turn of the event loop
+/// (`try_share` / `unshare`): the ring holds one from a write's
+/// submission to its completion, and never blocks the loop. A write
+/// waiting to run alone stops new shares, so it is not starved.
+#[derive(Default)]
+pub struct DirectOrder {
+    state: Mutex<OrderState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct OrderState {
+    shares: usize,
+    alone: bool,
+    waiting_alone: usize,
+}
+
+/// A share of a `DirectOrder` held until dropped.
+pub struct ShareGuard<'a>(&'a DirectOrder);
+
+/// A `DirectOrder` held alone until dropped.
+pub struct AloneGuard<'a>(&'a DirectOrder);
+
+impl DirectOrder {
+    fn state(&self) -> MutexGuard<'_, OrderState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, OrderState>) -> MutexGuard<'a, OrderState> {
+        self.changed.wait(g).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait for a share (while a write runs alone or waits to).
+    pub fn shared(&self) -> ShareGuard<'_> {
+        let mut s = self.state();
+        while s.alone || s.waiting_alone > 0 {
+            s = self.wait(s);
+        }
+        s.shares += 1;
+        ShareGuard(self)
+    }
+
+    /// Wait to run alone (until every share is given back).
+    pub fn alone(&self) -> AloneGuard<'_> {
+        let mut s = self.state();
+        s.waiting_alone += 1;
+        while s.alone || s.shares > 0 {
+            s = self.wait(s);
+        }
+        s.waiting_alone -= 1;
+        s.alone = true;
+        AloneGuard(self)
+    }
+
+    /// Take a share now if one is free; `false`: a write runs alone or
+    /// waits to. Give it back with `unshare`.
+    pub fn try_share(&self) -> bool {
+        let mut s = self.state();
+        if s.alone || s.waiting_alone > 0 {
+            return false;
+        }
+        s.shares += 1;
+        true
+    }
+
+    /// Give back a share `try_share` took.
+    pub fn unshare(&self) {
+        let mut s = self.state();
+        s.shares = s.shares.checked_sub(1).expect("unshare without a share");
+        if s.shares == 0 {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Shares held now (tests).
+    #[cfg(test)]
+    pub fn shares(&self) -> usize {
+        self.state().shares
+    }
+
+    /// Writes waiting to run alone now (tests).
+    #[cfg(test)]
+    pub fn waiting_alone(&self) -> usize {
+        self.state().waiting_alone
+    }
+}
+
+impl Drop for ShareGuard<'_> {
+    fn drop(&mut self) {
+        self.0.unshare();
+    }
+}
+
+impl Drop for AloneGuard<'_> {
+    fn drop(&mut self) {
+        self.0.state().alone = false;
+        self.0.changed.notify_all();
+    }
 }
 
 impl Executor {
@@ -318,9 +420,9 @@ fn file_size(fd: RawFd) -> io::Result<u64> {
 /// aligned blocks, else through an aligned bounce buffer. A range of
 /// whole blocks (both ends aligned) reads no edge back and fixes no size:
 /// it holds `order` shared; any other holds it alone (`Executor`).
-fn direct_write(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending], order: &RwLock<()>) -> io::Result<u64> {
+fn direct_write(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending], order: &DirectOrder) -> io::Result<u64> {
     let blocks = d.offset.is_multiple_of(DIRECT_ALIGN_BYTES as u64) && d.end().is_multiple_of(DIRECT_ALIGN_BYTES as u64);
-    let (_shared, _alone) = if blocks { (Some(order.read().unwrap_or_else(|p| p.into_inner())), None) } else { (None, Some(order.write().unwrap_or_else(|p| p.into_inner()))) };
+    let (_shared, _alone) = if blocks { (Some(order.shared()), None) } else { (None, Some(order.alone())) };
     if direct_in_place(d, items, Op::Write) {
         // Whole blocks: no edge to read back, no size to fix up.
         let mut iov: Vec<libc::iovec> = items.iter().map(|it| iov_const(it.buf.data())).collect();
@@ -389,15 +491,16 @@ fn exact_sleeps() {
 /// asynchronous `readv`/`writev` of `ring.rs`), or `None` when it needs an
 /// executor worker: more than `IOV_MAX` members, members that do not tile
 /// the range (overlapping reads share a temporary buffer), or, under
-/// O_DIRECT, anything but a read straight into block-aligned slots (a
-/// bounce buffer, or a write, which takes the direct-write lock and may
-/// read-modify-write its edge blocks).
+/// O_DIRECT, anything but a transfer straight between block-aligned slots
+/// and whole blocks of the file (a bounce buffer, or a write that may
+/// read-modify-write its edge blocks). An O_DIRECT write returned here
+/// still needs a share of `Executor::direct_writes` before it starts.
 pub fn whole_iovecs(job: &mut Job, direct: bool) -> Option<Vec<libc::iovec>> {
     let d = &job.dispatch;
     if d.members.len() > IOV_MAX || !tiles(d) {
         return None;
     }
-    if direct && (d.op != Op::Read || !direct_in_place(d, &mut job.items, Op::Read)) {
+    if direct && !direct_in_place(d, &mut job.items, d.op) {
         return None;
     }
     Some(match d.op {

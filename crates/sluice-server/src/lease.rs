@@ -169,7 +169,7 @@ mod tests {
         v.record(FileId(1), 4096, (1 << 20, 1 << 20), t0, fresh);
         assert_eq!(v.lookup(FileId(1), 8192, 4096, 1 << 30, t0, fresh), Some(((1 << 20) - 4096, (1 << 20) - 4096)));
         assert_eq!(v.lookup(FileId(1), 0, 4096, 1 << 30, t0, fresh), None, "before the look");
-        assert_eq!(v.lookup(FileId(1), (1 << 20), 8192, 1 << 30, t0, fresh), None, "past its end");
+        assert_eq!(v.lookup(FileId(1), 1 << 20, 8192, 1 << 30, t0, fresh), None, "past its end");
         assert_eq!(v.lookup(FileId(1), 8 << 20, 4096, 1 << 30, t0, fresh), None, "far past its end");
         assert_eq!(v.lookup(FileId(2), 8192, 4096, 1 << 30, t0, fresh), None, "another file");
         assert_eq!(v.lookup(FileId(1), 8192, 4096, 1 << 30, t0 + Duration::from_millis(6), fresh), None, "stale");

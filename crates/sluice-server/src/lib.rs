@@ -109,6 +109,9 @@ pub(crate) struct Shared {
     pub rung: AtomicU64,
     pub nudges: AtomicU64,
     pub doorbells_watched: AtomicUsize,
+    /// The order of `--direct` writes, shared by the executor's workers
+    /// and the event loop's ring (`exec::DirectOrder`).
+    pub direct_writes: Arc<exec::DirectOrder>,
     /// Where a metrics scrape asks the event loop for its view.
     pub view: metrics::ViewSlot,
 }
@@ -177,6 +180,7 @@ impl Server {
             rung: AtomicU64::new(0),
             nudges: AtomicU64::new(0),
             doorbells_watched: AtomicUsize::new(0),
+            direct_writes: Arc::default(),
             view: metrics::ViewSlot::default(),
             config,
         });
@@ -229,7 +233,7 @@ fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<e
     let c = &shared.config;
     let device = (c.device == DeviceKind::Hdd7200).then(|| Mutex::new(Hdd::hdd7200()));
     let storage = c.storage.as_ref().map_or_else(|| Arc::new(exec::Syscalls) as Arc<dyn exec::Storage>, |s| Arc::clone(&s.0));
-    let exec = Arc::new(Executor { storage, direct: c.direct, device, direct_writes: std::sync::RwLock::new(()) });
+    let exec = Arc::new(Executor { storage, direct: c.direct, device, direct_writes: Arc::clone(&shared.direct_writes) });
     let jobs = Arc::new(Mutex::new(jobs));
     (0..c.queue_depth)
         .map(|_| {

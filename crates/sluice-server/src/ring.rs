@@ -10,7 +10,12 @@
 //! signals the completion on the loop's own eventfd (registered with the
 //! ring), and the loop reaps it on its next turn.
 //!
-//! Only what one call does whole goes here (`exec::whole_iovecs`). A
+//! Only what one call does whole goes here (`exec::whole_iovecs`). An
+//! O_DIRECT write of whole blocks from aligned slots comes too, holding a
+//! share of the executor's `DirectOrder` from its submission to its
+//! completion (`try_share`, never waiting: while a worker's
+//! read-modify-write runs alone or waits to, such a write goes to a
+//! worker instead). A
 //! completion that moved fewer bytes than asked (the end of a file), or
 //! failed, is handed to a worker, which does it again from the start with
 //! the executor's own loop and error rules: the same bytes to the same
@@ -25,13 +30,17 @@ use std::os::fd::{AsRawFd, RawFd};
 use io_uring::{opcode, types, IoUring};
 use sluice_core::Op;
 
-use crate::exec::{settle_whole, whole_iovecs, Job};
+use std::sync::Arc;
+
+use crate::exec::{settle_whole, whole_iovecs, DirectOrder, Job};
 
 /// A submitted job and the iovecs the kernel reads until it completes.
 struct InFlight {
     job: Job,
     /// Kept alive (and unmoved: a boxed slice) while the kernel holds it.
     _iov: Box<[libc::iovec]>,
+    /// An O_DIRECT write holding a share of `Ring::order`.
+    shares: bool,
 }
 
 pub(crate) struct Ring {
@@ -42,6 +51,8 @@ pub(crate) struct Ring {
     /// Pushed since the last `flush`.
     unsubmitted: u32,
     direct: bool,
+    /// The executor's order of O_DIRECT writes (`direct` only).
+    order: Option<Arc<DirectOrder>>,
 }
 
 /// What a reaped completion asks of the loop.
@@ -55,12 +66,14 @@ pub(crate) enum Reaped {
 impl Ring {
     /// A ring for at most `entries` dispatches in flight whose completions
     /// are signalled on `eventfd`. Fails where the kernel has no io_uring
-    /// (or forbids it): the loop then uses the workers alone.
-    pub fn new(entries: u32, eventfd: RawFd, direct: bool) -> io::Result<Ring> {
+    /// (or forbids it): the loop then uses the workers alone. `order`:
+    /// the executor's order of O_DIRECT writes when the files are opened
+    /// with O_DIRECT (`None`: they are not).
+    pub fn new(entries: u32, eventfd: RawFd, order: Option<Arc<DirectOrder>>) -> io::Result<Ring> {
         let entries = entries.max(1);
         let ring = IoUring::new(entries.next_power_of_two())?;
         ring.submitter().register_eventfd(eventfd)?;
-        Ok(Ring { ring, slots: (0..entries).map(|_| None).collect(), free: (0..entries as usize).rev().collect(), unsubmitted: 0, direct })
+        Ok(Ring { ring, slots: (0..entries).map(|_| None).collect(), free: (0..entries as usize).rev().collect(), unsubmitted: 0, direct: order.is_some(), order })
     }
 
     /// Queue `job` (submitted at the next `flush`), or give it back when it
@@ -68,6 +81,10 @@ impl Ring {
     pub fn push(&mut self, mut job: Job) -> Result<(), Job> {
         let Some(&slot) = self.free.last() else { return Err(job) };
         let Some(iov) = whole_iovecs(&mut job, self.direct) else { return Err(job) };
+        let shares = self.direct && job.dispatch.op == Op::Write;
+        if shares && !self.order.as_ref().is_some_and(|o| o.try_share()) {
+            return Err(job);
+        }
         let iov = iov.into_boxed_slice();
         let d = &job.dispatch;
         let fd = types::Fd(job.items[0].file.fd.as_raw_fd());
@@ -80,10 +97,11 @@ impl Ring {
         // slot (the job owns the buffers) until the completion is reaped;
         // the descriptor is held open by the job's file handle.
         if unsafe { self.ring.submission().push(&entry) }.is_err() {
+            self.unshare(shares);
             return Err(job);
         }
         self.free.pop();
-        self.slots[slot] = Some(InFlight { job, _iov: iov });
+        self.slots[slot] = Some(InFlight { job, _iov: iov, shares });
         self.unsubmitted += 1;
         Ok(())
     }
@@ -118,13 +136,24 @@ impl Ring {
         self.slots.len() - self.free.len()
     }
 
-    /// Every completion the kernel has posted.
+    fn unshare(&self, shares: bool) {
+        if let (true, Some(o)) = (shares, self.order.as_ref()) {
+            o.unshare();
+        }
+    }
+
+    /// Every completion the kernel has posted. A write's share is given
+    /// back here, before a short one goes to a worker (which takes its
+    /// own).
     pub fn reap(&mut self, out: &mut Vec<Reaped>) {
-        let Ring { ring, slots, free, .. } = self;
+        let Ring { ring, slots, free, order, .. } = self;
         for c in ring.completion() {
             let (slot, res) = (c.user_data() as usize, c.result());
             let Some(f) = slots.get_mut(slot).and_then(Option::take) else { continue };
             free.push(slot);
+            if let (true, Some(o)) = (f.shares, order.as_ref()) {
+                o.unshare();
+            }
             let mut job = f.job;
             if res >= 0 && res as u64 == job.dispatch.len {
                 settle_whole(&mut job);
@@ -145,6 +174,7 @@ mod tests {
     use sluice_core::{AppId, ClientId, Dispatch, DispatchId, FileId, Request, RequestId};
 
     use super::*;
+    use crate::config::DIRECT_ALIGN_BYTES;
     use crate::pending::{Buf, Pending, Reply};
     use crate::state::{FileTable, OpenFile};
 
@@ -193,7 +223,7 @@ mod tests {
     fn setup(entries: u32, content: &[u8]) -> Option<(tempfile::TempDir, OwnedFd, Ring, Arc<OpenFile>)> {
         let dir = tempfile::tempdir().unwrap();
         let efd = eventfd();
-        let Ok(ring) = Ring::new(entries, efd.as_raw_fd(), false) else {
+        let Ok(ring) = Ring::new(entries, efd.as_raw_fd(), None) else {
             eprintln!("no io_uring here: the loop uses its workers; nothing to test");
             return None;
         };
@@ -264,9 +294,93 @@ mod tests {
         let Some((_dir, efd, mut ring, f)) = setup(4, &[]) else { return };
         assert!(ring.push(job(&f, Op::Read, &[(0, 100), (50, 100)], 0)).is_err(), "overlapping reads share a temporary buffer");
         assert!(ring.push(job(&f, Op::Read, &[(0, 100), (200, 100)], 0)).is_err(), "a gap is not one transfer");
-        let Ok(mut direct) = Ring::new(4, efd.as_raw_fd(), true) else { return };
-        assert!(direct.push(job(&f, Op::Write, &[(0, 4096)], 1)).is_err(), "O_DIRECT writes take the executor's lock");
+        let order = Arc::new(DirectOrder::default());
+        let Ok(mut direct) = Ring::new(4, efd.as_raw_fd(), Some(Arc::clone(&order))) else { return };
+        assert!(direct.push(job(&f, Op::Write, &[(0, 4096)], 1)).is_err(), "an unaligned buffer needs a bounce buffer");
+        assert!(direct.push(aligned_write(&f, &[(0, 4096), (4096, 2048)], 1)).is_err(), "a part block reads back its edge");
         assert!(direct.push(job(&f, Op::Read, &[(0, 100)], 0)).is_err(), "an unaligned O_DIRECT read needs a bounce buffer");
-        assert_eq!((ring.inflight(), direct.inflight()), (0, 0));
+        assert_eq!((ring.inflight(), direct.inflight(), order.shares()), (0, 0, 0));
+    }
+
+    /// A write of `pieces` of `fill` from one block-aligned buffer (as a
+    /// shared-memory slot is), each its own request.
+    fn aligned_write(file: &Arc<OpenFile>, pieces: &[(u64, u64)], fill: u8) -> Job {
+        let mut j = job(file, Op::Write, pieces, fill);
+        let total: usize = pieces.iter().map(|p| p.1 as usize).sum();
+        let body = Arc::new(vec![fill; total + 2 * DIRECT_ALIGN_BYTES]);
+        let mut at = body.as_ptr().align_offset(DIRECT_ALIGN_BYTES);
+        for (it, &(_, len)) in j.items.iter_mut().zip(pieces) {
+            it.buf = Buf::Write(Arc::clone(&body), at, len as usize);
+            at += len as usize;
+        }
+        j
+    }
+
+    /// The ring of a server with `--direct` on file `f` opened O_DIRECT in
+    /// /var/tmp (a disk; tmpfs has no O_DIRECT); `None` where that or
+    /// io_uring is missing.
+    fn direct_setup(order: &Arc<DirectOrder>) -> Option<(tempfile::TempDir, OwnedFd, Ring, Arc<OpenFile>)> {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let efd = eventfd();
+        let Ok(ring) = Ring::new(4, efd.as_raw_fd(), Some(Arc::clone(order))) else {
+            eprintln!("no io_uring here: nothing to test");
+            return None;
+        };
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(file) = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).custom_flags(libc::O_DIRECT).open(dir.path().join("f")) else {
+            eprintln!("no O_DIRECT on {}: nothing to test", dir.path().display());
+            return None;
+        };
+        let table = Arc::new(Mutex::new(FileTable::new(16)));
+        Some((dir, efd, ring, Arc::new(OpenFile::register(OwnedFd::from(file), libc::O_RDWR, &table).unwrap())))
+    }
+
+    #[test]
+    fn an_o_direct_write_of_whole_blocks_holds_a_share_until_reaped() {
+        let order = Arc::new(DirectOrder::default());
+        let Some((dir, _efd, mut ring, f)) = direct_setup(&order) else { return };
+        assert!(ring.push(aligned_write(&f, &[(0, 4096), (4096, 8192)], 3)).is_ok(), "whole blocks from aligned slots");
+        assert!(ring.push(aligned_write(&f, &[(16384, 4096)], 4)).is_ok());
+        assert_eq!(order.shares(), 2, "one share a write in flight");
+        ring.flush().unwrap();
+        let done = reap_n(&mut ring, 2);
+        assert!(done.iter().all(|r| matches!(r, Reaped::Done(_))));
+        assert_eq!(order.shares(), 0, "given back when reaped");
+        let mut want = vec![3u8; 12288];
+        want.extend(vec![0u8; 4096]);
+        want.extend(vec![4u8; 4096]);
+        assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), want);
+    }
+
+    #[test]
+    fn an_o_direct_write_goes_to_a_worker_while_one_runs_alone_or_waits_to() {
+        let order = Arc::new(DirectOrder::default());
+        let Some((_dir, _efd, mut ring, f)) = direct_setup(&order) else { return };
+        {
+            let _alone = order.alone();
+            assert!(ring.push(aligned_write(&f, &[(0, 4096)], 1)).is_err(), "a read-modify-write runs alone");
+        }
+        assert!(ring.push(aligned_write(&f, &[(0, 4096)], 1)).is_ok(), "free again");
+        // A worker's read-modify-write now waits for the ring's share; no
+        // further share is handed out meanwhile, and it runs once reaped.
+        let waiter = {
+            let order = Arc::clone(&order);
+            std::thread::spawn(move || drop(order.alone()))
+        };
+        let until = Instant::now() + Duration::from_secs(10);
+        while order.waiting_alone() == 0 {
+            assert!(Instant::now() < until, "the worker never waited");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(ring.push(aligned_write(&f, &[(4096, 4096)], 2)).is_err(), "a waiting worker stops new shares");
+        ring.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "the write is done but not reaped: its share is still held");
+        reap_n(&mut ring, 1);
+        waiter.join().unwrap();
+        assert_eq!(order.shares(), 0);
+        assert!(ring.push(aligned_write(&f, &[(4096, 4096)], 2)).is_ok(), "the worker is done: shares again");
+        ring.flush().unwrap();
+        reap_n(&mut ring, 1);
     }
 }

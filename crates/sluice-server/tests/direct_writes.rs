@@ -97,3 +97,52 @@ fn a_write_that_reads_back_an_edge_block_runs_alone() {
     // whole, so no other write may run meanwhile.
     assert_eq!(overlap(100, |k| 2 * k * BLOCK + 100), 1, "edge writes overlapped");
 }
+
+#[test]
+fn whole_blocks_through_the_ring_and_part_blocks_growing_the_file_keep_every_byte() {
+    // The real disk: the event loop's io_uring takes the whole-block
+    // writes from shared-memory slots (each holding a share of the
+    // order), the workers the 100-byte ones, which read their block back
+    // and fix the file's size while they run alone. Five writers grow one
+    // file block by block; a size fixed from a stale length would cut
+    // off a block another writer had been told was written.
+    let s = TestServer::start(|c| {
+        c.direct = true;
+        c.queue_depth = 4;
+    });
+    if !s.handle.uring() {
+        eprintln!("no io_uring here: the workers carry out every write");
+    }
+    std::fs::File::create(s.path("g")).unwrap();
+    const BLOCKS: u64 = 256;
+    const WRITERS: u64 = 5;
+    let part = |b: u64| (b * BLOCK + 100, pattern(100, b));
+    let whole = |b: u64| (b * BLOCK, pattern(BLOCK as usize, b));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|k| {
+            let c = s.client(&format!("w{k}"));
+            let fd = c.open("g", libc::O_RDWR, 0).unwrap();
+            std::thread::spawn(move || {
+                for b in (k..BLOCKS).step_by(WRITERS as usize) {
+                    let (at, data) = if k == WRITERS - 1 { part(b) } else { whole(b) };
+                    assert_eq!(c.pwrite(fd, &data, at).unwrap(), data.len(), "block {b}");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let file = std::fs::read(s.path("g")).unwrap();
+    assert_eq!(file.len() as u64, BLOCKS * BLOCK, "the last block is a whole one");
+    for b in 0..BLOCKS {
+        let got = &file[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize];
+        if b % WRITERS == WRITERS - 1 {
+            let (_, data) = part(b);
+            assert!(got[..100].iter().chain(&got[200..]).all(|&x| x == 0), "block {b} outside its 100 bytes");
+            assert_eq!(&got[100..200], &data[..], "block {b}'s 100 bytes");
+        } else {
+            assert_eq!(got, &whole(b).1[..], "block {b}");
+        }
+    }
+}
