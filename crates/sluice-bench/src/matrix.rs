@@ -10,7 +10,9 @@
 //! default's makespan over the best of fifo and fifo-merge (issue 11's
 //! target: at most 1.05) and, on the real device, its speed-up over
 //! direct POSIX. `quick` runs a smaller matrix at smaller sizes (under
-//! three minutes on two cores).
+//! three minutes on two cores). `write` runs the decomposition rows as
+//! writes instead (the same pieces, each process writing its own), and
+//! only those: the other workloads have their reads built in.
 //!
 //! Each row runs `runs` times (default 3), the modes' order rotating from
 //! one run to the next, and is judged by each mode's median makespan: on
@@ -57,6 +59,8 @@ pub struct MatrixConfig {
     pub runs: u32,
     /// Only the rows whose workload contains this text.
     pub only: Option<String>,
+    /// The decomposition rows as writes, and no other rows.
+    pub write: bool,
     pub progress: bool,
 }
 
@@ -67,7 +71,7 @@ pub const RUNS_MAX: u32 = 15;
 
 impl MatrixConfig {
     pub fn new(quick: bool, exe: PathBuf, root: PathBuf) -> MatrixConfig {
-        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, progress: true }
+        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, write: false, progress: true }
     }
 }
 
@@ -100,6 +104,8 @@ pub struct MatrixRow {
 #[derive(Clone, Debug, Serialize)]
 pub struct MatrixReport {
     pub quick: bool,
+    /// The decomposition rows were writes (`MatrixConfig::write`).
+    pub write: bool,
     pub default_policy: String,
     pub runs: u32,
     pub rows: Vec<MatrixRow>,
@@ -131,8 +137,9 @@ fn decomposition_scale(quick: bool, g: u64) -> f64 {
     }
 }
 
-fn cells(quick: bool) -> Vec<Cell> {
+fn cells(quick: bool, write: bool) -> Vec<Cell> {
     let procs: &[u32] = if quick { &[8, 32] } else { &[8, 32, 128] };
+    let (op, what) = if write { (Dir::Write, "decomposition write") } else { (Dir::Read, "decomposition") };
     let mut out = Vec::new();
     for direct_io in [true, false] {
         for g in [4u64 << 10, 64 << 10, 1 << 20] {
@@ -142,10 +149,13 @@ fn cells(quick: bool) -> Vec<Cell> {
                 if quick && !direct_io && p != 32 {
                     continue;
                 }
-                let label = format!("decomposition {}K x{p}", g >> 10);
-                out.push(Cell { label, scenario: scenario::decomposition(p, g, Dir::Read, scale), device: DeviceKind::Real, direct_io, scale });
+                let label = format!("{what} {}K x{p}", g >> 10);
+                out.push(Cell { label, scenario: scenario::decomposition(p, g, op, scale), device: DeviceKind::Real, direct_io, scale });
             }
         }
+    }
+    if write {
+        return out;
     }
     let (ip, iscale) = if quick { (8, 1.0 / 64.0) } else { (32, 1.0 / 32.0) };
     out.push(Cell { label: format!("interference 8K x{ip}"), scenario: scenario::interference(ip, 8 << 10, iscale), device: DeviceKind::Real, direct_io: true, scale: iscale });
@@ -260,13 +270,13 @@ fn sim_row(cfg: &MatrixConfig) -> Result<MatrixRow, WorkloadError> {
 
 /// Run every row. See the module documentation.
 pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
-    std::fs::create_dir_all(&cfg.root).map_err(|e| WorkloadError::io(format!("create {}", cfg.root.display()), e))?;
     let wanted = |label: &str| cfg.only.as_deref().is_none_or(|o| label.contains(o));
-    let cells: Vec<Cell> = cells(cfg.quick).into_iter().filter(|c| wanted(&c.label)).collect();
-    let sim = wanted("sim --bench");
+    let cells: Vec<Cell> = cells(cfg.quick, cfg.write).into_iter().filter(|c| wanted(&c.label)).collect();
+    let sim = !cfg.write && wanted("sim --bench");
     if cells.is_empty() && !sim {
         return Err(WorkloadError::usage(format!("no row's workload contains {:?}", cfg.only.as_deref().unwrap_or(""))));
     }
+    std::fs::create_dir_all(&cfg.root).map_err(|e| WorkloadError::io(format!("create {}", cfg.root.display()), e))?;
     let total = cells.len() + usize::from(sim);
     let mut rows = Vec::with_capacity(total);
     for (i, cell) in cells.into_iter().enumerate() {
@@ -285,14 +295,14 @@ pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
     let over = |r: &&MatrixRow| r.default_over_best.is_nan() || r.default_over_best > DEFAULT_RATIO_MAX;
     let rows_over_target = rows.iter().filter(over).count();
     let rows_over_in_every_run = rows.iter().filter(over).filter(|r| r.slower_in_every_run).count();
-    Ok(MatrixReport { quick: cfg.quick, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target, rows_over_in_every_run })
+    Ok(MatrixReport { quick: cfg.quick, write: cfg.write, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target, rows_over_in_every_run })
 }
 
 /// One line per row: each mode's makespan, then the verdicts.
 pub fn table(r: &MatrixReport) -> String {
     let d = &r.default_policy;
     let mut out = format!(
-        "{:<28} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>10} {:>10}\n",
+        "{:<30} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>10} {:>10}\n",
         "workload",
         "device",
         "odirect",
@@ -306,7 +316,7 @@ pub fn table(r: &MatrixReport) -> String {
     let cell = |row: &MatrixRow, m: &str| row.makespan_s.get(m).map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
     for row in &r.rows {
         out += &format!(
-            "{:<28} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9.2}{:<2} {:>9}\n",
+            "{:<30} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9.2}{:<2} {:>9}\n",
             row.workload,
             row.device,
             if row.direct_io { "yes" } else { "no" },
@@ -323,7 +333,7 @@ pub fn table(r: &MatrixReport) -> String {
             row.speedup_over_direct.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into()),
         );
         if let Some(n) = row.apps_slower_than_fifo {
-            out += &format!("{:<28} {n} application(s) slower under {d} than under fifo\n", "");
+            out += &format!("{:<30} {n} application(s) slower under {d} than under fifo\n", "");
         }
     }
     out += &format!("makespans are medians of {} run(s) per row (the simulator's row: one, it is deterministic)\n", r.runs);
@@ -348,7 +358,7 @@ mod tests {
         assert_eq!(row.best_baseline, "fifo-merge");
         assert!((row.default_over_best - 1.05).abs() < 1e-12, "at the target");
         assert!((row.speedup_over_direct.unwrap() - 1.0 / 2.1).abs() < 1e-12);
-        let report = MatrixReport { quick: true, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows: vec![row] };
+        let report = MatrixReport { quick: true, write: false, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows: vec![row] };
         let t = table(&report);
         assert!(t.contains("1.05 ") && !t.contains("1.05!"), "1.05 is within the target: {t}");
     }
@@ -366,7 +376,7 @@ mod tests {
         let (spread, every) = (row([1.3, 1.15, 1.4]), row([1.3, 1.21, 1.4]));
         assert!(spread.default_over_best > DEFAULT_RATIO_MAX && !spread.slower_in_every_run);
         assert!(every.slower_in_every_run, "1.21 is past the baseline's slowest run, 1.2");
-        let report = MatrixReport { quick: true, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows: vec![spread, every] };
+        let report = MatrixReport { quick: true, write: false, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows: vec![spread, every] };
         let t = table(&report);
         assert_eq!((t.matches("1.18! ").count(), t.matches("1.18!!").count()), (1, 1), "{t}");
         assert!(t.contains("(marked !!): 1"), "{t}");
@@ -374,16 +384,35 @@ mod tests {
 
     #[test]
     fn the_quick_matrix_covers_every_workload_and_the_full_one_128_processes() {
-        let quick = cells(true);
+        let quick = cells(true, false);
         assert!(["decomposition 4K x32", "decomposition 1024K x8", "interference", "mix10"].iter().all(|w| quick.iter().any(|c| c.label.starts_with(w))));
         assert!(quick.iter().any(|c| !c.direct_io) && quick.iter().any(|c| c.direct_io));
-        let full = cells(false);
+        let full = cells(false, false);
         assert_eq!(full.iter().filter(|c| c.label.starts_with("decomposition")).count(), 18, "3 sizes x 3 process counts x 2 I/O modes");
+        assert!(full.iter().all(|c| c.scenario.apps.iter().any(|a| a.op == Dir::Read)), "reads");
         assert!(full.iter().any(|c| c.label == "decomposition 4K x128"));
         assert_eq!(modes(&cfg(), DeviceKind::Hdd7200), ["fifo", "fifo-merge", "aioli"], "no direct mode on the emulated disk");
         let size = |c: &Cell| c.scenario.apps[0].files().iter().map(|f| f.1).sum::<u64>();
         let file = |g: &str| size(full.iter().find(|c| c.label == format!("decomposition {g} x8")).unwrap());
         assert_eq!((file("4K"), file("64K"), file("1024K")), (128 << 20, 512 << 20, 512 << 20), "larger pieces, larger files");
+    }
+
+    #[test]
+    fn the_write_matrix_is_the_decomposition_rows_as_writes() {
+        for quick in [true, false] {
+            let (reads, writes) = (cells(quick, false), cells(quick, true));
+            let decomposition = reads.iter().filter(|c| c.label.starts_with("decomposition")).count();
+            assert_eq!(writes.len(), decomposition, "no interference or mix10 row");
+            for (r, w) in reads.iter().zip(&writes) {
+                assert_eq!(w.label, r.label.replacen("decomposition", "decomposition write", 1));
+                assert_eq!((w.direct_io, w.scale, w.scenario.apps.len()), (r.direct_io, r.scale, 1));
+                assert_eq!((w.scenario.apps[0].op, w.scenario.apps[0].size), (Dir::Write, r.scenario.apps[0].size));
+            }
+        }
+        let mut c = cfg();
+        c.write = true;
+        c.only = Some("sim --bench".into());
+        assert!(run(&c).is_err(), "no simulator row among the writes");
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub struct MatrixArgs {
     /// Only the rows whose workload contains this text (for example "64K x32" or "mix10").
     #[arg(long)]
     only: Option<String>,
+    /// Run the decomposition rows as writes (each process writing its
+    /// pieces of the shared file), and only those.
+    #[arg(long)]
+    write: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -38,6 +42,7 @@ pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
     cfg.default_policy = a.policy;
     cfg.runs = a.runs;
     cfg.only = a.only;
+    cfg.write = a.write;
     let report = sluice_bench::matrix::run(&cfg);
     let _ = std::fs::remove_dir_all(&root);
     let report = report.map_err(|e| anyhow::anyhow!("{e}"))?;
