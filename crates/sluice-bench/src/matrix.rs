@@ -61,6 +61,8 @@ pub struct MatrixConfig {
     pub only: Option<String>,
     /// The decomposition rows as writes, and no other rows.
     pub write: bool,
+    /// The started servers grant write leases (`ServerConfig::write_leases`).
+    pub write_leases: bool,
     pub progress: bool,
 }
 
@@ -71,7 +73,7 @@ pub const RUNS_MAX: u32 = 15;
 
 impl MatrixConfig {
     pub fn new(quick: bool, exe: PathBuf, root: PathBuf) -> MatrixConfig {
-        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, write: false, progress: true }
+        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, write: false, write_leases: false, progress: true }
     }
 }
 
@@ -106,6 +108,8 @@ pub struct MatrixReport {
     pub quick: bool,
     /// The decomposition rows were writes (`MatrixConfig::write`).
     pub write: bool,
+    /// The servers granted write leases (`MatrixConfig::write_leases`).
+    pub write_leases: bool,
     pub default_policy: String,
     pub runs: u32,
     pub rows: Vec<MatrixRow>,
@@ -216,6 +220,7 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         server: None,
         queue_depth: (cell.device == DeviceKind::Hdd7200).then_some(1),
         uring: true,
+        write_leases: cfg.write_leases,
         alone: false,
         seed: 1,
         exe: cfg.exe.clone(),
@@ -295,7 +300,7 @@ pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
     let over = |r: &&MatrixRow| r.default_over_best.is_nan() || r.default_over_best > DEFAULT_RATIO_MAX;
     let rows_over_target = rows.iter().filter(over).count();
     let rows_over_in_every_run = rows.iter().filter(over).filter(|r| r.slower_in_every_run).count();
-    Ok(MatrixReport { quick: cfg.quick, write: cfg.write, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target, rows_over_in_every_run })
+    Ok(MatrixReport { quick: cfg.quick, write: cfg.write, write_leases: cfg.write_leases, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target, rows_over_in_every_run })
 }
 
 /// One line per row: each mode's makespan, then the verdicts.
@@ -358,7 +363,7 @@ mod tests {
         assert_eq!(row.best_baseline, "fifo-merge");
         assert!((row.default_over_best - 1.05).abs() < 1e-12, "at the target");
         assert!((row.speedup_over_direct.unwrap() - 1.0 / 2.1).abs() < 1e-12);
-        let report = MatrixReport { quick: true, write: false, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows: vec![row] };
+        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows: vec![row] };
         let t = table(&report);
         assert!(t.contains("1.05 ") && !t.contains("1.05!"), "1.05 is within the target: {t}");
     }
@@ -376,7 +381,7 @@ mod tests {
         let (spread, every) = (row([1.3, 1.15, 1.4]), row([1.3, 1.21, 1.4]));
         assert!(spread.default_over_best > DEFAULT_RATIO_MAX && !spread.slower_in_every_run);
         assert!(every.slower_in_every_run, "1.21 is past the baseline's slowest run, 1.2");
-        let report = MatrixReport { quick: true, write: false, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows: vec![spread, every] };
+        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows: vec![spread, every] };
         let t = table(&report);
         assert_eq!((t.matches("1.18! ").count(), t.matches("1.18!!").count()), (1, 1), "{t}");
         assert!(t.contains("(marked !!): 1"), "{t}");

@@ -250,6 +250,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             server: None,
             queue_depth: Some(queue_depth(w)),
             uring: true,
+            write_leases: false,
             alone: false,
             seed: cfg.seed,
             exe: cfg.exe.clone(),

@@ -107,6 +107,10 @@ fn interference_and_mix10_and_custom() {
     let v = bench(&s.0, &["custom", toml.to_str().unwrap(), "--policies", "aioli,direct"]);
     check_shape(&v, &["aioli", "direct"], 1);
     assert_eq!(v["runs"][0]["apps"][0]["bytes"], 3 * 196608);
+    // With the started server's write leases, the ranks write through the
+    // page cache themselves: every byte, no dispatch.
+    let v = bench(&s.0, &["custom", toml.to_str().unwrap(), "--policies", "aioli", "--write-leases"]);
+    assert_eq!((v["runs"][0]["apps"][0]["bytes"].as_u64(), v["runs"][0]["dispatches"].as_u64()), (Some(3 * 196608), Some(0)), "{v}");
 }
 
 #[test]

@@ -39,6 +39,9 @@ pub struct RunConfig {
     /// The started servers hand blocking dispatches to io_uring
     /// (`ServerConfig::uring`).
     pub uring: bool,
+    /// The started servers grant write leases (`ServerConfig::write_leases`):
+    /// buffered writes are then made by the ranks themselves.
+    pub write_leases: bool,
     /// Also run every application alone, for slowdowns.
     pub alone: bool,
     pub seed: u64,
@@ -212,6 +215,7 @@ fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHa
     sc.direct = cfg.direct_io;
     sc.device = cfg.device;
     sc.uring = cfg.uring;
+    sc.write_leases = cfg.write_leases;
     if let Some(q) = cfg.queue_depth {
         sc.queue_depth = q;
     }

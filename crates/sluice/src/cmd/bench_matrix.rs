@@ -29,6 +29,10 @@ pub struct MatrixArgs {
     /// pieces of the shared file), and only those.
     #[arg(long)]
     write: bool,
+    /// The started servers grant write leases (`sluice serve
+    /// --write-leases`), so buffered writes are made by the processes.
+    #[arg(long)]
+    write_leases: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -43,6 +47,7 @@ pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
     cfg.runs = a.runs;
     cfg.only = a.only;
     cfg.write = a.write;
+    cfg.write_leases = a.write_leases;
     let report = sluice_bench::matrix::run(&cfg);
     let _ = std::fs::remove_dir_all(&root);
     let report = report.map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -44,6 +44,11 @@ pub struct Common {
     /// to io_uring (to compare).
     #[arg(long)]
     no_uring: bool,
+    /// The started servers grant write leases (`sluice serve
+    /// --write-leases`): buffered writes are made by the processes
+    /// themselves through the page cache.
+    #[arg(long)]
+    write_leases: bool,
     /// Also run each application alone, to report slowdowns.
     #[arg(long)]
     alone: bool,
@@ -204,6 +209,7 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
             server: c.server.clone(),
             queue_depth: c.queue_depth.or((device == DeviceKind::Hdd7200).then_some(1)),
             uring: !c.no_uring,
+            write_leases: c.write_leases,
             alone: c.alone,
             seed: c.seed,
             exe: std::env::current_exe().context("locating the sluice executable")?,
