@@ -105,7 +105,14 @@ pub struct ServerLimits {
     /// doorbell costs the loop one load a turn and two stores a sleep.
     pub doorbells_watched_max: u32,
     /// Bytes of all shared-memory regions together; past it `ShmAttach` is
-    /// refused (ENOMEM) and the client keeps the socket path. 1 GiB.
+    /// refused (ENOMEM, counted in `sluice_shm_refused_total`) and the
+    /// client keeps the socket path. 4 GiB: 255 regions of
+    /// `shm_bytes_max`, so that every rank of a 128- or 256-core node has
+    /// one (with 1 GiB, 63 did: the other 65 ranks of a 128-process run
+    /// sent every request on the socket, without rung requests or write
+    /// leases, and the run took 1.5-2.7x as long; README). Memory is
+    /// charged as regions are touched, so the bound is what clients that
+    /// touch all of theirs could make the server hold.
     pub shm_total_bytes_max: u64,
     /// Bytes a cache lease may cover (`lease.rs`): a `ReadLease` whose
     /// range is in the page cache is answered "read it yourself" for up to
@@ -167,7 +174,7 @@ impl Default for ServerLimits {
             reply_bytes_max: 128 << 20,
             shm_bytes_max: (16 << 20) + sluice_proto::POST_AREA_BYTES,
             doorbells_watched_max: 64,
-            shm_total_bytes_max: 1 << 30,
+            shm_total_bytes_max: 4 << 30,
             lease_bytes_max: 32 << 20,
             lease_valid_us: 10_000,
             metrics_apps_max: 64,

@@ -1364,6 +1364,7 @@ impl EventLoop {
             return Err((libc::EINVAL, "a shared-memory region needs at least one byte".into()));
         }
         if self.shared.shm_bytes.load(Ordering::Relaxed) + grant > l.shm_total_bytes_max {
+            self.shared.shm_refused.fetch_add(1, Ordering::Relaxed);
             return Err((libc::ENOMEM, format!("shared-memory regions are at their bound (shm_total_bytes_max = {})", l.shm_total_bytes_max)));
         }
         let (shm, fd) =

@@ -103,6 +103,8 @@ pub(crate) struct Shared {
     pub conns_open: AtomicUsize,
     /// Bytes of all shared-memory regions (`shm_total_bytes_max`).
     pub shm_bytes: Arc<AtomicU64>,
+    /// `ShmAttach`es refused at `shm_total_bytes_max` since the start.
+    pub shm_refused: AtomicU64,
     /// Requests taken from doorbells (rung, not sent), and `Nudge` frames
     /// received, since the start; doorbells watched now (at most
     /// `doorbells_watched_max`).
@@ -177,6 +179,7 @@ impl Server {
             reply_bytes: AtomicU64::new(0),
             conns_open: AtomicUsize::new(0),
             shm_bytes: Arc::new(AtomicU64::new(0)),
+            shm_refused: AtomicU64::new(0),
             rung: AtomicU64::new(0),
             nudges: AtomicU64::new(0),
             doorbells_watched: AtomicUsize::new(0),
@@ -366,6 +369,12 @@ impl ServerHandle {
     /// `shm_total_bytes_max`).
     pub fn shm_bytes(&self) -> u64 {
         self.shared.shm_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Shared-memory regions refused at `shm_total_bytes_max` since the
+    /// start: clients left on the socket path.
+    pub fn shm_refused(&self) -> u64 {
+        self.shared.shm_refused.load(Ordering::Relaxed)
     }
 
     /// Requests taken from doorbells since the start (rung requests:

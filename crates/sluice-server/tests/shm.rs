@@ -97,8 +97,10 @@ fn shm_total_bytes_max_at_n_and_n_plus_1() {
     let a = client(&s, true);
     let b = client(&s, true);
     assert_eq!(s.handle.shm_bytes(), 2 * REGION, "N regions' bytes are granted");
+    assert_eq!(s.handle.shm_refused(), 0);
     let third = client(&s, true);
     assert_eq!(s.handle.shm_bytes(), 2 * REGION, "the N+1st region is refused");
+    assert_eq!(s.handle.shm_refused(), 1, "and counted");
     let fd = third.open("f", libc::O_RDONLY, 0).unwrap();
     let mut buf = vec![0u8; 1 << 20];
     assert_eq!(third.pread(fd, &mut buf, 0).unwrap(), 1 << 20, "and that client keeps the socket path");
