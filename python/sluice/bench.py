@@ -75,7 +75,7 @@ def collective(args) -> None:
         root = tempfile.mkdtemp(prefix="sluice-coll-", dir=args.dir)
         (Path(root) / "root").mkdir()
         sock = Path(root) / "s.sock"
-        extra = ["--write-leases"] if args.write_leases else []
+        extra = ["--no-write-leases"] if args.no_write_leases else []
         proc = subprocess.Popen([args.sluice, "serve", "--root", f"{root}/root", "--listen", f"unix:{sock}", *extra], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
@@ -196,7 +196,8 @@ def main() -> None:
     c.add_argument("--dir", default="/var/tmp", help="where the scratch root goes")
     c.add_argument("--sluice", default=os.environ.get("SLUICE_BIN", "sluice"), help="the sluice binary (default: $SLUICE_BIN, else sluice on PATH)")
     c.add_argument("--mount", action="store_true", help="also MPI-IO through `sluice mount` of the server")
-    c.add_argument("--write-leases", action="store_true", help="start the server with --write-leases (its clients then write through the page cache themselves)")
+    c.add_argument("--no-write-leases", action="store_true", help="start the server with --no-write-leases (every write scheduled; by default its clients write through the page cache themselves)")
+    c.add_argument("--write-leases", action="store_true", help=argparse.SUPPRESS)  # the default; older command lines
     c.add_argument("--json")
     args = p.parse_args()
     if args.cmd == "collective":

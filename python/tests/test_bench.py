@@ -18,9 +18,10 @@ def test_collective_benchmark_runs_every_mode(comm):
 
     out = comm.bcast(tempfile.mkdtemp(prefix="sluice-bench-test-") if comm.Get_rank() == 0 else None, root=0)
     path = f"{out}/coll.json"
-    # With the server's write leases: the schemes' writes then go through
-    # the lent descriptors, and the read-back check still holds.
-    collective(argparse.Namespace(n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, write_leases=True, json=path))
+    # With the server's write leases (its default): the schemes' writes
+    # then go through the lent descriptors, and the read-back check still
+    # holds.
+    collective(argparse.Namespace(n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, json=path))
     if comm.Get_rank() == 0:
         rows = json.loads(Path(path).read_text())["rows"]
         labels = [(r["mode"], r["scheme"]) for r in rows]

@@ -61,7 +61,8 @@ pub struct MatrixConfig {
     pub only: Option<String>,
     /// The decomposition rows as writes, and no other rows.
     pub write: bool,
-    /// The started servers grant write leases (`ServerConfig::write_leases`).
+    /// The started servers grant write leases (`ServerConfig::write_leases`,
+    /// the servers' default).
     pub write_leases: bool,
     pub progress: bool,
 }
@@ -73,7 +74,7 @@ pub const RUNS_MAX: u32 = 15;
 
 impl MatrixConfig {
     pub fn new(quick: bool, exe: PathBuf, root: PathBuf) -> MatrixConfig {
-        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, write: false, write_leases: false, progress: true }
+        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, write: false, write_leases: true, progress: true }
     }
 }
 

@@ -395,10 +395,14 @@ impl Lent {
 }
 
 /// `pwrite` all of `data` on a lent descriptor (checked `intact` by the
-/// caller, as for reads).
-fn local_pwrite(lent: &Lent, data: &[u8], offset: u64) -> Result<usize> {
+/// caller, as for reads), and report the bytes in the session's region
+/// (`shm::Region::add_leased`), which the server counts as written.
+fn local_pwrite(lent: &Lent, data: &[u8], offset: u64, region: Option<&Arc<shm::Region>>) -> Result<usize> {
     use std::os::unix::fs::FileExt;
     lent.file.write_all_at(data, offset).map_err(|e| ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("leased write: {e}")))?;
+    if let Some(r) = region {
+        r.add_leased(data.len() as u64);
+    }
     Ok(data.len())
 }
 
@@ -875,7 +879,7 @@ impl Client {
         self.on_fd(fd, false, |s, server| {
             let (local, lease_ok) = self.leased(fd, s.gen, offset, data.len(), true);
             if let Some(file) = local {
-                let n = local_pwrite(&file, data, offset)?;
+                let n = local_pwrite(&file, data, offset, s.shm.as_ref())?;
                 return Ok(Ticket { id: 0, session: Arc::clone(s), read: None, slot: None, local: None, write: None, done: Some(n) });
             }
             // A small write rides the socket with its header, unless the
@@ -914,7 +918,7 @@ impl Client {
             (Ok(Reply::Lease(start, len, valid, lent)), Some((fd, offset, n))) => {
                 let sl = t.slot.take().expect("a write that asks for a lease has its data in a slot");
                 let done = match self.keep_lease(fd, t.session.gen, start, len, valid, lent) {
-                    Some(file) => local_pwrite(&file, sl.contents(n), offset),
+                    Some(file) => local_pwrite(&file, sl.contents(n), offset, t.session.shm.as_ref()),
                     // Rare (threads racing on a handle's first lease): write
                     // it through the socket.
                     None => self.on_fd(fd, false, |s, server| self.written("write", s, s.conn.call(&Request::Write { fd: server, offset, data: sl.contents(n) }))),
@@ -1127,14 +1131,14 @@ impl Client {
         }
         let (local, lease_ok) = self.leased(fd, s.gen, offset, data.len(), true);
         if let Some(file) = local {
-            return local_pwrite(&file, data, offset);
+            return local_pwrite(&file, data, offset, s.shm.as_ref());
         }
         if lease_ok {
             let first = self.wait_write(self.submit_write(fd, &data[..shm::SLOT_BYTES], offset)?)?;
             let (rest, at) = (&data[shm::SLOT_BYTES..], offset + shm::SLOT_BYTES as u64);
             return Ok(first
                 + match self.leased(fd, s.gen, at, rest.len(), true).0 {
-                    Some(file) => local_pwrite(&file, rest, at)?,
+                    Some(file) => local_pwrite(&file, rest, at, s.shm.as_ref())?,
                     None => self.pwrite_chunks(fd, rest, at)?,
                 });
         }
@@ -1297,7 +1301,7 @@ impl Client {
         for (i, &(offset, len)) in pieces.iter().enumerate() {
             let Some(part) = data.get(at..at.saturating_add(len as usize)) else { return Ok((done, at, i)) };
             match self.leased(fd, s.gen, offset, part.len(), true) {
-                (Some(file), _) => done += local_pwrite(&file, part, offset)?,
+                (Some(file), _) => done += local_pwrite(&file, part, offset, s.shm.as_ref())?,
                 (None, true) if s.shm.is_some() && part.len() >= shm::WRITE_MIN_BYTES && part.len() <= shm::SLOT_BYTES => done += self.pwrite(fd, part, offset)?,
                 _ => return Ok((done, at, i)),
             }

@@ -115,6 +115,19 @@ impl Region {
         }
     }
 
+    /// Report `n` more bytes written by this client itself under a write
+    /// lease (the doorbell's `leased_bytes`, which the server adds to the
+    /// application's bytes written). Nothing without a post area.
+    pub fn add_leased(&self, n: u64) {
+        use sluice_proto::post::{doorbell_at, LEASED_BYTES};
+        if !self.posts {
+            return;
+        }
+        // SAFETY: the doorbell record is inside the mapping, 64-byte
+        // aligned, and its words are only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.ptr.add(doorbell_at(self.len) + LEASED_BYTES).cast()) }.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// A free slot for `len` bytes, if one fits and is free.
     pub fn take(self: &Arc<Region>, len: usize) -> Option<Slot> {
         if len > SLOT_BYTES || self.slots == 0 {

@@ -52,7 +52,10 @@ pub use msg::{
 ///    `WriteLease`; the records of [`post`]).
 /// 8: rung requests (a shared-memory request written into its post
 ///    record and rung on the region's doorbell; `Nudge`); `POSTS_MAX` 63.
-pub const VERSION: u16 = 8;
+/// 9: the doorbell's `leased_bytes` (bytes the client wrote itself under
+///    write leases, counted as written); servers grant write leases by
+///    default.
+pub const VERSION: u16 = 9;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -111,6 +114,14 @@ pub const POSTS_MAX: u32 = (POST_AREA_BYTES / POST_RECORD_BYTES) as u32 - 1;
 /// treats each record it names as that request arriving on the socket
 /// (parsed and checked the same way). Whatever a client writes in its
 /// own records spoils only its own requests.
+///
+/// **Leased writes.** `leased_bytes`, a u64 at 16 of the doorbell, is the
+/// bytes the client has written itself under write leases on this
+/// connection, a count that only grows (relaxed adds). The server adds
+/// what it grew by to the application's `bytes_written` when it grants a
+/// lease, answers `Stats`, renders its metrics and when the connection
+/// closes: leased writes are counted as the client reports them (a client
+/// that misreports misreports only its own application).
 pub mod post {
     pub const STATE: usize = 0;
     pub const OP: usize = 4;
@@ -131,6 +142,7 @@ pub mod post {
     /// The doorbell's words (offsets in its record).
     pub const MASK: usize = 0;
     pub const WATCHED: usize = 8;
+    pub const LEASED_BYTES: usize = 16;
 
     /// Where record `k` lies in a region of `region_len` bytes (which
     /// holds the area, and `k` below `POSTS_MAX`).

@@ -195,10 +195,16 @@ pub struct ServerConfig {
     pub policy: PolicyConfig,
     /// Open backing files with O_DIRECT (bounce buffers handle alignment).
     pub direct: bool,
-    /// Grant write leases (`WriteLease`, `lease.rs`): local clients then
-    /// write through the page cache themselves, and their writes reach
-    /// neither the scheduler nor the per-application counters (only
-    /// `bytes_leased`). Off by default (`sluice serve --write-leases`).
+    /// Grant write leases (`WriteLease`, `lease.rs`) where the server
+    /// writes through the page cache: local clients then make those
+    /// copies themselves. A buffered write only copies into the page
+    /// cache and the device pays at write-back, whose order the copies'
+    /// order does not set, so scheduling them costs a round trip each and
+    /// buys nothing. Leased writes reach no scheduler, no dispatch and no
+    /// trace; their bytes reach the application's `bytes_written` as the
+    /// client reports them (`sluice_proto::post::LEASED_BYTES`). On by
+    /// default (`sluice serve --no-write-leases`); never on `--direct`
+    /// servers or emulated devices.
     pub write_leases: bool,
     pub device: DeviceKind,
     /// Most dispatches in flight, 1..=`QUEUE_DEPTH_MAX` (the executor's
@@ -253,7 +259,7 @@ impl ServerConfig {
             listen,
             policy: PolicyConfig::from_name("aioli").expect("aioli is a known policy"),
             direct: false,
-            write_leases: false,
+            write_leases: true,
             device: DeviceKind::Real,
             queue_depth: QUEUE_DEPTH_DEFAULT,
             device_model: None,

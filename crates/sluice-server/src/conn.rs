@@ -127,6 +127,9 @@ pub struct Conn {
     pub resume_pending: bool,
     /// Its doorbell is on the loop's watched list (rung requests).
     pub watched: bool,
+    /// The region's `leased_bytes` when last added to the application's
+    /// bytes written (`EventLoop::fold_leased`).
+    pub leased_seen: u64,
 }
 
 impl Conn {
@@ -158,6 +161,7 @@ impl Conn {
             dirty: false,
             resume_pending: false,
             watched: false,
+            leased_seen: 0,
         }
     }
 

@@ -202,6 +202,20 @@ fn epoll_ctl(ep: &OwnedFd, op: libc::c_int, fd: libc::c_int, events: u32, token:
     Ok(())
 }
 
+/// Add what connection `c`'s client reports it wrote itself under write
+/// leases since the last look (the doorbell's `leased_bytes`,
+/// `sluice_proto::post`) to its application's bytes written. A count that
+/// went down (a client writing its own word) adds nothing until it
+/// passes what was seen.
+fn fold_leased(shared: &Shared, c: &mut Conn) {
+    let (Some(shm), Some(app)) = (c.shm.as_ref(), c.app) else { return };
+    let now = shm.leased_bytes();
+    if now > c.leased_seen {
+        lock(&shared.apps).record_leased_write(app, now - c.leased_seen);
+        c.leased_seen = now;
+    }
+}
+
 fn ms_until(t: Instant, now: Instant) -> i64 {
     let d = t.saturating_duration_since(now);
     (d.as_micros().div_ceil(1000)) as i64
@@ -314,6 +328,8 @@ impl EventLoop {
             }
             self.flush_dirty();
             if self.shared.view.wanted() {
+                // The scrape reads the applications' counters next.
+                self.fold_leased_all();
                 self.shared.view.publish(self.disp.view());
             }
             if self.accept_rest_until.is_some_and(|t| Instant::now() >= t) {
@@ -415,10 +431,18 @@ impl EventLoop {
         }
     }
 
+    /// `fold_leased` for every connection in the table.
+    fn fold_leased_all(&mut self) {
+        for c in self.conns.values_mut() {
+            fold_leased(&self.shared, c);
+        }
+    }
+
     /// Drop connection `id`: its partial frame's budget, its reply bytes,
     /// its application's connection.
     fn remove(&mut self, id: u64) {
         let Some(mut c) = self.conns.remove(&id) else { return };
+        fold_leased(&self.shared, &mut c);
         if c.registered {
             let _ = epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, c.fd(), 0, id);
         }
@@ -1086,6 +1110,10 @@ impl EventLoop {
                 Request::ShmAttach { bytes } => Kind::Attach(bytes),
                 Request::Nudge => return self.nudged(c),
                 other if runs_inline(&other) => {
+                    if matches!(other, Request::Stats) {
+                        fold_leased(&self.shared, c);
+                        self.fold_leased_all();
+                    }
                     let session = c.session.as_mut().expect("a ready connection holds its session");
                     Kind::Answered(session.metadata(&self.shared, other).unwrap_or_else(|e| Out::Error(e.errno, e.message)))
                 }
@@ -1292,6 +1320,10 @@ impl EventLoop {
         let (l, cfg) = (&self.shared.config.limits, &self.shared.config);
         if l.lease_bytes_max == 0 || cfg.direct || cfg.device != crate::DeviceKind::Real || !matches!(c.stream, crate::net::Stream::Unix(_)) {
             return false;
+        }
+        if op == Op::Write {
+            // What the client wrote under its last lease counts now.
+            fold_leased(&self.shared, c);
         }
         let session = c.session.as_mut().expect("a ready connection holds its session");
         let Ok(file) = session.file(fd) else { return false };

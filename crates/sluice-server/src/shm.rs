@@ -109,6 +109,18 @@ impl Shm {
         self.len as u64 >= sluice_proto::POST_AREA_BYTES
     }
 
+    /// The bytes the client reports it wrote itself under write leases
+    /// (the doorbell's `leased_bytes`; 0 without a post area).
+    pub fn leased_bytes(&self) -> u64 {
+        use sluice_proto::post::{doorbell_at, LEASED_BYTES};
+        if !self.posts() {
+            return 0;
+        }
+        // SAFETY: the doorbell record lies inside the live mapping, is
+        // 64-byte aligned, and is only ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.ptr.add(doorbell_at(self.len) + LEASED_BYTES).cast()) }.load(Ordering::Relaxed)
+    }
+
     /// Answer in post record `k` (below `POSTS_MAX`, on a region with a
     /// post area): request `id` moved `count` bytes, or (`None`) its answer
     /// is on the socket. True when the client sleeps on the record: it

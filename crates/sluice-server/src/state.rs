@@ -298,6 +298,16 @@ impl AppTable {
         }
     }
 
+    /// Count `bytes` that `app`'s client reports it wrote itself under
+    /// write leases: bytes written, not requests.
+    pub fn record_leased_write(&mut self, app: AppId, bytes: u64) {
+        let (own, _, extra) = self.rows_of(app);
+        own.bytes_written = own.bytes_written.saturating_add(bytes);
+        if let Some((row, _)) = extra {
+            row.bytes_written = row.bytes_written.saturating_add(bytes);
+        }
+    }
+
     /// Count one dispatch that carried requests of `app`.
     pub fn record_dispatch(&mut self, app: AppId) {
         let (own, _, extra) = self.rows_of(app);

@@ -164,7 +164,8 @@ fn threads_sharing_a_connection_get_their_own_list_reads() {
 /// at once; each one's data is intact and each is counted separately.
 #[test]
 fn concurrent_clients_of_different_applications() {
-    let s = TestServer::start(|c| c.device = DeviceKind::Real);
+    // Every write scheduled, each a request: no write leases.
+    let s = TestServer::start(|c| (c.device, c.write_leases) = (DeviceKind::Real, false));
     let addr = s.addr();
     let threads: Vec<_> = (0..4u64)
         .map(|i| {
@@ -274,7 +275,8 @@ fn queued_contiguous_reads_are_aggregated_on_the_emulated_disk() {
 
 #[test]
 fn a_marked_send_is_the_next_read_or_write_only() {
-    let s = TestServer::start(|_| {});
+    // Writes sent, not leased (a write inside a lease sends nothing).
+    let s = TestServer::start(|c| c.write_leases = false);
     let c = s.client("mark");
     let fd = c.open("m.dat", RW_CREATE, 0o644).unwrap();
     assert_eq!(c.pwrite(fd, &pattern(4096, 1), 0).unwrap(), 4096);

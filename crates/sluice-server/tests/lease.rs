@@ -230,8 +230,8 @@ fn no_lease_for_writable_handles_direct_servers_emulated_devices_or_leases_off()
     }
 }
 
-/// Write leases (`sluice serve --write-leases`, a server writing through
-/// the page cache): a writable
+/// Write leases (the default of a server writing through the page
+/// cache): a writable
 /// handle's write is answered with a lease and written by the client
 /// itself, through the lent descriptor; writes inside the live lease send
 /// nothing; every byte lands; reads of that read-write handle stay
@@ -239,7 +239,7 @@ fn no_lease_for_writable_handles_direct_servers_emulated_devices_or_leases_off()
 /// covers the rest.
 #[test]
 fn a_writable_handle_writes_under_a_write_lease() {
-    let s = TestServer::start(|c| c.write_leases = true);
+    let s = TestServer::start(|_| {});
     let c = client(&s, "wl", true);
     let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
     let (a, b) = (pattern(256 << 10, 3), pattern(256 << 10, 4));
@@ -258,6 +258,39 @@ fn a_writable_handle_writes_under_a_write_lease() {
     assert_eq!(c.pwrite(g, &big, 0).unwrap(), big.len());
     assert_eq!(counts(&c, "wl"), (1, 64 << 20), "one lease for the 4 MiB write");
     assert_eq!(std::fs::read(s.path("g")).unwrap(), big);
+    // The client reports what it wrote itself; `Stats` counts it written.
+    let st = c.server_stats().unwrap();
+    assert_eq!(st.app("wl").unwrap().bytes_written, (a.len() + b.len() + big.len()) as u64, "leased writes are counted as written");
+}
+
+/// Leased writes reach the application's bytes written as the client
+/// reports them: at the next lease, at `Stats`, at a metrics scrape and
+/// when the connection closes; a scheduled write is counted as before.
+#[test]
+fn leased_writes_are_counted_as_their_client_reports_them() {
+    let s = TestServer::start(|_| {});
+    let written = |app: &str| s.handle.stats().iter().find(|a| a.name == app).map_or(0, |a| a.bytes_written);
+    let c = client(&s, "rep", true);
+    let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    for k in 0..8u64 {
+        assert_eq!(c.pwrite(fd, &pattern(64 << 10, k), k * (64 << 10)).unwrap(), 64 << 10);
+    }
+    assert_eq!(counts(&c, "rep").0, 0, "nothing scheduled");
+    assert_eq!(c.server_stats().unwrap().app("rep").unwrap().bytes_written, 8 * (64 << 10), "counted at Stats");
+    assert_eq!(c.pwrite(fd, &pattern(4096, 9), 1 << 20).unwrap(), 4096);
+    drop(c);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while written("rep") != 8 * (64 << 10) + 4096 {
+        assert!(std::time::Instant::now() < until, "counted when the connection closes: {}", written("rep"));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // Without write leases, the same writes are scheduled and counted once.
+    let s2 = TestServer::start(|c| c.write_leases = false);
+    let c2 = client(&s2, "sched", true);
+    let fd = c2.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    assert_eq!(c2.pwrite(fd, &pattern(64 << 10, 1), 0).unwrap(), 64 << 10);
+    let st = c2.server_stats().unwrap();
+    assert_eq!((st.app("sched").unwrap().requests, st.app("sched").unwrap().bytes_written), (1, 64 << 10));
 }
 
 /// A list write takes write leases too: its first piece asks (with
@@ -292,7 +325,7 @@ fn a_list_write_takes_write_leases_where_the_server_grants_them() {
 fn no_write_lease_for_append_direct_servers_emulated_devices_or_leases_off() {
     type Tweak = Box<dyn Fn(&mut sluice_server::ServerConfig)>;
     let cases: [(&str, Tweak, i32, bool); 6] = [
-        ("default", Box::new(|_| {}), libc::O_WRONLY, true),
+        ("server-off", Box::new(|c| c.write_leases = false), libc::O_WRONLY, true),
         ("append", Box::new(|c| c.write_leases = true), libc::O_WRONLY | libc::O_APPEND, true),
         ("direct", Box::new(|c| (c.write_leases, c.direct) = (true, true)), libc::O_WRONLY, true),
         ("hdd", Box::new(|c| (c.write_leases, c.device) = (true, DeviceKind::Hdd7200)), libc::O_WRONLY, true),

@@ -109,6 +109,22 @@ fn a_scrape_counts_exactly_what_the_clients_did() {
     assert!(value(&after, "sluice_device_model_parallelism", &[]).is_some(), "the learned model is exposed");
 }
 
+/// Writes under write leases (the default) are no requests, but a scrape
+/// counts their bytes as the client reports them, connection still open.
+#[test]
+fn a_scrape_counts_the_bytes_written_under_write_leases() {
+    let s = with_metrics(64);
+    let c = Client::connect_with(&s.addr(), ConnectOptions { app: Some("leaser".into()), ..ConnectOptions::default() }).unwrap();
+    let fd = c.open("w", libc::O_CREAT | libc::O_RDWR, 0o644).unwrap();
+    for k in 0..16u64 {
+        assert_eq!(c.pwrite(fd, &pattern(32 << 10, k), k * (32 << 10)).unwrap(), 32 << 10);
+    }
+    let m = scrape(&s);
+    assert_eq!(value(&m, "sluice_app_bytes_total", &[("app", "leaser"), ("op", "write")]), Some(16.0 * f64::from(32 << 10)));
+    assert_eq!(value(&m, "sluice_app_requests_total", &[("app", "leaser"), ("op", "write")]), Some(0.0), "leased: no request");
+    assert_eq!(value(&m, "sluice_device_dispatches_total", &[]), Some(0.0));
+}
+
 #[test]
 fn applications_past_the_label_bound_are_folded_into_other() {
     let s = with_metrics(2);

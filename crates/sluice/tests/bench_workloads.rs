@@ -104,12 +104,13 @@ fn interference_and_mix10_and_custom() {
     assert_eq!(v["device"], "hdd7200");
     let toml = s.0.join("mine.toml");
     std::fs::write(&toml, "[[app]]\nname = \"ckpt\"\nprocs = 3\nop = \"write\"\npattern = \"random\"\nsize = 196608\ngranularity = 16384\nshared_file = false\n").unwrap();
-    let v = bench(&s.0, &["custom", toml.to_str().unwrap(), "--policies", "aioli,direct"]);
+    // Every write scheduled (`--no-write-leases`).
+    let v = bench(&s.0, &["custom", toml.to_str().unwrap(), "--policies", "aioli,direct", "--no-write-leases"]);
     check_shape(&v, &["aioli", "direct"], 1);
     assert_eq!(v["runs"][0]["apps"][0]["bytes"], 3 * 196608);
-    // With the started server's write leases, the ranks write through the
-    // page cache themselves: every byte, no dispatch.
-    let v = bench(&s.0, &["custom", toml.to_str().unwrap(), "--policies", "aioli", "--write-leases"]);
+    // With the started server's write leases (its default), the ranks
+    // write through the page cache themselves: every byte, no dispatch.
+    let v = bench(&s.0, &["custom", toml.to_str().unwrap(), "--policies", "aioli"]);
     assert_eq!((v["runs"][0]["apps"][0]["bytes"].as_u64(), v["runs"][0]["dispatches"].as_u64()), (Some(3 * 196608), Some(0)), "{v}");
 }
 

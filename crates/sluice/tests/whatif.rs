@@ -244,7 +244,8 @@ fn sigusr1_pauses_and_resumes_the_live_trace_of_sluice_serve() {
     let addr = format!("unix:{}", dir.path().join("s.sock").display());
     let trace = dir.path().join("t.json");
     let mut serve = Command::new(SLUICE)
-        .args(["serve", "--root", dir.path().join("root").to_str().unwrap(), "--listen", &addr, "--trace", trace.to_str().unwrap()])
+        // Writes scheduled (no write leases), so that each is traced.
+        .args(["serve", "--root", dir.path().join("root").to_str().unwrap(), "--listen", &addr, "--trace", trace.to_str().unwrap(), "--no-write-leases"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

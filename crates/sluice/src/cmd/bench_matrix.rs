@@ -29,9 +29,12 @@ pub struct MatrixArgs {
     /// pieces of the shared file), and only those.
     #[arg(long)]
     write: bool,
-    /// The started servers grant write leases (`sluice serve
-    /// --write-leases`), so buffered writes are made by the processes.
+    /// The started servers schedule every write (`sluice serve
+    /// --no-write-leases`) instead of granting write leases.
     #[arg(long)]
+    no_write_leases: bool,
+    /// Write leases (the default; kept so that older command lines run).
+    #[arg(long, hide = true, conflicts_with = "no_write_leases")]
     write_leases: bool,
     /// Write the report as JSON here.
     #[arg(long)]
@@ -47,7 +50,7 @@ pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
     cfg.runs = a.runs;
     cfg.only = a.only;
     cfg.write = a.write;
-    cfg.write_leases = a.write_leases;
+    cfg.write_leases = a.write_leases || !a.no_write_leases;
     let report = sluice_bench::matrix::run(&cfg);
     let _ = std::fs::remove_dir_all(&root);
     let report = report.map_err(|e| anyhow::anyhow!("{e}"))?;

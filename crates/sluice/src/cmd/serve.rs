@@ -23,12 +23,16 @@ pub struct ServeArgs {
     /// Open backing files with O_DIRECT.
     #[arg(long)]
     direct: bool,
-    /// Let local clients write through the page cache themselves under
-    /// write leases (for buffered servers: a buffered write only copies
-    /// into the page cache, and the device pays at write-back). Their
-    /// writes then reach neither the scheduler nor the per-application
-    /// byte counters (only the leased bytes).
+    /// Schedule local clients' buffered writes instead of letting them
+    /// write through the page cache themselves under write leases (the
+    /// default where the server writes through the page cache: a
+    /// buffered write only copies into it, and the device pays at
+    /// write-back; leased writes reach no scheduler, and their bytes are
+    /// counted as the clients report them).
     #[arg(long)]
+    no_write_leases: bool,
+    /// Write leases (the default; kept so that older command lines run).
+    #[arg(long, hide = true, conflicts_with = "no_write_leases")]
     write_leases: bool,
     /// real, or hdd7200 (an emulated 7200 rpm disk).
     #[arg(long, default_value = "real")]
@@ -108,7 +112,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mut cfg = ServerConfig::new(&a.root, Listen::parse(&a.listen)?);
     cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy).with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
     cfg.direct = a.direct;
-    cfg.write_leases = a.write_leases;
+    cfg.write_leases = a.write_leases || !a.no_write_leases;
     cfg.device = DeviceKind::parse(&a.device)?;
     cfg.queue_depth = a.queue_depth;
     cfg.uring = !a.no_uring;

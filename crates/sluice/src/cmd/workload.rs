@@ -44,10 +44,13 @@ pub struct Common {
     /// to io_uring (to compare).
     #[arg(long)]
     no_uring: bool,
-    /// The started servers grant write leases (`sluice serve
-    /// --write-leases`): buffered writes are made by the processes
-    /// themselves through the page cache.
+    /// The started servers schedule every write (`sluice serve
+    /// --no-write-leases`) instead of letting the processes make their
+    /// buffered writes themselves under write leases.
     #[arg(long)]
+    no_write_leases: bool,
+    /// Write leases (the default; kept so that older command lines run).
+    #[arg(long, hide = true, conflicts_with = "no_write_leases")]
     write_leases: bool,
     /// Also run each application alone, to report slowdowns.
     #[arg(long)]
@@ -209,7 +212,7 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
             server: c.server.clone(),
             queue_depth: c.queue_depth.or((device == DeviceKind::Hdd7200).then_some(1)),
             uring: !c.no_uring,
-            write_leases: c.write_leases,
+            write_leases: c.write_leases || !c.no_write_leases,
             alone: c.alone,
             seed: c.seed,
             exe: std::env::current_exe().context("locating the sluice executable")?,

@@ -117,7 +117,9 @@ impl MetricsServe {
         let addr = format!("unix:{}", dir.path().join("s.sock").display());
         let root = dir.path().join("root");
         let mut child = Command::new(SLUICE)
-            .args(["serve", "--root", root.to_str().unwrap(), "--listen", &addr, "--metrics", "127.0.0.1:0"])
+            // Every write scheduled (no write leases): the tests count
+            // requests, latencies and dispatches.
+            .args(["serve", "--root", root.to_str().unwrap(), "--listen", &addr, "--metrics", "127.0.0.1:0", "--no-write-leases"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
