@@ -357,7 +357,7 @@ impl Conn {
         };
         let id = self.id_next.fetch_add(1, Ordering::Relaxed);
         slot.write_rung(op, id, fd, offset, len);
-        let (mask, watched) = slot.region.doorbell();
+        let (mask, watched, _) = slot.region.doorbell();
         // Sequentially consistent on both words, as the server's side: it
         // clears `watched` and then reads the mask before sleeping.
         mask.fetch_or(1 << slot.index, Ordering::SeqCst);

@@ -102,16 +102,17 @@ impl Region {
         self.ring
     }
 
-    /// The doorbell's `mask` and `watched` words (`sluice_proto::post`).
-    pub fn doorbell(&self) -> (&AtomicU64, &AtomicU32) {
-        use sluice_proto::post::{doorbell_at, MASK, WATCHED};
+    /// The doorbell's `mask`, `watched` and `leased_bytes` words
+    /// (`sluice_proto::post`).
+    pub fn doorbell(&self) -> (&AtomicU64, &AtomicU32, &AtomicU64) {
+        use sluice_proto::post::{doorbell_at, LEASED_BYTES, MASK, WATCHED};
         assert!(self.posts, "a region with post records");
         // SAFETY: the doorbell is the post area's last record, inside the
         // mapping, 64-byte aligned, and only ever accessed atomically
         // (here and by the server).
         unsafe {
             let p = self.ptr.add(doorbell_at(self.len));
-            (AtomicU64::from_ptr(p.add(MASK).cast()), AtomicU32::from_ptr(p.add(WATCHED).cast()))
+            (AtomicU64::from_ptr(p.add(MASK).cast()), AtomicU32::from_ptr(p.add(WATCHED).cast()), AtomicU64::from_ptr(p.add(LEASED_BYTES).cast()))
         }
     }
 
@@ -119,13 +120,9 @@ impl Region {
     /// lease (the doorbell's `leased_bytes`, which the server adds to the
     /// application's bytes written). Nothing without a post area.
     pub fn add_leased(&self, n: u64) {
-        use sluice_proto::post::{doorbell_at, LEASED_BYTES};
-        if !self.posts {
-            return;
+        if self.posts {
+            self.doorbell().2.fetch_add(n, Ordering::Relaxed);
         }
-        // SAFETY: the doorbell record is inside the mapping, 64-byte
-        // aligned, and its words are only ever accessed atomically.
-        unsafe { AtomicU64::from_ptr(self.ptr.add(doorbell_at(self.len) + LEASED_BYTES).cast()) }.fetch_add(n, Ordering::Relaxed);
     }
 
     /// A free slot for `len` bytes, if one fits and is free.

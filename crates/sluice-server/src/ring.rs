@@ -50,9 +50,17 @@ pub(crate) struct Ring {
     free: Vec<usize>,
     /// Pushed since the last `flush`.
     unsubmitted: u32,
-    direct: bool,
-    /// The executor's order of O_DIRECT writes (`direct` only).
+    /// The executor's order of O_DIRECT writes; `None`: the files are not
+    /// opened with O_DIRECT.
     order: Option<Arc<DirectOrder>>,
+}
+
+/// Give back the share of `order` a write took when it was pushed
+/// (`shares`).
+fn give_back(order: Option<&DirectOrder>, shares: bool) {
+    if let (true, Some(o)) = (shares, order) {
+        o.unshare();
+    }
 }
 
 /// What a reaped completion asks of the loop.
@@ -73,15 +81,15 @@ impl Ring {
         let entries = entries.max(1);
         let ring = IoUring::new(entries.next_power_of_two())?;
         ring.submitter().register_eventfd(eventfd)?;
-        Ok(Ring { ring, slots: (0..entries).map(|_| None).collect(), free: (0..entries as usize).rev().collect(), unsubmitted: 0, direct: order.is_some(), order })
+        Ok(Ring { ring, slots: (0..entries).map(|_| None).collect(), free: (0..entries as usize).rev().collect(), unsubmitted: 0, order })
     }
 
     /// Queue `job` (submitted at the next `flush`), or give it back when it
     /// needs a worker or the ring is full.
     pub fn push(&mut self, mut job: Job) -> Result<(), Job> {
         let Some(&slot) = self.free.last() else { return Err(job) };
-        let Some(iov) = whole_iovecs(&mut job, self.direct) else { return Err(job) };
-        let shares = self.direct && job.dispatch.op == Op::Write;
+        let Some(iov) = whole_iovecs(&mut job, self.order.is_some()) else { return Err(job) };
+        let shares = self.order.is_some() && job.dispatch.op == Op::Write;
         if shares && !self.order.as_ref().is_some_and(|o| o.try_share()) {
             return Err(job);
         }
@@ -97,7 +105,7 @@ impl Ring {
         // slot (the job owns the buffers) until the completion is reaped;
         // the descriptor is held open by the job's file handle.
         if unsafe { self.ring.submission().push(&entry) }.is_err() {
-            self.unshare(shares);
+            give_back(self.order.as_deref(), shares);
             return Err(job);
         }
         self.free.pop();
@@ -136,12 +144,6 @@ impl Ring {
         self.slots.len() - self.free.len()
     }
 
-    fn unshare(&self, shares: bool) {
-        if let (true, Some(o)) = (shares, self.order.as_ref()) {
-            o.unshare();
-        }
-    }
-
     /// Every completion the kernel has posted. A write's share is given
     /// back here, before a short one goes to a worker (which takes its
     /// own).
@@ -151,9 +153,7 @@ impl Ring {
             let (slot, res) = (c.user_data() as usize, c.result());
             let Some(f) = slots.get_mut(slot).and_then(Option::take) else { continue };
             free.push(slot);
-            if let (true, Some(o)) = (f.shares, order.as_ref()) {
-                o.unshare();
-            }
+            give_back(order.as_deref(), f.shares);
             let mut job = f.job;
             if res >= 0 && res as u64 == job.dispatch.len {
                 settle_whole(&mut job);

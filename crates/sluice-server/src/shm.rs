@@ -112,13 +112,10 @@ impl Shm {
     /// The bytes the client reports it wrote itself under write leases
     /// (the doorbell's `leased_bytes`; 0 without a post area).
     pub fn leased_bytes(&self) -> u64 {
-        use sluice_proto::post::{doorbell_at, LEASED_BYTES};
         if !self.posts() {
             return 0;
         }
-        // SAFETY: the doorbell record lies inside the live mapping, is
-        // 64-byte aligned, and is only ever accessed atomically.
-        unsafe { AtomicU64::from_ptr(self.ptr.add(doorbell_at(self.len) + LEASED_BYTES).cast()) }.load(Ordering::Relaxed)
+        self.doorbell().2.load(Ordering::Relaxed)
     }
 
     /// Answer in post record `k` (below `POSTS_MAX`, on a region with a
@@ -170,17 +167,17 @@ pub struct Rung {
 }
 
 impl Shm {
-    /// The doorbell's `mask` and `watched` words (a region with a post
-    /// area).
-    fn doorbell(&self) -> (&AtomicU64, &AtomicU32) {
-        use sluice_proto::post::{doorbell_at, MASK, WATCHED};
+    /// The doorbell's `mask`, `watched` and `leased_bytes` words (a region
+    /// with a post area).
+    fn doorbell(&self) -> (&AtomicU64, &AtomicU32, &AtomicU64) {
+        use sluice_proto::post::{doorbell_at, LEASED_BYTES, MASK, WATCHED};
         assert!(self.posts(), "a region with a post area");
         // SAFETY: the doorbell lies inside the live mapping (the area's
         // last record), is 64-byte aligned, and is only ever accessed
         // atomically, here and by the client.
         unsafe {
             let p = self.ptr.add(doorbell_at(self.len));
-            (AtomicU64::from_ptr(p.add(MASK).cast()), AtomicU32::from_ptr(p.add(WATCHED).cast()))
+            (AtomicU64::from_ptr(p.add(MASK).cast()), AtomicU32::from_ptr(p.add(WATCHED).cast()), AtomicU64::from_ptr(p.add(LEASED_BYTES).cast()))
         }
     }
 

@@ -9,7 +9,7 @@ mod common;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 
-use common::{pattern, raw_call as call, TestServer};
+use common::{pattern, raw_call as call, within_5s, TestServer};
 use sluice_client::{Client, ConnectOptions};
 use sluice_proto::*;
 use sluice_server::DeviceKind;
@@ -279,11 +279,7 @@ fn leased_writes_are_counted_as_their_client_reports_them() {
     assert_eq!(c.server_stats().unwrap().app("rep").unwrap().bytes_written, 8 * (64 << 10), "counted at Stats");
     assert_eq!(c.pwrite(fd, &pattern(4096, 9), 1 << 20).unwrap(), 4096);
     drop(c);
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while written("rep") != 8 * (64 << 10) + 4096 {
-        assert!(std::time::Instant::now() < until, "counted when the connection closes: {}", written("rep"));
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    within_5s("counted when the connection closes", || written("rep") == 8 * (64 << 10) + 4096);
     // Without write leases, the same writes are scheduled and counted once.
     let s2 = TestServer::start(|c| c.write_leases = false);
     let c2 = client(&s2, "sched", true);

@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{pattern, raw_call as call, TestServer};
+use common::{pattern, raw_call as call, within_5s, TestServer};
 use sluice_client::{Client, ConnectOptions};
 use sluice_proto::*;
 
@@ -50,15 +50,6 @@ fn reads_and_writes_through_the_region_match_the_file() {
     }
     drop(c);
     within_5s("the region outlived its connection", || s.handle.shm_bytes() == 0);
-}
-
-/// Wait up to 5 s for `done`, failing with `what`.
-fn within_5s(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !done() {
-        assert!(std::time::Instant::now() < deadline, "{what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]

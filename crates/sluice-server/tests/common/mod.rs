@@ -98,3 +98,12 @@ pub fn raw_session(s: &TestServer, path: &str) -> UnixStream {
     assert_eq!(raw_call(&mut sock, 2, &Request::Open { path, flags: libc::O_RDONLY, mode: 0 }), "Fd(3)");
     sock
 }
+
+/// Wait up to 5 s for `done`, failing with `what`.
+pub fn within_5s(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
