@@ -312,6 +312,60 @@ fn a_list_write_takes_write_leases_where_the_server_grants_them() {
     }
 }
 
+/// A list read takes cache leases as `pread` does: its pieces in a cached
+/// range are read through the lent descriptor (bytes past the end of the
+/// file as zeros, as the list message reads them), and nothing is
+/// scheduled. Where its first try finds the range uncached, the pieces
+/// after it go to the server as one list message: the same range, cached
+/// by then, is not asked for again piece by piece.
+#[test]
+fn a_list_read_takes_cache_leases_and_sends_the_rest_when_uncached() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    let s = TestServer::start(|_| {});
+    let data = pattern(4 << 20, 13);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let c = client(&s, "listed", true);
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    let pieces = [(0u64, 64u64 << 10), (1 << 20, 64 << 10), ((3 << 20) + 100, 64 << 10), ((4 << 20) - 10, 20)];
+    let total: u64 = pieces.iter().map(|p| p.1).sum();
+    let mut buf = vec![0xeeu8; total as usize];
+    assert_eq!(c.read_list(fd, &pieces, &mut buf).unwrap(), total as usize);
+    let mut at = 0;
+    for &(o, n) in &pieces {
+        let (o, n) = (o as usize, n as usize);
+        let inside = n.min(data.len().saturating_sub(o));
+        assert_eq!(&buf[at..at + inside], &data[o..o + inside], "piece at {o}");
+        assert!(buf[at + inside..at + n].iter().all(|&b| b == 0), "past the end of the file, zeros (piece at {o})");
+        at += n;
+    }
+    let (requests, leased) = counts(&c, "listed");
+    assert_eq!(requests, 0, "a cached list read is not scheduled");
+    assert!(leased > 0);
+
+    // Uncached: the first piece's try is scheduled and brings no lease;
+    // the second piece (the same range, cached by the first) goes in the
+    // list message, not through a lease.
+    {
+        std::fs::write(s.path("g"), &data).unwrap();
+        let f = std::fs::File::open(s.path("g")).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: plain advice on a descriptor we hold; clean pages go.
+        assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+    }
+    let c = client(&s, "cold-list", true);
+    let fd = c.open("g", libc::O_RDONLY, 0).unwrap();
+    let pieces = [(4096u64, 4096u64), (4096, 4096), (2 << 20, 4096)];
+    let mut buf = vec![0u8; 3 * 4096];
+    assert_eq!(c.read_list(fd, &pieces, &mut buf).unwrap(), buf.len());
+    for (k, &(o, n)) in pieces.iter().enumerate() {
+        assert_eq!(&buf[k * 4096..(k + 1) * 4096], &data[o as usize..(o + n) as usize], "piece {k}");
+    }
+    assert_eq!(counts(&c, "cold-list"), (3, 0), "every piece scheduled, none leased");
+}
+
 /// No write lease unless the server grants them (`--write-leases`), and
 /// then not for an O_APPEND handle (a `pwrite` there ignores its offset),
 /// on an O_DIRECT server or an emulated device (which must see every
