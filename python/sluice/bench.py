@@ -9,7 +9,10 @@ written and read back collectively, by:
   through ``sluice mount`` of the server;
 - ``sluice.mpi`` through a sluice server on that root, with each scheme;
 - ``sluice.array`` (the same blocks stored as a Zarr v3 array whose chunks
-  are half of x, all of y and half of z), server-directed and independent.
+  are half of x, all of y and half of z), server-directed and independent;
+- plain ``pwrite``/``pread`` with neither, as a yardstick of what the file
+  system takes: the same blocks, one call a contiguous run, and each
+  rank's bytes as one contiguous share of the file in 1 MiB calls.
 
 Each mode runs ``--rounds`` times; the best time counts (the page cache is
 not dropped: the figures are what the I/O paths add, not the disk). It
@@ -33,7 +36,7 @@ from mpi4py import MPI
 
 from . import array as sa
 from ._sluice import Client
-from .mpi import SCHEMES, File
+from .mpi import SCHEMES, File, _coalesce, _runs_of_type
 
 
 def grid(size: int) -> tuple[int, int]:
@@ -54,6 +57,28 @@ def layout(comm, n: int):
     local += np.arange(n, dtype=np.float64)
     sub = MPI.DOUBLE.Create_subarray([n, n, n], [lx, ly, n], [ix * lx, iy * ly, 0]).Commit()
     return local, sub
+
+
+def _pieces(offset: int, nbytes: int, piece: int) -> tuple[list[int], list[int]]:
+    """``[offset, offset + nbytes)`` as runs of at most ``piece`` bytes."""
+    offs = list(range(offset, offset + nbytes, piece))
+    return offs, [min(piece, offset + nbytes - o) for o in offs]
+
+
+def _posix_io(path: str, runs, buf: memoryview, write: bool) -> None:
+    """Plain ``pwrite``/``pread`` of ``buf``'s bytes, in order, to or from
+    the file runs ``(offsets, lengths)``; a short transfer is an error."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT if write else os.O_RDONLY, 0o644)
+    try:
+        at = 0
+        for o, n in zip(*(np.asarray(x).tolist() for x in runs)):
+            part = buf[at : at + n]
+            done = os.pwrite(fd, part, o) if write else os.preadv(fd, [part], o)
+            if done != n:
+                raise OSError(f"{path}: {'wrote' if write else 'read'} {done} of {n} bytes at {o}")
+            at += n
+    finally:
+        os.close(fd)
 
 
 def timed(comm, f) -> float:
@@ -105,6 +130,13 @@ def collective(args) -> None:
     try:
         modes = [("mpi-io", None)] + ([("mpi-io", "mount")] if args.mount else []) + [("sluice", s) for s in SCHEMES]
         modes += [("array", s) for s in sa.STRATEGIES]
+        # What the file system itself takes, without MPI-IO or sluice: the
+        # same blocks written with one `pwrite` a contiguous run, and each
+        # rank's bytes as one contiguous share (the most favourable layout).
+        modes += [("posix", "same blocks"), ("posix", "contiguous")]
+        src = memoryview(np.ascontiguousarray(local)).cast("B")
+        share = (rank * src.nbytes, src.nbytes)
+        block_runs = _coalesce(*_runs_of_type(sub))
         px, py = grid(comm.Get_size())
         agrid, adist = (px, py, 1), ["block", "block", "*"]
         # Zarr chunks that differ from the blocks: half of x, all of y, half of z.
@@ -130,6 +162,15 @@ def collective(args) -> None:
                         fh.Set_view(0, MPI.DOUBLE, sub)
                         fh.Read_all(back)
                         fh.Close()
+                elif mode == "posix":
+                    path = f"{data_dir}/{name}"
+                    runs = block_runs if scheme == "same blocks" else _pieces(*share, 1 << 20)
+
+                    def w():
+                        _posix_io(path, runs, src, write=True)
+
+                    def r():
+                        _posix_io(path, runs, memoryview(back).cast("B"), write=False)
                 elif mode == "array":
                     def w():
                         sa.write(comm, client, name, local, shape=(args.n,) * 3, chunks=achunks, grid=agrid, dist=adist, strategy=scheme)
@@ -160,6 +201,8 @@ def collective(args) -> None:
                     else:
                         os.unlink(f"{data_dir}/{name}")
             label = {None: "local fs", "mount": "sluice mount"}.get(scheme, scheme) if mode == "mpi-io" else scheme
+            if mode == "posix":
+                label = f"pwrite, {scheme}"
             if mode == "array":
                 label = f"zarr {scheme}"
             rows.append({"mode": mode, "scheme": label, "write_s": best_w, "read_s": best_r, "write_mib_s": total / best_w / 2**20, "read_mib_s": total / best_r / 2**20, "aggregators": len(groups) if groups else None})

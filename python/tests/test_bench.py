@@ -1,5 +1,6 @@
 """`python -m sluice.bench collective` end to end at a small size: every
-mode (MPI-IO, each sluice.mpi scheme, sluice.array's strategies) runs,
+mode (MPI-IO, each sluice.mpi scheme, sluice.array's strategies, plain
+pwrite of the same blocks and of contiguous shares) runs,
 reads back what it wrote (the benchmark exits otherwise), and reports."""
 
 import argparse
@@ -27,6 +28,7 @@ def test_collective_benchmark_runs_every_mode(comm):
         labels = [(r["mode"], r["scheme"]) for r in rows]
         assert ("mpi-io", "local fs") in labels
         assert ("array", "zarr server-directed") in labels and ("array", "zarr independent") in labels
+        assert ("posix", "pwrite, same blocks") in labels and ("posix", "pwrite, contiguous") in labels
         assert all(r["write_mib_s"] > 0 and r["read_mib_s"] > 0 for r in rows), rows
         # The scratch root is removed; only the JSON is left.
         assert sorted(os.listdir(out)) == ["coll.json"], os.listdir(out)
