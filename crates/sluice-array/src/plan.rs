@@ -174,12 +174,22 @@ fn plan_box(layout: &Layout, r: u64, rb: &RankBox, local_shape: &[u64], limits: 
     let rows: Vec<u64> = (0..n - 1).map(|d| rb.hi[d] - rb.lo[d]).collect();
     let rows_total: u64 = rows.iter().product();
     let last = n - 1;
+    // The row's coordinates, global and local, advanced in C order from
+    // one row to the next (no allocation a row).
+    let mut g = rb.lo.clone();
+    let mut local = rb.local_lo.clone();
     for row in 0..rows_total {
-        let rc = unravel(row, &rows);
-        let mut g: Vec<u64> = (0..n - 1).map(|d| rb.lo[d] + rc[d]).collect();
-        g.push(rb.lo[last]);
-        let mut local: Vec<u64> = (0..n - 1).map(|d| rb.local_lo[d] + rc[d]).collect();
-        local.push(rb.local_lo[last]);
+        if row > 0 {
+            for d in (0..last).rev() {
+                g[d] += 1;
+                local[d] += 1;
+                if g[d] < rb.hi[d] {
+                    break;
+                }
+                g[d] = rb.lo[d];
+                local[d] = rb.local_lo[d];
+            }
+        }
         // Walk the row chunk by chunk along the last dimension.
         let mut x = rb.lo[last];
         while x < rb.hi[last] {
