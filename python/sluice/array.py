@@ -14,7 +14,13 @@ the group until every rank's pieces have come, then writes (or reads) the
 file in disk order as one application's work. If a rank never comes, the
 others get ``OSError(ETIMEDOUT)`` after ``wait_ms`` and nothing of that
 group is written. ``strategy="independent"`` sends the same list I/O
-without groups.
+without groups. ``strategy="two-phase"`` builds each file whole in the
+memory of one rank (the one holding most of it) after an exchange between
+ranks (``Alltoallv``), and writes it with one call (a read: the file read
+whole, then the exchange): the choice when the chunks cut the blocks into
+short runs, which the other two send piece by piece. It holds one file
+and the rank's exchange (at most ``EXCHANGE_BYTES_MAX`` each way) in
+memory.
 
 >>> from mpi4py import MPI                                             # doctest: +SKIP
 >>> import numpy as np, sluice, sluice.array                          # doctest: +SKIP
@@ -40,7 +46,11 @@ from .mpi import _raise_any
 
 __all__ = ["write", "read", "local_shape", "ArrayPlan", "Array", "ArrayGroup"]
 
-STRATEGIES = ("server-directed", "independent")
+STRATEGIES = ("server-directed", "independent", "two-phase")
+#: MPI counts are C ints: a two-phase exchange moves at most this many bytes
+#: to or from one rank in one call (larger arrays: another strategy, or
+#: several calls on parts of the array).
+EXCHANGE_BYTES_MAX = 2**31 - 1
 
 
 def local_shape(shape, grid, dist, rank: int) -> tuple:
@@ -152,6 +162,38 @@ def _attempt(f) -> BaseException | None:
         return e
 
 
+def _two_phase(comm: MPI.Comm, client: Client, plan: ArrayPlan, path: str, rank: int, local: np.ndarray, write: bool, time=None) -> None:
+    """Move ``local`` to (``write``) or from the array's files by two-phase
+    (see the module docs); raises on every rank if any failed."""
+    counts = [None]
+
+    def count():
+        to, frm = plan.two_phase_counts(rank)
+        if not write:
+            to, frm = frm, to
+        if sum(to) > EXCHANGE_BYTES_MAX or sum(frm) > EXCHANGE_BYTES_MAX:
+            raise ValueError(f"rank {rank}'s two-phase exchange ({sum(to)} bytes out, {sum(frm)} in) is over "
+                             f"{EXCHANGE_BYTES_MAX} bytes: use another strategy, or write the array in parts")
+        counts[0] = (to, frm)
+
+    _raise_any(comm, _attempt(count))
+    to, frm = counts[0]
+    send, recv = np.empty(sum(to), np.uint8), np.empty(sum(frm), np.uint8)
+
+    def displs(c):
+        return np.concatenate(([0], np.cumsum(c)[:-1])).astype(int).tolist()
+
+    if write:
+        _raise_any(comm, _attempt(lambda: plan.two_phase_pack(rank, local, send)))
+    else:
+        _raise_any(comm, _attempt(lambda: plan.two_phase_read(client, path, rank, send, time)))
+    comm.Alltoallv([send, (to, displs(to)), MPI.BYTE], [recv, (frm, displs(frm)), MPI.BYTE])
+    if write:
+        _raise_any(comm, _attempt(lambda: plan.two_phase_write(client, path, rank, recv, time)))
+    else:
+        _raise_any(comm, _attempt(lambda: plan.two_phase_unpack(rank, recv, local)))
+
+
 def write(
     comm: MPI.Comm,
     client: Client,
@@ -183,6 +225,9 @@ def write(
     local = np.ascontiguousarray(local)
     dims = dims or [f"dim_{i}" for i in range(len(shape))]
     _raise_any(comm, _attempt(lambda: _create(client, path, plan, dims, attrs or {})) if rank == 0 else None)
+    if strategy == "two-phase":
+        _two_phase(comm, client, plan, path, rank, local, True)
+        return local.nbytes
     _raise_any(comm, _attempt(lambda: plan.prepare(client, path, rank)))
     base = comm.bcast(secrets.randbits(63) if rank == 0 else None, root=0) if strategy == "server-directed" else None
     moved = [0]
@@ -212,6 +257,9 @@ def read(
     if plan.ranks != comm.Get_size():
         raise ValueError(f"the grid {tuple(grid)} has {plan.ranks} ranks, the communicator {comm.Get_size()}")
     local = np.empty(plan.local_shape(rank), dtype=np.dtype(plan.dtype))
+    if strategy == "two-phase":
+        _two_phase(comm, client, plan, path, rank, local, False)
+        return local
     base = comm.bcast(secrets.randbits(63) if rank == 0 else None, root=0) if strategy == "server-directed" else None
     _raise_any(comm, _attempt(lambda: plan.transfer(client, path, rank, local, False, base, wait_ms)))
     return local
@@ -326,9 +374,13 @@ class ArrayGroup:
                     _mkdir_p(self.client, f"{path}/{d}")
 
             _raise_any(self.comm, _attempt(meta) if rank == 0 else None)
+            block = local.reshape((1, *local.shape))
+            if self.strategy == "two-phase":
+                _two_phase(self.comm, self.client, plan, path, rank, block, True, step)
+                moved += block.nbytes
+                continue
             _raise_any(self.comm, _attempt(lambda: plan.prepare(self.client, path, rank, step)))
             base, n = self._base(), [0]
-            block = local.reshape((1, *local.shape))
             _raise_any(self.comm, _attempt(lambda: n.__setitem__(0, plan.transfer(self.client, path, rank, block, True, base, 30_000, step))))
             moved += n[0]
         return moved
@@ -361,8 +413,11 @@ class ArrayGroup:
                 out[name] = np.zeros(self.local_shape(name), dtype=a.dtype)
                 continue
             block = np.empty((1, *self.local_shape(name)), dtype=a.dtype)
-            base = self._base()
-            _raise_any(self.comm, _attempt(lambda: plan.transfer(self.client, path, rank, block, False, base, 30_000, step)))
+            if self.strategy == "two-phase":
+                _two_phase(self.comm, self.client, plan, path, rank, block, False, step)
+            else:
+                base = self._base()
+                _raise_any(self.comm, _attempt(lambda: plan.transfer(self.client, path, rank, block, False, base, 30_000, step)))
             out[name] = block[0]
         return out
 

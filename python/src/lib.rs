@@ -237,8 +237,13 @@ struct ArrayPlan {
     layout: Layout,
     dist: Distribution,
     plan: Plan,
-    participants: Vec<Vec<u32>>,
+    /// Server-directed groups: `[u][j]`, how many ranks send a j-th
+    /// message for file `u` (worked out on first use).
+    participants: std::sync::OnceLock<Vec<Vec<u32>>>,
     aggregator: Vec<usize>,
+    /// Two-phase: `[r][a]`, rank `r`'s pieces of the files rank `a`
+    /// aggregates (`by_aggregator`), worked out on first use.
+    exchange: std::sync::OnceLock<Vec<Vec<Vec<sluice_array::Piece>>>>,
 }
 
 impl ArrayPlan {
@@ -246,12 +251,11 @@ impl ArrayPlan {
         let dists = dist.iter().map(|d| Dist::parse(d)).collect::<Result<Vec<_>, _>>().map_err(value_error)?;
         let dist = Distribution::new(layout.shape().to_vec(), grid, dists).map_err(value_error)?;
         let plan = plan(&dist, &layout, &PlanLimits::default()).map_err(value_error)?;
-        let participants = plan.group_participants(layout.units(), &MESSAGE_LIMITS);
         let ranks = dist.ranks() as usize;
         // One server: each file's aggregator is the rank holding most of it.
         let bytes = plan.unit_rank_bytes(layout.units(), dist.ranks());
         let aggregator = aggregators(&bytes, &vec![0; ranks], &[0], &vec![0; layout.units() as usize]);
-        Ok(ArrayPlan { layout, dist, plan, participants, aggregator })
+        Ok(ArrayPlan { layout, dist, plan, participants: std::sync::OnceLock::new(), aggregator, exchange: std::sync::OnceLock::new() })
     }
 
     /// File `u`'s key; with `time`, the array's first dimension is a time
@@ -268,6 +272,50 @@ impl ArrayPlan {
     fn unit_path(&self, path: &str, u: u64, time: Option<u64>) -> PyResult<String> {
         Ok(format!("{}/{}", path.trim_matches('/'), self.unit_key(u, time)?))
     }
+
+    /// Two-phase: rank `r`'s pieces of each file, grouped by the rank that
+    /// aggregates the file (`[a]`), in the order both sides of the
+    /// exchange walk them: file, then offset.
+    fn by_aggregator(&self, r: u64) -> &[Vec<sluice_array::Piece>] {
+        let all = self.exchange.get_or_init(|| {
+            (0..self.dist.ranks())
+                .map(|r| {
+                    let mut out = vec![Vec::new(); self.dist.ranks() as usize];
+                    for file in self.plan.rank_files(r) {
+                        out[self.aggregator[file[0].unit as usize]].extend(file);
+                    }
+                    out
+                })
+                .collect()
+        });
+        &all[r as usize]
+    }
+
+    fn check_rank(&self, rank: u64) -> PyResult<()> {
+        if rank >= self.dist.ranks() {
+            return Err(PyValueError::new_err(format!("rank {rank} of a plan for {} ranks", self.dist.ranks())));
+        }
+        Ok(())
+    }
+
+    /// `rank`'s local array as a buffer of exactly its share.
+    fn local_of(&self, rank: u64, local: &Bound<'_, PyAny>, writable: bool) -> PyResult<Bytes> {
+        let buf = Bytes::get(local, writable)?;
+        let want = (self.dist.local_elements(rank) * self.layout.dtype().bytes()) as usize;
+        if buf.addr_len().1 != want {
+            return Err(PyValueError::new_err(format!("rank {rank}'s local array has {} bytes, its share is {want}", buf.addr_len().1)));
+        }
+        Ok(buf)
+    }
+}
+
+/// A buffer of exactly `want` bytes for an exchange.
+fn exchange_buf(obj: &Bound<'_, PyAny>, writable: bool, want: u64) -> PyResult<Bytes> {
+    let buf = Bytes::get(obj, writable)?;
+    if buf.addr_len().1 as u64 != want {
+        return Err(PyValueError::new_err(format!("an exchange buffer of {} bytes where the plan moves {want}", buf.addr_len().1)));
+    }
+    Ok(buf)
 }
 
 #[pymethods]
@@ -382,6 +430,7 @@ impl ArrayPlan {
         }
         let inner = &client.inner;
         let paths = (0..self.layout.units()).map(|u| self.unit_path(path, u, time)).collect::<PyResult<Vec<_>>>()?;
+        let participants = group_base.map(|_| self.participants.get_or_init(|| self.plan.group_participants(self.layout.units(), &MESSAGE_LIMITS)));
         py.allow_threads(move || {
             // SAFETY: the buffer stays exported (held by `buf`) for this call
             // and is `len` contiguous bytes, writable when reading.
@@ -394,7 +443,7 @@ impl ArrayPlan {
                 let mut r = Ok(());
                 for (j, m) in messages(&file, &MESSAGE_LIMITS).into_iter().enumerate() {
                     let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
-                    let group = group_base.map(|b| Group { id: b.wrapping_add(j as u64), participants: self.participants[u as usize][j], wait_ms });
+                    let group = group_base.zip(participants).map(|(b, p)| Group { id: b.wrapping_add(j as u64), participants: p[u as usize][j], wait_ms });
                     let total: usize = m.iter().map(|p| p.len as usize).sum();
                     r = if write {
                         let data = gather(&m, local);
@@ -422,6 +471,169 @@ impl ArrayPlan {
             Ok(moved)
         })
         .map_err(os_error)
+    }
+
+    /// Two-phase (`sluice.array`'s `strategy="two-phase"`): each file is
+    /// built whole in the memory of the rank that aggregates it (the rank
+    /// holding most of it) and written with one call, after an exchange
+    /// between ranks. `(to, from)`: the bytes `rank` sends each rank `d`
+    /// in a write's exchange (its pieces of the files `d` aggregates) and
+    /// gets from each rank `s` (`s`'s pieces of the files `rank`
+    /// aggregates). A read's exchange is the same with the two swapped.
+    fn two_phase_counts(&self, rank: u64) -> PyResult<(Vec<u64>, Vec<u64>)> {
+        self.check_rank(rank)?;
+        let to = self.by_aggregator(rank).iter().map(|v| v.iter().map(|p| p.len).sum()).collect();
+        let from = (0..self.dist.ranks()).map(|s| self.by_aggregator(s)[rank as usize].iter().map(|p| p.len).sum()).collect();
+        Ok((to, from))
+    }
+
+    /// Two-phase write, step 1: `rank`'s local bytes packed into `out`
+    /// (the sum of `to` bytes) for the exchange: for each rank in order,
+    /// this rank's pieces of the files it aggregates.
+    fn two_phase_pack(&self, rank: u64, local: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_rank(rank)?;
+        let groups = self.by_aggregator(rank);
+        let src = self.local_of(rank, local, false)?;
+        let dst = exchange_buf(out, true, groups.iter().flatten().map(|p| p.len).sum())?;
+        let ((sa, sl), (da, dl)) = (src.addr_len(), dst.addr_len());
+        // SAFETY: both buffers stay exported (held above) for this call;
+        // `out` is writable, and they are distinct objects' memory.
+        let (src, dst) = unsafe { (std::slice::from_raw_parts(sa as *const u8, sl), std::slice::from_raw_parts_mut(da as *mut u8, dl)) };
+        let mut at = 0;
+        for p in groups.iter().flatten() {
+            let n = p.len as usize;
+            dst[at..at + n].copy_from_slice(&src[p.mem_off as usize..p.mem_off as usize + n]);
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Two-phase write, step 2: the files `rank` aggregates, built from
+    /// `got` (the exchange's bytes, from each rank in order, as
+    /// `two_phase_pack` packed them) and written whole: created
+    /// (truncated), data and shard index in one `pwrite`, closed. Holds
+    /// one file's bytes at a time. The bytes written.
+    #[pyo3(signature = (client, path, rank, got, time = None))]
+    fn two_phase_write(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64, got: &Bound<'_, PyAny>, time: Option<u64>) -> PyResult<u64> {
+        self.check_rank(rank)?;
+        // From each source: its pieces of my files, where they start in `got`.
+        let mut sources = Vec::new();
+        let mut at = 0u64;
+        for s in 0..self.dist.ranks() {
+            let mine = &self.by_aggregator(s)[rank as usize];
+            let n: u64 = mine.iter().map(|p| p.len).sum();
+            sources.push((at, mine));
+            at += n;
+        }
+        let buf = exchange_buf(got, false, at)?;
+        let (ga, gl) = buf.addr_len();
+        let units: Vec<u64> = (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank).collect();
+        let paths = units.iter().map(|&u| self.unit_path(path, u, time)).collect::<PyResult<Vec<_>>>()?;
+        let inner = &client.inner;
+        py.allow_threads(move || {
+            // SAFETY: `got` stays exported (held by `buf`) for this call.
+            let got = unsafe { std::slice::from_raw_parts(ga as *const u8, gl) };
+            // Each source's pieces are in file order: a cursor per source
+            // walks them as the files are built in that order.
+            let mut cursors: Vec<(usize, u64)> = sources.iter().map(|(start, _)| (0, *start)).collect();
+            let mut written = 0u64;
+            // One file's bytes at a time, the buffer reused (zeroed: a
+            // file's edge chunks have bytes no piece covers).
+            let mut data = vec![0u8; if units.is_empty() { 0 } else { self.layout.unit_bytes() as usize }];
+            for (k, (&u, p)) in units.iter().zip(&paths).enumerate() {
+                if k > 0 {
+                    data.fill(0);
+                }
+                for ((_, pieces), (i, off)) in sources.iter().zip(cursors.iter_mut()) {
+                    while let Some(pc) = pieces.get(*i).filter(|pc| pc.unit == u) {
+                        let (f, n, o) = (pc.file_off as usize, pc.len as usize, *off as usize);
+                        data[f..f + n].copy_from_slice(&got[o..o + n]);
+                        (*i, *off) = (*i + 1, *off + pc.len);
+                    }
+                }
+                let index = self.layout.shard_index(u);
+                let d = self.layout.unit_data_bytes() as usize;
+                data[d..d + index.len()].copy_from_slice(&index);
+                let fd = inner.open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)?;
+                let r = inner.pwrite(fd, &data, 0);
+                let c = inner.close(fd);
+                written += r? as u64;
+                c?;
+            }
+            Ok(written)
+        })
+        .map_err(os_error)
+    }
+
+    /// Two-phase read, step 1: the files `rank` aggregates, each read
+    /// whole, packed into `out` (the sum of `from` bytes of
+    /// `two_phase_counts`) for each rank `d` in order: `d`'s pieces of
+    /// them. Holds one file's bytes at a time. The bytes read.
+    #[pyo3(signature = (client, path, rank, out, time = None))]
+    fn two_phase_read(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64, out: &Bound<'_, PyAny>, time: Option<u64>) -> PyResult<u64> {
+        self.check_rank(rank)?;
+        let mut dests = Vec::new();
+        let mut at = 0u64;
+        for d in 0..self.dist.ranks() {
+            let theirs = &self.by_aggregator(d)[rank as usize];
+            let n: u64 = theirs.iter().map(|p| p.len).sum();
+            dests.push((at, theirs));
+            at += n;
+        }
+        let buf = exchange_buf(out, true, at)?;
+        let (oa, ol) = buf.addr_len();
+        let units: Vec<u64> = (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank).collect();
+        let paths = units.iter().map(|&u| self.unit_path(path, u, time)).collect::<PyResult<Vec<_>>>()?;
+        let inner = &client.inner;
+        py.allow_threads(move || {
+            // SAFETY: `out` stays exported and writable (held by `buf`).
+            let out = unsafe { std::slice::from_raw_parts_mut(oa as *mut u8, ol) };
+            let mut cursors: Vec<(usize, u64)> = dests.iter().map(|(start, _)| (0, *start)).collect();
+            let mut read = 0u64;
+            // The data part only (the shard index is not needed), one
+            // file at a time, the buffer reused; past the end of the
+            // file, zeros.
+            let mut data = vec![0u8; if units.is_empty() { 0 } else { self.layout.unit_data_bytes() as usize }];
+            for (k, (&u, p)) in units.iter().zip(&paths).enumerate() {
+                if k > 0 {
+                    data.fill(0);
+                }
+                let fd = inner.open(p, libc::O_RDONLY, 0)?;
+                let r = inner.pread(fd, &mut data, 0);
+                let c = inner.close(fd);
+                read += r? as u64;
+                c?;
+                for ((_, pieces), (i, off)) in dests.iter().zip(cursors.iter_mut()) {
+                    while let Some(pc) = pieces.get(*i).filter(|pc| pc.unit == u) {
+                        let (f, n, o) = (pc.file_off as usize, pc.len as usize, *off as usize);
+                        out[o..o + n].copy_from_slice(&data[f..f + n]);
+                        (*i, *off) = (*i + 1, *off + pc.len);
+                    }
+                }
+            }
+            Ok(read)
+        })
+        .map_err(os_error)
+    }
+
+    /// Two-phase read, step 2: `got` (from each rank in order: this rank's
+    /// pieces of the files it aggregates) into `local`.
+    fn two_phase_unpack(&self, rank: u64, got: &Bound<'_, PyAny>, local: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.check_rank(rank)?;
+        let groups = self.by_aggregator(rank);
+        let dst = self.local_of(rank, local, true)?;
+        let src = exchange_buf(got, false, groups.iter().flatten().map(|p| p.len).sum())?;
+        let ((sa, sl), (da, dl)) = (src.addr_len(), dst.addr_len());
+        // SAFETY: both buffers stay exported (held above) for this call;
+        // `local` is writable, and they are distinct objects' memory.
+        let (src, dst) = unsafe { (std::slice::from_raw_parts(sa as *const u8, sl), std::slice::from_raw_parts_mut(da as *mut u8, dl)) };
+        let mut at = 0;
+        for p in groups.iter().flatten() {
+            let n = p.len as usize;
+            dst[p.mem_off as usize..p.mem_off as usize + n].copy_from_slice(&src[at..at + n]);
+            at += n;
+        }
+        Ok(())
     }
 }
 

@@ -45,12 +45,13 @@ def field(shape, step, rank_rows):
     return (z * 1000 + rest + step * 0.5).astype(np.float64)
 
 
-def test_timesteps_open_in_xarray_with_a_time_dimension_and_read_back(server, comm, client):
+@pytest.mark.parametrize("strategy", ["server-directed", "two-phase"])
+def test_timesteps_open_in_xarray_with_a_time_dimension_and_read_back(server, comm, client, strategy):
     addr, root = server
     rank, n = comm.Get_rank(), comm.Get_size()
     temp = sa.Array("temp", (8 * n, 6, 5), "float64", memory=["block", "*", "*"], disk=(4, 6, 5), shards=(8, 6, 5), dims=["z", "y", "x"])
     dens = sa.Array("dens", (4 * n, 3), "float32", memory=["block", "*"], disk=(2, 3), dims=["zc", "yc"])
-    g = sa.ArrayGroup("sim/g1", [temp, dens], comm, client)
+    g = sa.ArrayGroup(f"sim/g1-{strategy}", [temp, dens], comm, client, strategy=strategy)
     rows = {"temp": range(rank * 8, rank * 8 + 8), "dens": range(rank * 4, rank * 4 + 4)}
     for step in range(3):
         g.timestep(step, {"temp": field(temp.shape, step, rows["temp"]), "dens": field(dens.shape, step, rows["dens"]).astype(np.float32)})
@@ -61,7 +62,7 @@ def test_timesteps_open_in_xarray_with_a_time_dimension_and_read_back(server, co
     comm.Barrier()
 
     def opened():
-        ds = xr.open_zarr(f"{root}/sim/g1", consolidated=False)
+        ds = xr.open_zarr(f"{root}/sim/g1-{strategy}", consolidated=False)
         assert ds["temp"].dims == ("time", "z", "y", "x") and ds["temp"].shape == (3, 8 * n, 6, 5)
         assert ds["dens"].dims == ("time", "zc", "yc") and ds["dens"].dtype == np.float32
         for step in range(3):
@@ -78,17 +79,18 @@ def test_timesteps_open_in_xarray_with_a_time_dimension_and_read_back(server, co
         g.timestep(6, {"temp": field(temp.shape, 6, rows["temp"])})
 
 
-def test_checkpoint_and_restart_in_process(server, comm, client):
+@pytest.mark.parametrize("strategy", ["server-directed", "two-phase"])
+def test_checkpoint_and_restart_in_process(server, comm, client, strategy):
     rank, n = comm.Get_rank(), comm.Get_size()
     a = sa.Array("u", (4 * n, 4), "float64", memory=["block", "*"], disk=(4, 4))
-    g = sa.ArrayGroup("sim/g2", [a], comm, client)
+    g = sa.ArrayGroup(f"sim/g2-{strategy}", [a], comm, client, strategy=strategy)
     with pytest.raises(FileNotFoundError):
         g.restart()
     rows = range(rank * 4, rank * 4 + 4)
     g.checkpoint(10, {"u": field(a.shape, 10, rows)})
     g.checkpoint(20, {"u": field(a.shape, 20, rows)})
     # A new group object (a new job) finds the latest.
-    step, blocks = sa.ArrayGroup("sim/g2", [a], comm, client).restart()
+    step, blocks = sa.ArrayGroup(f"sim/g2-{strategy}", [a], comm, client, strategy=strategy).restart()
     assert step == 20
     np.testing.assert_array_equal(blocks["u"], field(a.shape, 20, rows))
 

@@ -1,13 +1,15 @@
 """sluice.array (issue 14): MPI ranks write a distributed array as Zarr v3
-through sluice, server-directed or independent; zarr-python reads it
+through sluice, server-directed, independent or two-phase; zarr-python reads it
 without sluice; the ranks read it back under another distribution; and a
 rank that never comes leaves its group's file untouched while the others
 get ETIMEDOUT."""
 
 import errno
+import os
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 
 zarr = pytest.importorskip("zarr")
 sa = pytest.importorskip("sluice.array")
@@ -39,7 +41,7 @@ def client(server, comm):
     return sluice.Client(server[0], app="array-test", client_id=comm.Get_rank())
 
 
-@pytest.mark.parametrize("strategy", ["server-directed", "independent"])
+@pytest.mark.parametrize("strategy", ["server-directed", "independent", "two-phase"])
 def test_ranks_write_zarr_read_by_zarr_python_and_back_under_another_distribution(server, comm, client, strategy):
     if comm.Get_size() != 4:
         pytest.skip("written for 4 ranks")
@@ -60,6 +62,33 @@ def test_ranks_write_zarr_read_by_zarr_python_and_back_under_another_distributio
     grid2, dist2 = (4, 1, 1), ["cyclic(3)", "*", "*"]
     back = sa.read(comm, client, path, grid=grid2, dist=dist2, strategy=strategy)
     np.testing.assert_array_equal(back, block_of(whole, grid2, dist2, rank))
+
+
+def test_two_phase_exchange_bound_at_n_and_n_plus_one(server, comm, client, monkeypatch):
+    """A rank's two-phase exchange may move EXCHANGE_BYTES_MAX bytes each
+    way (MPI counts are C ints); one more fails on every rank, before any
+    exchange, and nothing is left half written."""
+    if comm.Get_size() != 4:
+        pytest.skip("written for 4 ranks")
+    addr, root = server
+    rank = comm.Get_rank()
+    grid, dist = (2, 2, 1), ["block", "block", "*"]
+    plan = sa.ArrayPlan(list(SHAPE), "float64", [20, 12, 12], list(grid), dist)
+    to, frm = plan.two_phase_counts(rank)
+    n = comm.allreduce(max(sum(to), sum(frm)), op=MPI.MAX)
+    assert n > 0
+    local = np.full(sa.local_shape(SHAPE, grid, dist, rank), float(rank))
+    monkeypatch.setattr(sa, "EXCHANGE_BYTES_MAX", n)
+    sa.write(comm, client, "mpi/bound-n", local, shape=SHAPE, chunks=(20, 12, 12), grid=grid, dist=dist, strategy="two-phase")
+    back = sa.read(comm, client, "mpi/bound-n", grid=grid, dist=dist, strategy="two-phase")
+    np.testing.assert_array_equal(back, local)
+    monkeypatch.setattr(sa, "EXCHANGE_BYTES_MAX", n - 1)
+    with pytest.raises(Exception, match="exchange"):
+        sa.write(comm, client, "mpi/bound-n1", local, shape=SHAPE, chunks=(20, 12, 12), grid=grid, dist=dist, strategy="two-phase")
+    comm.Barrier()
+    if rank == 0:
+        assert [f for f in os.listdir(f"{root}/mpi/bound-n1") if f != "zarr.json"] in ([], ["c"])
+        assert not any(files for _, _, files in os.walk(f"{root}/mpi/bound-n1/c")), "no chunk file written"
 
 
 def test_a_rank_that_never_comes_leaves_its_groups_file_untouched(server, comm, client):
