@@ -142,14 +142,23 @@ fn greedy(local: &[Vec<u64>], caps: &[usize]) -> Vec<usize> {
 /// The rank that gathers (writes) or scatters (reads) each file in a
 /// client-side two-phase transfer: of the ranks on the file's server's
 /// host, the one holding most of the file; if none is there, the one
-/// holding most of it anywhere. Ties go to the lower rank.
+/// holding most of it anywhere. Ties go to the rank given the fewest files
+/// so far, then to the lower rank: files that neighbours hold equally (a
+/// chunk cut between two ranks' blocks) spread over them instead of all
+/// going to the lowest, which then built and wrote every one while the
+/// other waited (a 2 x 2 grid of blocks in chunks of half x and half z:
+/// ranks 0 and 2 wrote the four files, 1 and 3 none).
 pub fn aggregators(unit_rank_bytes: &[Vec<u64>], rank_host: &[usize], server_host: &[usize], unit_server: &[usize]) -> Vec<usize> {
-    unit_rank_bytes
-        .iter()
-        .zip(unit_server)
-        .map(|(row, &s)| {
-            let best = |on_host: bool| (0..row.len()).filter(|&r| !on_host || rank_host[r] == server_host[s]).max_by_key(|&r| (row[r], std::cmp::Reverse(r)));
-            best(true).or_else(|| best(false)).unwrap_or(0)
-        })
-        .collect()
+    let mut given = vec![0usize; rank_host.len()];
+    let mut out = Vec::with_capacity(unit_rank_bytes.len());
+    for (row, &s) in unit_rank_bytes.iter().zip(unit_server) {
+        let load = |r: usize| std::cmp::Reverse(given.get(r).copied().unwrap_or(0));
+        let best = |on_host: bool| (0..row.len()).filter(|&r| !on_host || rank_host[r] == server_host[s]).max_by_key(|&r| (row[r], load(r), std::cmp::Reverse(r)));
+        let a = best(true).or_else(|| best(false)).unwrap_or(0);
+        if let Some(g) = given.get_mut(a) {
+            *g += 1;
+        }
+        out.push(a);
+    }
+    out
 }

@@ -1,9 +1,9 @@
 //! Placement: the Hungarian assignment is optimal (checked against brute
-//! force), capacities follow the weights, and the bound on the exact
-//! method holds at N and N+1.
+//! force), capacities follow the weights, the bound on the exact
+//! method holds at N and N+1, and two-phase aggregators spread ties.
 
 use proptest::prelude::*;
-use sluice_array::{capacities, place, PlacementInput, PlacementMethod, PLACEMENT_HUNGARIAN_UNITS_MAX};
+use sluice_array::{aggregators, capacities, place, PlacementInput, PlacementMethod, PLACEMENT_HUNGARIAN_UNITS_MAX};
 
 fn input<'a>(bytes: &'a [Vec<u64>], rank_host: &'a [usize], server_host: &'a [usize], w: &'a [f64]) -> PlacementInput<'a> {
     PlacementInput { unit_rank_bytes: bytes, rank_host, server_host, server_weight: w, server_held_bytes: &[], hungarian_units_max: PLACEMENT_HUNGARIAN_UNITS_MAX }
@@ -127,4 +127,23 @@ fn small_arrays_of_a_group_go_to_the_servers_holding_least() {
     assert_eq!(sluice_array::capacities_held(2, &[1.0, 1.0, 2.0], &[50, 10, 0]), vec![0, 1, 1]);
     let bad = place(&PlacementInput { server_held_bytes: &[1, 2], ..input(&[vec![1]], &rank_host, &server_host, &w) });
     assert!(bad.is_err());
+}
+
+/// Each file goes to the rank holding most of it, preferring ranks on its
+/// server's host; files that ranks hold equally spread over them (the
+/// fewest files so far, then the lower rank).
+#[test]
+fn aggregators_take_the_largest_holder_and_spread_ties() {
+    // A 2 x 2 grid of blocks in chunks of half x and half z: ranks 0 and 1
+    // hold files 0 and 1 half each, ranks 2 and 3 files 2 and 3.
+    let tied = vec![vec![8, 8, 0, 0], vec![8, 8, 0, 0], vec![0, 0, 8, 8], vec![0, 0, 8, 8]];
+    assert_eq!(aggregators(&tied, &[0; 4], &[0], &[0; 4]), vec![0, 1, 2, 3]);
+    // A clear largest holder wins whatever it already has.
+    let skewed = vec![vec![1, 9, 0, 0], vec![0, 9, 1, 0], vec![0, 0, 5, 5]];
+    assert_eq!(aggregators(&skewed, &[0; 4], &[0], &[0; 3]), vec![1, 1, 2]);
+    // Ranks on the file's server's host first, even holding less.
+    let hosts = vec![vec![9, 1], vec![9, 1]];
+    assert_eq!(aggregators(&hosts, &[0, 1], &[1], &[0, 0]), vec![1, 1]);
+    // No rank on that host: the largest holder anywhere.
+    assert_eq!(aggregators(&hosts, &[0, 0], &[1], &[0, 0]), vec![0, 0]);
 }
