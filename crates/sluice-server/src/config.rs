@@ -104,16 +104,28 @@ pub struct ServerLimits {
     /// for every request. 64: the busy clients of a node; each watched
     /// doorbell costs the loop one load a turn and two stores a sleep.
     pub doorbells_watched_max: u32,
-    /// Bytes of all shared-memory regions together; past it `ShmAttach` is
-    /// refused (ENOMEM, counted in `sluice_shm_refused_total`) and the
-    /// client keeps the socket path. 4 GiB: 255 regions of
-    /// `shm_bytes_max`, so that every rank of a 128- or 256-core node has
-    /// one (with 1 GiB, 63 did: the other 65 ranks of a 128-process run
-    /// sent every request on the socket, without rung requests or write
-    /// leases, and the run took 1.5-2.7x as long; README). Memory is
-    /// charged as regions are touched, so the bound is what clients that
-    /// touch all of theirs could make the server hold.
+    /// Bytes of all shared-memory regions together. A region takes at
+    /// most `1 / shm_taper_shares` of what is left (see there); once less
+    /// than the smallest useful region (`SHM_REGION_MIN`) is left,
+    /// `ShmAttach` is refused (ENOMEM, counted in
+    /// `sluice_shm_refused_total`) and the client keeps the socket path.
+    /// 4 GiB: 128 regions of `shm_bytes_max` whole, then smaller ones for
+    /// about 470 more clients (with 1 GiB and whole regions only, 63
+    /// ranks had one: the other 65 of a 128-process run sent every
+    /// request on the socket, without rung requests or write leases, and
+    /// the run took 1.5-2.7x as long; README). Memory is charged as
+    /// regions are touched, so the bound is what clients that touch all
+    /// of theirs could make the server hold.
     pub shm_total_bytes_max: u64,
+    /// A region is granted at most this share of the shared-memory bytes
+    /// left (`shm_total_bytes_max` less the regions granted), in whole
+    /// MiB of slots and the post area, and at least `SHM_REGION_MIN`
+    /// (one slot): so regions shrink as the budget fills, instead of the
+    /// first clients taking it whole and the rest none. 128: with 4 GiB,
+    /// the first 128 clients get 16 MiB regions, then each a little less,
+    /// down to one slot for the last (about 600 in all). 1: each region
+    /// as asked while the rest of the budget holds it, then what is left.
+    pub shm_taper_shares: u32,
     /// Bytes a cache lease may cover (`lease.rs`): a `ReadLease` whose
     /// range is in the page cache is answered "read it yourself" for up to
     /// this many bytes from its offset when they are cached too. 32 MiB:
@@ -175,6 +187,7 @@ impl Default for ServerLimits {
             shm_bytes_max: (16 << 20) + sluice_proto::POST_AREA_BYTES,
             doorbells_watched_max: 64,
             shm_total_bytes_max: 4 << 30,
+            shm_taper_shares: 128,
             lease_bytes_max: 32 << 20,
             lease_valid_us: 10_000,
             metrics_apps_max: 64,
@@ -279,7 +292,7 @@ impl ServerConfig {
             return Err(Error::config(format!("queue depth {} outside 1..={QUEUE_DEPTH_MAX}", self.queue_depth)));
         }
         let l = &self.limits;
-        if l.clients_max == 0 || l.inflight_per_connection_max == 0 || l.fds_per_connection_max == 0 || l.files_open_max == 0 {
+        if l.clients_max == 0 || l.inflight_per_connection_max == 0 || l.fds_per_connection_max == 0 || l.files_open_max == 0 || l.shm_taper_shares == 0 {
             return Err(Error::config("server limits must be at least 1"));
         }
         if l.handshake_timeout_ms == 0 || l.idle_timeout_s == 0 || l.frame_stall_ms == 0 || l.reply_bytes_max == 0 {

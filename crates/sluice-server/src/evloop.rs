@@ -1391,13 +1391,17 @@ impl EventLoop {
         if c.shm.is_some() {
             return Err((libc::EEXIST, "this connection already has a shared-memory region".into()));
         }
-        let grant = bytes.min(l.shm_bytes_max);
-        if grant == 0 {
+        let want = bytes.min(l.shm_bytes_max);
+        if want == 0 {
             return Err((libc::EINVAL, "a shared-memory region needs at least one byte".into()));
         }
-        if self.shared.shm_bytes.load(Ordering::Relaxed) + grant > l.shm_total_bytes_max {
+        let left = l.shm_total_bytes_max.saturating_sub(self.shared.shm_bytes.load(Ordering::Relaxed));
+        let Some(grant) = crate::shm::taper(want, left, l.shm_taper_shares) else {
             self.shared.shm_refused.fetch_add(1, Ordering::Relaxed);
             return Err((libc::ENOMEM, format!("shared-memory regions are at their bound (shm_total_bytes_max = {})", l.shm_total_bytes_max)));
+        };
+        if grant < want {
+            self.shared.shm_tapered.fetch_add(1, Ordering::Relaxed);
         }
         let (shm, fd) =
             crate::shm::Shm::create(grant as usize, &self.shared.shm_bytes).map_err(|e| (e.raw_os_error().unwrap_or(libc::EIO), format!("shared-memory region: {e}")))?;

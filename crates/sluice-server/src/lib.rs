@@ -105,6 +105,9 @@ pub(crate) struct Shared {
     pub shm_bytes: Arc<AtomicU64>,
     /// `ShmAttach`es refused at `shm_total_bytes_max` since the start.
     pub shm_refused: AtomicU64,
+    /// `ShmAttach`es granted less than asked (and than `shm_bytes_max`)
+    /// because the budget was filling (`shm::taper`).
+    pub shm_tapered: AtomicU64,
     /// Requests taken from doorbells (rung, not sent), and `Nudge` frames
     /// received, since the start; doorbells watched now (at most
     /// `doorbells_watched_max`).
@@ -180,6 +183,7 @@ impl Server {
             conns_open: AtomicUsize::new(0),
             shm_bytes: Arc::new(AtomicU64::new(0)),
             shm_refused: AtomicU64::new(0),
+            shm_tapered: AtomicU64::new(0),
             rung: AtomicU64::new(0),
             nudges: AtomicU64::new(0),
             doorbells_watched: AtomicUsize::new(0),
@@ -375,6 +379,12 @@ impl ServerHandle {
     /// start: clients left on the socket path.
     pub fn shm_refused(&self) -> u64 {
         self.shared.shm_refused.load(Ordering::Relaxed)
+    }
+
+    /// Shared-memory regions granted smaller than asked since the start,
+    /// the budget filling (`shm_taper_shares`).
+    pub fn shm_tapered(&self) -> u64 {
+        self.shared.shm_tapered.load(Ordering::Relaxed)
     }
 
     /// Requests taken from doorbells since the start (rung requests:

@@ -22,13 +22,37 @@
 //! awake (`doorbell`, `rung_request`; `sluice_proto::post`).
 //!
 //! Bounds: `shm_bytes_max` per region (a larger request is granted that
-//! much) and `shm_total_bytes_max` over all regions (past it `ShmAttach`
-//! is refused with ENOMEM and the client keeps the socket path).
+//! much) and `shm_total_bytes_max` over all regions: a region takes at
+//! most `1 / shm_taper_shares` of what is left, in whole slots, at least
+//! `SHM_REGION_MIN` (`taper`), and once less than that is left `ShmAttach`
+//! is refused with ENOMEM and the client keeps the socket path.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// The smallest region granted while the budget fills: one 1 MiB slot
+/// (the client's `SLOT_BYTES`) and the post area, enough for a client with
+/// one request at a time to keep every same-host path (slots, posted
+/// answers, rung requests, and the doorbell that counts its leased writes).
+pub const SHM_REGION_MIN: u64 = SHM_SLOT_BYTES + sluice_proto::POST_AREA_BYTES;
+/// The client's slot size: tapered grants are whole slots and the post
+/// area, so none of a region is left over.
+const SHM_SLOT_BYTES: u64 = 1 << 20;
+
+/// What to grant a client asking for `want` bytes (already at most
+/// `shm_bytes_max`) when `left` bytes of the budget are left: `want`, or
+/// no more than `left / shares` rounded down to whole slots plus the post
+/// area, and not less than `SHM_REGION_MIN` (or `want`, if that is
+/// smaller). `None` when even that does not fit in `left`.
+pub fn taper(want: u64, left: u64, shares: u32) -> Option<u64> {
+    let share = left / u64::from(shares.max(1));
+    let slots = share.saturating_sub(sluice_proto::POST_AREA_BYTES) / SHM_SLOT_BYTES;
+    let shaped = (slots * SHM_SLOT_BYTES + sluice_proto::POST_AREA_BYTES).max(SHM_REGION_MIN);
+    let grant = if share >= want { want } else { shaped.min(want) };
+    (grant <= left).then_some(grant)
+}
 
 /// One mapped region.
 pub struct Shm {
@@ -230,5 +254,47 @@ impl Drop for Shm {
         // SAFETY: unmapping exactly the mapping made in `create`.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
         self.total.fetch_sub(self.len as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REGION: u64 = (16 << 20) + sluice_proto::POST_AREA_BYTES;
+
+    #[test]
+    fn a_region_takes_a_share_of_what_is_left_in_whole_slots() {
+        assert_eq!(taper(REGION, 4 * REGION, 2), Some(REGION), "the share holds the request");
+        // Half of what is left is 8 MiB and 2 KiB: the post area and 7 slots.
+        assert_eq!(taper(REGION, REGION, 2), Some((7 << 20) + sluice_proto::POST_AREA_BYTES), "half of what is left, whole slots");
+        assert_eq!(taper(REGION, 3 << 20, 2), Some(SHM_REGION_MIN), "1.5 MiB: one slot");
+        // The smallest region at N and N+1 bytes short.
+        assert_eq!(taper(REGION, SHM_REGION_MIN, 2), Some(SHM_REGION_MIN));
+        assert_eq!(taper(REGION, SHM_REGION_MIN - 1, 2), None);
+        // A request below the smallest region is granted as asked.
+        assert_eq!(taper(100, 100, 128), Some(100));
+        assert_eq!(taper(100, 99, 128), None);
+        // One share: as asked while it fits, then what is left.
+        assert_eq!(taper(REGION, REGION, 1), Some(REGION));
+        assert_eq!(taper(REGION, REGION - 1, 1), Some((15 << 20) + sluice_proto::POST_AREA_BYTES));
+    }
+
+    #[test]
+    fn the_default_budget_gives_128_whole_regions_then_about_470_smaller() {
+        let (mut left, mut whole, mut smaller) = (4u64 << 30, 0, 0);
+        while let Some(g) = taper(REGION, left, 128) {
+            assert!(g >= SHM_REGION_MIN && (g - sluice_proto::POST_AREA_BYTES) % SHM_SLOT_BYTES == 0, "{g}");
+            if g == REGION {
+                assert_eq!(smaller, 0, "whole regions come first");
+                whole += 1;
+            } else {
+                smaller += 1;
+            }
+            left -= g;
+        }
+        assert_eq!(whole, 128);
+        assert!((400..=550).contains(&smaller), "{smaller}");
+        assert!(left < SHM_REGION_MIN);
     }
 }

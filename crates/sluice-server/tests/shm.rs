@@ -83,7 +83,8 @@ fn shm_bytes_max_at_n_and_n_plus_1() {
 
 #[test]
 fn shm_total_bytes_max_at_n_and_n_plus_1() {
-    let s = TestServer::start(|c| c.limits.shm_total_bytes_max = 2 * REGION);
+    // One share: each region as asked while the budget holds it.
+    let s = TestServer::start(|c| (c.limits.shm_total_bytes_max, c.limits.shm_taper_shares) = (2 * REGION, 1));
     std::fs::write(s.path("f"), pattern(1 << 20, 5)).unwrap();
     let a = client(&s, true);
     let b = client(&s, true);
@@ -97,6 +98,45 @@ fn shm_total_bytes_max_at_n_and_n_plus_1() {
     assert_eq!(third.pread(fd, &mut buf, 0).unwrap(), 1 << 20, "and that client keeps the socket path");
     assert_eq!(buf, pattern(1 << 20, 5));
     drop((a, b));
+}
+
+/// As the budget fills, regions shrink (a share of what is left, whole
+/// 1 MiB slots and the post area), down to one slot; then `ShmAttach` is
+/// refused. Every client, whole region or one slot, reads and writes
+/// through it correctly; the smaller grants are counted.
+#[test]
+fn regions_shrink_as_the_budget_fills_and_every_size_works() {
+    let s = TestServer::start(|c| (c.limits.shm_total_bytes_max, c.limits.shm_taper_shares) = (4 * REGION, 2));
+    let data = pattern(2 << 20, 9);
+    std::fs::write(s.path("f"), &data).unwrap();
+    let (mut clients, mut grants) = (Vec::new(), Vec::new());
+    while s.handle.shm_refused() == 0 {
+        let before = s.handle.shm_bytes();
+        clients.push(client(&s, true));
+        grants.push(s.handle.shm_bytes() - before);
+        assert!(clients.len() < 64, "the budget runs out: {grants:?}");
+    }
+    assert_eq!(grants.pop(), Some(0), "the last was refused");
+    assert_eq!(&grants[..3], &[REGION; 3], "whole regions while the share holds them: {grants:?}");
+    assert!(grants[3..].windows(2).all(|w| w[0] >= w[1]), "then smaller: {grants:?}");
+    assert_eq!(grants.last(), Some(&((1 << 20) + POST_AREA_BYTES)), "down to one slot: {grants:?}");
+    assert!(grants.iter().all(|g| (g - POST_AREA_BYTES) % (1 << 20) == 0), "whole slots: {grants:?}");
+    assert_eq!(s.handle.shm_tapered(), grants.len() as u64 - 3, "the smaller grants are counted");
+    assert!(4 * REGION - s.handle.shm_bytes() < (1 << 20) + POST_AREA_BYTES, "refused only once less than one slot is left");
+    // Every client, whatever its region, moves the right bytes through it
+    // (256 KiB pieces fit any slot; several in flight take every slot).
+    for (k, c) in clients.iter().enumerate() {
+        let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+        let tickets: Vec<_> = (0..8u64).map(|i| c.submit_read(fd, 256 << 10, i * (256 << 10)).unwrap()).collect();
+        for (i, t) in tickets.into_iter().enumerate() {
+            let mut buf = vec![0u8; 256 << 10];
+            assert_eq!(c.wait_read(t, &mut buf).unwrap(), 256 << 10);
+            assert_eq!(buf, data[i << 18..(i + 1) << 18], "client {k} (region of {} bytes), read {i}", grants.get(k).unwrap_or(&0));
+        }
+        let w = c.open(&format!("w{k}"), libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+        assert_eq!(c.pwrite(w, &data[..1 << 20], 0).unwrap(), 1 << 20);
+        assert_eq!(std::fs::read(s.path(&format!("w{k}"))).unwrap(), data[..1 << 20], "client {k}'s write");
+    }
 }
 
 #[test]
