@@ -178,6 +178,12 @@ impl Dispatcher {
         replies
     }
 
+    /// The learned service time of a dispatch of `len` bytes that does not
+    /// seek.
+    pub(crate) fn predicted_ns(&self, len: u64) -> u64 {
+        self.learner.model().service_ns(len, false)
+    }
+
     /// Feed dispatch `id`'s service time to the learner if it moved its
     /// `whole` length; pass the model on to the scheduler every
     /// `MODEL_EVERY` dispatches. Whether it was a seek.

@@ -139,9 +139,14 @@ impl Ring {
     }
 
     /// Submissions in flight.
-    #[cfg(test)]
     pub fn inflight(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+
+    /// Whether the kernel has posted a completion not yet reaped (a look
+    /// at the shared queue, no system call).
+    pub fn completed(&mut self) -> bool {
+        !self.ring.completion().is_empty()
     }
 
     /// Every completion the kernel has posted. A write's share is given
