@@ -307,6 +307,42 @@ impl ArrayPlan {
         }
         Ok(buf)
     }
+
+    /// Two-phase: for each rank in order, its pieces of the files `rank`
+    /// aggregates, with where they start in `rank`'s side of the exchange
+    /// (what it gets for a write, sends for a read); and that side's bytes.
+    fn exchange_side(&self, rank: u64) -> (Vec<(u64, &[sluice_array::Piece])>, u64) {
+        let mut at = 0u64;
+        let parts = (0..self.dist.ranks())
+            .map(|s| {
+                let pieces = self.by_aggregator(s)[rank as usize].as_slice();
+                let start = at;
+                at += pieces.iter().map(|p| p.len).sum::<u64>();
+                (start, pieces)
+            })
+            .collect();
+        (parts, at)
+    }
+
+    /// The files `rank` aggregates (with `time`: of that step), with their
+    /// paths under `path`.
+    fn aggregated_files(&self, path: &str, rank: u64, time: Option<u64>) -> PyResult<Vec<(u64, String)>> {
+        (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank).map(|u| Ok((u, self.unit_path(path, u, time)?))).collect()
+    }
+}
+
+/// Two-phase: visit file `u`'s pieces in every rank's part of the
+/// exchange (`parts`, from `ArrayPlan::exchange_side`), with each piece's
+/// offset in the exchange. Each part lists its pieces file by file, so
+/// one cursor a part (`cursors`, starting at `(0, start)`) walks them as
+/// the files are visited in order.
+fn walk_file(parts: &[(u64, &[sluice_array::Piece])], cursors: &mut [(usize, u64)], u: u64, mut visit: impl FnMut(&sluice_array::Piece, usize)) {
+    for ((_, pieces), (i, off)) in parts.iter().zip(cursors.iter_mut()) {
+        while let Some(p) = pieces.get(*i).filter(|p| p.unit == u) {
+            visit(p, *off as usize);
+            (*i, *off) = (*i + 1, *off + p.len);
+        }
+    }
 }
 
 /// A buffer of exactly `want` bytes for an exchange.
@@ -516,41 +552,28 @@ impl ArrayPlan {
     #[pyo3(signature = (client, path, rank, got, time = None))]
     fn two_phase_write(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64, got: &Bound<'_, PyAny>, time: Option<u64>) -> PyResult<u64> {
         self.check_rank(rank)?;
-        // From each source: its pieces of my files, where they start in `got`.
-        let mut sources = Vec::new();
-        let mut at = 0u64;
-        for s in 0..self.dist.ranks() {
-            let mine = &self.by_aggregator(s)[rank as usize];
-            let n: u64 = mine.iter().map(|p| p.len).sum();
-            sources.push((at, mine));
-            at += n;
-        }
-        let buf = exchange_buf(got, false, at)?;
+        let (parts, bytes) = self.exchange_side(rank);
+        let buf = exchange_buf(got, false, bytes)?;
         let (ga, gl) = buf.addr_len();
-        let units: Vec<u64> = (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank).collect();
-        let paths = units.iter().map(|&u| self.unit_path(path, u, time)).collect::<PyResult<Vec<_>>>()?;
+        let files = self.aggregated_files(path, rank, time)?;
         let inner = &client.inner;
         py.allow_threads(move || {
             // SAFETY: `got` stays exported (held by `buf`) for this call.
             let got = unsafe { std::slice::from_raw_parts(ga as *const u8, gl) };
-            // Each source's pieces are in file order: a cursor per source
-            // walks them as the files are built in that order.
-            let mut cursors: Vec<(usize, u64)> = sources.iter().map(|(start, _)| (0, *start)).collect();
+            let mut cursors: Vec<(usize, u64)> = parts.iter().map(|(start, _)| (0, *start)).collect();
             let mut written = 0u64;
             // One file's bytes at a time, the buffer reused (zeroed: a
             // file's edge chunks have bytes no piece covers).
-            let mut data = vec![0u8; if units.is_empty() { 0 } else { self.layout.unit_bytes() as usize }];
-            for (k, (&u, p)) in units.iter().zip(&paths).enumerate() {
+            let mut data = vec![0u8; if files.is_empty() { 0 } else { self.layout.unit_bytes() as usize }];
+            for (k, (u, p)) in files.iter().enumerate() {
+                let u = *u;
                 if k > 0 {
                     data.fill(0);
                 }
-                for ((_, pieces), (i, off)) in sources.iter().zip(cursors.iter_mut()) {
-                    while let Some(pc) = pieces.get(*i).filter(|pc| pc.unit == u) {
-                        let (f, n, o) = (pc.file_off as usize, pc.len as usize, *off as usize);
-                        data[f..f + n].copy_from_slice(&got[o..o + n]);
-                        (*i, *off) = (*i + 1, *off + pc.len);
-                    }
-                }
+                walk_file(&parts, &mut cursors, u, |pc, o| {
+                    let (f, n) = (pc.file_off as usize, pc.len as usize);
+                    data[f..f + n].copy_from_slice(&got[o..o + n]);
+                });
                 let index = self.layout.shard_index(u);
                 let d = self.layout.unit_data_bytes() as usize;
                 data[d..d + index.len()].copy_from_slice(&index);
@@ -572,29 +595,21 @@ impl ArrayPlan {
     #[pyo3(signature = (client, path, rank, out, time = None))]
     fn two_phase_read(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64, out: &Bound<'_, PyAny>, time: Option<u64>) -> PyResult<u64> {
         self.check_rank(rank)?;
-        let mut dests = Vec::new();
-        let mut at = 0u64;
-        for d in 0..self.dist.ranks() {
-            let theirs = &self.by_aggregator(d)[rank as usize];
-            let n: u64 = theirs.iter().map(|p| p.len).sum();
-            dests.push((at, theirs));
-            at += n;
-        }
-        let buf = exchange_buf(out, true, at)?;
+        let (parts, bytes) = self.exchange_side(rank);
+        let buf = exchange_buf(out, true, bytes)?;
         let (oa, ol) = buf.addr_len();
-        let units: Vec<u64> = (0..self.layout.units()).filter(|&u| self.aggregator[u as usize] as u64 == rank).collect();
-        let paths = units.iter().map(|&u| self.unit_path(path, u, time)).collect::<PyResult<Vec<_>>>()?;
+        let files = self.aggregated_files(path, rank, time)?;
         let inner = &client.inner;
         py.allow_threads(move || {
             // SAFETY: `out` stays exported and writable (held by `buf`).
             let out = unsafe { std::slice::from_raw_parts_mut(oa as *mut u8, ol) };
-            let mut cursors: Vec<(usize, u64)> = dests.iter().map(|(start, _)| (0, *start)).collect();
+            let mut cursors: Vec<(usize, u64)> = parts.iter().map(|(start, _)| (0, *start)).collect();
             let mut read = 0u64;
             // The data part only (the shard index is not needed), one
             // file at a time, the buffer reused; past the end of the
             // file, zeros.
-            let mut data = vec![0u8; if units.is_empty() { 0 } else { self.layout.unit_data_bytes() as usize }];
-            for (k, (&u, p)) in units.iter().zip(&paths).enumerate() {
+            let mut data = vec![0u8; if files.is_empty() { 0 } else { self.layout.unit_data_bytes() as usize }];
+            for (k, (u, p)) in files.iter().enumerate() {
                 if k > 0 {
                     data.fill(0);
                 }
@@ -603,13 +618,10 @@ impl ArrayPlan {
                 let c = inner.close(fd);
                 read += r? as u64;
                 c?;
-                for ((_, pieces), (i, off)) in dests.iter().zip(cursors.iter_mut()) {
-                    while let Some(pc) = pieces.get(*i).filter(|pc| pc.unit == u) {
-                        let (f, n, o) = (pc.file_off as usize, pc.len as usize, *off as usize);
-                        out[o..o + n].copy_from_slice(&data[f..f + n]);
-                        (*i, *off) = (*i + 1, *off + pc.len);
-                    }
-                }
+                walk_file(&parts, &mut cursors, *u, |pc, o| {
+                    let (f, n) = (pc.file_off as usize, pc.len as usize);
+                    out[o..o + n].copy_from_slice(&data[f..f + n]);
+                });
             }
             Ok(read)
         })
