@@ -179,15 +179,11 @@ def _two_phase(comm: MPI.Comm, client: Client, plan: ArrayPlan, path: str, rank:
     _raise_any(comm, _attempt(count))
     to, frm = counts[0]
     send, recv = np.empty(sum(to), np.uint8), np.empty(sum(frm), np.uint8)
-
-    def displs(c):
-        return np.concatenate(([0], np.cumsum(c)[:-1])).astype(int).tolist()
-
     if write:
         _raise_any(comm, _attempt(lambda: plan.two_phase_pack(rank, local, send)))
     else:
         _raise_any(comm, _attempt(lambda: plan.two_phase_read(client, path, rank, send, time)))
-    comm.Alltoallv([send, (to, displs(to)), MPI.BYTE], [recv, (frm, displs(frm)), MPI.BYTE])
+    comm.Alltoallv([send, to], [recv, frm])
     if write:
         _raise_any(comm, _attempt(lambda: plan.two_phase_write(client, path, rank, recv, time)))
     else:

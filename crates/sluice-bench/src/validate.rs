@@ -43,7 +43,7 @@ use crate::workload::scenario::{self, Scenario};
 const ONE_HOST: Network =
     Network { nic_bytes_per_s: 10_000_000_000, nic_latency_ns: 12_000, switch_bytes_per_s: 100_000_000_000, switch_latency_ns: 1_000, packet_bytes: 65_536, header_bytes: 64 };
 /// The client cuts a request at its shared-memory slot.
-const SLOT_BYTES: u64 = 1 << 20;
+const SLOT_BYTES: u64 = sluice_proto::SHM_SLOT_BYTES;
 /// The error the issue accepts.
 pub const TARGET: f64 = 0.05;
 /// How far apart the twin's processes start when no real run says when

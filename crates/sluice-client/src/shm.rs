@@ -36,7 +36,7 @@ use std::sync::Arc;
 /// Bytes the client asks for: sixteen 1 MiB slots and the post area.
 pub const REGION_BYTES: u64 = (16 << 20) + sluice_proto::POST_AREA_BYTES;
 /// Bytes of one slot.
-pub const SLOT_BYTES: usize = 1 << 20;
+pub const SLOT_BYTES: usize = sluice_proto::SHM_SLOT_BYTES as usize;
 /// Writes smaller than this go through the socket (one system call with
 /// the header; the region would save nothing) unless the region rings
 /// its requests: a rung write makes no system call at all (on 4 KiB x 32

@@ -73,6 +73,10 @@ pub const NO_POST: u32 = u32::MAX;
 /// (one page), and of one record (a cache line, so that two clients'
 /// threads waiting on neighbouring records do not share one).
 pub const POST_AREA_BYTES: u64 = 4096;
+/// Bytes of one slot of a shared-memory region: a client cuts its region
+/// (less the post area) into slots, and the server grants tapered regions
+/// in whole slots.
+pub const SHM_SLOT_BYTES: u64 = 1 << 20;
 pub const POST_RECORD_BYTES: u64 = 64;
 /// Records in the post area: a request's `post` is below this. The
 /// area's last record is the doorbell (`post::doorbell_at`).

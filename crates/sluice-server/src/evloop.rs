@@ -65,9 +65,14 @@ const EVENTS_MAX: usize = 256;
 /// How long the loop spins before sleeping while dispatches are on the
 /// ring (`EventLoop::spin`): about one 4 KiB O_DIRECT read on the 2-core VM.
 const SPIN: Duration = Duration::from_micros(50);
+/// The longest dispatch (as the learned model predicts its service) that
+/// the loop spins for: twice `SPIN`.
+const SPIN_DISPATCH_NS: u64 = 100_000;
 /// Spins that saw nothing before the loop stops spinning, and the sleeps
 /// after which it tries again.
 const SPIN_CREDIT_MAX: u32 = 4;
+const SPIN_RETRY: u32 = 64;
+
 /// Whether the loop spins before a sleep (`EventLoop::spin`): credit for
 /// spins that saw something, at most `SPIN_CREDIT_MAX`; at none, one try
 /// every `SPIN_RETRY` sleeps.
@@ -103,10 +108,6 @@ impl SpinCredit {
     }
 }
 
-/// The longest dispatch (as the learned model predicts its service) that
-/// the loop spins for: twice `SPIN`.
-const SPIN_DISPATCH_NS: u64 = 100_000;
-const SPIN_RETRY: u32 = 64;
 /// Reads of one connection per wake-up, so one busy client cannot keep
 /// the loop from the others (level-triggered: the rest comes next turn).
 const READS_PER_WAKE: usize = 16;
@@ -1600,11 +1601,10 @@ impl EventLoop {
                         }
                         continue;
                     }
-                    let predicted = self.disp.predicted_ns(job.dispatch.len);
                     let job = match self.ring.as_mut() {
                         Some(ring) => {
                             job.started = now;
-                            self.spin_short = predicted <= SPIN_DISPATCH_NS;
+                            self.spin_short = self.disp.predicted_ns(job.dispatch.len) <= SPIN_DISPATCH_NS;
                             match ring.push(job) {
                                 Ok(()) => {
                                     self.exec_out += 1;

@@ -32,14 +32,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// The smallest region granted while the budget fills: one 1 MiB slot
-/// (the client's `SLOT_BYTES`) and the post area, enough for a client with
-/// one request at a time to keep every same-host path (slots, posted
-/// answers, rung requests, and the doorbell that counts its leased writes).
+use sluice_proto::SHM_SLOT_BYTES;
+
+/// The smallest region granted while the budget fills: one slot and the
+/// post area, enough for a client with one request at a time to keep
+/// every same-host path (slots, posted answers, rung requests, and the
+/// doorbell that counts its leased writes). Tapered grants are whole
+/// slots and the post area, so none of a region is left over.
 pub const SHM_REGION_MIN: u64 = SHM_SLOT_BYTES + sluice_proto::POST_AREA_BYTES;
-/// The client's slot size: tapered grants are whole slots and the post
-/// area, so none of a region is left over.
-const SHM_SLOT_BYTES: u64 = 1 << 20;
 
 /// What to grant a client asking for `want` bytes (already at most
 /// `shm_bytes_max`) when `left` bytes of the budget are left: `want`, or
