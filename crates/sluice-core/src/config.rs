@@ -50,7 +50,7 @@ pub struct Limits {
     /// is in and this long has passed since the last: the background's
     /// starvation bound. 1 s, as `request_expire_ns`: a 1 MiB piece per
     /// second takes about 2% of a 7200 rpm disk (100 ms took 17%: a
-    /// reader beside a migration ran 1.4x its time alone, see README).
+    /// reader beside a migration ran 1.4x its time alone, see docs/results.md).
     pub background_grace_ns: u64,
 }
 

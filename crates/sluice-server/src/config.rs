@@ -118,7 +118,7 @@ pub struct ServerLimits {
     /// about 470 more clients (with 1 GiB and whole regions only, 63
     /// ranks had one: the other 65 of a 128-process run sent every
     /// request on the socket, without rung requests or write leases, and
-    /// the run took 1.5-2.7x as long; README). Memory is charged as
+    /// the run took 1.5-2.7x as long; docs/results.md). Memory is charged as
     /// regions are touched, so the bound is what clients that touch all
     /// of theirs could make the server hold.
     pub shm_total_bytes_max: u64,
