@@ -221,6 +221,7 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         server: None,
         queue_depth: (cell.device == DeviceKind::Hdd7200).then_some(1),
         uring: true,
+        sqpoll_idle_ms: None,
         write_leases: cfg.write_leases,
         alone: false,
         seed: 1,

@@ -250,6 +250,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             server: None,
             queue_depth: Some(queue_depth(w)),
             uring: true,
+            sqpoll_idle_ms: None,
             write_leases: false,
             alone: false,
             seed: cfg.seed,

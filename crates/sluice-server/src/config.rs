@@ -18,6 +18,9 @@ pub const QUEUE_DEPTH_DEFAULT: u32 = 8;
 /// Most dispatches in flight that `--queue-depth` accepts (one worker
 /// thread each).
 pub const QUEUE_DEPTH_MAX: u32 = 64;
+/// Longest `sqpoll_idle_ms` accepted: the kernel's polling thread spins
+/// at most this long (1 s) without a submission before it sleeps.
+pub const SQPOLL_IDLE_MS_MAX: u32 = 1_000;
 /// O_DIRECT alignment of offsets, lengths and buffers, in bytes. 4096
 /// covers every logical block size in use (512 and 4096).
 pub const DIRECT_ALIGN_BYTES: usize = 4096;
@@ -257,6 +260,15 @@ pub struct ServerConfig {
     /// through io_uring (`ring.rs`) instead of waking an executor worker
     /// for each; where the kernel refuses io_uring, workers serve anyway.
     pub uring: bool,
+    /// Submit the ring's dispatches through a kernel thread that polls
+    /// the submission queue (io_uring's SQPOLL) and sleeps after this many
+    /// milliseconds (1..=`SQPOLL_IDLE_MS_MAX`) without a submission.
+    /// The loop then makes no system call to submit, and the file
+    /// system's and block layer's submission work runs on that thread:
+    /// one more core busy while dispatches come. `None` (the default):
+    /// the loop submits them itself. Where the kernel refuses SQPOLL the
+    /// ring is made without it (`ServerHandle::sqpoll`).
+    pub sqpoll_idle_ms: Option<u32>,
 }
 
 /// A shared `Storage`, as `ServerConfig` holds it.
@@ -289,12 +301,16 @@ impl ServerConfig {
             trace: None,
             storage: None,
             uring: true,
+            sqpoll_idle_ms: None,
         }
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
         if self.queue_depth == 0 || self.queue_depth > QUEUE_DEPTH_MAX {
             return Err(Error::config(format!("queue depth {} outside 1..={QUEUE_DEPTH_MAX}", self.queue_depth)));
+        }
+        if let Some(ms) = self.sqpoll_idle_ms.filter(|&ms| ms == 0 || ms > SQPOLL_IDLE_MS_MAX) {
+            return Err(Error::config(format!("sqpoll idle time {ms} ms outside 1..={SQPOLL_IDLE_MS_MAX}")));
         }
         let l = &self.limits;
         if l.clients_max == 0 || l.inflight_per_connection_max == 0 || l.fds_per_connection_max == 0 || l.files_open_max == 0 || l.shm_taper_shares == 0 {
@@ -310,5 +326,32 @@ impl ServerConfig {
             return Err(Error::config("frame_bytes_max is too small for any request"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ServerConfig {
+        ServerConfig::new("/tmp", Listen::Unix("/tmp/sluice-config-test.sock".into()))
+    }
+
+    #[test]
+    fn queue_depth_and_sqpoll_idle_bounds_at_n_and_n_plus_one() {
+        let with = |f: &dyn Fn(&mut ServerConfig)| {
+            let mut c = config();
+            f(&mut c);
+            c.validate()
+        };
+        assert!(with(&|c| c.queue_depth = QUEUE_DEPTH_MAX).is_ok());
+        assert!(with(&|c| c.queue_depth = QUEUE_DEPTH_MAX + 1).is_err());
+        assert!(with(&|c| c.queue_depth = 0).is_err());
+        assert!(with(&|c| c.sqpoll_idle_ms = None).is_ok());
+        assert!(with(&|c| c.sqpoll_idle_ms = Some(1)).is_ok());
+        assert!(with(&|c| c.sqpoll_idle_ms = Some(SQPOLL_IDLE_MS_MAX)).is_ok());
+        let e = with(&|c| c.sqpoll_idle_ms = Some(SQPOLL_IDLE_MS_MAX + 1)).unwrap_err();
+        assert!(e.to_string().contains("sqpoll idle time 1001 ms outside 1..=1000"), "{e}");
+        assert!(with(&|c| c.sqpoll_idle_ms = Some(0)).is_err());
     }
 }

@@ -294,7 +294,8 @@ impl EventLoop {
         // With O_DIRECT, whole-block writes hold shares of the workers'
         // order of writes (`exec::DirectOrder`).
         let order = c.direct.then(|| Arc::clone(&shared.direct_writes));
-        let ring = (c.uring && c.device == crate::DeviceKind::Real && c.storage.is_none()).then(|| Ring::new(c.queue_depth, waker.fd.as_raw_fd(), order).ok()).flatten();
+        let ring =
+            (c.uring && c.device == crate::DeviceKind::Real && c.storage.is_none()).then(|| Ring::new(c.queue_depth, waker.fd.as_raw_fd(), order, c.sqpoll_idle_ms).ok()).flatten();
         let budget = Budget { held: 0, max: c.limits.partial_bytes_max, allocated: 0 };
         Ok(EventLoop {
             shared,
@@ -330,9 +331,10 @@ impl EventLoop {
         })
     }
 
-    /// Whether dispatches that would block go through io_uring.
-    pub fn uses_ring(&self) -> bool {
-        self.ring.is_some()
+    /// Whether dispatches that would block go through io_uring, and
+    /// whether a kernel thread polls its submission queue.
+    pub fn uses_ring(&self) -> (bool, bool) {
+        (self.ring.is_some(), self.ring.as_ref().is_some_and(Ring::sqpoll))
     }
 
     /// Serve until the server stops and everything admitted is answered.

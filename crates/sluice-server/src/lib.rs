@@ -56,7 +56,7 @@ use sluice_core::Scheduler;
 use sluice_device::Hdd;
 use sluice_proto::AppStats;
 
-pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, StorageRef, DIRECT_ALIGN_BYTES, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX};
+pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, StorageRef, DIRECT_ALIGN_BYTES, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX, SQPOLL_IDLE_MS_MAX};
 pub use error::{Error, ErrorKind, Result};
 pub use exec::{Storage, Syscalls};
 pub use ident::{Squash, ANON_ID};
@@ -151,6 +151,8 @@ pub struct ServerHandle {
     tracing: Option<(Arc<AtomicBool>, Arc<AtomicBool>)>,
     /// Whether the event loop hands blocking dispatches to io_uring.
     uring: bool,
+    /// Whether a kernel thread polls that ring's submissions.
+    sqpoll: bool,
 }
 
 impl Server {
@@ -199,7 +201,7 @@ impl Server {
         workers.extend(spawn_meta(&shared, meta_rx, meta_done, &waker)?);
         let loop_workers = Workers { jobs, done: done_rx, meta, meta_done: meta_done_rx };
         // The scheduler is built on the loop's thread: it is not `Send`.
-        let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<bool>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<(bool, bool)>>();
         let tracer = match &shared.config.trace {
             Some(p) => Some(trace::Tracer::start(p, shared.config.limits.trace_bytes_max)?),
             None => None,
@@ -219,12 +221,12 @@ impl Server {
                 }
             }
         })?;
-        let uring = match ready_rx.recv() {
+        let (uring, sqpoll) = match ready_rx.recv() {
             Ok(Ok(ring)) => ring,
             Ok(Err(e)) => return Err(Error::io("start the event loop", &e)),
             Err(_) => return Err(Error::new(ErrorKind::Io, libc::EIO, "the event loop failed to start")),
         };
-        let mut handle = ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path, metrics: None, tracing, uring };
+        let mut handle = ServerHandle { shared, addr, waker, event_loop: Some(event_loop), workers, socket_path, metrics: None, tracing, uring, sqpoll };
         if let Some(m) = handle.shared.config.metrics.clone() {
             handle.metrics = Some(metrics::start(&handle.shared, &handle.waker, &m)?);
         }
@@ -322,6 +324,12 @@ impl ServerHandle {
     /// allowed it) rather than to executor workers.
     pub fn uring(&self) -> bool {
         self.uring
+    }
+
+    /// Whether a kernel thread polls the ring's submission queue
+    /// (`ServerConfig::sqpoll_idle_ms`, and the kernel allowed it).
+    pub fn sqpoll(&self) -> bool {
+        self.sqpoll
     }
 
     /// The metrics endpoint's address (`ServerConfig::metrics`), when one

@@ -53,6 +53,8 @@ pub(crate) struct Ring {
     /// The executor's order of O_DIRECT writes; `None`: the files are not
     /// opened with O_DIRECT.
     order: Option<Arc<DirectOrder>>,
+    /// A kernel thread polls the submission queue (SQPOLL).
+    sqpoll: bool,
 }
 
 /// Give back the share of `order` a write took when it was pushed
@@ -77,11 +79,25 @@ impl Ring {
     /// (or forbids it): the loop then uses the workers alone. `order`:
     /// the executor's order of O_DIRECT writes when the files are opened
     /// with O_DIRECT (`None`: they are not).
-    pub fn new(entries: u32, eventfd: RawFd, order: Option<Arc<DirectOrder>>) -> io::Result<Ring> {
+    /// `sqpoll_idle_ms`: submit through a kernel polling thread that
+    /// sleeps after that long without a submission
+    /// (`ServerConfig::sqpoll_idle_ms`); where the kernel refuses it, the
+    /// ring is made without one (`Ring::sqpoll`).
+    pub fn new(entries: u32, eventfd: RawFd, order: Option<Arc<DirectOrder>>, sqpoll_idle_ms: Option<u32>) -> io::Result<Ring> {
         let entries = entries.max(1);
-        let ring = IoUring::new(entries.next_power_of_two())?;
+        let polled = sqpoll_idle_ms.and_then(|ms| IoUring::builder().setup_sqpoll(ms).build(entries.next_power_of_two()).ok());
+        let sqpoll = polled.is_some();
+        let ring = match polled {
+            Some(r) => r,
+            None => IoUring::new(entries.next_power_of_two())?,
+        };
         ring.submitter().register_eventfd(eventfd)?;
-        Ok(Ring { ring, slots: (0..entries).map(|_| None).collect(), free: (0..entries as usize).rev().collect(), unsubmitted: 0, order })
+        Ok(Ring { ring, slots: (0..entries).map(|_| None).collect(), free: (0..entries as usize).rev().collect(), unsubmitted: 0, order, sqpoll })
+    }
+
+    /// Whether a kernel thread polls the submission queue.
+    pub fn sqpoll(&self) -> bool {
+        self.sqpoll
     }
 
     /// Queue `job` (submitted at the next `flush`), or give it back when it
@@ -228,7 +244,7 @@ mod tests {
     fn setup(entries: u32, content: &[u8]) -> Option<(tempfile::TempDir, OwnedFd, Ring, Arc<OpenFile>)> {
         let dir = tempfile::tempdir().unwrap();
         let efd = eventfd();
-        let Ok(ring) = Ring::new(entries, efd.as_raw_fd(), None) else {
+        let Ok(ring) = Ring::new(entries, efd.as_raw_fd(), None, None) else {
             eprintln!("no io_uring here: the loop uses its workers; nothing to test");
             return None;
         };
@@ -300,7 +316,7 @@ mod tests {
         assert!(ring.push(job(&f, Op::Read, &[(0, 100), (50, 100)], 0)).is_err(), "overlapping reads share a temporary buffer");
         assert!(ring.push(job(&f, Op::Read, &[(0, 100), (200, 100)], 0)).is_err(), "a gap is not one transfer");
         let order = Arc::new(DirectOrder::default());
-        let Ok(mut direct) = Ring::new(4, efd.as_raw_fd(), Some(Arc::clone(&order))) else { return };
+        let Ok(mut direct) = Ring::new(4, efd.as_raw_fd(), Some(Arc::clone(&order)), None) else { return };
         assert!(direct.push(job(&f, Op::Write, &[(0, 4096)], 1)).is_err(), "an unaligned buffer needs a bounce buffer");
         assert!(direct.push(aligned_write(&f, &[(0, 4096), (4096, 2048)], 1)).is_err(), "a part block reads back its edge");
         assert!(direct.push(job(&f, Op::Read, &[(0, 100)], 0)).is_err(), "an unaligned O_DIRECT read needs a bounce buffer");
@@ -327,7 +343,7 @@ mod tests {
     fn direct_setup(order: &Arc<DirectOrder>) -> Option<(tempfile::TempDir, OwnedFd, Ring, Arc<OpenFile>)> {
         let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let efd = eventfd();
-        let Ok(ring) = Ring::new(4, efd.as_raw_fd(), Some(Arc::clone(order))) else {
+        let Ok(ring) = Ring::new(4, efd.as_raw_fd(), Some(Arc::clone(order)), None) else {
             eprintln!("no io_uring here: nothing to test");
             return None;
         };

@@ -146,3 +146,48 @@ fn whole_blocks_through_the_ring_and_part_blocks_growing_the_file_keep_every_byt
         }
     }
 }
+
+#[test]
+fn a_ring_polled_by_a_kernel_thread_keeps_every_byte() {
+    // `sqpoll_idle_ms`: the ring's submissions are taken by the kernel's
+    // polling thread instead of an `io_uring_enter` from the loop. Four
+    // writers fill a file block by block through it, idling past the
+    // thread's 1 ms now and then (so it sleeps and must be woken), and
+    // read every block back.
+    let s = TestServer::start(|c| {
+        c.direct = true;
+        c.queue_depth = 4;
+        c.sqpoll_idle_ms = Some(1);
+    });
+    assert!(s.handle.uring() && s.handle.sqpoll(), "this kernel (6.x, root) allows io_uring with SQPOLL");
+    std::fs::File::create(s.path("p")).unwrap();
+    const BLOCKS: u64 = 128;
+    const WRITERS: u64 = 4;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|k| {
+            let c = s.client(&format!("w{k}"));
+            let fd = c.open("p", libc::O_RDWR, 0).unwrap();
+            std::thread::spawn(move || {
+                for b in (k..BLOCKS).step_by(WRITERS as usize) {
+                    if b % 16 == k {
+                        std::thread::sleep(Duration::from_millis(3));
+                    }
+                    assert_eq!(c.pwrite(fd, &pattern(BLOCK as usize, b), b * BLOCK).unwrap(), BLOCK as usize, "block {b}");
+                }
+                for b in (k..BLOCKS).step_by(WRITERS as usize) {
+                    let mut got = vec![0u8; BLOCK as usize];
+                    assert_eq!(c.pread(fd, &mut got, b * BLOCK).unwrap(), BLOCK as usize);
+                    assert_eq!(got, pattern(BLOCK as usize, b), "block {b} read back");
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let file = std::fs::read(s.path("p")).unwrap();
+    assert_eq!(file.len() as u64, BLOCKS * BLOCK);
+    for b in 0..BLOCKS {
+        assert_eq!(&file[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize], &pattern(BLOCK as usize, b)[..], "block {b} on disk");
+    }
+}

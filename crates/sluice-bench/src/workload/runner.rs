@@ -39,6 +39,8 @@ pub struct RunConfig {
     /// The started servers hand blocking dispatches to io_uring
     /// (`ServerConfig::uring`).
     pub uring: bool,
+    /// ... through a kernel polling thread (`ServerConfig::sqpoll_idle_ms`).
+    pub sqpoll_idle_ms: Option<u32>,
     /// The started servers grant write leases (`ServerConfig::write_leases`):
     /// buffered writes are then made by the ranks themselves.
     pub write_leases: bool,
@@ -215,6 +217,7 @@ fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHa
     sc.direct = cfg.direct_io;
     sc.device = cfg.device;
     sc.uring = cfg.uring;
+    sc.sqpoll_idle_ms = cfg.sqpoll_idle_ms;
     sc.write_leases = cfg.write_leases;
     if let Some(q) = cfg.queue_depth {
         sc.queue_depth = q;

@@ -45,6 +45,13 @@ pub struct ServeArgs {
     /// event loop (which is the default where the kernel allows it).
     #[arg(long)]
     no_uring: bool,
+    /// Submit dispatches through a kernel thread that polls io_uring's
+    /// submission queue and sleeps after MS milliseconds (1..=1000)
+    /// without one: the loop then makes no system call to submit, and the
+    /// file system's submission work runs on that thread, one more core
+    /// busy while dispatches come (off by default).
+    #[arg(long, value_name = "MS")]
+    sqpoll_idle_ms: Option<u32>,
     /// Start the device cost model from this file (`sluice calibrate
     /// --out`); it is refined from every dispatch either way.
     #[arg(long)]
@@ -116,6 +123,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.device = DeviceKind::parse(&a.device)?;
     cfg.queue_depth = a.queue_depth;
     cfg.uring = !a.no_uring;
+    cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
     if let Some(p) = &a.device_model {
         cfg.device_model = Some(sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?.cost());
     }
@@ -131,14 +139,19 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     install_signal_handlers();
     let mut server = Server::start(cfg)?;
     println!(
-        "sluice: serving {} on {} (policy {}, queue depth {}, device {}, direct {}, io_uring {})",
+        "sluice: serving {} on {} (policy {}, queue depth {}, device {}, direct {}, io_uring {}{})",
         a.root.display(),
         server.addr(),
         a.policy,
         a.queue_depth,
         a.device,
         if a.direct { "on" } else { "off" },
-        if server.uring() { "on" } else { "off" }
+        if server.uring() { "on" } else { "off" },
+        match (a.sqpoll_idle_ms, server.sqpoll()) {
+            (None, _) => "",
+            (Some(_), true) => ", polled by a kernel thread",
+            (Some(_), false) => ", not polled: the kernel refused SQPOLL",
+        }
     );
     if let Some(m) = server.metrics_addr() {
         println!("sluice: metrics at http://{m}/metrics, dashboard at http://{m}/");

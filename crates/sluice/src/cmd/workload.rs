@@ -44,6 +44,11 @@ pub struct Common {
     /// to io_uring (to compare).
     #[arg(long)]
     no_uring: bool,
+    /// The started servers submit through a kernel polling thread that
+    /// sleeps after MS milliseconds without a submission (`sluice serve
+    /// --sqpoll-idle-ms`).
+    #[arg(long, value_name = "MS")]
+    sqpoll_idle_ms: Option<u32>,
     /// The started servers schedule every write (`sluice serve
     /// --no-write-leases`) instead of letting the processes make their
     /// buffered writes themselves under write leases.
@@ -212,6 +217,7 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
             server: c.server.clone(),
             queue_depth: c.queue_depth.or((device == DeviceKind::Hdd7200).then_some(1)),
             uring: !c.no_uring,
+            sqpoll_idle_ms: c.sqpoll_idle_ms,
             write_leases: c.write_leases || !c.no_write_leases,
             alone: c.alone,
             seed: c.seed,
