@@ -317,7 +317,7 @@ impl ArrayPlan {
             .map(|s| {
                 let pieces = self.by_aggregator(s)[rank as usize].as_slice();
                 let start = at;
-                at += pieces.iter().map(|p| p.len).sum::<u64>();
+                at += piece_bytes(pieces);
                 (start, pieces)
             })
             .collect();
@@ -343,6 +343,11 @@ fn walk_file(parts: &[(u64, &[sluice_array::Piece])], cursors: &mut [(usize, u64
             (*i, *off) = (*i + 1, *off + p.len);
         }
     }
+}
+
+/// The bytes of `pieces`.
+fn piece_bytes(pieces: &[sluice_array::Piece]) -> u64 {
+    pieces.iter().map(|p| p.len).sum()
 }
 
 /// A buffer of exactly `want` bytes for an exchange.
@@ -518,8 +523,8 @@ impl ArrayPlan {
     /// aggregates). A read's exchange is the same with the two swapped.
     fn two_phase_counts(&self, rank: u64) -> PyResult<(Vec<u64>, Vec<u64>)> {
         self.check_rank(rank)?;
-        let to = self.by_aggregator(rank).iter().map(|v| v.iter().map(|p| p.len).sum()).collect();
-        let from = (0..self.dist.ranks()).map(|s| self.by_aggregator(s)[rank as usize].iter().map(|p| p.len).sum()).collect();
+        let to = self.by_aggregator(rank).iter().map(|v| piece_bytes(v)).collect();
+        let from = self.exchange_side(rank).0.iter().map(|(_, pieces)| piece_bytes(pieces)).collect();
         Ok((to, from))
     }
 
@@ -530,7 +535,7 @@ impl ArrayPlan {
         self.check_rank(rank)?;
         let groups = self.by_aggregator(rank);
         let src = self.local_of(rank, local, false)?;
-        let dst = exchange_buf(out, true, groups.iter().flatten().map(|p| p.len).sum())?;
+        let dst = exchange_buf(out, true, groups.iter().map(|g| piece_bytes(g)).sum())?;
         let ((sa, sl), (da, dl)) = (src.addr_len(), dst.addr_len());
         // SAFETY: both buffers stay exported (held above) for this call;
         // `out` is writable, and they are distinct objects' memory.
@@ -634,7 +639,7 @@ impl ArrayPlan {
         self.check_rank(rank)?;
         let groups = self.by_aggregator(rank);
         let dst = self.local_of(rank, local, true)?;
-        let src = exchange_buf(got, false, groups.iter().flatten().map(|p| p.len).sum())?;
+        let src = exchange_buf(got, false, groups.iter().map(|g| piece_bytes(g)).sum())?;
         let ((sa, sl), (da, dl)) = (src.addr_len(), dst.addr_len());
         // SAFETY: both buffers stay exported (held above) for this call;
         // `local` is writable, and they are distinct objects' memory.
