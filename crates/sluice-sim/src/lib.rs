@@ -180,8 +180,9 @@ fn device_name(sc: &Scenario) -> String {
 }
 
 /// Events the speed benchmark may take per request before its run fails
-/// at `events_max`: it takes about 10.5 (100,000 processes, 50 requests
-/// each: 52.6 M events).
+/// at `events_max`: it takes about 8.1 (10,000 processes, 200 requests
+/// each: 16.2 M events; 10.5 before a message crossed its sender's NIC
+/// without an event).
 pub const BENCH_EVENTS_PER_REQUEST_MAX: u64 = 32;
 
 /// The speed benchmark's scenario: `procs` synchronous processes on

@@ -7,7 +7,8 @@
 //! with a bandwidth and a latency. A message crosses a hop as packets of
 //! `packet_bytes`: the hop is busy for the whole message, and the next hop
 //! may start once the first packet arrived (store-and-forward per packet),
-//! but cannot finish before the last packet arrived. One event per hop.
+//! but cannot finish before the last packet arrived. One event per hop
+//! after the first, which the sender crosses when it sends (`World::send`).
 
 use crate::engine::Time;
 use crate::scenario::Network;
