@@ -34,6 +34,7 @@
 mod config;
 pub mod cost;
 mod error;
+mod filetable;
 mod hash;
 mod index;
 mod policy;
@@ -45,5 +46,6 @@ mod types;
 pub use config::{AioliParams, Limits, PolicyConfig, POLICY_NAMES};
 pub use cost::{CostLearner, DeviceCost, Observation};
 pub use error::{Error, ErrorKind};
+pub use filetable::DENSE_IDS as FILE_IDS_DENSE;
 pub use scheduler::{Scheduler, Stats};
 pub use types::{AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Nanos, Op, Request, RequestId};

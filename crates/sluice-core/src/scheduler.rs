@@ -474,7 +474,7 @@ impl Scheduler {
         let at = self.inflight.iter().position(|d| d.id == id).ok_or(Error::new(ErrorKind::UnknownDispatch, 0))?;
         let d = self.inflight.swap_remove(at);
         let fq = self.store.files.get_mut(&d.file).expect("file of an in-flight dispatch");
-        fq.inflight.retain(|f| f.id != id);
+        fq.inflight.remove(id);
         if d.op == crate::types::Op::Write {
             fq.writes -= d.members.len() as u32;
         }
@@ -547,11 +547,11 @@ impl Scheduler {
         assert!(self.counters_consistent(), "counters inconsistent: {:?}", self.stats);
         let (mut queued, mut bytes, mut blocked, mut blocked_bytes, mut inflight) = (0u64, 0u64, 0u64, 0u64, 0u64);
         let mut active = 0;
-        for (file, fq) in &self.store.files {
+        for (file, fq) in self.store.files.iter() {
             assert_eq!(fq.is_idle(), fq.idle_cached, "file {file:?} idle state");
             active += usize::from(!fq.is_idle());
             let writes = fq.maps[1].len() + fq.blocked.iter().filter(|b| b.req.op == crate::types::Op::Write).count();
-            let inflight_writes: u64 = self.inflight.iter().filter(|d| d.file == *file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
+            let inflight_writes: u64 = self.inflight.iter().filter(|d| d.file == file && d.op == crate::types::Op::Write).map(|d| d.members.len() as u64).sum();
             assert_eq!(u64::from(fq.writes), writes as u64 + inflight_writes, "file {file:?} write count");
             queued += fq.count() as u64;
             let fb: u64 = fq.maps.iter().flat_map(|m| m.values()).map(|s| self.store.entry(s).req.len).sum();
@@ -573,6 +573,7 @@ impl Scheduler {
         assert!(self.store.files_active <= self.limits.files_max as usize, "files_max");
         let (idle, listed, live) = self.store.idle_counts();
         assert_eq!(idle + active, self.store.files.len(), "idle file count");
+        assert!(self.store.files.dense_capacity_used() <= crate::filetable::DENSE_IDS as usize, "dense file table over its bound");
         assert_eq!(live, idle, "one live idle-list entry per idle file");
         assert!(idle <= crate::store::FILES_IDLE_CACHED_MAX && listed <= 2 * idle + 65, "idle cache bound");
         assert!(self.apps.len() <= self.limits.apps_max as usize);

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use crate::hash::FxHashMap;
+use crate::filetable::FileTable;
 use crate::index::OffsetIndex;
 use crate::types::{DispatchId, FileId, Nanos, Op, Request};
 
@@ -48,6 +48,48 @@ pub(crate) struct InFlight {
     pub end: u64,
 }
 
+/// A file's dispatches in flight. The first sits in the file's record
+/// itself: most files have one at a time (aioli keeps a gathering file
+/// to one), and a completion then finds it without following a pointer
+/// to a heap buffer, a cache miss of its own at many files. More go to a
+/// vector. Order is not kept (no reader needs it).
+#[derive(Default, Debug)]
+pub(crate) struct InFlightList {
+    first: Option<InFlight>,
+    rest: Vec<InFlight>,
+}
+
+impl InFlightList {
+    pub fn push(&mut self, f: InFlight) {
+        if self.first.is_none() {
+            self.first = Some(f);
+        } else {
+            self.rest.push(f);
+        }
+    }
+
+    /// Remove dispatch `id`, if listed.
+    pub fn remove(&mut self, id: DispatchId) {
+        if self.first.is_some_and(|f| f.id == id) {
+            self.first = self.rest.pop();
+        } else if let Some(at) = self.rest.iter().position(|f| f.id == id) {
+            self.rest.swap_remove(at);
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &InFlight> {
+        self.first.iter().chain(&self.rest)
+    }
+}
+
 /// Everything pending on one file.
 #[derive(Default, Debug)]
 pub(crate) struct FileQ {
@@ -60,7 +102,7 @@ pub(crate) struct FileQ {
     /// Writes pending on the file: queued, blocked or in flight. A read on
     /// a file without any cannot conflict.
     pub writes: u32,
-    pub inflight: Vec<InFlight>,
+    pub inflight: InFlightList,
     /// Requests waiting for an earlier overlapping request, arrival order.
     pub blocked: VecDeque<Entry>,
     /// The record sits in the idle cache.
@@ -153,7 +195,7 @@ pub(crate) struct Store {
     free: Vec<Slot>,
     /// Active files (something pending) and up to `FILES_IDLE_CACHED_MAX`
     /// idle ones.
-    pub files: FxHashMap<FileId, FileQ>,
+    pub files: FileTable,
     pub files_active: usize,
     files_idle: usize,
     /// Files that went idle, oldest first, with the generation of that idle
@@ -190,7 +232,7 @@ impl Store {
                 (self.slab.len() - 1) as Slot
             }
         };
-        let fq = self.files.entry(e.req.file).or_default();
+        let fq = self.files.get_or_default(e.req.file);
         if fq.is_idle() {
             self.files_active += 1;
             // A cached record becomes active again; a new one was not idle.
@@ -244,7 +286,7 @@ impl Store {
             out.push(start);
             return;
         }
-        let map = &self.files[&s.req.file].maps[op_index(s.req.op)];
+        let map = &self.files.get(&s.req.file).expect("file of a queued request").maps[op_index(s.req.op)];
         let key = (s.req.offset, s.seq);
         let (mut lo, mut hi) = (s.req.offset, s.req.end());
         if backward {
@@ -368,5 +410,33 @@ impl Store {
     pub fn idle_counts(&self) -> (usize, usize, usize) {
         let live = self.idle_order.iter().filter(|&&(f, g)| self.is_idle_entry(f, g)).count();
         (self.files_idle, self.idle_order.len(), live)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        #[test]
+        fn in_flight_list_behaves_as_a_set(steps in proptest::collection::vec((proptest::bool::ANY, 0u64..6), 1..60)) {
+            let mut l = InFlightList::default();
+            let mut model: Vec<u64> = Vec::new();
+            for (push, id) in steps {
+                if push && !model.contains(&id) {
+                    l.push(InFlight { id: DispatchId(id), op: Op::Read, offset: id, end: id + 1 });
+                    model.push(id);
+                } else {
+                    l.remove(DispatchId(id));
+                    model.retain(|&m| m != id);
+                }
+                let mut have: Vec<u64> = l.iter().map(|f| f.id.0).collect();
+                have.sort_unstable();
+                let mut want = model.clone();
+                want.sort_unstable();
+                proptest::prop_assert_eq!(have, want);
+                proptest::prop_assert_eq!((l.len(), l.is_empty()), (model.len(), model.is_empty()));
+            }
+        }
     }
 }

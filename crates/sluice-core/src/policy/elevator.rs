@@ -67,7 +67,7 @@ impl Policy for Elevator {
 
     fn check(&self, store: &Store) {
         for f in store.files.iter().filter(|(_, q)| q.count() > 0).map(|(f, _)| f) {
-            assert!(self.files.contains(f), "elevator lost file {f:?}");
+            assert!(self.files.contains(&f), "elevator lost file {f:?}");
         }
     }
 }

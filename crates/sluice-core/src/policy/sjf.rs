@@ -57,7 +57,7 @@ impl Policy for Sjf {
 
     fn check(&self, store: &Store) {
         for (f, q) in store.files.iter().filter(|(_, q)| q.count() > 0) {
-            assert_eq!(self.bytes.get(f).copied(), Some(q.bytes), "sjf bytes of {f:?}");
+            assert_eq!(self.bytes.get(&f).copied(), Some(q.bytes), "sjf bytes of {f:?}");
         }
         assert_eq!(self.bytes.len(), self.by_bytes.len(), "sjf index sizes");
     }
