@@ -34,8 +34,8 @@
 mod config;
 pub mod cost;
 mod error;
-mod filetable;
 mod hash;
+mod idmap;
 mod index;
 mod policy;
 pub mod replay;
@@ -46,6 +46,6 @@ mod types;
 pub use config::{AioliParams, Limits, PolicyConfig, POLICY_NAMES};
 pub use cost::{CostLearner, DeviceCost, Observation};
 pub use error::{Error, ErrorKind};
-pub use filetable::DENSE_IDS as FILE_IDS_DENSE;
+pub use idmap::DENSE_IDS as FILE_IDS_DENSE;
 pub use scheduler::{Scheduler, Stats};
 pub use types::{AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Nanos, Op, Request, RequestId};

@@ -573,7 +573,7 @@ impl Scheduler {
         assert!(self.store.files_active <= self.limits.files_max as usize, "files_max");
         let (idle, listed, live) = self.store.idle_counts();
         assert_eq!(idle + active, self.store.files.len(), "idle file count");
-        assert!(self.store.files.dense_capacity_used() <= crate::filetable::DENSE_IDS as usize, "dense file table over its bound");
+        assert!(self.store.files.dense_capacity_used() <= crate::idmap::DENSE_IDS as usize, "dense file table over its bound");
         assert_eq!(live, idle, "one live idle-list entry per idle file");
         assert!(idle <= crate::store::FILES_IDLE_CACHED_MAX && listed <= 2 * idle + 65, "idle cache bound");
         assert!(self.apps.len() <= self.limits.apps_max as usize);

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use crate::filetable::FileTable;
+use crate::idmap::IdMap;
 use crate::index::OffsetIndex;
 use crate::types::{DispatchId, FileId, Nanos, Op, Request};
 
@@ -195,7 +195,7 @@ pub(crate) struct Store {
     free: Vec<Slot>,
     /// Active files (something pending) and up to `FILES_IDLE_CACHED_MAX`
     /// idle ones.
-    pub files: FileTable,
+    pub files: IdMap<FileId, FileQ>,
     pub files_active: usize,
     files_idle: usize,
     /// Files that went idle, oldest first, with the generation of that idle
@@ -232,7 +232,7 @@ impl Store {
                 (self.slab.len() - 1) as Slot
             }
         };
-        let fq = self.files.get_or_default(e.req.file);
+        let fq = self.files.get_or_insert_with(e.req.file, FileQ::default);
         if fq.is_idle() {
             self.files_active += 1;
             // A cached record becomes active again; a new one was not idle.

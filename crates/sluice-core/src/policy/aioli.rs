@@ -79,6 +79,7 @@ use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
 use crate::hash::FxHashMap;
+use crate::idmap::IdMap;
 use crate::store::{op_index, Entry, Gather, LazyFifo, Slot, Store};
 use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 
@@ -210,7 +211,7 @@ struct SyncWindow {
 pub(crate) struct Aioli {
     p: AioliParams,
     dispatch_max: u64,
-    apps: FxHashMap<AppId, App>,
+    apps: IdMap<AppId, App>,
     /// The backlogged applications, in no order: the arrival of each one's
     /// oldest request, its weight, its id. A turn scans this dense array
     /// (no lookups; at most `apps_max` entries), and an application's
@@ -221,7 +222,7 @@ pub(crate) struct Aioli {
     turn: Option<Turn>,
     /// Keyed by `stream_key(app, client)`.
     streams: FxHashMap<u64, Stream>,
-    files: FxHashMap<FileId, FileHist>,
+    files: IdMap<FileId, FileHist>,
     window: Option<SyncWindow>,
     /// Pieces dispatched lately, keyed by (file, start) and (file, end):
     /// the dispatch that carried each and when.
@@ -255,12 +256,12 @@ impl Aioli {
         Aioli {
             dispatch_max: limits.dispatch_bytes_max,
             p,
-            apps: FxHashMap::default(),
+            apps: IdMap::default(),
             backlog: Vec::new(),
             turns: 0,
             turn: None,
             streams: FxHashMap::default(),
-            files: FxHashMap::default(),
+            files: IdMap::default(),
             window: None,
             recent_by_start: FxHashMap::default(),
             recent_by_end: FxHashMap::default(),
@@ -277,7 +278,7 @@ impl Aioli {
 
     fn app(&mut self, id: AppId) -> &mut App {
         let q = self.p.quantum_bytes_min;
-        self.apps.entry(id).or_insert_with(|| App { weight: 1, quantum: q, since: 0, fifo: LazyFifo::default(), live: 0, forgotten: false, head: None, at: 0 })
+        self.apps.get_or_insert_with(id, || App { weight: 1, quantum: q, since: 0, fifo: LazyFifo::default(), live: 0, forgotten: false, head: None, at: 0 })
     }
 
     /// `a`'s quantum after `turns` turns handed out: what it was at
@@ -342,7 +343,7 @@ impl Aioli {
             self.files.retain(|_, f| f.used >= keep_from);
         }
         let (min, hold_ns) = (self.p.file_target_bytes_min, (self.p.hold_ns_max / 5).max(self.p.hold_ns_min));
-        let f = self.files.entry(id).or_insert_with(|| FileHist { target: min, streams: Vec::new(), len_mean: 0, hold_ns, short: false, refused: false, used: 0 });
+        let f = self.files.get_or_insert_with(id, || FileHist { target: min, streams: Vec::new(), len_mean: 0, hold_ns, short: false, refused: false, used: 0 });
         f.used = self.tick;
         f
     }
@@ -363,7 +364,7 @@ impl Aioli {
     /// `longest_waiting` by a scan of every application (for `check`).
     fn longest_waiting_by_scan(&self, store: &Store, now: Nanos) -> Option<AppId> {
         let mut best: Option<(u128, AppId)> = None;
-        for (&id, a) in self.apps.iter().filter(|(_, a)| a.live > 0) {
+        for (id, a) in self.apps.iter().filter(|(_, a)| a.live > 0) {
             let head = a.fifo.peek(store).expect("live application has a queued request");
             let waited = u128::from(now.saturating_sub(store.entry(head).arrival) + 1) * u128::from(a.weight);
             if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
@@ -730,14 +731,14 @@ impl Policy for Aioli {
         let live: usize = self.apps.values().map(|a| a.live).sum();
         assert_eq!(live, store.queued, "aioli live count");
         assert_eq!(self.apps.values().filter(|a| a.live > 0).count(), self.backlogged, "aioli backlogged count");
-        for (id, a) in &self.apps {
+        for (id, a) in self.apps.iter() {
             assert!(a.fifo.len() <= 2 * a.live + 65, "aioli fifo of {id:?} unbounded");
             let q = Self::quantum_now(self.quanta(), a, self.turns);
             assert!(q >= self.p.quantum_bytes_min && q <= self.p.quantum_bytes_max, "aioli quantum of {id:?}");
             let head = (a.live > 0).then(|| a.fifo.peek(store).map(|s| store.entry(s).arrival)).flatten();
             assert_eq!(a.head, head, "aioli head index of {id:?}");
             if let Some(at) = a.head {
-                assert_eq!(self.backlog.get(a.at), Some(&(at, a.weight, *id)), "aioli backlog entry of {id:?}");
+                assert_eq!(self.backlog.get(a.at), Some(&(at, a.weight, id)), "aioli backlog entry of {id:?}");
             }
         }
         assert_eq!(self.backlog.len(), self.backlogged, "aioli backlog size");
