@@ -6,12 +6,13 @@
 //! `DENSE_IDS` index a vector directly, so a lookup is one memory access at
 //! an address known from the id, where a hash table reads its control
 //! bytes, then its bucket, one after the other. At 10^4 servers of 10^6
-//! simulated processes those two were a fifth of the run, each a cache
-//! miss (`sluice sim --bench --bench-procs 1000000`); in cache, hashing and
-//! probing were a tenth of aioli's cost per request (`sluice bench
-//! scheduler`). Larger ids (a daemon that has opened many files) go to a
-//! hash map. The vector grows to the largest dense id seen, at most
-//! `DENSE_IDS` slots.
+//! simulated processes each of those is a cache miss: with the store's
+//! file records here, `Scheduler::complete` went from 14% to 8% of
+//! `sluice sim --bench --bench-procs 1000000 --policy fifo`; with aioli's
+//! tables too, aioli's cost per request in `sluice bench scheduler` fell
+//! by about a tenth (docs/results.md, *Session 23*). Larger ids (a daemon
+//! that has opened many files) go to a hash map. The vector grows to the
+//! largest dense id seen, at most `DENSE_IDS` slots.
 
 use std::collections::hash_map::Entry;
 use std::hash::Hash;
