@@ -100,7 +100,11 @@ pub struct AioliParams {
     /// Quantum an application gets when it has just been served (the top
     /// level of the multi-level feedback). 512 KiB: a rotating disk's seek
     /// (~13 ms) costs as much as moving ~1.3 MB, so shorter turns would
-    /// spend most of the disk's time seeking between applications.
+    /// spend most of the disk's time seeking between applications. With
+    /// a device model, aioli raises it to `DeviceCost::turn_bytes_min`
+    /// (the transfer that takes twice the seek: 2.9 MB on the emulated
+    /// disk), so that seeks between turns take at most a third of the
+    /// device's time; on flash (no seek cost) it stays.
     pub quantum_bytes_min: u64,
     /// Largest quantum a long-waiting application can grow to. 32 MiB:
     /// about 0.3 s of a 100 MB/s disk, beyond which fairness suffers.

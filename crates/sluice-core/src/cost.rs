@@ -94,6 +94,18 @@ impl DeviceCost {
         self.dispatch_ns + transfer + if seek { self.seek_ns } else { 0 }
     }
 
+    /// Shortest turn worth moving the device to another application: the
+    /// bytes whose transfer takes twice the seek (shared by the device's
+    /// parallelism), so that moving between turns takes at most a third
+    /// of the device's time. 0 where a seek costs nothing or a byte does.
+    pub fn turn_bytes_min(&self) -> u64 {
+        if self.byte_ps == 0 {
+            return 0;
+        }
+        let bytes = 2 * u128::from(self.seek_ns) * 1_000 / u128::from(self.byte_ps) / u128::from(self.parallelism.max(1));
+        bytes.min(u128::from(u64::MAX)) as u64
+    }
+
     /// What a request sent as a dispatch of its own costs beyond joining
     /// another: the fixed part and the seek.
     pub fn separate_ns(&self) -> u64 {

@@ -2,7 +2,7 @@
 //! devices, and aioli's holds and windows obey it.
 
 use sluice_core::cost::GENERIC;
-use sluice_core::{AppId, ClientId, CostLearner, Decision, DeviceCost, FileId, Limits, Observation, Op, PolicyConfig, Request, RequestId, Scheduler};
+use sluice_core::{AioliParams, AppId, ClientId, CostLearner, Decision, DeviceCost, FileId, Limits, Observation, Op, PolicyConfig, Request, RequestId, Scheduler};
 
 /// A deterministic generator (xorshift), so the tests need no crate.
 struct Rng(u64);
@@ -371,4 +371,59 @@ fn a_gathering_file_waits_with_one_dispatch_in_flight() {
     s.complete(inflight[0].id, t + 1_000).unwrap();
     s.enqueue(req(id, 8, offset), t + 2_000).unwrap();
     assert!(matches!(s.next(t + 2_000), Decision::Idle), "still one in flight (the second), below target");
+}
+
+/// The shortest turn worth a seek: the transfer that takes twice the
+/// seek's time, shared by the device's parallelism; none without a seek
+/// cost or a byte cost.
+#[test]
+fn the_shortest_turn_pays_for_its_seek() {
+    // 13 ms seeks at 10 ns a byte: 2 x 1.3 MB.
+    assert_eq!(DeviceCost::new(20_000, 10_000, 13_000_000, 1).turn_bytes_min(), 2_600_000);
+    assert_eq!(DeviceCost::new(20_000, 10_000, 13_000_000, 4).turn_bytes_min(), 650_000);
+    assert_eq!(DeviceCost::new(50_000, 1_000, 0, 8).turn_bytes_min(), 0, "flash: no seek");
+    assert_eq!(DeviceCost::new(50_000, 0, 13_000_000, 1).turn_bytes_min(), 0, "no byte cost");
+}
+
+/// aioli's turns on a seeking device carry at least that much when other
+/// applications wait (the smallest quantum is raised to it, and quanta
+/// grow by it); without a model they start at `quantum_bytes_min`.
+#[test]
+fn turns_on_a_seeking_disk_are_worth_their_seek() {
+    let turns = |cost: Option<DeviceCost>| {
+        let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits { dispatches_inflight_max: 1, ..Limits::default() });
+        s.set_device_cost(cost);
+        // The applications take turns sending, one request a nanosecond.
+        let mut id = 0;
+        for k in 0..200u64 {
+            for app in 1..=3u32 {
+                id += 1;
+                let r = Request { id: RequestId(id), app: AppId(app), client: ClientId(0), file: FileId(u64::from(app)), op: Op::Read, offset: k * 64 * 1024, len: 64 * 1024 };
+                s.enqueue(r, id).unwrap();
+            }
+        }
+        let (mut turns, mut now): (Vec<(u32, u64)>, u64) = (Vec::new(), id);
+        while let Decision::Dispatch(d) = s.next(now) {
+            let app = d.members[0].app.0;
+            match turns.last_mut() {
+                Some((a, bytes)) if *a == app => *bytes += d.len,
+                _ => turns.push((app, d.len)),
+            }
+            now += 1_000;
+            s.complete(d.id, now).unwrap();
+            s.check_invariants();
+        }
+        assert!(s.is_empty());
+        turns
+    };
+    let hdd = DeviceCost::new(20_000, 10_000, 13_000_000, 1);
+    let floor = hdd.turn_bytes_min();
+    let with = turns(Some(hdd));
+    // Every turn but each application's last (its backlog ran out).
+    let last = |t: &[(u32, u64)], i: usize| !t[i + 1..].iter().any(|(a, _)| *a == t[i].0);
+    assert!(with.iter().enumerate().all(|(i, &(_, b))| b >= floor || last(&with, i)), "turns under {floor} bytes: {with:?}");
+    let without = turns(None);
+    let min = AioliParams::default().quantum_bytes_min;
+    assert!(without[..3].iter().all(|&(_, b)| b < floor && b >= min), "first turns at the minimum quantum without a model: {without:?}");
+    assert!(with.len() < without.len(), "fewer turns (seeks) with the model: {} against {}", with.len(), without.len());
 }
