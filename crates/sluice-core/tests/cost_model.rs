@@ -403,7 +403,16 @@ fn turns_on_a_seeking_disk_are_worth_their_seek() {
             }
         }
         let (mut turns, mut now): (Vec<(u32, u64)>, u64) = (Vec::new(), id);
-        while let Decision::Dispatch(d) = s.next(now) {
+        loop {
+            let d = match s.next(now) {
+                Decision::Dispatch(d) => d,
+                // A window at the end of an application's file.
+                Decision::WaitUntil(t) => {
+                    now = t;
+                    continue;
+                }
+                Decision::Idle => break,
+            };
             let app = d.members[0].app.0;
             match turns.last_mut() {
                 Some((a, bytes)) if *a == app => *bytes += d.len,

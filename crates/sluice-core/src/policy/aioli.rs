@@ -39,11 +39,15 @@
 //!    request), so a reader whose process is now and then woken late on a
 //!    busy host keeps its window through it. A window that expires unused
 //!    resets the stream's evidence, so a reader that stopped costs one
-//!    window only. Evidence is a request that starts where the stream's
-//!    last one ended and was sent after that one completed; the pieces of
-//!    one access that a client splits and sends together neither count
-//!    nor reset it. Processes that each wait for their own piece and
-//!    together go through a file in order (a decomposition: no process is
+//!    window only, and one whose reader sends a request elsewhere ends.
+//!    Evidence is a request that starts where the stream's last one ended
+//!    and was sent after that one completed, or a new stream's first
+//!    request at offset 0 (as Linux's read-ahead takes a read at a file's
+//!    start; with no think time measured yet the window is half the
+//!    longest); the pieces of one access that a client splits and sends
+//!    together neither count nor reset it. Processes that each wait for
+//!    their own piece and together go through a file in order (a
+//!    decomposition: no process is
 //!    sequential, but each aggregate starts where the last one ended) are
 //!    a synchronous reader too, of the file: when the turn's application
 //!    has nothing queued after such an aggregate completed, the device
@@ -237,6 +241,7 @@ struct SyncWindow {
     /// then gathers the others).
     client: Option<ClientId>,
     file: FileId,
+    op: Op,
     offset: u64,
     until: Nanos,
 }
@@ -509,7 +514,31 @@ impl Aioli {
                 self.window = None;
                 return None;
             }
+            // The reader sent a request that does not continue its last
+            // one (its evidence is gone): it is not coming back there.
+            (None, Some(client)) if self.streams.get(&stream_key(w.app, client)).is_none_or(|s| s.hits == 0) => {
+                self.window = None;
+                return None;
+            }
+            (None, None) if !self.still_collective(store, &w) => {
+                self.window = None;
+                return None;
+            }
             (None, _) => Pick::Wait(w.until),
+        })
+    }
+
+    /// Whether a file's window still waits for its reader: the turn's
+    /// application had nothing queued when it opened, so the first of its
+    /// requests that came since tells. One further on in the file, same
+    /// operation, is a piece of the awaited aggregate that came first; any
+    /// other (behind, another file, a write after reads) says the
+    /// application is doing something else, and the window ends.
+    fn still_collective(&mut self, store: &Store, w: &SyncWindow) -> bool {
+        let Some(a) = self.apps.get_mut(&w.app).filter(|a| a.live > 0) else { return true };
+        a.fifo.front(store).is_none_or(|slot| {
+            let r = store.entry(slot).req;
+            (r.file, r.op) == (w.file, w.op) && r.offset > w.offset
         })
     }
 
@@ -615,7 +644,12 @@ impl Policy for Aioli {
         // large access sends the pieces together, each where the one before
         // ended, with no completion between: such a piece neither counts
         // nor resets; the next request is expected past the last one.
-        if !s.expects(r.file, r.offset) {
+        if s.expected_offset == NONE && r.offset == 0 {
+            // A new stream that starts at a file's beginning is taken for
+            // the start of a sequential run, as Linux's read-ahead takes a
+            // read at offset 0.
+            s.hits = 1;
+        } else if !s.expects(r.file, r.offset) {
             s.hits = 0;
         } else if s.last_complete != NONE {
             s.hits = (s.hits + 1).min(hits_min.max(1) * 4);
@@ -720,7 +754,11 @@ impl Policy for Aioli {
         let (min, hold_min, hold_max) = (self.p.file_target_bytes_min, self.p.hold_ns_min, self.p.hold_ns_max);
         let gather_ns = now.saturating_sub(members.iter().map(|e| e.arrival).min().unwrap_or(now));
         let f = self.file(d.file);
-        if d.offset != f.last_end {
+        if d.offset == 0 && f.last_end == NONE {
+            // The file's first aggregate starts at its beginning: the
+            // start of a run, as for a stream.
+            f.seq_hits = 1;
+        } else if d.offset != f.last_end {
             f.seq_hits = 0;
         }
         (f.last_end, f.last_complete) = (d.end(), NONE);
@@ -758,10 +796,13 @@ impl Policy for Aioli {
                 continue;
             }
             searching = false;
-            let len = (2 * s.think_ns.max(u64::from(s.think_peak))).clamp(wmin, wmax.max(wmin));
+            // No think time measured yet (evidence from offset 0 alone):
+            // a window of half the longest.
+            let think = if s.think_ns == 0 && s.think_peak == 0 { wmax / 4 } else { s.think_ns.max(u64::from(s.think_peak)) };
+            let len = (2 * think).clamp(wmin, wmax.max(wmin));
             if cost.is_none_or(|c| c.window_pays(len)) {
                 self.windows += 1;
-                self.window = Some(SyncWindow { app: m.app, client: Some(m.client), file: d.file, offset: m.end(), until: now + len.max(1) });
+                self.window = Some(SyncWindow { app: m.app, client: Some(m.client), file: d.file, op: d.op, offset: m.end(), until: now + len.max(1) });
             }
         }
         // No synchronous stream: the turn's application may still be a
@@ -780,10 +821,11 @@ impl Policy for Aioli {
         if hits < hits_min || !idle || !d.members.iter().any(|m| m.app == t.app) || store.starting_at(d.file, d.end()).is_some() {
             return;
         }
+        let think = if think == 0 { wmax / 4 } else { think };
         let len = (2 * think).clamp(wmin, wmax.max(wmin));
         if cost.is_none_or(|c| c.window_pays(len)) {
             self.windows += 1;
-            self.window = Some(SyncWindow { app: t.app, client: None, file: d.file, offset: d.end(), until: now + len.max(1) });
+            self.window = Some(SyncWindow { app: t.app, client: None, file: d.file, op: d.op, offset: d.end(), until: now + len.max(1) });
         }
     }
 
