@@ -220,10 +220,11 @@ struct FileHist {
     used: u64,
     /// Where the file's last dispatch ended (`NONE`: none yet), and how
     /// many dispatches in a row started where the one before ended, the
-    /// first piece at that end sent after it completed. Processes that
-    /// each wait for their piece and together go through the file in
-    /// order (a decomposition) make such a run: a collective synchronous
-    /// reader (mechanism 3).
+    /// first piece at that end sent after it completed (a first aggregate
+    /// at offset 0 counts one, as a stream's first request there does).
+    /// Processes that each wait for their piece and together go through
+    /// the file in order (a decomposition) make such a run: a collective
+    /// synchronous reader (mechanism 3).
     last_end: u64,
     seq_hits: u32,
     /// When the dispatch ending at `last_end` completed (`NONE`: not yet,
