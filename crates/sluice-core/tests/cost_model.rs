@@ -1,6 +1,8 @@
 //! The device cost model (issue 11): the learner converges on synthetic
 //! devices, and aioli's holds and windows obey it.
 
+mod common;
+
 use sluice_core::cost::GENERIC;
 use sluice_core::{AioliParams, AppId, ClientId, CostLearner, Decision, DeviceCost, FileId, Limits, Observation, Op, PolicyConfig, Request, RequestId, Scheduler};
 
@@ -402,28 +404,8 @@ fn turns_on_a_seeking_disk_are_worth_their_seek() {
                 s.enqueue(r, id).unwrap();
             }
         }
-        let (mut turns, mut now): (Vec<(u32, u64)>, u64) = (Vec::new(), id);
-        loop {
-            let d = match s.next(now) {
-                Decision::Dispatch(d) => d,
-                // A window at the end of an application's file.
-                Decision::WaitUntil(t) => {
-                    now = t;
-                    continue;
-                }
-                Decision::Idle => break,
-            };
-            let app = d.members[0].app.0;
-            match turns.last_mut() {
-                Some((a, bytes)) if *a == app => *bytes += d.len,
-                _ => turns.push((app, d.len)),
-            }
-            now += 1_000;
-            s.complete(d.id, now).unwrap();
-            s.check_invariants();
-        }
-        assert!(s.is_empty());
-        turns
+        // Waits are windows at the end of an application's file.
+        common::drain_turns(&mut s, id)
     };
     let hdd = DeviceCost::new(20_000, 10_000, 13_000_000, 1);
     let floor = hdd.turn_bytes_min();

@@ -84,30 +84,10 @@ fn quanta_grow_while_waiting_and_weights_matter() {
             s.enqueue(req(id, app, 0, u64::from(app), Op::Read, k * 64 * KIB, 64 * KIB), 0).unwrap();
         }
     }
-    // Turns: record the run of consecutive dispatches per application.
-    let (mut turns, mut now): (Vec<(u32, u64)>, u64) = (Vec::new(), 1);
-    loop {
-        let d = match s.next(now) {
-            Decision::Dispatch(d) => d,
-            // A window at the end of an application's file (its reads
-            // started at offset 0: a sequential reader, as far as aioli
-            // can tell).
-            Decision::WaitUntil(t) => {
-                now = t;
-                continue;
-            }
-            Decision::Idle => break,
-        };
-        let app = d.members[0].app.0;
-        match turns.last_mut() {
-            Some((a, bytes)) if *a == app => *bytes += d.len,
-            _ => turns.push((app, d.len)),
-        }
-        now += 1_000;
-        s.complete(d.id, now).unwrap();
-        s.check_invariants();
-    }
-    assert!(s.is_empty());
+    // Turns: the runs of consecutive dispatches per application (waits
+    // are windows at the end of an application's file: its reads started
+    // at offset 0, a sequential reader as far as aioli can tell).
+    let turns = drain_turns(&mut s, 1);
     let min_quantum = AioliParams::default().quantum_bytes_min;
     let later: Vec<_> = turns.iter().skip(3).take(6).collect();
     assert!(later.iter().all(|(_, b)| *b > min_quantum), "turns after waiting must exceed the minimum quantum: {later:?}");

@@ -109,3 +109,31 @@ pub fn seeks(log: &Log) -> usize {
 pub fn completion_of(log: &Log, app: u32) -> Nanos {
     log.served.iter().filter(|s| s.dispatch.members.iter().any(|m| m.app == AppId(app))).map(|s| s.done_ns).max().unwrap_or(0)
 }
+
+/// Drive `s` one dispatch at a time, each completing 1 µs after it left,
+/// until it is idle (a window or a hold is waited out), checking
+/// invariants; returns its turns: each run of consecutive dispatches of
+/// one application, with their bytes.
+pub fn drain_turns(s: &mut Scheduler, mut now: Nanos) -> Vec<(u32, u64)> {
+    let mut turns: Vec<(u32, u64)> = Vec::new();
+    loop {
+        let d = match s.next(now) {
+            Decision::Dispatch(d) => d,
+            Decision::WaitUntil(t) => {
+                now = t;
+                continue;
+            }
+            Decision::Idle => break,
+        };
+        let app = d.members[0].app.0;
+        match turns.last_mut() {
+            Some((a, bytes)) if *a == app => *bytes += d.len,
+            _ => turns.push((app, d.len)),
+        }
+        now += 1_000;
+        s.complete(d.id, now).unwrap();
+        s.check_invariants();
+    }
+    assert!(s.is_empty(), "idle with requests queued");
+    turns
+}
