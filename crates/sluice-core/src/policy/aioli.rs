@@ -284,6 +284,9 @@ pub(crate) struct Aioli {
     scratch: Vec<Slot>,
     /// Windows opened so far (`Stats::windows`).
     windows: u64,
+    /// The smallest quantum in force (`quanta`), computed when the device
+    /// model changes, not at every request.
+    quantum_min: u64,
 }
 
 fn stream_key(app: AppId, client: ClientId) -> u64 {
@@ -293,6 +296,7 @@ fn stream_key(app: AppId, client: ClientId) -> u64 {
 impl Aioli {
     pub fn new(p: AioliParams, limits: &Limits) -> Aioli {
         Aioli {
+            quantum_min: p.quantum_bytes_min,
             dispatch_max: limits.dispatch_bytes_max,
             p,
             apps: IdMap::default(),
@@ -336,8 +340,7 @@ impl Aioli {
     /// smallest is at least the transfer that makes the seek to a turn
     /// worth while (`DeviceCost::turn_bytes_min`), and quanta grow by it.
     fn quanta(&self) -> (u64, u64) {
-        let (min, max) = (self.p.quantum_bytes_min, self.p.quantum_bytes_max);
-        (self.cost.map_or(min, |c| c.turn_bytes_min().clamp(min, max)), max)
+        (self.quantum_min, self.p.quantum_bytes_max)
     }
 
     /// Keep `id`'s entry in `backlog` at the arrival of its oldest
@@ -811,10 +814,9 @@ impl Policy for Aioli {
         // their piece, and whose next aggregate starts where this one
         // ended. Once it has nothing queued anywhere (else its turn goes
         // on), the device waits for its first piece as for a stream's.
-        let f = self.file(d.file);
-        if f.last_end != d.end() {
-            return;
-        }
+        // (Nothing to learn where windows are off: flash.)
+        let windows_on = self.p.sync_window_ns_max != 0;
+        let Some(f) = self.files.get_mut(&d.file).filter(|f| windows_on && f.last_end == d.end()) else { return };
         f.last_complete = now;
         let Some(t) = turn.filter(|_| searching) else { return };
         let (hits, think) = (f.seq_hits, f.think_ns);
@@ -832,6 +834,8 @@ impl Policy for Aioli {
 
     fn set_device(&mut self, cost: Option<DeviceCost>, depth: u32) {
         (self.cost, self.depth) = (cost, depth);
+        let (min, max) = (self.p.quantum_bytes_min, self.p.quantum_bytes_max);
+        self.quantum_min = cost.map_or(min, |c| c.turn_bytes_min().clamp(min, max));
     }
 
     fn set_weight(&mut self, app: AppId, weight: u32) {
