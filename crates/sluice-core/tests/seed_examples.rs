@@ -60,9 +60,7 @@ fn two_cats_get_dedicated_windows() {
 fn a_reader_late_now_and_then_keeps_its_window() {
     let mut late = cat(1, 1, 32 * KIB, 64, 0, 30_000);
     late.thinks = (0..64).map(|k| if k % 8 == 0 { 300_000 } else { 0 }).collect();
-    let mut busy = cat(2, 2, 32 * KIB, 512, 1_000, 0);
-    busy.depth = 8;
-    let aioli = run("aioli", &[late, busy], hdd());
+    let aioli = run("aioli", &[late, busy(512, 1_000)], hdd());
     // With windows of twice the mean think time only: 33 seeks, the
     // reader done at 639 ms; with the peak: 16 seeks, 314 ms.
     let (sa, cat_done) = (seeks(&aioli), completion_of(&aioli, 1));
@@ -199,10 +197,8 @@ fn zero_window_maximum_turns_windows_off() {
 #[test]
 fn a_collective_reader_keeps_the_device_through_its_turn() {
     let decomp = Decomp::new(16, 8 * KIB, 32).think(40_000, 20_000).streams();
-    let mut busy = cat(2, 2, 32 * KIB, 1_024, 100_000, 0);
-    busy.depth = 8;
     let mut streams = decomp;
-    streams.push(busy);
+    streams.push(busy(1_024, 100_000));
     let aioli = run("aioli", &streams, hdd());
     // Without the file's windows (session 23's code, and this code with
     // them turned off): 59 seeks, the decomposition done at 1.12 s (about
@@ -223,9 +219,7 @@ fn a_reader_of_split_accesses_gets_windows() {
     let pieces = (0..128u64).map(|k| req(k, 1, 0, 1, Op::Read, k * 128 * KIB, 128 * KIB)).collect();
     let mut reader = sync_stream(0, 30_000, pieces);
     reader.depth = 2;
-    let mut busy = cat(2, 2, 32 * KIB, 1_024, 100_000, 0);
-    busy.depth = 8;
-    let aioli = run("aioli", &[reader, busy], hdd());
+    let aioli = run("aioli", &[reader, busy(1_024, 100_000)], hdd());
     // When the second piece reset the reader's evidence (session 23's
     // code): 64 seeks, the reader done at 1.36 s; now 33 and 0.77 s.
     let (sa, done) = (seeks(&aioli), completion_of(&aioli, 1));
@@ -240,9 +234,7 @@ fn a_reader_of_split_accesses_gets_windows() {
 #[test]
 fn a_reader_from_offset_zero_gets_a_window_at_once() {
     let reader = cat(1, 1, 32 * KIB, 4, 0, 30_000);
-    let mut busy = cat(2, 2, 32 * KIB, 1_024, 100_000, 0);
-    busy.depth = 8;
-    let aioli = run("aioli", &[reader, busy], hdd());
+    let aioli = run("aioli", &[reader, busy(1_024, 100_000)], hdd());
     // Without the evidence from offset 0: 3 seeks, the reader done at
     // 51 ms (its first request alone, the busy application's turn, then
     // the rest); with it, 1 seek and 15 ms.
@@ -264,9 +256,7 @@ fn a_reader_from_offset_zero_gets_a_window_at_once() {
 fn a_reader_of_small_files_is_not_slower_than_under_fifo() {
     let streams = || {
         let reqs = (0..64u64).map(|k| req(k, 1, 0, 10 + k, Op::Read, 0, 32 * KIB)).collect();
-        let mut busy = cat(2, 2, 32 * KIB, 2_048, 100_000, 0);
-        busy.depth = 8;
-        vec![sync_stream(0, 30_000, reqs), busy]
+        vec![sync_stream(0, 30_000, reqs), busy(2_048, 100_000)]
     };
     let (fifo, aioli) = (run("fifo", &streams(), hdd()), run("aioli", &streams(), hdd()));
     let (rf, ra) = (completion_of(&fifo, 1), completion_of(&aioli, 1));

@@ -289,6 +289,14 @@ pub(crate) struct Aioli {
     quantum_min: u64,
 }
 
+/// A window's length: twice the reader's think time, within
+/// `wmin..=wmax`; with no think time measured yet (evidence from offset 0
+/// alone), half the longest.
+fn window_len(think_ns: u64, wmin: u64, wmax: u64) -> u64 {
+    let think = if think_ns == 0 { wmax / 4 } else { think_ns };
+    (2 * think).clamp(wmin, wmax.max(wmin))
+}
+
 fn stream_key(app: AppId, client: ClientId) -> u64 {
     (u64::from(app.0) << 32) | u64::from(client.0)
 }
@@ -800,10 +808,7 @@ impl Policy for Aioli {
                 continue;
             }
             searching = false;
-            // No think time measured yet (evidence from offset 0 alone):
-            // a window of half the longest.
-            let think = if s.think_ns == 0 && s.think_peak == 0 { wmax / 4 } else { s.think_ns.max(u64::from(s.think_peak)) };
-            let len = (2 * think).clamp(wmin, wmax.max(wmin));
+            let len = window_len(s.think_ns.max(u64::from(s.think_peak)), wmin, wmax);
             if cost.is_none_or(|c| c.window_pays(len)) {
                 self.windows += 1;
                 self.window = Some(SyncWindow { app: m.app, client: Some(m.client), file: d.file, op: d.op, offset: m.end(), until: now + len.max(1) });
@@ -824,8 +829,7 @@ impl Policy for Aioli {
         if hits < hits_min || !idle || !d.members.iter().any(|m| m.app == t.app) || store.starting_at(d.file, d.end()).is_some() {
             return;
         }
-        let think = if think == 0 { wmax / 4 } else { think };
-        let len = (2 * think).clamp(wmin, wmax.max(wmin));
+        let len = window_len(think, wmin, wmax);
         if cost.is_none_or(|c| c.window_pays(len)) {
             self.windows += 1;
             self.window = Some(SyncWindow { app: t.app, client: None, file: d.file, op: d.op, offset: d.end(), until: now + len.max(1) });

@@ -65,6 +65,13 @@ pub fn cat(app: u32, file: u64, g: u64, count: u64, id0: u64, think_ns: u64) -> 
     sync_stream(0, think_ns, reqs)
 }
 
+/// A busy application (2): one process reading file 2 in `count` 32 KiB
+/// pieces with eight in flight, so it always has requests queued. Ids
+/// start at `id0`.
+pub fn busy(count: u64, id0: u64) -> Stream {
+    Stream { depth: 8, ..cat(2, 2, 32 * KIB, count, id0, 0) }
+}
+
 /// A device whose every dispatch costs `per_dispatch_ns + len * ns_per_byte`.
 pub fn flat(per_dispatch_ns: u64, ns_per_kib: u64) -> impl FnMut(&Dispatch) -> Nanos {
     move |d| per_dispatch_ns + d.len / KIB * ns_per_kib
