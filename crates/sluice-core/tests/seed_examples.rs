@@ -264,3 +264,31 @@ fn a_reader_of_small_files_is_not_slower_than_under_fifo() {
     assert!(seeks(&aioli) <= seeks(&fifo), "aioli {} seeks against fifo {}", seeks(&aioli), seeks(&fifo));
     assert!(aioli.end_ns <= fifo.end_ns, "makespan: aioli {} ns against fifo {} ns", aioli.end_ns, fifo.end_ns);
 }
+
+/// With two dispatches in flight, a reader's next request can already be
+/// on the device when the one before completes. No window waits for it
+/// there (the queue has nothing at that offset, but the reader sent it):
+/// the device goes on to another application's request at once.
+#[test]
+fn no_window_waits_for_a_request_already_in_flight() {
+    let limits = Limits { dispatches_inflight_max: 2, ..Limits::default() };
+    let mut s = Scheduler::new(PolicyConfig::from_name("aioli").expect("known policy"), limits);
+    // A reader from offset 0 (a sequential start: one hit at once), and
+    // another application's request on another file.
+    s.enqueue(req(1, 1, 0, 1, Op::Read, 0, 32 * KIB), 0).unwrap();
+    s.enqueue(req(2, 2, 0, 2, Op::Read, 0, 32 * KIB), 1).unwrap();
+    let Decision::Dispatch(first) = s.next(2) else { panic!("the reader's first request leaves") };
+    assert_eq!(first.members[0].id, RequestId(1));
+    // Its next request comes before the first completed, and leaves in
+    // the same turn.
+    s.enqueue(req(3, 1, 0, 1, Op::Read, 32 * KIB, 32 * KIB), 10).unwrap();
+    let Decision::Dispatch(second) = s.next(11) else { panic!("the reader's second request leaves") };
+    assert_eq!(second.members[0].id, RequestId(3));
+    s.complete(first.id, 20).unwrap();
+    match s.next(21) {
+        Decision::Dispatch(d) => assert_eq!(d.members[0].id, RequestId(2), "the other application's request"),
+        other => panic!("the device waited for a request already in flight: {other:?}"),
+    }
+    assert_eq!(s.stats().windows, 0);
+    s.check_invariants();
+}

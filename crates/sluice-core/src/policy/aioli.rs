@@ -803,8 +803,16 @@ impl Policy for Aioli {
             let s = self.stream(m.app, m.client);
             s.last_complete = now;
             // A member whose end another member covers (a process's
-            // pieces of one large access) expects nothing there.
-            if !searching || turn.is_none_or(|t| m.app != t.app) || s.hits < hits_min || m.end() < d.end() || store.starting_at(d.file, m.end()).is_some() {
+            // pieces of one large access) expects nothing there, nor one
+            // whose stream already sent its next request (queued, or on
+            // the device where more than one dispatch is in flight).
+            if !searching
+                || turn.is_none_or(|t| m.app != t.app)
+                || s.hits < hits_min
+                || m.end() < d.end()
+                || !s.expects(d.file, m.end())
+                || store.starting_at(d.file, m.end()).is_some()
+            {
                 continue;
             }
             searching = false;
