@@ -329,7 +329,7 @@ mod tests {
         for c in ix.chunk_lens() {
             assert!(c <= CHUNK_MAX, "a chunk of {c} entries");
         }
-        assert!(ix.len() == 0 || ix.chunk_lens().iter().all(|&c| c > 0), "an empty chunk in a non-empty index");
+        assert!(ix.is_empty() || ix.chunk_lens().iter().all(|&c| c > 0), "an empty chunk in a non-empty index");
     }
 
     proptest! {

@@ -172,7 +172,7 @@ fn far_seeks_of_one_length_do_not_tilt_the_cost_per_byte() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     for _ in 0..1_000 {
         let len = [8_192u64, 131_072, 1 << 20][(rng.next() % 3) as usize];
-        let seek = rng.next() % 4 != 0;
+        let seek = !rng.next().is_multiple_of(4);
         l.observe(Observation { len, seek, depth: 1, latency_ns: disk(len, if seek { 5_170_000 } else { 0 }) });
     }
     for _ in 0..300 {

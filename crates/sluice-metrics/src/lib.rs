@@ -270,7 +270,7 @@ impl Expo {
 /// Parse an exposition into `(name, labels, value)` samples, refusing any
 /// line that is not a comment or a well-formed sample (for tests and
 /// `sluice top`).
-pub fn parse(text: &str) -> Result<Vec<(String, Vec<(String, String)>, f64)>, String> {
+pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.is_empty() || line.starts_with('#') {

@@ -1565,7 +1565,7 @@ impl EventLoop {
                     // stays counted in `exec_out`).
                     Reaped::Redo(job) => {
                         self.exec_out -= 1;
-                        self.to_worker(job, now);
+                        self.send_to_worker(job, now);
                     }
                 }
             }
@@ -1617,7 +1617,7 @@ impl EventLoop {
                         }
                         None => job,
                     };
-                    self.to_worker(job, now);
+                    self.send_to_worker(job, now);
                 }
                 Err(wake) => {
                     if let Some(ring) = self.ring.as_mut() {
@@ -1632,7 +1632,7 @@ impl EventLoop {
     }
 
     /// Hand `job` to an executor worker (all of them gone: fail it).
-    fn to_worker(&mut self, job: Job, now: u64) {
+    fn send_to_worker(&mut self, job: Job, now: u64) {
         let workers = self.workers.as_ref().expect("workers live while the loop runs");
         match workers.jobs.send(job) {
             Ok(()) => self.exec_out += 1,

@@ -284,7 +284,7 @@ mod tests {
     fn the_default_budget_gives_128_whole_regions_then_about_470_smaller() {
         let (mut left, mut whole, mut smaller) = (4u64 << 30, 0, 0);
         while let Some(g) = taper(REGION, left, 128) {
-            assert!(g >= SHM_REGION_MIN && (g - sluice_proto::POST_AREA_BYTES) % SHM_SLOT_BYTES == 0, "{g}");
+            assert!(g >= SHM_REGION_MIN && (g - sluice_proto::POST_AREA_BYTES).is_multiple_of(SHM_SLOT_BYTES), "{g}");
             if g == REGION {
                 assert_eq!(smaller, 0, "whole regions come first");
                 whole += 1;

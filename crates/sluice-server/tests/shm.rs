@@ -120,7 +120,7 @@ fn regions_shrink_as_the_budget_fills_and_every_size_works() {
     assert_eq!(&grants[..3], &[REGION; 3], "whole regions while the share holds them: {grants:?}");
     assert!(grants[3..].windows(2).all(|w| w[0] >= w[1]), "then smaller: {grants:?}");
     assert_eq!(grants.last(), Some(&((1 << 20) + POST_AREA_BYTES)), "down to one slot: {grants:?}");
-    assert!(grants.iter().all(|g| (g - POST_AREA_BYTES) % (1 << 20) == 0), "whole slots: {grants:?}");
+    assert!(grants.iter().all(|g| (g - POST_AREA_BYTES).is_multiple_of(1 << 20)), "whole slots: {grants:?}");
     assert_eq!(s.handle.shm_tapered(), grants.len() as u64 - 3, "the smaller grants are counted");
     assert!(4 * REGION - s.handle.shm_bytes() < (1 << 20) + POST_AREA_BYTES, "refused only once less than one slot is left");
     // Every client, whatever its region, moves the right bytes through it

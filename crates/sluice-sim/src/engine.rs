@@ -448,8 +448,8 @@ mod tests {
             let mut copy_of_next = Vec::new();
             // What pops next, without pushes in between, is what was peeked
             // (where the peek knew).
-            for k in 0..4 {
-                let Some(want) = ahead[k] else { continue };
+            for (k, want) in ahead.iter().enumerate() {
+                let Some(want) = *want else { continue };
                 while copy_of_next.len() <= k {
                     match q.pop() {
                         Some((_, ev)) => copy_of_next.push(ev),

@@ -209,7 +209,9 @@ mod tests {
         assert_eq!(r(choose_groups(&[100; 4], 50)), [(0, 1), (1, 2), (2, 3), (3, 4)]);
         assert_eq!(r(choose_groups(&[40, 1, 1, 40], 45)), [(0, 2), (2, 4)]);
         assert_eq!(r(choose_groups(&[1, 1, 1, 1, 80], 50)), [(0, 4), (4, 5)]);
-        let python: [(Vec<u64>, u64, Vec<(usize, usize)>); 4] = [
+        // (piece sizes, buffer bytes, the groups Python chose)
+        type Case = (Vec<u64>, u64, Vec<(usize, usize)>);
+        let python: [Case; 4] = [
             (vec![9, 25, 41, 3, 4, 34, 6, 23, 37, 3, 32], 28, vec![(0, 1), (1, 2), (2, 3), (3, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 10), (10, 11)]),
             (vec![15, 5, 35], 55, vec![(0, 3)]),
             (vec![36, 7], 29, vec![(0, 1), (1, 2)]),
