@@ -94,7 +94,6 @@
 //! arrivals (no lookups). The quanta grow lazily, from a count of turns
 //! handed out, instead of one by one at every turn.
 
-
 use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
@@ -910,13 +909,14 @@ impl Policy for Aioli {
         assert!(self.recent_sweep_at <= RECENT_PIECES_MAX, "aioli recent sweep point over bound");
         for f in self.files.values() {
             assert!(f.target >= self.p.file_target_bytes_min && f.target <= self.p.file_target_bytes_max, "aioli file target");
+            assert!(f.streams.len() <= FILE_STREAMS_MAX, "aioli streams of a file over bound");
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Aioli, RECENT_PIECES_MAX, RECENT_SWEEP_MIN};
+    use super::{stream_key, Aioli, FILE_STREAMS_MAX, RECENT_PIECES_MAX, RECENT_SWEEP_MIN};
     use crate::{AioliParams, AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Limits, Op, PolicyConfig, Request, RequestId, Scheduler};
 
     const MIB: u64 = 1 << 20;
@@ -1020,5 +1020,39 @@ mod tests {
         }
         assert!(a.recent_by_start.values().all(|&(_, when)| when == late), "old ranges outlived a sweep");
         assert!(!a.recent_by_start.contains_key(&(FileId(1), 1 << 40)), "a range older than the window was swept");
+    }
+
+    #[test]
+    fn a_files_streams_bound_at_n_and_n_plus_one_and_aging() {
+        let p = AioliParams::default();
+        let window_ns = 2 * p.hold_ns_max;
+        let mut a = Aioli::new(p, &Limits::default());
+        let piece = |client: u32| Request {
+            id: RequestId(u64::from(client)),
+            app: AppId(1),
+            client: ClientId(client),
+            file: FileId(1),
+            op: Op::Read,
+            offset: u64::from(client) * 4096,
+            len: 4096,
+        };
+        let listed = |a: &mut Aioli| a.file(FileId(1)).streams.len();
+        let n = FILE_STREAMS_MAX as u32;
+        // N streams sending to the file within the evidence window are
+        // all listed...
+        for c in 0..n {
+            a.grow_on_interleaving(&piece(c), None, 1);
+        }
+        assert_eq!(listed(&mut a), FILE_STREAMS_MAX);
+        // ...the next one (N+1) is not, and a listed one is still known.
+        a.grow_on_interleaving(&piece(n), None, 2);
+        assert_eq!(listed(&mut a), FILE_STREAMS_MAX);
+        assert!(!a.file(FileId(1)).streams.iter().any(|&(k, _)| k == stream_key(AppId(1), ClientId(n))));
+        a.grow_on_interleaving(&piece(0), None, 2);
+        assert_eq!(a.file(FileId(1)).streams.iter().find(|&&(k, _)| k == stream_key(AppId(1), ClientId(0))).map(|&(_, t)| t), Some(2));
+        // Once the others are older than the window, a new stream makes
+        // room: only the streams seen within it stay.
+        a.grow_on_interleaving(&piece(n), None, window_ns + 2);
+        assert_eq!(listed(&mut a), 2, "stream 0 (seen at 2) and the new one");
     }
 }
