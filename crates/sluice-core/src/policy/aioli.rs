@@ -794,8 +794,14 @@ impl Policy for Aioli {
         // maximum: devices where moving to another file costs nothing) or
         // the turn is over; the cost model may refuse it (moving to
         // another file costs less than the idle time), which ends the
-        // search. Every member's stream learns its completion time.
-        let turn = self.turn.filter(|t| self.window.is_none() && self.p.sync_window_ns_max != 0 && now.saturating_sub(t.started) < self.p.turn_ns_max);
+        // search. Every member's stream learns its completion time (the
+        // evidence windows need).
+        if self.p.sync_window_ns_max == 0 {
+            // Windows are off (flash): the streams' and files' evidence
+            // serves windows only, so nothing here is worth a lookup.
+            return;
+        }
+        let turn = self.turn.filter(|t| self.window.is_none() && now.saturating_sub(t.started) < self.p.turn_ns_max);
         let (hits_min, wmin, wmax, cost) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max, self.cost);
         let mut searching = turn.is_some();
         for m in &d.members {
@@ -826,9 +832,7 @@ impl Policy for Aioli {
         // their piece, and whose next aggregate starts where this one
         // ended. Once it has nothing queued anywhere (else its turn goes
         // on), the device waits for its first piece as for a stream's.
-        // (Nothing to learn where windows are off: flash.)
-        let windows_on = self.p.sync_window_ns_max != 0;
-        let Some(f) = self.files.get_mut(&d.file).filter(|f| windows_on && f.last_end == d.end()) else { return };
+        let Some(f) = self.files.get_mut(&d.file).filter(|f| f.last_end == d.end()) else { return };
         f.last_complete = now;
         let Some(t) = turn.filter(|_| searching) else { return };
         let (hits, think) = (f.seq_hits, f.think_ns);
