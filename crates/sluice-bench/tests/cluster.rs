@@ -278,3 +278,86 @@ fn the_metadata_role_counts_each_request_kind() {
     assert_eq!(sluice_metrics::value(&m, "sluice_meta_connections", &[]), Some(1.0));
     meta.shutdown();
 }
+
+/// A metadata role whose time bounds are short enough for a test.
+fn meta_with(dir: &std::path::Path, timeouts: MetaTimeouts) -> (MetaHandle, std::net::SocketAddr) {
+    let store = MetaStore::open(&dir.join("m.redb"), 1).unwrap();
+    let listen = sluice_server::Listen::Unix(dir.join("m.sock"));
+    let mut meta = MetaServer::start_with(store, vec!["unix:/nonexistent".into()], &listen, None, timeouts).unwrap();
+    let at = meta.serve_metrics("127.0.0.1:0").unwrap();
+    (meta, at)
+}
+
+fn timed_out(at: std::net::SocketAddr) -> f64 {
+    sluice_metrics::value(&scrape(at), "sluice_meta_connections_timed_out_total", &[]).unwrap()
+}
+
+/// Whether the role closed `s`, waiting up to `within` for it.
+fn closed_within(s: &std::os::unix::net::UnixStream, within: Duration) -> bool {
+    use std::io::Read;
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut b = [0u8; 1];
+    match (&*s).read(&mut b) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => panic!("the role sent bytes unasked"),
+    }
+}
+
+/// Time bounds, each just before (open) and after (closed) its deadline:
+/// a connection that sends nothing, one that stops inside a frame, and one
+/// idle between requests; none of them keeps its slot.
+#[test]
+fn meta_connections_are_bounded_in_time() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let t = MetaTimeouts { handshake: Duration::from_millis(800), idle: Duration::from_millis(1_500), frame_stall: Duration::from_millis(800) };
+    let (mut meta, at) = meta_with(dir.path(), t);
+    let sock = dir.path().join("m.sock");
+    let connect = || std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    // Silent from the start: open at 0.2 s, closed by the handshake time.
+    let silent = connect();
+    assert!(!closed_within(&silent, Duration::from_millis(200)), "closed before the handshake time");
+    assert!(closed_within(&silent, Duration::from_secs(5)), "a silent connection outlived the handshake time");
+    assert_eq!(timed_out(at), 1.0);
+    // A frame begun (two bytes of its length) and not finished.
+    let stalled = connect();
+    (&stalled).write_all(&[8, 0]).unwrap();
+    assert!(!closed_within(&stalled, Duration::from_millis(200)), "closed before the stall time");
+    assert!(closed_within(&stalled, Duration::from_secs(5)), "a stalled frame outlived the stall time");
+    assert_eq!(timed_out(at), 2.0);
+    // A client in service, idle: closed past the idle time; its next
+    // call, a change, goes through on a new connection, made once.
+    let c = StripedClient::connect(&meta.addr()).unwrap();
+    c.mkdir("a").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(timed_out(at), 2.0, "an idle client closed before the idle time");
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(timed_out(at), 3.0, "an idle client outlived the idle time");
+    c.mkdir("b").unwrap();
+    assert_eq!(c.readdir("").unwrap().len(), 2);
+    // And a request that only reads, after another idle close.
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert_eq!(c.lookup("a").unwrap().kind, EntryKind::Dir);
+    assert_eq!(timed_out(at), 4.0);
+    meta.shutdown();
+}
+
+/// A frame that announces the largest length and sends a little holds
+/// what came, not the length announced, and is closed at the stall time.
+#[test]
+fn a_large_frame_announced_and_not_sent_is_closed_at_the_stall_time() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let t = MetaTimeouts { frame_stall: Duration::from_millis(500), ..MetaTimeouts::default() };
+    let (mut meta, at) = meta_with(dir.path(), t);
+    let s = std::os::unix::net::UnixStream::connect(dir.path().join("m.sock")).unwrap();
+    (&s).write_all(&(META_FRAME_BYTES_MAX as u32).to_le_bytes()).unwrap();
+    (&s).write_all(b"{\"Lookup\"").unwrap();
+    assert!(closed_within(&s, Duration::from_secs(5)));
+    assert_eq!(timed_out(at), 1.0);
+    // Others are served.
+    let c = StripedClient::connect(&meta.addr()).unwrap();
+    c.mkdir("d").unwrap();
+    meta.shutdown();
+}

@@ -10,5 +10,5 @@
 mod server;
 mod store;
 
-pub use server::{MetaHandle, MetaServer, META_CONNECTIONS_MAX};
+pub use server::{MetaHandle, MetaServer, MetaTimeouts, META_CONNECTIONS_MAX};
 pub use store::{MetaStore, META_DIR_ENTRIES_MAX, META_RENAME_ENTRIES_MAX};

@@ -1,23 +1,55 @@
 //! The metadata role as a service: a Unix or TCP listener, one thread per
 //! connection (at most `META_CONNECTIONS_MAX`), each answering
 //! `MetaRequest`s in order from the shared `MetaStore`.
+//!
+//! Connections are bounded in time too (`MetaTimeouts`): one that has not
+//! sent its first request, or proven its key over TCP, within the
+//! handshake time is closed; so is one idle between requests past the
+//! idle time (clients reconnect, `sluice_remote::StripedClient`); and a
+//! frame once begun must arrive whole within the stall time. A connection
+//! is closed only between requests: every request read whole is answered
+//! first.
 
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use sluice_metrics::{AtomicHistogram, Expo};
 use sluice_net::Listen;
 
 use crate::store::MetaStore;
 use sluice_net::{Listener as MetaListener, Stream as MetaStream};
-use sluice_remote::proto::{hex, parse, recv_body, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, META_AUTH_CONTEXT};
+use sluice_remote::proto::{hex, parse, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, META_AUTH_CONTEXT, META_FRAME_BYTES_MAX};
 use sluice_remote::{Error, Result};
 
 /// Connections the metadata role serves at once; one more is answered
 /// EMFILE and closed. Each is one thread.
 pub const META_CONNECTIONS_MAX: usize = 256;
+
+/// How long a connection may keep its thread without progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaTimeouts {
+    /// From the connection to its first request, and over TCP until the
+    /// key is proven, at most this between requests.
+    pub handshake: Duration,
+    /// Between two requests of a connection in service.
+    pub idle: Duration,
+    /// From a frame's first byte to its last.
+    pub frame_stall: Duration,
+}
+
+impl Default for MetaTimeouts {
+    fn default() -> MetaTimeouts {
+        MetaTimeouts { handshake: Duration::from_secs(10), idle: Duration::from_secs(300), frame_stall: Duration::from_secs(10) }
+    }
+}
+
+/// A body is read in pieces of at most this many bytes, so that a frame
+/// that announces a large length holds only what actually came.
+const FRAME_READ_BYTES: usize = 64 << 10;
 
 /// The requests the metadata role answers, as metric labels.
 const OPS: [&str; 9] = ["servers", "lookup", "create", "mkdir", "set_dir_default", "unlink", "readdir", "rename", "auth"];
@@ -49,6 +81,8 @@ struct Stats {
     ops: [OpStats; OPS.len()],
     /// Connections refused at `META_CONNECTIONS_MAX`.
     refused: AtomicU64,
+    /// Connections closed by a `MetaTimeouts` bound.
+    timed_out: AtomicU64,
 }
 
 impl Stats {
@@ -75,6 +109,8 @@ impl Stats {
         e.sample("sluice_meta_connections", &[], connections as f64);
         e.family("sluice_meta_connections_refused_total", "counter", "Connections refused at META_CONNECTIONS_MAX");
         e.sample("sluice_meta_connections_refused_total", &[], get(&self.refused));
+        e.family("sluice_meta_connections_timed_out_total", "counter", "Connections closed by a time bound (handshake, idle, frame stall)");
+        e.sample("sluice_meta_connections_timed_out_total", &[], get(&self.timed_out));
         e.out
     }
 }
@@ -87,6 +123,7 @@ struct Shared {
     servers: Vec<String>,
     stopping: AtomicBool,
     conns: Mutex<Vec<(MetaStream, JoinHandle<()>)>>,
+    timeouts: MetaTimeouts,
 }
 
 /// Starts the metadata role.
@@ -119,6 +156,11 @@ impl MetaServer {
 
     /// `start_on` with an explicit key file.
     pub fn start_with_key(store: MetaStore, servers: Vec<String>, listen: &Listen, key_file: Option<&Path>) -> Result<MetaHandle> {
+        MetaServer::start_with(store, servers, listen, key_file, MetaTimeouts::default())
+    }
+
+    /// `start_with_key` with explicit time bounds.
+    pub fn start_with(store: MetaStore, servers: Vec<String>, listen: &Listen, key_file: Option<&Path>, timeouts: MetaTimeouts) -> Result<MetaHandle> {
         let key = match listen {
             Listen::Unix(_) => None,
             Listen::Tcp(_) => {
@@ -140,8 +182,8 @@ impl MetaServer {
                 Listen::Tcp(_) => None,
             },
         );
-        let stats = Stats { ops: std::array::from_fn(|_| OpStats::default()), refused: AtomicU64::new(0) };
-        let shared = Arc::new(Shared { stats, key, store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
+        let stats = Stats { ops: std::array::from_fn(|_| OpStats::default()), refused: AtomicU64::new(0), timed_out: AtomicU64::new(0) };
+        let shared = Arc::new(Shared { stats, key, store, servers, stopping: AtomicBool::new(false), conns: Mutex::new(Vec::new()), timeouts });
         let s = shared.clone();
         let acceptor = std::thread::Builder::new().name("sluice-meta-accept".into()).spawn(move || accept_loop(&s, listener)).map_err(|e| Error::io("spawn", &e))?;
         Ok(MetaHandle { shared, addr, socket, acceptor: Some(acceptor), metrics: None })
@@ -212,7 +254,16 @@ fn accept_loop(shared: &Arc<Shared>, listener: MetaListener) {
         let (Ok(keep), s) = (stream.try_clone(), shared.clone()) else {
             continue;
         };
-        if let Ok(t) = std::thread::Builder::new().name("sluice-meta-conn".into()).spawn(move || serve(&s, stream)) {
+        let serve_then_close = move || {
+            let end = stream.try_clone();
+            serve(&s, stream);
+            // The acceptor keeps a clone of the socket (to close it at
+            // shutdown) until its next accept: the peer sees the end now.
+            if let Ok(end) = end {
+                end.shutdown(std::net::Shutdown::Both);
+            }
+        };
+        if let Ok(t) = std::thread::Builder::new().name("sluice-meta-conn".into()).spawn(serve_then_close) {
             conns.push((keep, t));
         }
     }
@@ -223,7 +274,19 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
     // Over TCP (a key is set) nothing is answered before the key is proven.
     let mut nonce: Option<[u8; sluice_proto::AUTH_BYTES]> = None;
     let mut proven = shared.key.is_none();
-    while let Ok(Some(body)) = recv_body(&mut stream) {
+    let t = shared.timeouts;
+    loop {
+        let wait = if first || !proven { t.handshake } else { t.idle };
+        let body = match recv_within(&mut stream, wait, t.frame_stall) {
+            Ok(Some(body)) => body,
+            Ok(None) => return,
+            Err(e) => {
+                if matches!(e.kind(), std::io::ErrorKind::TimedOut) {
+                    shared.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
+        };
         if std::mem::take(&mut first) {
             if let Some(request_id) = sluice_hello(&body) {
                 let _ = refuse_sluice_hello(&mut stream, request_id);
@@ -257,6 +320,61 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
             return;
         }
     }
+}
+
+/// Read one frame's body: wait at most `wait` for its first byte, then at
+/// most `stall` for the rest. `Ok(None)` at a clean end of stream; the
+/// kind `TimedOut` when either bound passed (nothing was read whole, so
+/// nothing is left unanswered); `InvalidData` for a length past
+/// `META_FRAME_BYTES_MAX`. The body grows as its bytes come
+/// (`FRAME_READ_BYTES` at a time), not to the length announced.
+fn recv_within(stream: &mut MetaStream, wait: Duration, stall: Duration) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::ErrorKind;
+    let timed_out = |what: &str| std::io::Error::new(ErrorKind::TimedOut, what.to_string());
+    let mut len = [0u8; 4];
+    stream.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
+    let n = loop {
+        match stream.read(&mut len[..1]) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return Err(timed_out("no request in time")),
+            Err(e) => return Err(e),
+        }
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    let deadline = Instant::now() + stall;
+    let mut read_by = |buf: &mut [u8]| -> std::io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(timed_out("a frame stalled"));
+            }
+            stream.set_read_timeout(Some(left))?;
+            match stream.read(&mut buf[done..]) {
+                Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return Err(timed_out("a frame stalled")),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    };
+    read_by(&mut len[1..])?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > META_FRAME_BYTES_MAX {
+        return Err(std::io::Error::new(ErrorKind::InvalidData, format!("metadata frame of {len} bytes exceeds {META_FRAME_BYTES_MAX} (META_FRAME_BYTES_MAX)")));
+    }
+    let mut body = Vec::new();
+    while body.len() < len {
+        let at = body.len();
+        body.resize((at + FRAME_READ_BYTES).min(len), 0);
+        read_by(&mut body[at..])?;
+    }
+    Ok(Some(body))
 }
 
 /// The key proof of a TCP connection: `AuthStart` gets a fresh nonce,

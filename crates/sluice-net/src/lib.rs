@@ -130,6 +130,21 @@ impl Stream {
         }
     }
 
+    /// Whether the peer has closed (or reset) the connection, seen without
+    /// blocking and without consuming anything: a `recv(2)` peek that
+    /// finds the end of the stream or an error. Bytes waiting, or none
+    /// yet, is open.
+    pub fn peer_closed(&self) -> bool {
+        let mut byte = 0u8;
+        // SAFETY: one byte of valid memory; MSG_PEEK leaves it queued.
+        let r = unsafe { libc::recv(self.as_raw_fd(), std::ptr::from_mut(&mut byte).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+        match r {
+            0 => true,
+            r if r > 0 => false,
+            _ => !matches!(io::Error::last_os_error().raw_os_error(), Some(libc::EAGAIN | libc::EINTR)),
+        }
+    }
+
     /// `send(2)` without blocking (and without SIGPIPE): bytes sent.
     pub fn send_nonblocking(&self, buf: &[u8]) -> io::Result<usize> {
         // SAFETY: buf is valid for its length during the call.
@@ -193,6 +208,28 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
     use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_closed_peer_is_seen_without_consuming_what_it_sent() {
+        let tl = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = Stream::connect(&format!("tcp:{}", tl.local_addr().unwrap())).unwrap();
+        let (mut server, _) = tl.accept().unwrap();
+        assert!(!c.peer_closed(), "open, nothing sent");
+        server.write_all(b"x").unwrap();
+        drop(server);
+        // A byte still queued: open, and the byte stays readable.
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!c.peer_closed(), "a byte waits before the end");
+        let mut b = [0u8; 1];
+        c.try_clone().unwrap().read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"x");
+        assert!(c.peer_closed(), "the end of the stream follows the byte");
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let a = Stream::Unix(a);
+        assert!(!a.peer_closed());
+        drop(b);
+        assert!(a.peer_closed(), "a Unix peer's close is seen at once");
+    }
 
     #[test]
     fn both_transports_carry_bytes_both_ways() {

@@ -43,7 +43,10 @@ pub const META_TIMEOUT_S: u64 = 10;
 /// A connection to a cluster: the metadata role plus lazily opened data
 /// server connections. Threads may share it.
 pub struct StripedClient {
+    /// The connection to the metadata role, opened again when the role
+    /// closed it (it closes idle connections, `sluice_meta::MetaTimeouts`).
     meta: Mutex<MetaStream>,
+    addr: String,
     servers: Vec<String>,
     data: Vec<Mutex<Option<Arc<Client>>>>,
     opts: ConnectOptions,
@@ -100,6 +103,71 @@ fn meta_error(errno: i32, message: String) -> Error {
     Error::new(kind, errno, message)
 }
 
+/// How an exchange with the metadata role failed: the connection was
+/// found closed (no reply came), or anything else.
+enum Exchange {
+    Closed(Error),
+    Failed(Error),
+}
+
+impl Exchange {
+    fn into_error(self) -> Error {
+        match self {
+            Exchange::Closed(e) | Exchange::Failed(e) => e,
+        }
+    }
+}
+
+/// Send `req` and read its reply on `s`.
+fn exchange(s: &mut MetaStream, req: &MetaRequest) -> std::result::Result<MetaReply, Exchange> {
+    let closed = |e: &Error| matches!(e.errno, libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN);
+    if let Err(e) = send(&mut *s, req) {
+        // The role may have refused the connection (and closed it) before
+        // our request went out: its reason is still in the socket.
+        if let Ok(Some(MetaReply::Error { errno, message })) = recv::<MetaReply>(&mut *s) {
+            return Err(Exchange::Failed(meta_error(errno, message)));
+        }
+        let errno = e.raw_os_error().unwrap_or(libc::EIO);
+        let err = Error::new(ErrorKind::Meta, errno, format!("metadata role: {e}"));
+        return Err(if closed(&err) { Exchange::Closed(err) } else { Exchange::Failed(err) });
+    }
+    match recv::<MetaReply>(&mut *s) {
+        Ok(Some(MetaReply::Error { errno, message })) => Err(Exchange::Failed(meta_error(errno, message))),
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(Exchange::Closed(Error::new(ErrorKind::Meta, libc::EIO, "the metadata role closed the connection"))),
+        Err(e) if closed(&e) => Err(Exchange::Closed(e)),
+        Err(e) => Err(Exchange::Failed(e)),
+    }
+}
+
+/// A new connection to the metadata role at `addr`, its key proven over
+/// TCP (`AuthStart`, the `Challenge`, then the MAC,
+/// `sluice_proto::auth_mac`).
+fn meta_connect(addr: &str, opts: &ConnectOptions) -> Result<MetaStream> {
+    let mut stream =
+        MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(META_TIMEOUT_S)))
+        .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(META_TIMEOUT_S))))
+        .map_err(|e| Error::io("metadata socket", &e))?;
+    if !addr.starts_with("tcp:") {
+        return Ok(stream);
+    }
+    let denied = |why: String| Error::new(ErrorKind::Meta, libc::EACCES, format!("metadata role at {addr} wants its key proven: {why}"));
+    let unexpected = |r: MetaReply| Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"));
+    let nonce = match exchange(&mut stream, &MetaRequest::AuthStart).map_err(Exchange::into_error)? {
+        MetaReply::Challenge { nonce } => crate::proto::unhex::<{ sluice_proto::AUTH_BYTES }>(&nonce).ok_or_else(|| denied("a malformed challenge".into()))?,
+        r => return Err(unexpected(r)),
+    };
+    let path = opts.key_file.clone().or_else(sluice_net::key::default_path).ok_or_else(|| denied(format!("no key file (set {})", sluice_net::key::KEY_ENV)))?;
+    let key = sluice_net::key::load(&path).map_err(|e| denied(e.to_string()))?;
+    let mac = sluice_proto::auth_mac(&key, &nonce, crate::proto::META_AUTH_CONTEXT);
+    match exchange(&mut stream, &MetaRequest::Auth { mac: crate::proto::hex(&mac) }).map_err(Exchange::into_error)? {
+        MetaReply::Authenticated => Ok(stream),
+        r => Err(unexpected(r)),
+    }
+}
+
 impl StripedClient {
     /// Connect to the metadata role at `unix:PATH` or `tcp:HOST:PORT`
     /// with default options.
@@ -109,16 +177,8 @@ impl StripedClient {
 
     /// Connect; `opts` is used for every data-server connection.
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<StripedClient> {
-        let stream =
-            MetaStream::connect(addr).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(META_TIMEOUT_S)))
-            .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(META_TIMEOUT_S))))
-            .map_err(|e| Error::io("metadata socket", &e))?;
-        let mut c = StripedClient { meta: Mutex::new(stream), servers: Vec::new(), data: Vec::new(), opts };
-        if addr.starts_with("tcp:") {
-            c.prove_key(addr)?;
-        }
+        let stream = meta_connect(addr, &opts)?;
+        let mut c = StripedClient { meta: Mutex::new(stream), addr: addr.to_string(), servers: Vec::new(), data: Vec::new(), opts };
         let servers = c.call(MetaRequest::Servers).map_err(|e| {
             // A data server does not speak the metadata protocol: say so,
             // rather than how the JSON exchange happened to fail.
@@ -141,42 +201,29 @@ impl StripedClient {
         }
     }
 
-    /// Prove the shared key to a metadata role on TCP: `AuthStart`, its
-    /// `Challenge`, then the MAC (`sluice_proto::auth_mac`).
-    fn prove_key(&self, addr: &str) -> Result<()> {
-        let denied = |why: String| Error::new(ErrorKind::Meta, libc::EACCES, format!("metadata role at {addr} wants its key proven: {why}"));
-        let nonce = match self.call(MetaRequest::AuthStart)? {
-            MetaReply::Challenge { nonce } => crate::proto::unhex::<{ sluice_proto::AUTH_BYTES }>(&nonce).ok_or_else(|| denied("a malformed challenge".into()))?,
-            r => return Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
-        };
-        let path = self.opts.key_file.clone().or_else(sluice_net::key::default_path).ok_or_else(|| denied(format!("no key file (set {})", sluice_net::key::KEY_ENV)))?;
-        let key = sluice_net::key::load(&path).map_err(|e| denied(e.to_string()))?;
-        let mac = sluice_proto::auth_mac(&key, &nonce, crate::proto::META_AUTH_CONTEXT);
-        match self.call(MetaRequest::Auth { mac: crate::proto::hex(&mac) })? {
-            MetaReply::Authenticated => Ok(()),
-            r => Err(Error::new(ErrorKind::Meta, libc::EPROTO, format!("unexpected metadata reply {r:?}"))),
-        }
-    }
-
     /// The data servers' addresses, in layout order.
     pub fn servers(&self) -> &[String] {
         &self.servers
     }
 
+    /// One request and its reply. A connection the role closed (it closes
+    /// idle ones, and only between requests) is opened again first; a
+    /// request that only reads is sent once more on a new connection if
+    /// the old one turns out closed while it was sent (the role never
+    /// closes a connection with a request read and unanswered, so no
+    /// change is made twice).
     fn call(&self, req: MetaRequest) -> Result<MetaReply> {
         let mut s = self.meta.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(e) = send(&mut *s, &req) {
-            // The role may have refused the connection (and closed it) before
-            // our request went out: its reason is still in the socket.
-            if let Ok(Some(MetaReply::Error { errno, message })) = recv::<MetaReply>(&mut *s) {
-                return Err(meta_error(errno, message));
-            }
-            return Err(Error::new(ErrorKind::Meta, libc::EIO, format!("metadata role: {e}")));
+        if s.peer_closed() {
+            *s = meta_connect(&self.addr, &self.opts)?;
         }
-        match recv::<MetaReply>(&mut *s)? {
-            Some(MetaReply::Error { errno, message }) => Err(meta_error(errno, message)),
-            Some(r) => Ok(r),
-            None => Err(Error::new(ErrorKind::Meta, libc::EIO, "the metadata role closed the connection")),
+        let reads_only = matches!(req, MetaRequest::Servers | MetaRequest::Lookup { .. } | MetaRequest::Readdir { .. });
+        match exchange(&mut s, &req) {
+            Err(Exchange::Closed(_)) if reads_only => {
+                *s = meta_connect(&self.addr, &self.opts)?;
+                exchange(&mut s, &req).map_err(Exchange::into_error)
+            }
+            r => r.map_err(Exchange::into_error),
         }
     }
 
