@@ -577,6 +577,10 @@ impl Scheduler {
         assert_eq!(live, idle, "one live idle-list entry per idle file");
         assert!(idle <= crate::store::FILES_IDLE_CACHED_MAX && listed <= 2 * idle + 65, "idle cache bound");
         assert!(self.apps.len() <= self.limits.apps_max as usize);
+        // The policy forgets an application with its registration, or
+        // with the last of its queued requests.
+        let tracked = self.policy.apps_tracked();
+        assert!(tracked <= self.apps.len() + self.stats.queued as usize, "the policy keeps {tracked} applications, {} registered", self.apps.len());
         assert!(self.members_pool.len() <= 2 * self.limits.dispatches_inflight_max as usize, "member list pool over its bound");
         assert!(queued + blocked + self.stats.background <= u64::from(self.limits.queued_requests_max));
         assert_eq!(self.background.len() as u64, self.stats.background, "background count");

@@ -141,6 +141,37 @@ fn aioli_tables_stay_bounded() {
     }
 }
 
+/// Applications that come and go (each sends a request, is served, and
+/// its registration is dropped) leave no record in a policy, whichever
+/// the order: forgotten idle, or forgotten with a request still queued.
+/// `check_invariants` holds each policy to the registered applications
+/// plus those with requests queued (drr kept every one served last).
+#[test]
+fn policies_forget_applications_that_left() {
+    for policy in POLICY_NAMES {
+        let limits = Limits { apps_max: 4, ..Limits::default() };
+        let mut s = Scheduler::new(PolicyConfig::from_name(policy).unwrap(), limits);
+        let mut now = 0;
+        for i in 0..64u64 {
+            let app = i as u32 + 1;
+            s.set_app_weight(AppId(app), 2).unwrap();
+            s.enqueue(r(i, app, 1 + i % 3, i * 4096, 4096), now).unwrap();
+            if i % 2 == 1 {
+                // Forgotten while its request is queued.
+                s.forget_app(AppId(app));
+                s.check_invariants();
+            }
+            now += 1_000_000;
+            while let Decision::Dispatch(d) = s.next(now) {
+                s.complete(d.id, now).unwrap();
+            }
+            s.forget_app(AppId(app));
+            s.check_invariants();
+        }
+        assert!(s.is_empty(), "{policy}");
+    }
+}
+
 /// The core stays pure: no clock, no I/O, no threads, no runtime.
 #[test]
 fn core_reads_no_clock_and_does_no_io() {

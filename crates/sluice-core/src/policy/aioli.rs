@@ -874,6 +874,10 @@ impl Policy for Aioli {
         self.apps.get(&app).map(|a| Self::quantum_now(self.quanta(), a, self.turns))
     }
 
+    fn apps_tracked(&self) -> usize {
+        self.apps.len()
+    }
+
     fn forget_app(&mut self, app: AppId) {
         match self.apps.get_mut(&app) {
             Some(a) if a.live == 0 => {

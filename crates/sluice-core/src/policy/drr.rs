@@ -26,6 +26,9 @@ struct AppQ {
     deficit: i64,
     weight: u32,
     in_ring: bool,
+    /// Its registration is gone (`forget_app`) while requests were
+    /// queued: the record goes with the last of them.
+    forgotten: bool,
 }
 
 pub(crate) struct Drr {
@@ -41,6 +44,13 @@ impl Drr {
 
     fn app(&mut self, app: AppId) -> &mut AppQ {
         self.apps.entry(app).or_insert_with(|| AppQ { weight: 1, ..AppQ::default() })
+    }
+
+    /// Drop `app`'s record and its place in the ring (where an
+    /// application with nothing queued stays until `pick` passes it).
+    fn remove(&mut self, app: AppId) {
+        self.apps.remove(&app);
+        self.ring.retain(|&a| a != app);
     }
 }
 
@@ -94,17 +104,28 @@ impl Policy for Drr {
             let live = a.live;
             a.fifo.shrink(store, live);
             a.deficit -= m.len as i64;
+            if live == 0 && a.forgotten {
+                self.remove(m.app);
+            }
         }
     }
 
     fn set_weight(&mut self, app: AppId, weight: u32) {
-        self.app(app).weight = weight;
+        let a = self.app(app);
+        a.weight = weight;
+        a.forgotten = false;
     }
 
     fn forget_app(&mut self, app: AppId) {
-        if self.apps.get(&app).is_some_and(|a| a.live == 0 && !a.in_ring) {
-            self.apps.remove(&app);
+        match self.apps.get_mut(&app) {
+            Some(a) if a.live == 0 => self.remove(app),
+            Some(a) => a.forgotten = true,
+            None => {}
         }
+    }
+
+    fn apps_tracked(&self) -> usize {
+        self.apps.len()
     }
 
     fn check(&self, store: &Store) {

@@ -52,6 +52,12 @@ pub(crate) trait Policy {
     /// scheduler keeps in flight.
     fn set_device(&mut self, _cost: Option<DeviceCost>, _depth: u32) {}
     fn forget_app(&mut self, _app: AppId) {}
+    /// Applications the policy keeps a record of (for the invariant that
+    /// it forgets them: at most the registered ones plus those with
+    /// requests still queued).
+    fn apps_tracked(&self) -> usize {
+        0
+    }
     /// Windows opened for synchronous readers so far.
     fn windows_opened(&self) -> u64 {
         0
