@@ -387,6 +387,14 @@ impl Conn {
             self.await_frame(&mut g)?;
             match read_one(&mut g.input, id, into.as_deref_mut()) {
                 Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
+                // Request id 0 is never sent: an error under it is the
+                // server's reason for closing the connection (full,
+                // handshake or frame timed out), the end follows.
+                Ok((0, Err((_, why)))) => g.broken = Some(why),
+                // A reply to a request never sent: nothing would take it.
+                Ok((rid, _)) if rid >= self.id_next.load(Ordering::Relaxed) || rid == 0 => {
+                    g.broken = Some(format!("the server answered request {rid}, which was never sent"));
+                }
                 Ok((rid, r)) => {
                     g.stash.insert(rid, r);
                 }
@@ -540,6 +548,61 @@ mod tests {
             std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
             assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), 1);
         }
+    }
+
+    /// A connection to a socket the test answers by hand: the client side,
+    /// and the server's end.
+    fn by_hand() -> (Conn, UnixStream, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sluice-conn-{}-{:?}", std::process::id(), std::thread::current().id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s.sock");
+        let _ = std::fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let patience = std::sync::Arc::new(Patience { timeout: Duration::from_secs(10), soft: false, warned: AtomicBool::new(false) });
+        let c = Conn::open(&format!("unix:{}", path.display()), patience).unwrap();
+        let (server, _) = l.accept().unwrap();
+        (c, server, dir)
+    }
+
+    fn answer(server: &mut UnixStream, id: u64, resp: &sluice_proto::Response<'_>) {
+        use std::io::Write;
+        let mut out = Vec::new();
+        sluice_proto::encode_response(id, resp, &mut out);
+        server.write_all(&out).unwrap();
+    }
+
+    /// Request id 0 is never sent: an error under it is the server's
+    /// reason for closing, and the caller is told it.
+    #[test]
+    fn the_servers_reason_for_closing_reaches_the_caller() {
+        let (c, mut server, dir) = by_hand();
+        let id = c.send(&Request::Stat { path: "" }).unwrap();
+        answer(&mut server, 0, &sluice_proto::Response::Error { errno: libc::EBUSY, message: "server full (clients_max = 2)" });
+        drop(server);
+        let e = c.wait(id, None).unwrap_err();
+        assert_eq!(e.kind, ClientErrorKind::Disconnected);
+        assert!(e.message.contains("server full (clients_max = 2)"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A reply to a request never sent would sit in the stash for good:
+    /// it breaks the connection instead; replies to requests sent wait
+    /// there for their caller.
+    #[test]
+    fn a_reply_to_a_request_never_sent_breaks_the_connection() {
+        let (c, mut server, dir) = by_hand();
+        let first = c.send(&Request::Stat { path: "a" }).unwrap();
+        let second = c.send(&Request::Stat { path: "b" }).unwrap();
+        answer(&mut server, second, &sluice_proto::Response::Count(2));
+        answer(&mut server, first, &sluice_proto::Response::Count(1));
+        assert!(matches!(c.wait(first, None).unwrap(), Reply::Count(1)), "the later reply was stashed on the way");
+        assert!(matches!(c.wait(second, None).unwrap(), Reply::Count(2)));
+        let third = c.send(&Request::Stat { path: "c" }).unwrap();
+        answer(&mut server, third + 5, &sluice_proto::Response::Count(9));
+        let e = c.wait(third, None).unwrap_err();
+        assert!(e.message.contains("never sent"), "{e}");
+        assert!(lock(&c.read).stash.is_empty());
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -54,7 +54,9 @@ pub struct ServerLimits {
     /// default; a connection costs a descriptor and about 2 KiB, no
     /// thread (`sluice bench connections`). A silent connection
     /// holds a slot at most `handshake_timeout_ms` before its handshake and
-    /// `idle_timeout_s` after it.
+    /// `idle_timeout_s` after it. As many more are kept until their `Hello`,
+    /// to be answered EBUSY; a socket past twice `clients_max` is answered
+    /// EBUSY and closed at once.
     pub clients_max: u32,
     /// Largest frame a client may send, header included, in bytes.
     pub frame_bytes_max: u32,

@@ -500,10 +500,22 @@ impl EventLoop {
             unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) };
             stream.set_nodelay();
             stream.set_send_buffer(SEND_BUFFER_BYTES);
+            let clients_max = self.shared.config.limits.clients_max as usize;
+            if self.conns.len() >= 2 * clients_max {
+                // `clients_max` admitted and as many more kept until their
+                // Hello to be told the server is full: a socket past both
+                // gets that reason at once (if its buffer takes it) and is
+                // closed, not kept. The table never holds more.
+                let msg = format!("server full (clients_max = {clients_max}, and as many more connecting)");
+                let mut out = Vec::new();
+                sluice_proto::encode_response(0, &sluice_proto::Response::Error { errno: libc::EBUSY, message: &msg }, &mut out);
+                let _ = stream.send_nonblocking(&out);
+                continue;
+            }
             let id = self.conn_next;
             self.conn_next += 1;
             let now = Instant::now();
-            let admitted = self.conns.len() < self.shared.config.limits.clients_max as usize;
+            let admitted = self.conns.len() < clients_max;
             let mut c = Conn::new(id, stream, admitted, now);
             if epoll_ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32, id).is_err() {
                 continue;

@@ -376,6 +376,38 @@ fn shutdown_does_not_wait_for_silent_connections() {
     drop(silent);
 }
 
+/// The connection table holds `clients_max` connections and as many more
+/// waiting for their handshake (N), each to be told at its Hello that the
+/// server is full; one more (N+1) is told at once and closed, and the
+/// table does not grow.
+#[test]
+fn connections_past_twice_clients_max_are_refused_at_once() {
+    let s = TestServer::start(|c| c.limits.clients_max = 2);
+    let served: Vec<Client> = (0..2).map(|i| s.client(&format!("c{i}"))).collect();
+    let waiting: Vec<UnixStream> = (0..2).map(|_| connect_raw(&s)).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.handle.connections() < 4 {
+        assert!(std::time::Instant::now() < deadline, "the waiting sockets were not kept: {}", s.handle.connections());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut past = connect_raw(&s);
+    let (h, body) = read_reply(&mut past).expect("the reason before the close");
+    match parse_response(&h, &body).unwrap() {
+        Response::Error { errno, message } => {
+            assert_eq!(errno, libc::EBUSY);
+            assert!(message.contains("clients_max = 2"), "{message}");
+        }
+        r => panic!("{r:?}"),
+    }
+    let mut rest = Vec::new();
+    assert_eq!(past.read_to_end(&mut rest).unwrap(), 0, "closed");
+    assert_eq!(s.handle.connections(), 4, "the table did not grow");
+    let e = Client::connect(&s.addr()).err().expect("a client past the bound is refused");
+    assert!(e.message.contains("server full"), "{e}");
+    drop(waiting);
+    served[0].stat("").unwrap();
+}
+
 /// A raw Unix connection to `s`, with a 10 s read timeout.
 fn connect_raw(s: &TestServer) -> UnixStream {
     let sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
