@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 pub const KEY_ENV: &str = "SLUICE_KEY_FILE";
 /// Bytes of a key.
 pub const KEY_BYTES: usize = 32;
-/// Largest key file read, in bytes (64 hex digits and a newline, with room).
-const KEY_FILE_BYTES_MAX: u64 = 4096;
+/// Largest key file read, in bytes (64 hex digits and a newline, with
+/// room); a larger one is refused, not read in part.
+pub const KEY_FILE_BYTES_MAX: u64 = 4096;
 
 /// `SLUICE_KEY_FILE`, else `$XDG_CONFIG_HOME/sluice/key`, else
 /// `$HOME/.config/sluice/key`; `None` when none of these is set.
@@ -37,8 +38,9 @@ fn bad(path: &Path, why: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("key file {}: {why}", path.display()))
 }
 
-/// Read a key file; refused when group or others may read it, or when it
-/// does not hold exactly 64 hex digits.
+/// Read a key file; refused when group or others may read it, when it is
+/// larger than `KEY_FILE_BYTES_MAX`, or when it does not hold exactly 64
+/// hex digits (blank space around them allowed).
 pub fn load(path: &Path) -> io::Result<[u8; KEY_BYTES]> {
     let f = std::fs::File::open(path).map_err(|e| io::Error::new(e.kind(), format!("key file {}: {e}", path.display())))?;
     let mode = f.metadata()?.permissions().mode();
@@ -46,7 +48,10 @@ pub fn load(path: &Path) -> io::Result<[u8; KEY_BYTES]> {
         return Err(bad(path, format_args!("mode {:04o} lets others read it; chmod 600 it", mode & 0o7777)));
     }
     let mut text = String::new();
-    f.take(KEY_FILE_BYTES_MAX).read_to_string(&mut text).map_err(|e| bad(path, e))?;
+    f.take(KEY_FILE_BYTES_MAX + 1).read_to_string(&mut text).map_err(|e| bad(path, e))?;
+    if text.len() as u64 > KEY_FILE_BYTES_MAX {
+        return Err(bad(path, format_args!("larger than {KEY_FILE_BYTES_MAX} bytes (KEY_FILE_BYTES_MAX)")));
+    }
     let hex = text.trim();
     if hex.len() != KEY_BYTES * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(bad(path, format_args!("expected {} hex digits", KEY_BYTES * 2)));
@@ -122,6 +127,13 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::fs::write(&path, "abc\n").unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("hex digits"));
+        // The size bound at N (the key, then blank space) and N + 1.
+        let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+        let pad = KEY_FILE_BYTES_MAX as usize - hex.len();
+        std::fs::write(&path, format!("{hex}{}", " ".repeat(pad))).unwrap();
+        assert_eq!(load(&path).unwrap(), k, "a key file of exactly KEY_FILE_BYTES_MAX bytes");
+        std::fs::write(&path, format!("{hex}{}", " ".repeat(pad + 1))).unwrap();
+        assert!(load(&path).unwrap_err().to_string().contains("KEY_FILE_BYTES_MAX"), "one byte more is refused, not cut");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

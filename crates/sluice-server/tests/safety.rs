@@ -491,13 +491,40 @@ fn a_body_is_held_as_it_arrives_and_a_stalled_one_times_out() {
     let mut sock = stalled_write(&s, (8 << 20) - 64, (2 << 20) + 4096);
     // Three 1 MiB chunks taken (two filled, one filling), not eight.
     wait_partial(&s, |b| b == 3 << 20, "held as it arrives");
-    // 500 ms + 8 ms per 8 MiB at the rate floor: then ETIMEDOUT and closed.
+    // 500 ms, plus 8 s for 8 MiB at the 1 MiB/s rate floor: then
+    // ETIMEDOUT and closed.
     let (h, body) = read_reply(&mut sock).expect("an error reply");
     match parse_response(&h, &body).unwrap() {
         Response::Error { errno, message } => assert_eq!(errno, libc::ETIMEDOUT, "{message}"),
         other => panic!("{other:?}"),
     }
     wait_partial(&s, |b| b == 0, "given back");
+}
+
+/// A header cut short: nothing before `frame_stall_ms`, then ETIMEDOUT
+/// and the connection closed.
+#[test]
+fn a_stalled_frame_header_times_out() {
+    let s = TestServer::start(|c| c.limits.frame_stall_ms = 600);
+    let mut sock = raw(&s);
+    let mut frame = Vec::new();
+    encode_request(1, &Request::Stat { path: "" }, &mut frame).unwrap();
+    sock.write_all(&frame[..HEADER_BYTES - 1]).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut b = [0u8; 1];
+    let early = sock.read(&mut b).unwrap_err();
+    assert!(matches!(early.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "an answer before the stall time: {early}");
+    sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (h, body) = read_reply(&mut sock).expect("an error reply");
+    match parse_response(&h, &body).unwrap() {
+        Response::Error { errno, message } => {
+            assert_eq!(errno, libc::ETIMEDOUT);
+            assert!(message.contains("header stalled"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut rest = Vec::new();
+    assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "closed");
 }
 
 /// Issue 12: 60 stalled 16 MiB bodies pinned 1 GB. Each body reserves its
