@@ -64,7 +64,7 @@ pub use scenario::{
     AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, SchedulerModel,
     Server,
 };
-pub use scenario::{APPS_MAX, CHANNELS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
+pub use scenario::{APPS_MAX, BLOCKS_PER_CALL_MAX, CHANNELS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use state::device;
 pub use trace::Trace;
 pub use units::size;

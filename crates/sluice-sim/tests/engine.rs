@@ -5,7 +5,7 @@
 mod common;
 
 use common::{check, shipped};
-use sluice_sim::{ErrorKind, RunOptions, Scenario};
+use sluice_sim::{App, ErrorKind, Pattern, RunOptions, Scenario};
 
 /// One process on a network so fast it costs nothing measurable.
 fn lone_reader(device: &str, bytes: u64, granularity: u64) -> Scenario {
@@ -120,6 +120,37 @@ fn procs_max_at_n_and_n_plus_one() {
     sc.validate().unwrap();
     sc.apps[0].procs += 1;
     assert_eq!(sc.validate().unwrap_err().kind, ErrorKind::Invalid);
+}
+
+/// The scenario's other size bounds, each at N (valid) and N+1 (refused,
+/// saying which).
+#[test]
+fn scenario_bounds_at_n_and_n_plus_one() {
+    let base = shipped("mix10");
+    let at = |edit: &dyn Fn(&mut Scenario, bool)| {
+        let mut sc = base.clone();
+        edit(&mut sc, false);
+        sc.validate().unwrap();
+        let mut sc = base.clone();
+        edit(&mut sc, true);
+        sc.validate().unwrap_err()
+    };
+    let e = at(&|sc, over| {
+        let one = App { procs: 1, ..sc.apps[0].clone() };
+        sc.apps = (0..sluice_sim::APPS_MAX + usize::from(over)).map(|i| App { name: format!("a{i}"), ..one.clone() }).collect();
+    });
+    assert!(e.detail.contains("applications"), "{e}");
+    let e = at(&|sc, over| sc.cluster.compute_nodes = sluice_sim::NODES_MAX + u64::from(over));
+    assert!(e.detail.contains("compute_nodes"), "{e}");
+    let e = at(&|sc, over| sc.server.count = sluice_sim::SIM_SERVERS_MAX + u64::from(over));
+    assert!(e.detail.contains("server count"), "{e}");
+    let e = at(&|sc, over| sc.sweep_granularity_bytes = vec![4096; sluice_sim::SWEEP_POINTS_MAX + usize::from(over)]);
+    assert!(e.detail.contains("sweep points"), "{e}");
+    let e = at(&|sc, over| {
+        let a = &mut sc.apps[0];
+        (a.pattern, a.blocks_per_call) = (Pattern::Strided, sluice_sim::BLOCKS_PER_CALL_MAX + u64::from(over));
+    });
+    assert!(e.detail.contains("blocks_per_call"), "{e}");
 }
 
 #[test]
