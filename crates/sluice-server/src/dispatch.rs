@@ -57,6 +57,16 @@ pub struct Dispatcher {
 /// Applications the trace remembers having named.
 const TRACE_NAMED_MAX: usize = 4_096;
 
+/// The applications of `seen` the trace has not named yet, now counted as
+/// named in `named`, which holds at most `max` (past it, it starts over:
+/// they are named again).
+fn to_name(named: &mut HashSet<AppId>, seen: &[AppId], max: usize) -> Vec<AppId> {
+    if named.len() + seen.len() > max {
+        named.clear();
+    }
+    seen.iter().copied().filter(|&app| named.insert(app)).collect()
+}
+
 /// Errno and message for a request the scheduler refused.
 fn refusal(e: sluice_core::Error) -> (i32, String) {
     let errno = match e.kind {
@@ -156,13 +166,8 @@ impl Dispatcher {
             table.record(it.req.app, it.req.op == Op::Write, it.result.ok(), now.saturating_sub(it.arrival_ns), Some(timing));
         }
         if let Some(t) = self.tracer.as_ref().filter(|t| t.on()) {
-            if self.named.len() + seen.len() > TRACE_NAMED_MAX {
-                self.named.clear();
-            }
-            for &app in &seen {
-                if self.named.insert(app) {
-                    t.send(Record::App(app, table.name(app).unwrap_or(crate::state::FORGOTTEN_APPS).to_string()));
-                }
+            for app in to_name(&mut self.named, &seen, TRACE_NAMED_MAX) {
+                t.send(Record::App(app, table.name(app).unwrap_or(crate::state::FORGOTTEN_APPS).to_string()));
             }
             let members = job
                 .items
@@ -249,5 +254,23 @@ impl Dispatcher {
         assert!(self.pending.is_empty(), "{} requests pending at shutdown", self.pending.len());
         assert_eq!(self.admitted, self.answered, "admitted and answered requests differ at shutdown");
         Ended { scheduler: self.sched.stats(), device_model: (self.learner.observed() > 0).then(|| self.learner.model()), device_busy_ns: self.device.busy_ns, device_seeks: self.device.seeks }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_traces_named_applications_bound_at_n_and_n_plus_one() {
+        let mut named = HashSet::new();
+        let ids = |r: std::ops::Range<u32>| r.map(AppId).collect::<Vec<_>>();
+        assert_eq!(to_name(&mut named, &ids(0..3), 4), ids(0..3));
+        assert_eq!(to_name(&mut named, &ids(1..2), 4), ids(0..0), "a named one is not named again");
+        assert_eq!(to_name(&mut named, &ids(3..4), 4), ids(3..4));
+        assert_eq!(named.len(), 4, "N");
+        // N+1: the set starts over; every application seen is named again.
+        assert_eq!(to_name(&mut named, &ids(0..1), 4), ids(0..1));
+        assert_eq!(named.len(), 1);
     }
 }
