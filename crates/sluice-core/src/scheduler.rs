@@ -392,6 +392,11 @@ impl Scheduler {
         let slot = self.store.insert(e);
         self.stats.queued += 1;
         self.policy.enqueued(&self.store, slot, now);
+        if !self.apps.contains_key(&e.req.app) {
+            // Released from behind a conflict or from the background after
+            // its application left: the policy's record goes with it.
+            self.policy.forget_app(e.req.app);
+        }
     }
 
     /// What the device should do at `now`.
