@@ -361,3 +361,45 @@ fn a_large_frame_announced_and_not_sent_is_closed_at_the_stall_time() {
     c.mkdir("d").unwrap();
     meta.shutdown();
 }
+
+/// A client that sends requests and never reads their replies does not
+/// keep its connection's thread: a reply's write gives up at the stall
+/// time (before, it blocked for good).
+#[test]
+fn a_client_that_does_not_read_its_replies_is_closed() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let t = MetaTimeouts { frame_stall: Duration::from_millis(500), ..MetaTimeouts::default() };
+    let (mut meta, at) = meta_with(dir.path(), t);
+    let s = std::os::unix::net::UnixStream::connect(dir.path().join("m.sock")).unwrap();
+    let mut frame = Vec::new();
+    let body = b"\"Servers\"";
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(body);
+    let frames = frame.repeat(4096);
+    let writer = s.try_clone().unwrap();
+    writer.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    // Far more replies than the socket buffers hold; the writes stop when
+    // the role stops reading.
+    let sender = std::thread::spawn(move || {
+        for _ in 0..64 {
+            if (&writer).write_all(&frames).is_err() {
+                break;
+            }
+        }
+    });
+    let connections = || sluice_metrics::value(&scrape(at), "sluice_meta_connections", &[]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while connections() < 1.0 {
+        assert!(Instant::now() < deadline, "the connection was never served");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    while connections() > 0.0 {
+        assert!(Instant::now() < deadline, "the role still writes to a client that does not read");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sender.join().unwrap();
+    drop(s);
+    StripedClient::connect(&meta.addr()).unwrap().mkdir("d").unwrap();
+    meta.shutdown();
+}

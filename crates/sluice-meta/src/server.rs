@@ -5,10 +5,10 @@
 //! Connections are bounded in time too (`MetaTimeouts`): one that has not
 //! sent its first request, or proven its key over TCP, within the
 //! handshake time is closed; so is one idle between requests past the
-//! idle time (clients reconnect, `sluice_remote::StripedClient`); and a
-//! frame once begun must arrive whole within the stall time. A connection
-//! is closed only between requests: every request read whole is answered
-//! first.
+//! idle time (clients reconnect, `sluice_remote::StripedClient`); a
+//! frame once begun must arrive whole within the stall time, and a reply
+//! must leave within it. A time bound closes a connection only between
+//! requests: every well-formed request read whole is answered first.
 
 use std::io::Read;
 use std::path::Path;
@@ -37,7 +37,8 @@ pub struct MetaTimeouts {
     pub handshake: Duration,
     /// Between two requests of a connection in service.
     pub idle: Duration,
-    /// From a frame's first byte to its last.
+    /// From a frame's first byte to its last; and the longest a reply's
+    /// write may block on a client that does not read.
     pub frame_stall: Duration,
 }
 
@@ -275,6 +276,9 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
     let mut nonce: Option<[u8; sluice_proto::AUTH_BYTES]> = None;
     let mut proven = shared.key.is_none();
     let t = shared.timeouts;
+    if stream.set_write_timeout(Some(t.frame_stall.max(Duration::from_millis(1)))).is_err() {
+        return;
+    }
     loop {
         let wait = if first || !proven { t.handshake } else { t.idle };
         let body = match recv_within(&mut stream, wait, t.frame_stall) {

@@ -104,16 +104,19 @@ fn meta_error(errno: i32, message: String) -> Error {
 }
 
 /// How an exchange with the metadata role failed: the connection was
-/// found closed (no reply came), or anything else.
+/// found closed (no reply came), the role answered an error, or the
+/// connection failed otherwise (a timeout, a frame that does not parse),
+/// after which a late reply could be taken for the next request's.
 enum Exchange {
     Closed(Error),
     Failed(Error),
+    Broken(Error),
 }
 
 impl Exchange {
     fn into_error(self) -> Error {
         match self {
-            Exchange::Closed(e) | Exchange::Failed(e) => e,
+            Exchange::Closed(e) | Exchange::Failed(e) | Exchange::Broken(e) => e,
         }
     }
 }
@@ -129,14 +132,14 @@ fn exchange(s: &mut MetaStream, req: &MetaRequest) -> std::result::Result<MetaRe
         }
         let errno = e.raw_os_error().unwrap_or(libc::EIO);
         let err = Error::new(ErrorKind::Meta, errno, format!("metadata role: {e}"));
-        return Err(if closed(&err) { Exchange::Closed(err) } else { Exchange::Failed(err) });
+        return Err(if closed(&err) { Exchange::Closed(err) } else { Exchange::Broken(err) });
     }
     match recv::<MetaReply>(&mut *s) {
         Ok(Some(MetaReply::Error { errno, message })) => Err(Exchange::Failed(meta_error(errno, message))),
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err(Exchange::Closed(Error::new(ErrorKind::Meta, libc::EIO, "the metadata role closed the connection"))),
         Err(e) if closed(&e) => Err(Exchange::Closed(e)),
-        Err(e) => Err(Exchange::Failed(e)),
+        Err(e) => Err(Exchange::Broken(e)),
     }
 }
 
@@ -211,20 +214,26 @@ impl StripedClient {
     /// request that only reads is sent once more on a new connection if
     /// the old one turns out closed while it was sent (the role never
     /// closes a connection with a request read and unanswered, so no
-    /// change is made twice).
+    /// change is made twice). A connection that failed otherwise (a reply
+    /// timed out) is not used again.
     fn call(&self, req: MetaRequest) -> Result<MetaReply> {
         let mut s = self.meta.lock().unwrap_or_else(|p| p.into_inner());
         if s.peer_closed() {
             *s = meta_connect(&self.addr, &self.opts)?;
         }
         let reads_only = matches!(req, MetaRequest::Servers | MetaRequest::Lookup { .. } | MetaRequest::Readdir { .. });
-        match exchange(&mut s, &req) {
+        let r = match exchange(&mut s, &req) {
             Err(Exchange::Closed(_)) if reads_only => {
                 *s = meta_connect(&self.addr, &self.opts)?;
-                exchange(&mut s, &req).map_err(Exchange::into_error)
+                exchange(&mut s, &req)
             }
-            r => r.map_err(Exchange::into_error),
+            r => r,
+        };
+        if let Err(Exchange::Broken(_)) = &r {
+            // Not used again: the next call opens a new connection.
+            s.shutdown(std::net::Shutdown::Both);
         }
+        r.map_err(Exchange::into_error)
     }
 
     fn entry(&self, req: MetaRequest) -> Result<Entry> {
