@@ -201,6 +201,10 @@ struct ReadSide {
     input: BufReader<Rx>,
     stash: HashMap<u64, std::result::Result<Reply, (i32, String)>>,
     broken: Option<String>,
+    /// The server's reason for closing (an error under request id 0, which
+    /// no request has): replies to requests in flight may still come
+    /// before the end, which then carries this reason.
+    closing: Option<String>,
 }
 
 /// How long a call waits for a silent server, and what it does then.
@@ -265,7 +269,12 @@ impl Conn {
         Ok(Conn {
             addr: addr.to_string(),
             output: Mutex::new(s),
-            read: Mutex::new(ReadSide { input: BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }), stash: HashMap::new(), broken: None }),
+            read: Mutex::new(ReadSide {
+                input: BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }),
+                stash: HashMap::new(),
+                broken: None,
+                closing: None,
+            }),
             id_next: AtomicU64::new(1),
             patience,
             unix_fd,
@@ -335,8 +344,20 @@ impl Conn {
         };
         drop(out);
         if let Err(e) = r {
-            let why = e.to_string();
-            lock(&self.read).broken.get_or_insert(why.clone());
+            let mut g = lock(&self.read);
+            if g.broken.is_none() && g.closing.is_none() && matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
+                // The server closed first, perhaps saying why (server
+                // full): what it sent is still to be read.
+                match read_one(&mut g.input, 0, None) {
+                    Ok((0, Err((_, why)))) => g.closing = Some(why),
+                    Ok((rid, r)) if rid != 0 && rid < self.id_next.load(Ordering::Relaxed) => {
+                        g.stash.insert(rid, r);
+                    }
+                    _ => {}
+                }
+            }
+            let why = g.closing.take().unwrap_or_else(|| e.to_string());
+            let why = g.broken.get_or_insert(why).clone();
             return Err(self.lost(&why));
         }
         Ok(id)
@@ -389,8 +410,9 @@ impl Conn {
                 Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
                 // Request id 0 is never sent: an error under it is the
                 // server's reason for closing the connection (full,
-                // handshake or frame timed out), the end follows.
-                Ok((0, Err((_, why)))) => g.broken = Some(why),
+                // handshake or frame timed out); the end follows, after
+                // the replies to requests still in flight.
+                Ok((0, Err((_, why)))) => g.closing = Some(why),
                 // A reply to a request never sent: nothing would take it.
                 Ok((rid, _)) if rid >= self.id_next.load(Ordering::Relaxed) || rid == 0 => {
                     g.broken = Some(format!("the server answered request {rid}, which was never sent"));
@@ -399,7 +421,7 @@ impl Conn {
                     g.stash.insert(rid, r);
                 }
                 Err(e) => {
-                    g.broken = Some(e.to_string());
+                    g.broken = Some(g.closing.take().unwrap_or_else(|| e.to_string()));
                 }
             }
         }
@@ -572,13 +594,17 @@ mod tests {
     }
 
     /// Request id 0 is never sent: an error under it is the server's
-    /// reason for closing, and the caller is told it.
+    /// reason for closing. Replies to requests in flight that follow it
+    /// still reach their callers; the others are told the reason.
     #[test]
     fn the_servers_reason_for_closing_reaches_the_caller() {
         let (c, mut server, dir) = by_hand();
+        let answered = c.send(&Request::Stat { path: "a" }).unwrap();
         let id = c.send(&Request::Stat { path: "" }).unwrap();
         answer(&mut server, 0, &sluice_proto::Response::Error { errno: libc::EBUSY, message: "server full (clients_max = 2)" });
+        answer(&mut server, answered, &sluice_proto::Response::Count(7));
         drop(server);
+        assert!(matches!(c.wait(answered, None).unwrap(), Reply::Count(7)), "a reply after the reason is delivered");
         let e = c.wait(id, None).unwrap_err();
         assert_eq!(e.kind, ClientErrorKind::Disconnected);
         assert!(e.message.contains("server full (clients_max = 2)"), "{e}");
