@@ -343,8 +343,10 @@ fn meta_connections_are_bounded_in_time() {
     meta.shutdown();
 }
 
-/// A frame that announces the largest length and sends a little holds
-/// what came, not the length announced, and is closed at the stall time.
+/// A frame that announces the largest length and sends a little is closed
+/// at the stall time, and others are served meanwhile. (That its body is
+/// held as it arrives, not at the length announced, is `recv_within`'s
+/// code; this test does not measure memory.)
 #[test]
 fn a_large_frame_announced_and_not_sent_is_closed_at_the_stall_time() {
     use std::io::Write;

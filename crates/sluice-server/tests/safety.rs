@@ -391,21 +391,27 @@ fn connections_past_twice_clients_max_are_refused_at_once() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let mut past = connect_raw(&s);
-    let (h, body) = read_reply(&mut past).expect("the reason before the close");
-    match parse_response(&h, &body).unwrap() {
-        Response::Error { errno, message } => {
-            assert_eq!(errno, libc::EBUSY);
-            assert!(message.contains("clients_max = 2"), "{message}");
-        }
-        r => panic!("{r:?}"),
-    }
-    let mut rest = Vec::new();
-    assert_eq!(past.read_to_end(&mut rest).unwrap(), 0, "closed");
+    expect_error_then_close(&mut past, libc::EBUSY, "clients_max = 2");
     assert_eq!(s.handle.connections(), 4, "the table did not grow");
     let e = Client::connect(&s.addr()).err().expect("a client past the bound is refused");
     assert!(e.message.contains("server full"), "{e}");
     drop(waiting);
     served[0].stat("").unwrap();
+}
+
+/// The server's reason for closing `sock` (an `Error` with `errno` whose
+/// message contains `says`), then the end of the stream.
+fn expect_error_then_close(sock: &mut UnixStream, errno: i32, says: &str) {
+    let (h, body) = read_reply(sock).expect("the reason before the close");
+    match parse_response(&h, &body).unwrap() {
+        Response::Error { errno: e, message } => {
+            assert_eq!(e, errno, "{message}");
+            assert!(message.contains(says), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut rest = Vec::new();
+    assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "closed");
 }
 
 /// A raw Unix connection to `s`, with a 10 s read timeout.
@@ -515,16 +521,7 @@ fn a_stalled_frame_header_times_out() {
     let early = sock.read(&mut b).unwrap_err();
     assert!(matches!(early.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "an answer before the stall time: {early}");
     sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let (h, body) = read_reply(&mut sock).expect("an error reply");
-    match parse_response(&h, &body).unwrap() {
-        Response::Error { errno, message } => {
-            assert_eq!(errno, libc::ETIMEDOUT);
-            assert!(message.contains("header stalled"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
-    let mut rest = Vec::new();
-    assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "closed");
+    expect_error_then_close(&mut sock, libc::ETIMEDOUT, "header stalled");
 }
 
 /// Issue 12: 60 stalled 16 MiB bodies pinned 1 GB. Each body reserves its
