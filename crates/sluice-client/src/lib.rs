@@ -979,8 +979,20 @@ impl Client {
         // With a shared region, pieces of a slot each: every piece can
         // travel through the region or be answered with a lease.
         let chunk = if self.current().shm.is_some() { shm::SLOT_BYTES } else { self.io_bytes_max() };
-        let tickets: Vec<(usize, Ticket)> =
-            (0..buf.len()).step_by(chunk).map(|at| Ok((at, self.submit_read(fd, chunk.min(buf.len() - at), offset + at as u64)?))).collect::<Result<_>>()?;
+        let mut tickets: Vec<(usize, Ticket)> = Vec::new();
+        for at in (0..buf.len()).step_by(chunk) {
+            match self.submit_read(fd, chunk.min(buf.len() - at), offset + at as u64) {
+                Ok(t) => tickets.push((at, t)),
+                Err(e) => {
+                    // Those already sent are waited on (each holds its
+                    // slot until answered), then the failure is told.
+                    for (_, t) in tickets {
+                        let _ = self.wait_discard(t);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         let mut total = 0;
         let mut short = false;
         let mut failed = None;
@@ -1148,7 +1160,19 @@ impl Client {
     /// `pwrite` through the server: `io_bytes_max` pieces, pipelined.
     fn pwrite_chunks(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
         let chunk = self.io_bytes_max();
-        let tickets: Vec<Ticket> = data.chunks(chunk).enumerate().map(|(i, c)| self.submit_write(fd, c, offset + (i * chunk) as u64)).collect::<Result<_>>()?;
+        let mut tickets: Vec<Ticket> = Vec::new();
+        for (i, c) in data.chunks(chunk).enumerate() {
+            match self.submit_write(fd, c, offset + (i * chunk) as u64) {
+                Ok(t) => tickets.push(t),
+                Err(e) => {
+                    // As in `pread`: the writes already sent are waited on.
+                    for t in tickets {
+                        let _ = self.wait_write(t);
+                    }
+                    return Err(e);
+                }
+            }
+        }
         // Every ticket is waited on, even after a failure (see `pread`).
         let results: Vec<Result<usize>> = tickets.into_iter().map(|t| self.wait_write(t)).collect();
         results.into_iter().sum()
