@@ -207,6 +207,24 @@ struct ReadSide {
     closing: Option<String>,
 }
 
+impl ReadSide {
+    /// Keep a frame no caller is waiting for now (`sent_below`: the next
+    /// request id). Request id 0 is never sent: an error under it is the
+    /// server's reason for closing the connection (full, handshake or
+    /// frame timed out); the end follows, after the replies to requests
+    /// still in flight. A reply to a request never sent, which nothing
+    /// would take, breaks the connection. Any other waits in the stash.
+    fn file(&mut self, rid: u64, r: std::result::Result<Reply, (i32, String)>, sent_below: u64) {
+        match (rid, r) {
+            (0, Err((_, why))) => self.closing = Some(why),
+            (rid, _) if rid == 0 || rid >= sent_below => self.broken = Some(format!("the server answered request {rid}, which was never sent")),
+            (rid, r) => {
+                self.stash.insert(rid, r);
+            }
+        }
+    }
+}
+
 /// How long a call waits for a silent server, and what it does then.
 #[derive(Debug)]
 pub(crate) struct Patience {
@@ -348,12 +366,8 @@ impl Conn {
             if g.broken.is_none() && g.closing.is_none() && matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
                 // The server closed first, perhaps saying why (server
                 // full): what it sent is still to be read.
-                match read_one(&mut g.input, 0, None) {
-                    Ok((0, Err((_, why)))) => g.closing = Some(why),
-                    Ok((rid, r)) if rid != 0 && rid < self.id_next.load(Ordering::Relaxed) => {
-                        g.stash.insert(rid, r);
-                    }
-                    _ => {}
+                if let Ok((rid, r)) = read_one(&mut g.input, 0, None) {
+                    g.file(rid, r, self.id_next.load(Ordering::Relaxed));
                 }
             }
             let why = g.closing.take().unwrap_or_else(|| e.to_string());
@@ -408,18 +422,7 @@ impl Conn {
             self.await_frame(&mut g)?;
             match read_one(&mut g.input, id, into.as_deref_mut()) {
                 Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
-                // Request id 0 is never sent: an error under it is the
-                // server's reason for closing the connection (full,
-                // handshake or frame timed out); the end follows, after
-                // the replies to requests still in flight.
-                Ok((0, Err((_, why)))) => g.closing = Some(why),
-                // A reply to a request never sent: nothing would take it.
-                Ok((rid, _)) if rid >= self.id_next.load(Ordering::Relaxed) || rid == 0 => {
-                    g.broken = Some(format!("the server answered request {rid}, which was never sent"));
-                }
-                Ok((rid, r)) => {
-                    g.stash.insert(rid, r);
-                }
+                Ok((rid, r)) => g.file(rid, r, self.id_next.load(Ordering::Relaxed)),
                 Err(e) => {
                     g.broken = Some(g.closing.take().unwrap_or_else(|| e.to_string()));
                 }

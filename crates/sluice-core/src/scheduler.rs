@@ -360,6 +360,7 @@ impl Scheduler {
             self.background_in.insert(e.req.id);
             self.background_last = now;
             self.enter(e.req, now);
+            self.forget_if_gone(e.req.app);
             room -= 1;
         }
     }
@@ -392,10 +393,15 @@ impl Scheduler {
         let slot = self.store.insert(e);
         self.stats.queued += 1;
         self.policy.enqueued(&self.store, slot, now);
-        if !self.apps.contains_key(&e.req.app) {
-            // Released from behind a conflict or from the background after
-            // its application left: the policy's record goes with it.
-            self.policy.forget_app(e.req.app);
+    }
+
+    /// After a request entered late (released from behind a conflict, or
+    /// let in from the background): if its application left meanwhile,
+    /// the policy's record goes with its last request. (A request that
+    /// enters as it arrives has its application registered.)
+    fn forget_if_gone(&mut self, app: AppId) {
+        if !self.apps.contains_key(&app) {
+            self.policy.forget_app(app);
         }
     }
 
@@ -529,6 +535,7 @@ impl Scheduler {
             // Admit first: with the blocked entry still listed the file
             // never looks idle in between.
             self.admit(b, now);
+            self.forget_if_gone(b.req.app);
             let fq = self.store.files.get_mut(&file).expect("checked above");
             fq.blocked.remove(i);
             fq.writes -= u32::from(b.req.op == crate::types::Op::Write);

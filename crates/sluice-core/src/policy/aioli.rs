@@ -539,6 +539,15 @@ impl Aioli {
         })
     }
 
+    /// Open window `w`, `len` long, unless the cost model says that much
+    /// idle time costs more than the seeks it saves; counted.
+    fn open_window(&mut self, len: u64, w: SyncWindow) {
+        if self.cost.is_none_or(|c| c.window_pays(len)) {
+            self.windows += 1;
+            self.window = Some(w);
+        }
+    }
+
     /// Whether a file's window still waits for its reader: the turn's
     /// application had nothing queued when it opened, so the first of its
     /// requests that came since tells. One further on in the file, same
@@ -802,7 +811,7 @@ impl Policy for Aioli {
             return;
         }
         let turn = self.turn.filter(|t| self.window.is_none() && now.saturating_sub(t.started) < self.p.turn_ns_max);
-        let (hits_min, wmin, wmax, cost) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max, self.cost);
+        let (hits_min, wmin, wmax) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max);
         let mut searching = turn.is_some();
         for m in &d.members {
             let s = self.stream(m.app, m.client);
@@ -822,10 +831,7 @@ impl Policy for Aioli {
             }
             searching = false;
             let len = window_len(s.think_ns.max(u64::from(s.think_peak)), wmin, wmax);
-            if cost.is_none_or(|c| c.window_pays(len)) {
-                self.windows += 1;
-                self.window = Some(SyncWindow { app: m.app, client: Some(m.client), file: d.file, op: d.op, offset: m.end(), until: now + len.max(1) });
-            }
+            self.open_window(len, SyncWindow { app: m.app, client: Some(m.client), file: d.file, op: d.op, offset: m.end(), until: now + len.max(1) });
         }
         // No synchronous stream: the turn's application may still be a
         // collective reader of the file, whose processes each wait for
@@ -841,10 +847,7 @@ impl Policy for Aioli {
             return;
         }
         let len = window_len(think, wmin, wmax);
-        if cost.is_none_or(|c| c.window_pays(len)) {
-            self.windows += 1;
-            self.window = Some(SyncWindow { app: t.app, client: None, file: d.file, op: d.op, offset: d.end(), until: now + len.max(1) });
-        }
+        self.open_window(len, SyncWindow { app: t.app, client: None, file: d.file, op: d.op, offset: d.end(), until: now + len.max(1) });
     }
 
     fn set_device(&mut self, cost: Option<DeviceCost>, depth: u32) {
