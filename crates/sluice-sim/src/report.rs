@@ -46,6 +46,9 @@ pub struct DeviceReport {
     pub bytes: u64,
     pub busy_s: f64,
     pub cache_hits: u64,
+    /// The most requests one server's backlog held at once (the largest
+    /// over the servers; its bound is `backlog_max`).
+    pub backlog_peak: u64,
     /// The scheduler's holds for missing pieces and windows for
     /// synchronous readers (aioli; 0 under other policies).
     pub holds: u64,
@@ -63,6 +66,7 @@ impl DeviceReport {
         self.bytes += d.bytes;
         self.busy_s += d.busy_ns as f64 / 1e9;
         self.cache_hits += d.cache_hits;
+        self.backlog_peak = self.backlog_peak.max(d.backlog_peak);
         self.holds += s.holds;
         self.windows += s.windows;
     }

@@ -206,14 +206,7 @@ impl World {
         let blocks = &mut self.servers[fill.server as usize].blocks;
         let key = (fill.file, fill.offset / blocks.block);
         let waiters = blocks.filling.remove(&key).expect("a fill has waiters");
-        if blocks.max > 0 {
-            if blocks.order.len() >= blocks.max {
-                let old = blocks.order.pop_front().expect("a full cache has blocks");
-                blocks.present.remove(&old);
-            }
-            blocks.present.insert(key);
-            blocks.order.push_back(key);
-        }
+        blocks.keep(key);
         for w in waiters {
             let piece = self.pieces.get_mut(w);
             piece.missing -= 1;

@@ -321,16 +321,36 @@ pub struct DevStats {
     pub busy_ns: u64,
     pub bytes: u64,
     pub cache_hits: u64,
+    /// The most requests the server's backlog held at once (its bound is
+    /// `backlog_max`).
+    pub backlog_peak: u64,
 }
 
 /// The aggregation cache's blocks: present (FIFO-evicted) and being read.
 #[derive(Default)]
 pub(crate) struct Blocks {
     pub block: u64,
+    /// Blocks kept present at most (`cache_bytes / block`; 0: none kept).
     pub max: usize,
     pub present: HashSet<(u64, u64)>,
     pub order: VecDeque<(u64, u64)>,
     pub filling: HashMap<(u64, u64), Vec<u32>>,
+}
+
+impl Blocks {
+    /// Keep a block just read, evicting the oldest one when `max` are
+    /// present already.
+    pub fn keep(&mut self, key: (u64, u64)) {
+        if self.max == 0 {
+            return;
+        }
+        if self.order.len() >= self.max {
+            let old = self.order.pop_front().expect("a full cache has blocks");
+            self.present.remove(&old);
+        }
+        self.present.insert(key);
+        self.order.push_back(key);
+    }
 }
 
 pub(crate) struct ServerState {
@@ -481,6 +501,7 @@ impl ServerState {
             return Err(Error::new(ErrorKind::Bound, format!("server backlog over backlog_max = {}", self.backlog_max)));
         }
         self.backlog.push_back(req);
+        self.stats.backlog_peak = self.stats.backlog_peak.max(self.backlog.len() as u64);
         Ok(())
     }
 
@@ -496,5 +517,29 @@ impl ServerState {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Blocks;
+
+    #[test]
+    fn the_aggregation_cache_keeps_max_blocks_and_evicts_the_oldest_past_it() {
+        let mut b = Blocks { block: 4096, max: 3, ..Blocks::default() };
+        for blk in 0..3 {
+            b.keep((7, blk));
+        }
+        // N: all three present.
+        assert_eq!((b.present.len(), b.order.len()), (3, 3));
+        assert!((0..3).all(|blk| b.present.contains(&(7, blk))));
+        // N + 1: the oldest goes, the newest is kept.
+        b.keep((7, 3));
+        assert_eq!((b.present.len(), b.order.len()), (3, 3));
+        assert!(!b.present.contains(&(7, 0)) && b.present.contains(&(7, 3)));
+        // No cache: nothing kept.
+        let mut none = Blocks { block: 4096, max: 0, ..Blocks::default() };
+        none.keep((7, 0));
+        assert!(none.present.is_empty() && none.order.is_empty());
     }
 }

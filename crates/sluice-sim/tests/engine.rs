@@ -171,10 +171,16 @@ fn a_full_scheduler_queue_overflows_into_the_bounded_backlog() {
     sc.server.device = "hdd7200".into();
     let full = sluice_core::Limits::default().queued_requests_max as u64;
     assert!(5_000 * 16 > full);
-    check(&sc, 1.0, &["fifo"]);
-    sc.server.backlog_max = 0;
+    let peak = check(&sc, 1.0, &["fifo"]).runs[0].device_stats.backlog_peak;
+    assert!(peak > 0, "the backlog was used");
+    // The bound at N (the run's peak) holds; at N - 1 the run fails.
     let opts = RunOptions { modes: vec!["fifo".into()], ..RunOptions::default() };
-    assert_eq!(sluice_sim::run(&sc, &opts).unwrap_err().kind, ErrorKind::Bound);
+    sc.server.backlog_max = peak;
+    assert_eq!(sluice_sim::run(&sc, &opts).unwrap().0.runs[0].device_stats.backlog_peak, peak);
+    sc.server.backlog_max = peak - 1;
+    let e = sluice_sim::run(&sc, &opts).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Bound);
+    assert!(e.detail.contains("backlog_max"), "{e}");
 }
 
 #[test]
