@@ -94,6 +94,12 @@ pub fn identify(peer: Option<&PeerCred>, stated: Option<&Cred>, squash: Squash, 
     let cred = match squash {
         Squash::All => anon,
         Squash::Root if cred.uid == 0 && !vouched => anon,
+        // As knfsd's root_squash: group 0 stated over the network is not
+        // root's group either, as primary group or supplementary.
+        Squash::Root if !vouched => {
+            let squash_gid = |g: u32| if g == 0 { ANON_ID } else { g };
+            Cred { uid: cred.uid, gid: squash_gid(cred.gid), groups: cred.groups.iter().copied().map(squash_gid).collect() }
+        }
         _ => cred,
     };
     if server_uid != 0 && cred.uid != server_uid && cred.uid != 0 {
@@ -141,6 +147,77 @@ pub fn take_on_thread(cred: &Cred, server_uid: u32) -> Result<()> {
     Ok(())
 }
 
+/// Capabilities a thread that moves clients' data must not hold:
+/// `CAP_FSETID` (with it the kernel keeps a file's setuid and setgid bits
+/// when the thread writes it, so a user who may write a setuid program
+/// could change it and keep its owner's rights) and `CAP_SYS_RESOURCE`
+/// (with it a write passes disk quotas and takes the blocks the file
+/// system reserves for root). Bit numbers from `linux/capability.h`.
+const DATA_CAPS_DROPPED: [u32; 2] = [4, 24];
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// Drop `DATA_CAPS_DROPPED` from the calling thread's effective and
+/// permitted sets (capabilities are per thread: the server's other
+/// threads keep theirs). Run first on every thread that reads or writes
+/// clients' data (the executors, and the event loop, which writes inline
+/// and whose credentials its io_uring and the ring's kernel workers
+/// take), so such a write leaves the kernel to clear the setuid and
+/// setgid bits as it does for the user's own. A server without the
+/// capabilities has nothing to drop.
+pub fn drop_data_caps_on_thread() -> std::io::Result<()> {
+    let mut head = CapHeader { version: CAP_VERSION_3, pid: 0 };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget fills two CapData for version 3; the header and data
+    // outlive the call.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut head as *mut CapHeader, data.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut changed = false;
+    for cap in DATA_CAPS_DROPPED {
+        let (word, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+        changed |= (data[word].effective | data[word].permitted) & bit != 0;
+        data[word].effective &= !bit;
+        data[word].permitted &= !bit;
+    }
+    if !changed {
+        return Ok(());
+    }
+    head = CapHeader { version: CAP_VERSION_3, pid: 0 };
+    // SAFETY: as above; capset only reads them.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut head as *mut CapHeader, data.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether the calling thread holds capability `cap` in its effective set
+/// (for tests).
+pub fn thread_has_cap(cap: u32) -> bool {
+    let mut head = CapHeader { version: CAP_VERSION_3, pid: 0 };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: as in `drop_data_caps_on_thread`.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut head as *mut CapHeader, data.as_mut_ptr()) } != 0 {
+        return false;
+    }
+    data[(cap / 32) as usize].effective & (1 << (cap % 32)) != 0
+}
+
 /// The server's effective uid.
 pub fn server_uid() -> u32 {
     // SAFETY: geteuid cannot fail.
@@ -168,6 +245,34 @@ mod tests {
         assert!(needs_key(Some(&peer(1000)), Some(&cred(0))));
         // Local root may forward (a mount run by root).
         assert!(!needs_key(Some(&peer(0)), Some(&cred(1000))));
+    }
+
+    #[test]
+    fn squash_root_maps_group_zero_stated_over_the_network() {
+        let stated = Cred { uid: 1000, gid: 0, groups: vec![0, 100] };
+        let id = identify(None, Some(&stated), Squash::Root, 0).unwrap();
+        assert_eq!((id.cred.uid, id.cred.gid, id.cred.groups), (1000, ANON_ID, vec![ANON_ID, 100]));
+        // A local peer's groups come from the kernel: kept.
+        let local = PeerCred { pid: 42, uid: 1000, gid: 0, groups: vec![0] };
+        let id = identify(Some(&local), None, Squash::Root, 0).unwrap();
+        assert_eq!((id.cred.gid, id.cred.groups), (0, vec![0]));
+        // `--squash none` trusts the stated group.
+        assert_eq!(identify(None, Some(&stated), Squash::None, 0).unwrap().cred.gid, 0);
+    }
+
+    #[test]
+    fn dropping_the_data_capabilities_leaves_other_threads_theirs() {
+        const CAP_FSETID: u32 = 4;
+        let before = thread_has_cap(CAP_FSETID);
+        let on_thread = std::thread::spawn(|| {
+            drop_data_caps_on_thread().unwrap();
+            (thread_has_cap(CAP_FSETID), thread_has_cap(24))
+        })
+        .join()
+        .unwrap();
+        assert_eq!(on_thread, (false, false));
+        // This thread kept what it had (root in CI: CAP_FSETID).
+        assert_eq!(thread_has_cap(CAP_FSETID), before);
     }
 
     #[test]

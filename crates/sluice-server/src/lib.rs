@@ -209,6 +209,12 @@ impl Server {
         let tracing = tracer.as_ref().map(trace::Tracer::switch);
         let (s, w, apps) = (Arc::clone(&shared), Arc::clone(&waker), Arc::clone(&shared.apps));
         let event_loop = spawn("sluice-loop", move || {
+            // Before the ring exists: its kernel workers take this
+            // thread's credentials.
+            if let Err(e) = ident::drop_data_caps_on_thread() {
+                let _ = ready_tx.send(Err(e));
+                return dispatch::Ended::default();
+            }
             let disp = Dispatcher::new(Scheduler::new(policy, limits), prior, apps, tracer);
             match EventLoop::new(s, listener, w, disp, loop_workers) {
                 Ok(l) => {
@@ -247,7 +253,11 @@ fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<e
     (0..c.queue_depth)
         .map(|_| {
             let (exec, jobs, done, waker, clock) = (Arc::clone(&exec), Arc::clone(&jobs), done.clone(), Arc::clone(waker), shared.clock);
-            spawn("sluice-exec", move || exec::worker(exec, jobs, clock, done, waker))
+            spawn("sluice-exec", move || {
+                // Only removes capabilities, which never fails.
+                ident::drop_data_caps_on_thread().expect("drop CAP_FSETID and CAP_SYS_RESOURCE");
+                exec::worker(exec, jobs, clock, done, waker)
+            })
         })
         .collect()
 }

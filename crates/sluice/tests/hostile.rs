@@ -134,6 +134,15 @@ fn helper() {
             c.close(fd).unwrap();
             c.mkdir("pub/sgid-dir", 0o2777).unwrap();
         }
+        // Write into a setuid program that nobody may write (a careless
+        // mode): through the server the bits must go as they do for a
+        // write of nobody's own.
+        "write-setuid" => {
+            let c = Client::connect(&addr).unwrap();
+            let fd = c.open("pub/suid-tool", libc::O_WRONLY, 0).unwrap();
+            c.pwrite(fd, b"#!/bin/sh\nid\n", 0).unwrap();
+            c.close(fd).unwrap();
+        }
         other => panic!("unknown helper action {other}"),
     }
     println!("HELPER-OK");
@@ -172,6 +181,28 @@ fn a_file_nobody_creates_belongs_to_nobody_and_is_never_setuid() {
     // The probe's last step: running it gives nobody's euid, not root's.
     let out = nobody(v.root().join("pub/id").to_str().unwrap(), &["-u"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), NOBODY.to_string(), "{}", text(&out));
+}
+
+#[test]
+fn a_write_by_nobody_through_the_server_clears_setuid_and_setgid() {
+    // Without write leases every write goes through the server's threads
+    // (with them the client writes itself, and the kernel sees nobody).
+    let v = Victim::start(false, &["--no-write-leases"]);
+    let tool = v.root().join("pub/suid-tool");
+    std::fs::write(&tool, b"root's tool").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o6777)).unwrap();
+    assert_helper_ok(&helper_as_nobody(&v, "write-setuid"));
+    let m = std::fs::metadata(&tool).unwrap();
+    assert_eq!(std::fs::read(&tool).unwrap(), b"#!/bin/sh\nid\n", "the write went through");
+    assert_eq!(m.mode() & 0o7777, 0o777, "setuid and setgid cleared, as the kernel does for nobody's own write");
+    // The server's data threads hold no CAP_FSETID for anyone: root's
+    // write through it clears the bit too (root sets it again after).
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let c = Client::connect(&v.addr).unwrap();
+    let fd = c.open("pub/suid-tool", libc::O_WRONLY, 0).unwrap();
+    c.pwrite(fd, b"x", 0).unwrap();
+    c.close(fd).unwrap();
+    assert_eq!(std::fs::metadata(&tool).unwrap().mode() & 0o7777, 0o755);
 }
 
 #[test]
