@@ -8,7 +8,7 @@
 //! [`crate::root::Root`], so none leaves the root.
 
 use std::collections::HashMap;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use sluice_core::{AppId, ClientId};
@@ -118,18 +118,54 @@ impl Session {
         // write-only handle is opened read-write where permissions allow;
         // the handle's `access` still forbids client reads through it.
         let rw = (f & libc::O_DIRECT != 0 && f & libc::O_ACCMODE == libc::O_WRONLY).then_some((f & !libc::O_ACCMODE) | libc::O_RDWR);
-        let opened = match rw.map(|rw| shared.root.open_beneath(path, rw, mode)) {
+        // O_NONBLOCK: opening a FIFO must not wait for its other end (it
+        // would hold a metadata worker until someone opened it); the kind
+        // is checked on the descriptor, and the flag cleared again.
+        let nb = libc::O_NONBLOCK | libc::O_NOCTTY;
+        let opened = match rw.map(|rw| shared.root.open_beneath(path, rw | nb, mode)) {
             Some(Err(e)) if e.errno == libc::EACCES && e.kind == ErrorKind::Io => None,
             other => other,
         };
-        let fd = opened.unwrap_or_else(|| shared.root.open_beneath(path, f, mode)).map_err(|e| match e.errno {
+        let fd = opened.unwrap_or_else(|| shared.root.open_beneath(path, f | nb, mode)).map_err(|e| match e.errno {
             libc::EINVAL if f & libc::O_DIRECT != 0 => Error::new(e.kind, e.errno, format!("{}: the backing file system refuses O_DIRECT (--direct)", e.message)),
             _ => e,
         })?;
+        let fd = regular_or_directory(fd, path)?;
         let file = OpenFile::register(fd, flags & libc::O_ACCMODE, &shared.files)?;
         let handle = self.fd_next;
         self.fd_next += 1;
         self.files.insert(handle, Arc::new(file));
         Ok(handle)
     }
+}
+
+/// Keep `fd` only if it is a regular file or a directory, with
+/// `O_NONBLOCK` cleared (io_uring would answer `EAGAIN` on it instead of
+/// waiting). A FIFO, socket or device node is refused: its reads wait on
+/// another party, not on a device, and one held by the server's threads
+/// would stall every client behind it.
+fn regular_or_directory(fd: OwnedFd, path: &str) -> Result<OwnedFd> {
+    // SAFETY: an all-zero stat is valid, and fstat fills it.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer and fd is open.
+    if unsafe { libc::fstat64(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(Error::io("fstat", &std::io::Error::last_os_error()));
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind != libc::S_IFREG && kind != libc::S_IFDIR {
+        let what = match kind {
+            libc::S_IFIFO => "a FIFO",
+            libc::S_IFSOCK => "a socket",
+            libc::S_IFCHR | libc::S_IFBLK => "a device node",
+            _ => "not a regular file",
+        };
+        return Err(Error::new(ErrorKind::Invalid, libc::ENXIO, format!("{path}: {what}; sluice serves regular files and directories")));
+    }
+    // SAFETY: fcntl on a descriptor we hold.
+    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(Error::io("fcntl", &std::io::Error::last_os_error()));
+    }
+    Ok(fd)
 }

@@ -46,6 +46,40 @@ fn paths_never_leave_the_root() {
     assert_eq!(&buf, b"inside");
 }
 
+#[test]
+fn fifos_sockets_and_devices_are_refused_without_waiting() {
+    let s = TestServer::start(|_| {});
+    let fifo = s.path("ff");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path string.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o666) }, 0);
+    let _sock = std::os::unix::net::UnixListener::bind(s.path("sock")).unwrap();
+    std::os::unix::fs::symlink("/dev/null", s.path("null_link")).unwrap();
+    std::fs::write(s.path("plain"), b"plain").unwrap();
+    let c = s.client("fifo");
+    // More opens of the FIFO than the server has metadata workers: before,
+    // each one waited for a writer, and every client's metadata after them.
+    for flags in [libc::O_RDONLY, libc::O_RDONLY, libc::O_RDONLY, libc::O_RDONLY, libc::O_RDONLY, libc::O_RDWR, libc::O_WRONLY] {
+        let e = c.open("ff", flags, 0).expect_err("a FIFO is refused");
+        assert_eq!(e.errno, libc::ENXIO, "{e}");
+        assert!(e.message.contains("FIFO") || flags == libc::O_WRONLY, "{e}");
+    }
+    let e = c.open("sock", libc::O_RDONLY, 0).expect_err("a socket is refused");
+    assert_eq!(e.errno, libc::ENXIO, "{e}");
+    // A device reached by a symlink inside the root is refused too (the
+    // link leaves the root here, and that is refused first).
+    assert!(c.open("null_link", libc::O_RDONLY, 0).is_err());
+    // The server still answers: metadata and data.
+    assert_eq!(c.stat("plain").unwrap().size, 5);
+    let fd = c.open("plain", libc::O_RDONLY, 0).unwrap();
+    let mut buf = [0u8; 5];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 5);
+    assert_eq!(&buf, b"plain");
+    // The regular file's handle waits as a blocking one does: O_NONBLOCK
+    // was cleared (a read of a file the kernel has to fetch is not EAGAIN).
+    c.close(fd).unwrap();
+}
+
 /// Connect a raw socket and complete the handshake.
 fn raw(s: &TestServer) -> UnixStream {
     let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
