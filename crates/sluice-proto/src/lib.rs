@@ -169,6 +169,11 @@ pub const AUTH_BYTES: usize = 32;
 pub const CRED_GROUPS_MAX: usize = 256;
 /// Longest application name, in bytes.
 pub const APP_NAME_BYTES_MAX: usize = 256;
+/// Largest frame (header included) a server takes before the handshake
+/// is done: a `Hello` with the longest name and `CRED_GROUPS_MAX` groups
+/// fits (about 1.3 KiB), and so does an `Auth`. A peer that has proven
+/// nothing cannot make the server reserve a large body.
+pub const HANDSHAKE_FRAME_BYTES_MAX: u32 = 4096;
 /// Longest error message, in bytes; longer ones are cut on a char boundary.
 pub const MESSAGE_BYTES_MAX: usize = 1024;
 /// Most `(offset, length)` pieces in one list I/O message (16 B each).

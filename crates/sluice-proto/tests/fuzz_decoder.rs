@@ -287,3 +287,17 @@ fn a_hello_is_recognised_after_a_foreign_length_prefix_and_nothing_else_is() {
     assert_eq!(hello_after_length(br#"{"Lookup":{"path":"a"}}"#), None, "JSON");
     assert_eq!(hello_after_length(&frame[4..10]), None, "too short");
 }
+
+#[test]
+fn the_largest_hello_and_an_auth_fit_the_handshake_frame_bound() {
+    let app = "a".repeat(APP_NAME_BYTES_MAX);
+    let groups: Vec<u32> = (0..CRED_GROUPS_MAX as u32).map(|g| g + 1_000_000).collect();
+    let hello = Request::Hello(Hello { version: VERSION, app: &app, weight: u32::MAX, client_id: u32::MAX, cred: Some(Cred { uid: u32::MAX, gid: u32::MAX, groups }) });
+    let mut wire = Vec::new();
+    encode_request(u64::MAX, &hello, &mut wire).unwrap();
+    assert!(wire.len() <= HANDSHAKE_FRAME_BYTES_MAX as usize, "{} bytes", wire.len());
+    check_header(&wire, HANDSHAKE_FRAME_BYTES_MAX).unwrap().expect("a whole header");
+    let mut auth = Vec::new();
+    encode_request(1, &Request::Auth { mac: [7; AUTH_BYTES] }, &mut auth).unwrap();
+    assert!(auth.len() <= HANDSHAKE_FRAME_BYTES_MAX as usize);
+}

@@ -844,7 +844,13 @@ impl EventLoop {
             c.rx = Rx::Idle;
             let frame_start = i - HEADER_BYTES.min(i);
             let id = sluice_proto::request_id_of(&raw);
-            let header = match check_header(&raw, self.shared.config.limits.frame_bytes_max) {
+            // Before the handshake is done, only a handshake's size: a peer
+            // that proved nothing reserves no large body.
+            let frame_max = match c.phase {
+                Phase::Ready => self.shared.config.limits.frame_bytes_max,
+                _ => sluice_proto::HANDSHAKE_FRAME_BYTES_MAX.min(self.shared.config.limits.frame_bytes_max),
+            };
+            let header = match check_header(&raw, frame_max) {
                 Ok(Some(h)) => h,
                 Ok(None) => unreachable!("a whole header"),
                 Err(e) => {

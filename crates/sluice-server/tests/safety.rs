@@ -193,6 +193,41 @@ fn clients_max_at_n_and_n_plus_1() {
 }
 
 #[test]
+fn before_the_handshake_frames_are_bounded_at_n_and_n_plus_1() {
+    let s = TestServer::start(|_| {});
+    let first_frame = |body_len: u32| {
+        let mut sock = UnixStream::connect(s.addr().strip_prefix("unix:").unwrap()).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut h = Vec::new();
+        encode_header(Opcode::Hello, 1, body_len, &mut h);
+        sock.write_all(&h).unwrap();
+        // At the bound the server waits for the body: send it (zeros, a
+        // Hello it cannot parse); past it, nothing follows the header.
+        if HEADER_BYTES as u32 + body_len <= HANDSHAKE_FRAME_BYTES_MAX {
+            sock.write_all(&vec![0u8; body_len as usize]).unwrap();
+        }
+        let (h, body) = read_reply(&mut sock).expect("an error reply");
+        let Response::Error { errno, message } = parse_response(&h, &body).unwrap() else { panic!("an error") };
+        let mut rest = Vec::new();
+        assert_eq!(sock.read_to_end(&mut rest).unwrap(), 0, "closed after the refusal");
+        (errno, message.to_string())
+    };
+    let n = HANDSHAKE_FRAME_BYTES_MAX - HEADER_BYTES as u32;
+    let (errno, message) = first_frame(n);
+    assert!(errno != libc::EMSGSIZE && !message.contains("frame_bytes_max"), "a frame of exactly the bound is read: {errno} {message}");
+    // One byte more, or 32 MiB (under frame_bytes_max, which a client may
+    // send once it is known): refused at the header, no body reserved.
+    for len in [n + 1, 32 << 20] {
+        let (errno, message) = first_frame(len);
+        assert_eq!(errno, libc::EMSGSIZE, "{message}");
+    }
+    // A client that completes its handshake still sends large frames.
+    let c = s.client("after");
+    let fd = c.open("big", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    assert_eq!(c.pwrite(fd, &vec![1u8; 1 << 20], 0).unwrap(), 1 << 20);
+}
+
+#[test]
 fn frame_bytes_max_at_n_and_n_plus_1() {
     let max = 4096u32;
     let s = TestServer::start(|c| c.limits.frame_bytes_max = max);
