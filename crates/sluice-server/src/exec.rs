@@ -283,15 +283,26 @@ fn iov_const(b: &[u8]) -> libc::iovec {
 /// `preadv`/`pwritev` until every iovec is done, or (reads) end of file,
 /// or an error: the bytes moved, and the error that stopped it. One call
 /// when the dispatch has at most `IOV_MAX` members.
+///
+/// A read that returns less than it asked for and ends off a block
+/// boundary met the end of the file, and the transfer ends there, as a
+/// `pread` would. Asking again for the rest would be wrong with O_DIRECT:
+/// the rest starts at the unaligned end of file, which the kernel refuses
+/// (`EINVAL`) once another client grew the file. A short read that ends
+/// on a boundary is asked again: it may be an I/O error met part way (the
+/// kernel returns the bytes before the failed page or block, and the
+/// error on the next call), which must not pass for the end of the file.
 fn transfer_partial(st: &dyn Storage, fd: RawFd, op: Op, iov: &mut [libc::iovec], offset: u64) -> (u64, Option<i32>) {
     let (mut i, mut done) = (0usize, 0u64);
     while i < iov.len() {
         let n = iov.len().min(i + IOV_MAX);
+        let asked: usize = iov[i..n].iter().map(|v| v.iov_len).sum();
         match st.transfer_once(fd, op, &iov[i..n], offset + done) {
             Err(libc::EINTR) => continue,
             Err(e) => return (done, Some(e)),
             Ok(0) if op == Op::Write => return (done, Some(libc::EIO)),
             Ok(0) => return (done, None),
+            Ok(r) if op == Op::Read && r < asked && !(offset + done + r as u64).is_multiple_of(DIRECT_ALIGN_BYTES as u64) => return (done + r as u64, None),
             Ok(r) => {
                 done += r as u64;
                 i = advance(iov, i, r);

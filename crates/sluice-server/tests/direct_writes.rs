@@ -191,3 +191,39 @@ fn a_ring_polled_by_a_kernel_thread_keeps_every_byte() {
         assert_eq!(&file[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize], &pattern(BLOCK as usize, b)[..], "block {b} on disk");
     }
 }
+
+/// Reads as the kernel does them with O_DIRECT while another client
+/// changes the file's size: the first read at offset 0 ends at byte 5,000
+/// (the end of the file then), and a read at an unaligned offset is
+/// `EINVAL` (the file has grown since).
+struct ShortThenGrown;
+
+const SHORT_AT: usize = 5_000;
+
+impl Storage for ShortThenGrown {
+    fn transfer_once(&self, fd: RawFd, op: Op, iov: &[libc::iovec], offset: u64) -> Result<usize, i32> {
+        if op == Op::Read && !offset.is_multiple_of(BLOCK) {
+            return Err(libc::EINVAL);
+        }
+        let r = Syscalls.transfer_once(fd, op, iov, offset)?;
+        Ok(if op == Op::Read && offset == 0 { r.min(SHORT_AT) } else { r })
+    }
+}
+
+#[test]
+fn a_short_direct_read_is_the_end_of_the_file_not_a_second_unaligned_read() {
+    let s = TestServer::start(|c| {
+        c.direct = true;
+        c.storage = Some(StorageRef(Arc::new(ShortThenGrown)));
+    });
+    std::fs::write(s.path("f"), pattern(3 * BLOCK as usize, 9)).unwrap();
+    let c = Client::connect_with(&s.addr(), ConnectOptions { app: Some("reader".into()), leases: false, ..ConnectOptions::default() }).unwrap();
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    // Aligned (in place) and unaligned (bounce buffer) reads alike get the
+    // bytes up to where the file ended, not EINVAL.
+    for (len, at) in [(2 * BLOCK as usize, 0u64), (8_000, 0)] {
+        let mut buf = vec![0u8; len];
+        assert_eq!(c.pread(fd, &mut buf, at).unwrap(), SHORT_AT, "{len} bytes at {at}");
+        assert_eq!(&buf[..SHORT_AT], &pattern(3 * BLOCK as usize, 9)[..SHORT_AT]);
+    }
+}
