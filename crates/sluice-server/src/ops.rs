@@ -85,6 +85,7 @@ impl Session {
             }
             Request::Ftruncate { fd, len } => {
                 let len = i64::try_from(len).map_err(|_| Error::invalid("length too large"))?;
+                let _alone = size_change_alone(shared);
                 // SAFETY: plain system call on a descriptor we hold.
                 check(unsafe { libc::ftruncate64(self.file(fd)?.fd.as_raw_fd(), len) }, "ftruncate")?;
                 Out::Ok
@@ -122,6 +123,7 @@ impl Session {
         // would hold a metadata worker until someone opened it); the kind
         // is checked on the descriptor, and the flag cleared again.
         let nb = libc::O_NONBLOCK | libc::O_NOCTTY;
+        let _alone = (f & libc::O_TRUNC != 0).then(|| size_change_alone(shared));
         let opened = match rw.map(|rw| shared.root.open_beneath(path, rw | nb, mode)) {
             Some(Err(e)) if e.errno == libc::EACCES && e.kind == ErrorKind::Io => None,
             other => other,
@@ -137,6 +139,16 @@ impl Session {
         self.files.insert(handle, Arc::new(file));
         Ok(handle)
     }
+}
+
+/// With `--direct`, a change of a file's size (`ftruncate`, an open with
+/// `O_TRUNC`) waits for the O_DIRECT writes in flight and runs alone, as
+/// a write that reads back an edge block does (`exec::direct_write`):
+/// such a write reads the size, writes whole blocks and cuts the file back
+/// to the size it read, so a truncate between the two came undone (its
+/// bytes back, or an acknowledged extension cut off).
+fn size_change_alone(shared: &Shared) -> Option<crate::exec::AloneGuard<'_>> {
+    shared.config.direct.then(|| shared.direct_writes.alone())
 }
 
 /// Keep `fd` only if it is a regular file or a directory, with

@@ -227,3 +227,64 @@ fn a_short_direct_read_is_the_end_of_the_file_not_a_second_unaligned_read() {
         assert_eq!(&buf[..SHORT_AT], &pattern(3 * BLOCK as usize, 9)[..SHORT_AT]);
     }
 }
+
+/// Holds every write 300 ms, and says when one started.
+#[derive(Default)]
+struct SlowWrites {
+    writing: std::sync::atomic::AtomicBool,
+}
+
+impl Storage for SlowWrites {
+    fn transfer_once(&self, fd: RawFd, op: Op, iov: &[libc::iovec], offset: u64) -> Result<usize, i32> {
+        if op == Op::Write {
+            self.writing.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        Syscalls.transfer_once(fd, op, iov, offset)
+    }
+}
+
+#[test]
+fn a_truncate_during_a_write_that_reads_back_its_edges_is_not_undone() {
+    for by_open in [false, true] {
+        truncate_during_an_edge_write(by_open);
+    }
+}
+
+/// One write that reads back its edge blocks, and a truncate to 0 (by
+/// `ftruncate`, or by an open with `O_TRUNC`) while it writes.
+fn truncate_during_an_edge_write(by_open: bool) {
+    let storage = Arc::new(SlowWrites::default());
+    let s = TestServer::start({
+        let storage = Arc::clone(&storage);
+        move |c| {
+            c.direct = true;
+            c.storage = Some(StorageRef(storage));
+        }
+    });
+    std::fs::write(s.path("f"), vec![b'O'; 4 * BLOCK as usize]).unwrap();
+    let connect = |app: &str| Client::connect_with(&s.addr(), ConnectOptions { app: Some(app.into()), leases: false, ..ConnectOptions::default() }).unwrap();
+    let (a, b) = (connect("writer"), connect("truncater"));
+    let fa = a.open("f", libc::O_RDWR, 0).unwrap();
+    // 100 bytes inside block 1: read back blocks 1's edges, write it whole.
+    let w = std::thread::spawn(move || a.pwrite(fa, &[b'x'; 100], 6_000).unwrap());
+    while !storage.writing.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The write has read the block and the size; the truncate comes now.
+    if by_open {
+        b.open("f", libc::O_RDWR | libc::O_TRUNC, 0).unwrap();
+    } else {
+        let fb = b.open("f", libc::O_RDWR, 0).unwrap();
+        b.ftruncate(fb, 0).unwrap();
+    }
+    assert_eq!(w.join().unwrap(), 100);
+    let file = std::fs::read(s.path("f")).unwrap();
+    // Either order of the two is fine; a mix of them is not: no byte of
+    // what the truncate removed may come back.
+    let stale = file.iter().filter(|&&c| c == b'O').count();
+    assert_eq!(stale, 0, "O_TRUNC {by_open}: {} bytes after the truncate, {stale} of them the truncated 'O'", file.len());
+    let write_then_truncate = file.is_empty();
+    let truncate_then_write = file.len() == 6_100 && file[..6_000].iter().all(|&c| c == 0) && file[6_000..].iter().all(|&c| c == b'x');
+    assert!(write_then_truncate || truncate_then_write, "O_TRUNC {by_open}: {} bytes", file.len());
+}
