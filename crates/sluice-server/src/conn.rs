@@ -89,9 +89,6 @@ pub struct Conn {
     pub id: u64,
     pub stream: Stream,
     pub peer: io::Result<Option<PeerCred>>,
-    /// Under `clients_max` when accepted; the `Hello` of one that was not
-    /// is refused.
-    pub admitted: bool,
     pub phase: Phase,
     /// Its session; `None` while a metadata call has it (or before the
     /// handshake).
@@ -133,13 +130,12 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(id: u64, stream: Stream, admitted: bool, now: Instant) -> Conn {
+    pub fn new(id: u64, stream: Stream, now: Instant) -> Conn {
         let peer = stream.peer_cred();
         Conn {
             id,
             stream,
             peer,
-            admitted,
             phase: Phase::Hello,
             session: None,
             app: None,

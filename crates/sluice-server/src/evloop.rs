@@ -197,6 +197,9 @@ pub(crate) struct EventLoop {
     accept_rest_until: Option<Instant>,
     waker: Arc<Waker>,
     conns: HashMap<u64, Conn>,
+    /// Connections whose handshake is done (`Phase::Ready`): at most
+    /// `clients_max`. The others, at most as many again, wait for theirs.
+    ready_conns: usize,
     conn_next: u64,
     disp: Dispatcher,
     workers: Option<Workers>,
@@ -304,6 +307,7 @@ impl EventLoop {
             accept_rest_until: None,
             waker,
             conns: HashMap::new(),
+            ready_conns: 0,
             conn_next: FIRST_CONN,
             disp,
             workers: Some(workers),
@@ -501,22 +505,20 @@ impl EventLoop {
             stream.set_nodelay();
             stream.set_send_buffer(SEND_BUFFER_BYTES);
             let clients_max = self.shared.config.limits.clients_max as usize;
-            if self.conns.len() >= 2 * clients_max {
-                // `clients_max` admitted and as many more kept until their
-                // Hello to be told the server is full: a socket past both
-                // gets that reason at once (if its buffer takes it) and is
-                // closed, not kept. The table never holds more.
-                let msg = format!("server full (clients_max = {clients_max}, and as many more connecting)");
-                let mut out = Vec::new();
-                sluice_proto::encode_response(0, &sluice_proto::Response::Error { errno: libc::EBUSY, message: &msg }, &mut out);
-                let _ = stream.send_nonblocking(&out);
+            if self.conns.len() >= 2 * clients_max && !self.evict_oldest_handshake(clients_max) {
+                // The table holds at most twice `clients_max`: the clients
+                // served and as many more connecting. Past that, the socket
+                // that has waited longest for its handshake gives way (a
+                // peer that connects and says nothing holds no slot for
+                // long); where none waits, the new one is told so at once
+                // (if its buffer takes it) and closed.
+                send_reason(&stream, libc::EBUSY, &format!("server full (clients_max = {clients_max}, and as many more connecting)"));
                 continue;
             }
             let id = self.conn_next;
             self.conn_next += 1;
             let now = Instant::now();
-            let admitted = self.conns.len() < clients_max;
-            let mut c = Conn::new(id, stream, admitted, now);
+            let mut c = Conn::new(id, stream, now);
             if epoll_ctl(&self.epoll, libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32, id).is_err() {
                 continue;
             }
@@ -533,6 +535,19 @@ impl EventLoop {
         }
     }
 
+    /// Close the connection that has waited longest for its handshake,
+    /// telling it why; `false` when every connection has done its own.
+    fn evict_oldest_handshake(&mut self, clients_max: usize) -> bool {
+        let Some(oldest) = self.conns.values().filter(|c| !matches!(c.phase, Phase::Ready)).map(|c| c.id).min() else { return false };
+        if let Some(c) = self.conns.get(&oldest) {
+            let msg = format!("handshake not done before newer connections came (clients_max = {clients_max}, and as many more connecting)");
+            send_reason(&c.stream, libc::EBUSY, &msg);
+        }
+        self.shared.handshakes_evicted.fetch_add(1, Ordering::Relaxed);
+        self.remove(oldest);
+        true
+    }
+
     /// `fold_leased` for every connection in the table.
     fn fold_leased_all(&mut self) {
         for c in self.conns.values_mut() {
@@ -544,6 +559,9 @@ impl EventLoop {
     /// its application's connection.
     fn remove(&mut self, id: u64) {
         let Some(mut c) = self.conns.remove(&id) else { return };
+        if matches!(c.phase, Phase::Ready) {
+            self.ready_conns -= 1;
+        }
         fold_leased(&self.shared, &mut c);
         if c.registered {
             let _ = epoll_ctl(&self.epoll, libc::EPOLL_CTL_DEL, c.fd(), 0, id);
@@ -1107,7 +1125,7 @@ impl EventLoop {
             Err(e) => return self.refuse(c, id, e.errno(), e.to_string()),
         };
         let limits = &self.shared.config.limits;
-        if !c.admitted {
+        if self.ready_conns >= limits.clients_max as usize {
             let msg = format!("server full (clients_max = {})", limits.clients_max);
             return self.refuse(c, id, libc::EBUSY, msg);
         }
@@ -1150,6 +1168,11 @@ impl EventLoop {
     /// `answer_id`.
     fn welcome(&mut self, c: &mut Conn, answer_id: u64, h: Header, body: &[u8]) -> Flow {
         let Ok(Request::Hello(hello)) = parse_request(&h, body) else { unreachable!("parsed before") };
+        // Checked again: others may have finished theirs since the Hello.
+        let clients_max = self.shared.config.limits.clients_max;
+        if self.ready_conns >= clients_max as usize {
+            return self.refuse(c, answer_id, libc::EBUSY, format!("server full (clients_max = {clients_max})"));
+        }
         let peer = c.peer.as_ref().ok().and_then(|p| p.as_ref());
         let identity = match ident::identify(peer, hello.cred.as_ref(), self.shared.config.squash, self.shared.server_uid) {
             Ok(i) => i,
@@ -1165,6 +1188,7 @@ impl EventLoop {
         c.app = Some(app);
         c.session = Some(Box::new(Session::new(app, ClientId(hello.client_id), identity)));
         c.phase = Phase::Ready;
+        self.ready_conns += 1;
         let l = &self.shared.config.limits;
         let ok = HelloOk { version: VERSION, frame_bytes_max: l.frame_bytes_max, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: l.inflight_per_connection_max };
         c.push(answer_id, Out::HelloOk(ok), 0, &self.shared.reply_bytes);
@@ -1861,4 +1885,12 @@ mod spin_tests {
         }
         assert!(!s.may_spin());
     }
+}
+
+/// Tell a socket that is not kept why, under request id 0, without
+/// waiting (what its buffer does not take is lost; it is closed next).
+fn send_reason(stream: &crate::net::Stream, errno: i32, msg: &str) {
+    let mut out = Vec::new();
+    sluice_proto::encode_response(0, &sluice_proto::Response::Error { errno, message: msg }, &mut out);
+    let _ = stream.send_nonblocking(&out);
 }

@@ -105,6 +105,9 @@ pub(crate) struct Shared {
     pub shm_bytes: Arc<AtomicU64>,
     /// `ShmAttach`es refused at `shm_total_bytes_max` since the start.
     pub shm_refused: AtomicU64,
+    /// Connections closed before their handshake to make room for newer
+    /// ones (the table full at twice `clients_max`), since the start.
+    pub handshakes_evicted: AtomicU64,
     /// `ShmAttach`es granted less than asked (and than `shm_bytes_max`)
     /// because the budget was filling (`shm::taper`).
     pub shm_tapered: AtomicU64,
@@ -185,6 +188,7 @@ impl Server {
             conns_open: AtomicUsize::new(0),
             shm_bytes: Arc::new(AtomicU64::new(0)),
             shm_refused: AtomicU64::new(0),
+            handshakes_evicted: AtomicU64::new(0),
             shm_tapered: AtomicU64::new(0),
             rung: AtomicU64::new(0),
             nudges: AtomicU64::new(0),
@@ -391,6 +395,12 @@ impl ServerHandle {
     /// `shm_total_bytes_max`).
     pub fn shm_bytes(&self) -> u64 {
         self.shared.shm_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed before their handshake to make room for newer
+    /// ones since the start.
+    pub fn handshakes_evicted(&self) -> u64 {
+        self.shared.handshakes_evicted.load(Ordering::Relaxed)
     }
 
     /// Shared-memory regions refused at `shm_total_bytes_max` since the

@@ -293,11 +293,12 @@ fn server(e: &mut Expo, shared: &Shared) {
         e.family(name, "gauge", help);
         e.sample(name, &[], v);
     }
-    let counters: [(&str, &str, u64); 4] = [
+    let counters: [(&str, &str, u64); 5] = [
         ("sluice_rung_requests_total", "Requests taken from shared-memory doorbells instead of the socket", shared.rung.load(Ordering::Relaxed)),
         ("sluice_nudges_total", "Nudge frames received (a rung request while its doorbell was not watched)", shared.nudges.load(Ordering::Relaxed)),
         ("sluice_shm_refused_total", "Shared-memory regions refused at shm_total_bytes_max (those clients use the socket)", shared.shm_refused.load(Ordering::Relaxed)),
         ("sluice_shm_tapered_total", "Shared-memory regions granted smaller than asked, the budget filling (shm_taper_shares)", shared.shm_tapered.load(Ordering::Relaxed)),
+        ("sluice_handshakes_evicted_total", "Connections closed before their handshake, making room for newer ones", shared.handshakes_evicted.load(Ordering::Relaxed)),
     ];
     for (name, help, n) in counters {
         e.family(name, "counter", help);

@@ -450,22 +450,47 @@ fn shutdown_does_not_wait_for_silent_connections() {
 /// server is full; one more (N+1) is told at once and closed, and the
 /// table does not grow.
 #[test]
-fn connections_past_twice_clients_max_are_refused_at_once() {
+fn past_twice_clients_max_the_oldest_handshake_gives_way() {
     let s = TestServer::start(|c| c.limits.clients_max = 2);
     let served: Vec<Client> = (0..2).map(|i| s.client(&format!("c{i}"))).collect();
-    let waiting: Vec<UnixStream> = (0..2).map(|_| connect_raw(&s)).collect();
+    let mut waiting: Vec<UnixStream> = (0..2).map(|_| connect_raw(&s)).collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while s.handle.connections() < 4 {
         assert!(std::time::Instant::now() < deadline, "the waiting sockets were not kept: {}", s.handle.connections());
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut past = connect_raw(&s);
-    expect_error_then_close(&mut past, libc::EBUSY, "clients_max = 2");
-    assert_eq!(s.handle.connections(), 4, "the table did not grow");
+    // N: twice clients_max in the table. N + 1: the socket that has waited
+    // longest for its handshake is told why and closed; the table stays.
+    let _newest = connect_raw(&s);
+    expect_error_then_close(&mut waiting[0], libc::EBUSY, "handshake not done");
+    // The newest goes in just after the oldest was told.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s.handle.connections() != 4 {
+        assert!(std::time::Instant::now() < deadline && s.handle.connections() <= 4, "{} connections", s.handle.connections());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(s.handle.handshakes_evicted(), 1);
+    // With clients_max served, a client is refused at its handshake.
     let e = Client::connect(&s.addr()).err().expect("a client past the bound is refused");
     assert!(e.message.contains("server full"), "{e}");
-    drop(waiting);
     served[0].stat("").unwrap();
+}
+
+/// The audit's lockout: sockets that connect and say nothing (over TCP,
+/// without the key) took the admission slots, and every client was
+/// refused "server full" until they timed out. Now only a finished
+/// handshake takes a slot, and silent sockets give way to newer ones.
+#[test]
+fn silent_sockets_do_not_lock_clients_out() {
+    let s = TestServer::start(|c| c.limits.clients_max = 2);
+    let _silent: Vec<UnixStream> = (0..8).map(|_| connect_raw(&s)).collect();
+    let a = s.client("a");
+    let b = s.client("b");
+    a.stat("").unwrap();
+    b.stat("").unwrap();
+    let e = Client::connect(&s.addr()).err().expect("a third client is past clients_max");
+    assert!(e.message.contains("server full"), "{e}");
+    assert!(s.handle.connections() <= 4, "{} connections", s.handle.connections());
 }
 
 /// The server's reason for closing `sock` (an `Error` with `errno` whose
