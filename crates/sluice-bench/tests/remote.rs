@@ -250,6 +250,53 @@ fn another_clients_write_is_seen_once_the_window_expires() {
     assert_eq!(b, [2u8; 100], "a window older than READ_AHEAD_TTL is not served");
 }
 
+/// The audit's case: one process, one mount (one `Remote`), two handles.
+/// A write and `fsync` through one, then a read through the other that
+/// its window would have answered: the new bytes, not the window's.
+#[test]
+fn a_write_through_another_handle_of_this_remote_is_seen_at_once() {
+    let (_dir, cl) = cluster(2);
+    let r = Remote::connect(&cl.addr()).unwrap();
+    let Remote::Cluster(k) = &r else { panic!("a cluster") };
+    let w = r.open("f", libc::O_WRONLY | libc::O_CREAT, 0o644).unwrap();
+    r.pwrite(w, &[b'A'; 65_536], 0).unwrap();
+    let fd = r.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut b = [0u8; 4096];
+    assert_eq!(r.pread(fd, &mut b, 0).unwrap(), 4096);
+    assert!(k.read_ahead_bytes() > 0, "the reader holds a window");
+    r.pwrite(w, &[b'B'; 65_536], 0).unwrap();
+    r.fsync(w).unwrap();
+    assert_eq!(r.pread(fd, &mut b, 4096).unwrap(), 4096);
+    assert!(b.iter().all(|&c| c == b'B'), "the window filled before the write is not served: {} old bytes", b.iter().filter(|&&c| c == b'A').count());
+    // A truncate through the other handle too.
+    assert_eq!(r.pread(fd, &mut b, 8192).unwrap(), 4096);
+    r.ftruncate(w, 10_000).unwrap();
+    assert_eq!(r.pread(fd, &mut b, 12_288).unwrap(), 0, "past the truncated end");
+    // Every handle of the file shares one generation: one entry.
+    assert_eq!(k.generations_kept(), 1);
+    r.close(fd).unwrap();
+    r.close(w).unwrap();
+}
+
+#[test]
+fn write_generations_are_bounded_by_the_open_files_bound() {
+    let (_dir, cl) = cluster(1);
+    let mut r = Remote::connect(&cl.addr()).unwrap();
+    let Remote::Cluster(k) = &mut r else { panic!("a cluster") };
+    k.set_files_max(3);
+    // Each file opened and closed: its entry stays until the table is
+    // full (N = 3), then the dead ones go before the next is added.
+    for i in 0..3 {
+        let fd = r.open(&format!("f{i}"), libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+        r.close(fd).unwrap();
+    }
+    let Remote::Cluster(k) = &r else { panic!("a cluster") };
+    assert_eq!(k.generations_kept(), 3);
+    let fd = r.open("f3", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    assert_eq!(k.generations_kept(), 1, "N + 1: the dead entries dropped, the live one added");
+    r.close(fd).unwrap();
+}
+
 #[test]
 fn read_ahead_bound_at_n_and_n_plus_one() {
     let (_dir, cl) = cluster(2);

@@ -6,15 +6,18 @@
 //! row (one message per server, all at once) and keeps the rest for the
 //! next reads.
 //!
-//! Coherence: the window is dropped by any write or truncate through the
-//! same handle and is served for at most `READ_AHEAD_TTL`; a write by
-//! another client may thus be seen up to that much later, as with the
-//! mount's attribute cache. Memory: one window per open handle, and at
+//! Coherence: a window is served only while no write or truncate went
+//! through any handle of the same file on this `Remote` since the window
+//! began to fill (the file's generation, counted after each such call
+//! returns, so a fill that raced one is not served either), and for at
+//! most `READ_AHEAD_TTL`; a write by another client (another mount,
+//! another process's `Remote`) may thus be seen up to that much later, as
+//! with the mount's attribute cache. Memory: one window per open handle, and at
 //! most `READ_AHEAD_TOTAL_MAX` bytes over all handles of one `Remote`;
 //! past it, reads go to the servers as asked, without read-ahead.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::client::{StripedClient, StripedFile};
@@ -63,13 +66,15 @@ struct Window {
     /// Bytes of the budget this window holds.
     held: usize,
     filled: Option<Instant>,
+    /// The file's generation when the fill began.
+    generation: u64,
 }
 
 impl Window {
     /// Copy `[off, off + buf.len())` from the window when it holds it
     /// (or holds up to end of file) and is fresh.
-    fn serve(&mut self, buf: &mut [u8], off: u64, now: Instant) -> Option<usize> {
-        let fresh = self.filled.is_some_and(|t| now.duration_since(t) < READ_AHEAD_TTL);
+    fn serve(&mut self, buf: &mut [u8], off: u64, now: Instant, generation: u64) -> Option<usize> {
+        let fresh = self.filled.is_some_and(|t| now.duration_since(t) < READ_AHEAD_TTL) && self.generation == generation;
         let end = self.offset + self.data.len() as u64;
         let want = off + buf.len() as u64;
         if !fresh || off < self.offset || off > end || (want > end && !self.eof) {
@@ -93,11 +98,15 @@ impl Window {
 pub(crate) struct OpenFile {
     pub file: StripedFile,
     window: Mutex<Window>,
+    /// Writes and truncates through any handle of this file on this
+    /// `Remote` (shared by its handles): a window filled under an older
+    /// count is not served.
+    generation: Arc<AtomicU64>,
 }
 
 impl OpenFile {
-    pub fn new(file: StripedFile) -> OpenFile {
-        OpenFile { file, window: Mutex::new(Window::default()) }
+    pub fn new(file: StripedFile, generation: Arc<AtomicU64>) -> OpenFile {
+        OpenFile { file, window: Mutex::new(Window::default()), generation }
     }
 
     fn window(&self) -> MutexGuard<'_, Window> {
@@ -111,7 +120,8 @@ impl OpenFile {
         let row = layout.stripe_bytes.saturating_mul(u64::from(layout.count)).min(READ_AHEAD_BYTES_MAX) as usize;
         let mut w = self.window();
         let now = Instant::now();
-        if let Some(n) = w.serve(buf, off, now) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some(n) = w.serve(buf, off, now, generation) {
             return Ok(n);
         }
         let sequential = off == w.next;
@@ -126,8 +136,8 @@ impl OpenFile {
                 }
             };
             data.truncate(n);
-            *w = Window { next: off, offset: off, data, eof: n < row, held: row, filled: Some(now) };
-            return Ok(w.serve(buf, off, now).unwrap_or(0));
+            *w = Window { next: off, offset: off, data, eof: n < row, held: row, filled: Some(now), generation };
+            return Ok(w.serve(buf, off, now, generation).unwrap_or(0));
         }
         let n = client.pread(&self.file, buf, off)?;
         w.next = off + n as u64;
@@ -137,5 +147,13 @@ impl OpenFile {
     /// Drop the window (a write or truncate through this handle, close).
     pub fn invalidate(&self, budget: &Budget) {
         self.window().clear(budget);
+    }
+
+    /// A write or truncate through this handle returned (whether it
+    /// succeeded or not: part of it may have been carried out): no window
+    /// of this file filled before it is served again, on any handle.
+    pub fn changed(&self, budget: &Budget) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.invalidate(budget);
     }
 }

@@ -17,7 +17,8 @@
 //! keeps every data server busy.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Group, Stat};
 use sluice_stripe::{file_size, Layout};
@@ -40,6 +41,8 @@ pub struct GroupTicket {
     client: Option<Arc<Client>>,
     ticket: sluice_client::ListTicket,
     write: bool,
+    /// A cluster file written: its read-ahead is stale once the answer came.
+    written: Option<Arc<OpenFile>>,
 }
 
 /// The result type of `Remote`: the single-server client's error.
@@ -72,6 +75,11 @@ pub struct Cluster {
 struct Files {
     open: HashMap<u64, Handle>,
     next: u64,
+    /// Each open file's write generation, shared by its handles
+    /// (`ahead::OpenFile::changed`), by file id. An entry outlives its
+    /// last handle until the table reaches `files_max`, when dead ones
+    /// are dropped: at most `files_max` + 1 entries.
+    generations: HashMap<u64, Weak<AtomicU64>>,
 }
 
 /// An open file stays alive while a call uses it, even if another thread
@@ -281,7 +289,9 @@ impl Remote {
             Remote::Cluster(k) => {
                 let f = k.file(fd)?;
                 f.invalidate(&k.ahead);
-                Ok(k.client.pwrite(&f.file, data, offset)?)
+                let r = k.client.pwrite(&f.file, data, offset);
+                f.changed(&k.ahead);
+                Ok(r?)
             }
         }
     }
@@ -302,7 +312,9 @@ impl Remote {
             Remote::Cluster(k) => {
                 let f = k.file(fd)?;
                 f.invalidate(&k.ahead);
-                Ok(k.client.write_list(&f.file, pieces, data)?)
+                let r = k.client.write_list(&f.file, pieces, data);
+                f.changed(&k.ahead);
+                Ok(r?)
             }
         }
     }
@@ -313,15 +325,15 @@ impl Remote {
     /// (Panda's overlap: the server has the next group while it serves
     /// this one). On a cluster the file must have one object.
     pub fn submit_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: Option<&[u8]>, group: Group) -> RemoteResult<GroupTicket> {
-        let (client, fd) = match self {
-            Remote::Server(_) => (None, fd),
+        let (client, fd, written) = match self {
+            Remote::Server(_) => (None, fd, None),
             Remote::Cluster(k) => {
                 let f = k.file(fd)?;
                 if data.is_some() {
                     f.invalidate(&k.ahead);
                 }
                 let (c, ofd) = k.client.sole_object_client(&f.file)?;
-                (Some(c), ofd)
+                (Some(c), ofd, data.is_some().then_some(f))
             }
         };
         let c: &Client = match (&client, self) {
@@ -333,7 +345,7 @@ impl Remote {
             Some(d) => c.submit_write_list_group(fd, pieces, d, group)?,
             None => c.submit_read_list_group(fd, pieces, group)?,
         };
-        Ok(GroupTicket { client, ticket, write: data.is_some() })
+        Ok(GroupTicket { client, ticket, write: data.is_some(), written })
     }
 
     /// The answer of a submitted collective message: the bytes written, or
@@ -344,11 +356,11 @@ impl Remote {
             (None, Remote::Server(c)) => c,
             (None, Remote::Cluster(_)) => return Err(err(libc::EINVAL, "a ticket of another connection")),
         };
-        if t.write {
-            c.wait_write_list(t.ticket)
-        } else {
-            c.wait_read_list(t.ticket, buf)
+        let r = if t.write { c.wait_write_list(t.ticket) } else { c.wait_read_list(t.ticket, buf) };
+        if let (Some(f), Remote::Cluster(k)) = (&t.written, self) {
+            f.changed(&k.ahead);
         }
+        r
     }
 
     /// `read_list` as one participant of a server-directed collective
@@ -368,7 +380,9 @@ impl Remote {
             Remote::Cluster(k) => {
                 let f = k.file(fd)?;
                 f.invalidate(&k.ahead);
-                Ok(k.client.write_list_group(&f.file, pieces, data, group)?)
+                let r = k.client.write_list_group(&f.file, pieces, data, group);
+                f.changed(&k.ahead);
+                Ok(r?)
             }
         }
     }
@@ -402,7 +416,9 @@ impl Remote {
             Remote::Cluster(k) => {
                 let f = k.file(fd)?;
                 f.invalidate(&k.ahead);
-                Ok(k.client.ftruncate(&f.file, len)?)
+                let r = k.client.ftruncate(&f.file, len);
+                f.changed(&k.ahead);
+                Ok(r?)
             }
         }
     }
@@ -476,7 +492,27 @@ fn bad_fd(fd: Fd) -> ClientError {
 
 impl Cluster {
     fn new(client: StripedClient) -> Cluster {
-        Cluster { client, files: Mutex::new(Files { open: HashMap::new(), next: 1 }), files_max: REMOTE_FILES_MAX, ahead: Budget::new(READ_AHEAD_TOTAL_MAX) }
+        Cluster { client, files: Mutex::new(Files { open: HashMap::new(), next: 1, generations: HashMap::new() }), files_max: REMOTE_FILES_MAX, ahead: Budget::new(READ_AHEAD_TOTAL_MAX) }
+    }
+
+    /// An open file with the write generation its other handles share.
+    fn open_file(&self, file: crate::client::StripedFile) -> Handle {
+        let mut files = self.files();
+        let live = files.generations.get(&file.id).and_then(Weak::upgrade);
+        let generation = live.unwrap_or_else(|| {
+            if files.generations.len() >= self.files_max {
+                files.generations.retain(|_, g| g.strong_count() > 0);
+            }
+            let g = Arc::new(AtomicU64::new(0));
+            files.generations.insert(file.id, Arc::downgrade(&g));
+            g
+        });
+        Handle::File(Arc::new(OpenFile::new(file, generation)))
+    }
+
+    /// Write generations kept now (tests).
+    pub fn generations_kept(&self) -> usize {
+        self.files().generations.len()
     }
 
     /// The striped client underneath (layouts, list I/O, `getstripe`).
@@ -524,14 +560,14 @@ impl Cluster {
             return Err(self.too_many_files());
         }
         let handle = if flags & libc::O_CREAT != 0 {
-            Handle::File(Arc::new(OpenFile::new(self.client.open(path, flags)?)))
+            self.open_file(self.client.open(path, flags)?)
         } else {
             let e = self.client.lookup(path)?;
             match e.kind {
                 EntryKind::Dir if flags & libc::O_ACCMODE == libc::O_RDONLY => Handle::Dir(dir_stat(path, &e)),
                 EntryKind::Dir => return Err(err(libc::EISDIR, format!("{path:?} is a directory"))),
                 EntryKind::File if flags & libc::O_DIRECTORY != 0 => return Err(err(libc::ENOTDIR, format!("{path:?} is not a directory"))),
-                EntryKind::File => Handle::File(Arc::new(OpenFile::new(self.client.open_entry(path, &e, flags)?))),
+                EntryKind::File => self.open_file(self.client.open_entry(path, &e, flags)?),
             }
         };
         let mut files = self.files();
