@@ -492,7 +492,8 @@ fn bad_fd(fd: Fd) -> ClientError {
 
 impl Cluster {
     fn new(client: StripedClient) -> Cluster {
-        Cluster { client, files: Mutex::new(Files { open: HashMap::new(), next: 1, generations: HashMap::new() }), files_max: REMOTE_FILES_MAX, ahead: Budget::new(READ_AHEAD_TOTAL_MAX) }
+        let files = Files { open: HashMap::new(), next: 1, generations: HashMap::new() };
+        Cluster { client, files: Mutex::new(files), files_max: REMOTE_FILES_MAX, ahead: Budget::new(READ_AHEAD_TOTAL_MAX) }
     }
 
     /// An open file with the write generation its other handles share.
