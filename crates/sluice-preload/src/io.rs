@@ -287,11 +287,15 @@ pub fn svc_close(fd: c_int) -> Result<c_int, Errno> {
 }
 
 /// Interposed `close`: the server handle closes with the file's last fd.
+/// A child sharing its parent's memory (`clone(CLONE_VM)`) closes only
+/// its own descriptor: the tables, and the handles, are the parent's.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if let Some((_g, open)) = service_fd(fd) {
         drop(open);
-        return finish(svc_close(fd), -1);
+        if crate::state::owns_tables() {
+            return finish(svc_close(fd), -1);
+        }
     }
     // SAFETY: libc's close with the caller's argument.
     unsafe { real!(close, fn(c_int) -> c_int)(fd) }
@@ -302,7 +306,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     // SAFETY: libc's close_range with the caller's arguments.
     let r = unsafe { real!(close_range, fn(c_uint, c_uint, c_int) -> c_int)(first, last, flags) };
-    if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && crate::state::any_entries() {
+    if r == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && crate::state::any_entries() && crate::state::owns_tables() {
         if let Some(_g) = crate::state::Guard::enter() {
             let gone: Vec<c_int> = with_tables(|t| t.fds.keys().copied().filter(|&fd| fd as c_uint >= first && fd as c_uint <= last).collect());
             for fd in gone {
@@ -311,6 +315,20 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         }
     }
     r
+}
+
+/// Interposed `vfork`: a real `fork`. A `vfork` child runs in its
+/// parent's memory until it execs, and what it does to its descriptors
+/// meanwhile (Python's `subprocess` closes every one it does not pass on)
+/// went through these hooks into the parent's tables: the parent's
+/// service fds were forgotten and its server handles closed, and its
+/// later writes landed in the local placeholder, acknowledged and lost.
+/// POSIX lets `vfork` be `fork`; the child gets its own copy (the fork
+/// handlers run), at the cost of copying the page tables.
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: fork has no preconditions; both processes return here.
+    unsafe { libc::fork() }
 }
 
 /// Interposed `dup`.
@@ -326,7 +344,7 @@ pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
 
 /// `dup2`/`dup3`: `new` now refers to whatever `old` does.
 fn redirect(old: c_int, new: c_int, r: c_int) -> c_int {
-    if r < 0 || old == new || !crate::state::any_entries() {
+    if r < 0 || old == new || !crate::state::any_entries() || !crate::state::owns_tables() {
         return r;
     }
     let Some(_g) = crate::state::Guard::enter() else { return r };

@@ -327,7 +327,22 @@ extern "C" fn fork_parent() {
     unsafe { *FORK_LOCKS.0.get() = None };
 }
 
+/// The process whose memory holds these tables: set when the library
+/// starts and in each forked child. A child that shares its parent's
+/// memory (`vfork`, `clone(CLONE_VM)`) is another process with the
+/// parent's tables: it must not change them (`owns_tables`).
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Whether the calling process is the one the tables describe (a system
+/// call: only on paths that close service fds).
+pub fn owns_tables() -> bool {
+    // SAFETY: getpid has no preconditions.
+    OWNER_PID.load(Ordering::Acquire) == unsafe { libc::getpid() }
+}
+
 extern "C" fn fork_child() {
+    // SAFETY: getpid has no preconditions.
+    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     // SAFETY: see `ForkLocks`; the child is single-threaded here.
     unsafe { *FORK_LOCKS.0.get() = None };
@@ -335,6 +350,8 @@ extern "C" fn fork_child() {
 
 /// Register the fork handlers (once, from the library constructor).
 pub fn install_fork_handlers() {
+    // SAFETY: getpid has no preconditions.
+    OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Release);
     // SAFETY: three valid `extern "C" fn()` handlers.
     unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
 }

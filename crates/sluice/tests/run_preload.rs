@@ -280,6 +280,35 @@ fn forked_children_and_exec_after_a_shell_redirect_keep_working() {
     assert_eq!(read(f.root().join("child.txt")), read(f.work().join("plain/child.txt")));
 }
 
+/// Python's `subprocess` starts its child with `vfork` and closes every
+/// descriptor it does not pass on, in the parent's memory: that emptied
+/// the parent's tables, and its next writes were acknowledged and lost.
+const SUBPROCESS_SCRIPT: &str = r#"
+import os, subprocess, sys
+d = sys.argv[1]
+fd = os.open(d + "/sub.bin", os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o644)
+os.pwrite(fd, b"before the child;", 0)
+subprocess.run("true", shell=True, check=True)
+subprocess.run(["sh", "-c", "exit 0"], close_fds=True, check=True)
+print(os.pread(fd, 17, 0))
+os.pwrite(fd, b"x" * 300000, 17)
+os.fsync(fd)
+print(os.fstat(fd).st_size)
+os.close(fd)
+"#;
+
+#[test]
+fn a_service_fd_survives_a_subprocess_started_with_vfork() {
+    let f = Fixture::new();
+    std::fs::write(f.work().join("s.py"), SUBPROCESS_SCRIPT).unwrap();
+    std::fs::create_dir(f.work().join("plain")).unwrap();
+    let via = f.run(&["python3", "s.py", &f.prefix()]).stdout;
+    let plain = direct(&f, &["python3", "s.py", "plain"]).stdout;
+    assert_eq!(String::from_utf8_lossy(&via), String::from_utf8_lossy(&plain));
+    assert_eq!(String::from_utf8_lossy(&plain), "b'before the child;'\n300017\n");
+    assert!(read(f.root().join("sub.bin")) == read(f.work().join("plain/sub.bin")), "what was written after the child is on the server");
+}
+
 /// `mv` (which calls `renameat2` with `RENAME_NOREPLACE` first) on service
 /// paths: into a directory, to a new name, `-n` over an existing file, and
 /// to `name/` where no such directory exists (ENOTDIR, nothing moved).
