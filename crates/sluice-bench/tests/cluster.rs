@@ -180,6 +180,93 @@ fn stopped_data_server_fails_fast_others_stay_readable_restart_recovers() {
     }
 }
 
+/// The object files a data server holds.
+fn objects_on(c: &LocalCluster, server: u32) -> Vec<String> {
+    let dir = c.data_root(server).join("objects");
+    let mut names: Vec<String> = std::fs::read_dir(dir).map(|d| d.map(|e| e.unwrap().file_name().into_string().unwrap()).collect()).unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_create_that_fails_part_way_leaves_nothing_behind() {
+    let (_dir, mut c) = cluster(3);
+    let cl = client(&c, "half");
+    cl.set_dir_default("", ALL).unwrap();
+    c.stop_data(1).unwrap();
+    let e = cl.create("s", LayoutRequest { stripe_bytes: 4096, count: 3, start: 0 }).err().expect("a server of the layout is down");
+    assert_eq!(e.kind, ErrorKind::DataServer, "{e}");
+    // Before: the entry stayed (listed, but ENOENT to open and stat) and
+    // object 0 stayed on server 0.
+    assert_eq!(cl.lookup("s").unwrap_err().kind, ErrorKind::NotFound);
+    assert!(objects_on(&c, 0).is_empty(), "{:?}", objects_on(&c, 0));
+    let e = cl.open("s2", libc::O_CREAT | libc::O_WRONLY).err().expect("the default layout (all servers) spans the stopped one");
+    assert_eq!(e.kind, ErrorKind::DataServer, "{e}");
+    assert_eq!(cl.lookup("s2").unwrap_err().kind, ErrorKind::NotFound);
+    c.start_data(1).unwrap();
+    let f = cl.create("s", LayoutRequest { stripe_bytes: 4096, count: 3, start: 0 }).unwrap();
+    cl.pwrite(&f, &pattern(1, 0, 20_000), 0).unwrap();
+}
+
+#[test]
+fn an_entry_whose_objects_are_missing_opens_as_zeros() {
+    let (_dir, c) = cluster(2);
+    let cl = client(&c, "lazy");
+    let f = cl.create("h", LayoutRequest { stripe_bytes: 4096, count: 2, start: 0 }).unwrap();
+    cl.pwrite(&f, &pattern(2, 0, 8192), 0).unwrap();
+    cl.close(&f).unwrap();
+    // As if the creating client had died before making object 1.
+    std::fs::remove_file(c.data_root(1).join("objects").join(format!("{:016x}", f.id))).unwrap();
+    let g = cl.open("h", libc::O_RDONLY).unwrap();
+    let mut buf = vec![1u8; 8192];
+    assert_eq!(cl.pread(&g, &mut buf, 0).unwrap(), 4096, "object 0's stripe, then the end of the file");
+    assert!(buf[..4096] == pattern(2, 0, 4096)[..]);
+    assert_eq!(objects_on(&c, 1), vec![format!("{:016x}", f.id)], "the missing object was made, empty");
+}
+
+#[test]
+fn an_unlink_with_a_server_down_removes_the_name_and_every_reachable_object() {
+    let (_dir, mut c) = cluster(3);
+    let cl = client(&c, "rm");
+    let f = cl.create("wide", LayoutRequest { stripe_bytes: 4096, count: 3, start: 0 }).unwrap();
+    cl.pwrite(&f, &pattern(3, 0, 20_000), 0).unwrap();
+    cl.close(&f).unwrap();
+    c.stop_data(0).unwrap();
+    // Before: an error after the name was gone, and objects 1 and 2 kept.
+    cl.unlink("wide").unwrap();
+    assert_eq!(cl.lookup("wide").unwrap_err().kind, ErrorKind::NotFound);
+    assert!(objects_on(&c, 1).is_empty() && objects_on(&c, 2).is_empty());
+}
+
+#[test]
+fn a_new_file_does_not_take_an_object_another_namespace_left() {
+    let (_dir, c) = cluster(1);
+    let cl = client(&c, "stale");
+    let f = cl.create("first", ALL).unwrap();
+    // Objects with the next ids, as a data server that kept its objects
+    // while the metadata store started afresh would hold. Ids are given
+    // out in order: `create` takes the next, then `open(O_CREAT)`.
+    let object = |id: u64| c.data_root(0).join("objects").join(format!("{id:016x}"));
+    for id in [f.id + 1, f.id + 2] {
+        std::fs::write(object(id), b"another namespace's bytes").unwrap();
+    }
+    let by_create = cl.create("new", ALL).err().expect("create: an object already there is not taken");
+    let by_open = cl.open("new", libc::O_CREAT | libc::O_RDWR).err().expect("open(O_CREAT): likewise");
+    for e in [by_create, by_open] {
+        assert_eq!((e.kind, e.errno), (ErrorKind::DataServer, libc::EEXIST), "{e}");
+        assert!(e.message.contains("already holds object"), "{e}");
+    }
+    assert_eq!(cl.lookup("new").unwrap_err().kind, ErrorKind::NotFound, "the entry was removed again");
+    for id in [f.id + 1, f.id + 2] {
+        assert_eq!(std::fs::read(object(id)).unwrap(), b"another namespace's bytes", "and the objects left alone");
+    }
+    // The next id is free: the file is made there, empty.
+    let g = cl.open("new", libc::O_CREAT | libc::O_RDWR).unwrap();
+    assert_eq!(g.id, f.id + 3);
+    let mut buf = [0u8; 8];
+    assert_eq!(cl.pread(&g, &mut buf, 0).unwrap(), 0);
+}
+
 #[test]
 fn namespace_and_data_survive_a_cluster_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -288,22 +288,76 @@ impl StripedClient {
 
     /// Create a new file with layout `req` (unset fields from the parent
     /// directory's default) and its objects; fails if `path` exists.
+    ///
+    /// The entry is made first, then the objects, each `O_EXCL`: an object
+    /// already there belongs to no file of this namespace (a metadata
+    /// store started afresh, or restored from an older copy, against data
+    /// servers that kept theirs), and a new file must not take its bytes.
+    /// When an object cannot be made (that, or its server is down), the
+    /// objects made so far and the entry are removed again and the call
+    /// fails: a failed create leaves nothing behind. (A client that dies
+    /// between the entry and its objects leaves an entry whose missing
+    /// objects the next open makes, empty: see `open_objects`.)
     pub fn create(&self, path: &str, req: LayoutRequest) -> Result<StripedFile> {
         let e = self.entry(MetaRequest::Create { path: path.into(), layout: req, exclusive: true })?;
-        self.open_objects(path, &e, libc::O_RDWR | libc::O_CREAT)
+        self.create_objects(path, &e, libc::O_RDWR)
     }
 
     /// Open `path` with `open(2)` flags; `O_CREAT` creates it with the
-    /// parent directory's default layout, `O_TRUNC` truncates every object.
+    /// parent directory's default layout (as `create`, when it is new),
+    /// `O_TRUNC` truncates every object.
     pub fn open(&self, path: &str, flags: i32) -> Result<StripedFile> {
-        let e = if flags & libc::O_CREAT != 0 {
-            let default = LayoutRequest { stripe_bytes: 0, count: 0, start: -1 };
-            self.entry(MetaRequest::Create { path: path.into(), layout: default, exclusive: flags & libc::O_EXCL != 0 })?
-        } else {
-            self.lookup(path)?
+        let object_flags = (flags & libc::O_ACCMODE) | (flags & libc::O_TRUNC);
+        if flags & libc::O_CREAT == 0 {
+            return self.open_objects(path, &self.lookup(path)?, object_flags);
+        }
+        // Created here or found: asked as an exclusive create first, so a
+        // new file's objects are made as `create` makes them.
+        let default = LayoutRequest { stripe_bytes: 0, count: 0, start: -1 };
+        match self.entry(MetaRequest::Create { path: path.into(), layout: default, exclusive: true }) {
+            Ok(e) => self.create_objects(path, &e, flags & libc::O_ACCMODE),
+            Err(err) if err.kind == ErrorKind::Exists && flags & libc::O_EXCL == 0 => self.open_objects(path, &self.lookup(path)?, object_flags),
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Make the objects of new entry `e` (`O_EXCL`, opened with `access`);
+    /// on a failure, undo what was made, the entry too (see `create`).
+    fn create_objects(&self, path: &str, e: &Entry, access: i32) -> Result<StripedFile> {
+        let layout = match (e.kind, e.layout) {
+            (EntryKind::File, Some(l)) => l,
+            _ => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
         };
-        let object_flags = (flags & libc::O_ACCMODE) | (flags & (libc::O_CREAT | libc::O_TRUNC));
-        self.open_objects(path, &e, object_flags)
+        let name = object_path(e.id);
+        let mut objects: Vec<(Arc<Client>, Fd)> = Vec::with_capacity(layout.count as usize);
+        for k in 0..layout.count {
+            let server = layout.server_of(k);
+            let made = self.data(server).and_then(|c| {
+                let fd = c.open(&name, access | libc::O_CREAT | libc::O_EXCL, 0o644).map_err(|err| {
+                    if err.errno == libc::EEXIST {
+                        Error::new(ErrorKind::DataServer, libc::EEXIST, format!("data server {server} already holds object {name} of a file this namespace does not have (a metadata store started afresh or restored against data servers that kept their objects?); {path:?} not created"))
+                    } else {
+                        self.data_error(server, &format!("creation of {path:?} object {k}"), err)
+                    }
+                })?;
+                Ok((c, fd))
+            });
+            match made {
+                Ok(o) => objects.push(o),
+                Err(err) => {
+                    for (c, fd) in &objects {
+                        let _ = c.close(*fd);
+                        let _ = c.unlink(&name);
+                    }
+                    // The entry, if it is still this one.
+                    if self.lookup(path).is_ok_and(|now| now.id == e.id) {
+                        let _ = self.entry(MetaRequest::Unlink { path: path.into(), expect: Some(EntryKind::File) });
+                    }
+                    return Err(err);
+                }
+            }
+        }
+        Ok(StripedFile { path: path.into(), id: e.id, layout, objects })
     }
 
     /// Open the objects of file entry `e` (from `lookup`) with `open(2)`
@@ -312,18 +366,37 @@ impl StripedClient {
         self.open_objects(path, e, (flags & libc::O_ACCMODE) | (flags & libc::O_TRUNC))
     }
 
+    /// Open the objects of existing entry `e`. An object that is missing
+    /// is made, empty, as Lustre makes objects lazily: its file's entry
+    /// exists, so its bytes are zeros (a client died between a create's
+    /// entry and its objects). On a failure the objects opened so far are
+    /// closed again.
     fn open_objects(&self, path: &str, e: &Entry, flags: i32) -> Result<StripedFile> {
         let layout = match (e.kind, e.layout) {
             (EntryKind::File, Some(l)) => l,
             _ => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
         };
         let name = object_path(e.id);
-        let mut objects = Vec::with_capacity(layout.count as usize);
+        let mut objects: Vec<(Arc<Client>, Fd)> = Vec::with_capacity(layout.count as usize);
         for k in 0..layout.count {
             let server = layout.server_of(k);
-            let c = self.data(server)?;
-            let fd = c.open(&name, flags, 0o644).map_err(|err| self.data_error(server, &format!("open of {path:?} object {k}"), err))?;
-            objects.push((c, fd));
+            let opened = self.data(server).and_then(|c| {
+                let fd = match c.open(&name, flags, 0o644) {
+                    Err(err) if err.errno == libc::ENOENT => c.open(&name, flags | libc::O_CREAT, 0o644),
+                    other => other,
+                };
+                let fd = fd.map_err(|err| self.data_error(server, &format!("open of {path:?} object {k}"), err))?;
+                Ok((c, fd))
+            });
+            match opened {
+                Ok(o) => objects.push(o),
+                Err(err) => {
+                    for (c, fd) in &objects {
+                        let _ = c.close(*fd);
+                    }
+                    return Err(err);
+                }
+            }
         }
         Ok(StripedFile { path: path.into(), id: e.id, layout, objects })
     }
@@ -574,8 +647,10 @@ impl StripedClient {
         }
     }
 
-    /// Remove `path` from the namespace, then its objects (an object on a
-    /// server that is down stays behind as an orphan; the error says so).
+    /// Remove `path` from the namespace, then its objects, best effort:
+    /// once the name is gone the unlink has happened and succeeds, as
+    /// `rename` does for the file it replaces (an object on a server that
+    /// is down stays behind as an orphan; the others are removed).
     pub fn unlink(&self, path: &str) -> Result<()> {
         self.remove(path, None)
     }
@@ -584,7 +659,8 @@ impl StripedClient {
     /// of a directory is EISDIR, `rmdir(2)` of a file ENOTDIR.
     pub fn remove(&self, path: &str, expect: Option<EntryKind>) -> Result<()> {
         let e = self.entry(MetaRequest::Unlink { path: path.into(), expect })?;
-        self.remove_objects(&e)
+        let _ = self.remove_objects(&e);
+        Ok(())
     }
 
     /// `rename(2)` in the namespace (no data moves: objects are named by
@@ -604,14 +680,22 @@ impl StripedClient {
         }
     }
 
+    /// Remove every object of `e` that can be (one already missing is
+    /// fine); the first error, after trying them all.
     fn remove_objects(&self, e: &Entry) -> Result<()> {
         let Some(layout) = e.layout else {
             return Ok(());
         };
-        (0..layout.count).try_for_each(|k| {
+        let mut first = Ok(());
+        for k in 0..layout.count {
             let server = layout.server_of(k);
-            self.data(server)?.unlink(&object_path(e.id)).map_err(|err| self.data_error(server, "unlink of an object", err))
-        })
+            let r = self.data(server).and_then(|c| match c.unlink(&object_path(e.id)) {
+                Err(err) if err.errno != libc::ENOENT => Err(self.data_error(server, "unlink of an object", err)),
+                _ => Ok(()),
+            });
+            first = first.and(r);
+        }
+        first
     }
 
     /// Where each object of file `path` lives, with its size.
