@@ -455,6 +455,44 @@ macro_rules! pread_export {
 pread_export!(pread);
 pread_export!(pread64);
 
+/// glibc's answer to a fortified call whose length passes its buffer.
+fn chk_fail() -> ! {
+    extern "C" {
+        fn __chk_fail() -> !;
+    }
+    // SAFETY: glibc's fortify failure: prints and aborts.
+    unsafe { __chk_fail() }
+}
+
+/// Interposed fortified `__read_chk` (`read` built with
+/// `_FORTIFY_SOURCE` where the buffer's size is known): the size checked
+/// as glibc does, then `read`. Without it a fortified program read a
+/// service fd's local placeholder.
+#[no_mangle]
+pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
+    if n > buflen {
+        chk_fail();
+    }
+    // SAFETY: the caller's arguments, checked.
+    unsafe { read(fd, buf, n) }
+}
+
+macro_rules! pread_chk_export {
+    ($name:ident, $plain:ident) => {
+        /// Interposed fortified `pread` (see `__read_chk`).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) -> ssize_t {
+            if n > buflen {
+                chk_fail();
+            }
+            // SAFETY: the caller's arguments, checked.
+            unsafe { $plain(fd, buf, n, off) }
+        }
+    };
+}
+pread_chk_export!(__pread_chk, pread);
+pread_chk_export!(__pread64_chk, pread64);
+
 macro_rules! pwrite_export {
     ($name:ident) => {
         /// Interposed `pwrite`.

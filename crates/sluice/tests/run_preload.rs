@@ -309,6 +309,42 @@ fn a_service_fd_survives_a_subprocess_started_with_vfork() {
     assert!(read(f.root().join("sub.bin")) == read(f.work().join("plain/sub.bin")), "what was written after the child is on the server");
 }
 
+/// A program built with `_FORTIFY_SOURCE`: where the buffer's size is
+/// known, `read` and `pread` are glibc's `__read_chk` and `__pread_chk`.
+const FORTIFIED_C: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char buf[64];
+    int fd = open(argv[1], O_RDONLY);
+    if (fd < 0) { perror("open"); return 1; }
+    size_t n = (size_t)atoi(argv[2]);
+    ssize_t r = read(fd, buf, n);
+    ssize_t p = pread(fd, buf + 32, n / 2, 0);
+    printf("%zd %.*s|%zd %.*s\n", r, (int)(r > 0 ? r : 0), buf, p, (int)(p > 0 ? p : 0), buf + 32);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_fortified_program_reads_service_files() {
+    let f = Fixture::new();
+    std::fs::write(f.work().join("fort.c"), FORTIFIED_C).unwrap();
+    let cc = Command::new("cc").args(["-O2", "-D_FORTIFY_SOURCE=2", "-o", "fort", "fort.c"]).current_dir(f.work()).output().unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    let nm = Command::new("nm").args(["-D", "fort"]).current_dir(f.work()).output().unwrap();
+    let symbols = String::from_utf8_lossy(&nm.stdout);
+    assert!(symbols.contains("__read_chk") && symbols.contains("__pread_chk"), "the build is fortified: {symbols}");
+    std::fs::write(f.root().join("fort.txt"), b"hello world").unwrap();
+    std::fs::write(f.work().join("fort.txt"), b"hello world").unwrap();
+    let via = f.run(&["./fort", &f.svc("fort.txt"), "20"]).stdout;
+    let plain = direct(&f, &["./fort", "fort.txt", "20"]).stdout;
+    assert_eq!(String::from_utf8_lossy(&plain), "11 hello world|10 hello worl\n");
+    assert_eq!(String::from_utf8_lossy(&via), String::from_utf8_lossy(&plain));
+}
+
 /// `mv` (which calls `renameat2` with `RENAME_NOREPLACE` first) on service
 /// paths: into a directory, to a new name, `-n` over an existing file, and
 /// to `name/` where no such directory exists (ENOTDIR, nothing moved).
