@@ -178,7 +178,7 @@ impl Rx {
                     let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
                     for i in 0..n {
                         let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>().add(i));
-                        self.lent.push_back(OwnedFd::from_raw_fd(raw));
+                        self.lent.push_back(sluice_net::out_of_the_way(OwnedFd::from_raw_fd(raw)));
                     }
                 }
                 c = libc::CMSG_NXTHDR(&msg, c);
@@ -262,19 +262,24 @@ pub(crate) struct Conn {
     unix_fd: Option<RawFd>,
 }
 
-/// Open a socket to `addr` (`unix:PATH` or `tcp:HOST:PORT`).
+/// Open a socket to `addr` (`unix:PATH` or `tcp:HOST:PORT`), on a high
+/// descriptor number (`sluice_net::out_of_the_way`).
 fn dial(addr: &str) -> Result<Stream> {
     if !addr.starts_with("unix:") && !addr.starts_with("tcp:") {
         return Err(ClientError::invalid(format!("bad server address {addr:?}: expected unix:PATH or tcp:HOST:PORT")));
     }
-    Stream::connect(addr)
-        .map_err(|e| ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}")))
+    let s = Stream::connect(addr)
+        .map_err(|e| ClientError::new(ClientErrorKind::Connect, e.raw_os_error().unwrap_or(libc::ECONNREFUSED), format!("cannot connect to sluice server at {addr}: {e}")))?;
+    Ok(s.out_of_the_way())
 }
 
 impl Conn {
     pub(crate) fn open(addr: &str, patience: std::sync::Arc<Patience>) -> Result<Conn> {
         let s = dial(addr)?;
-        let r = s.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Connect, libc::EIO, format!("cannot connect to sluice server at {addr}: {e}")))?;
+        let r = s
+            .try_clone()
+            .map(Stream::out_of_the_way)
+            .map_err(|e| ClientError::new(ClientErrorKind::Connect, libc::EIO, format!("cannot connect to sluice server at {addr}: {e}")))?;
         // A frame that stalls half-way, or a send into a server that stopped
         // reading, breaks the connection after the same patience.
         let _ = s.set_write_timeout(Some(patience.timeout));

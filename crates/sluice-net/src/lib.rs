@@ -16,7 +16,7 @@
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -48,7 +48,38 @@ pub enum Stream {
     Tcp(TcpStream),
 }
 
+/// Move a descriptor a library keeps to a number of at least
+/// `min(512, RLIMIT_NOFILE / 2)` (close-on-exec), away from the numbers a
+/// program picks itself: the interposer runs inside programs that do (a
+/// shell's `exec 3>file` made its file take over the client's socket on
+/// fd 3, and a reconnect then closed the shell's fd 3). Kept where it is
+/// when no higher number is free.
+pub fn out_of_the_way(fd: OwnedFd) -> OwnedFd {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills a valid struct.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
+    let min = (soft / 2).clamp(10, 512) as libc::c_int;
+    if fd.as_raw_fd() >= min {
+        return fd;
+    }
+    // SAFETY: fcntl on a descriptor we own; a new one comes back.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) };
+    if r < 0 {
+        return fd;
+    }
+    // SAFETY: a fresh descriptor we now own; the old one closes on drop.
+    unsafe { OwnedFd::from_raw_fd(r) }
+}
+
 impl Stream {
+    /// This stream on a descriptor `out_of_the_way`.
+    pub fn out_of_the_way(self) -> Stream {
+        match self {
+            Stream::Unix(u) => Stream::Unix(UnixStream::from(out_of_the_way(OwnedFd::from(u)))),
+            Stream::Tcp(t) => Stream::Tcp(TcpStream::from(out_of_the_way(OwnedFd::from(t)))),
+        }
+    }
+
     /// Connect to `unix:PATH` or `tcp:HOST:PORT` (TCP with Nagle off).
     /// Any other form is an `InvalidInput` error.
     pub fn connect(addr: &str) -> io::Result<Stream> {
@@ -208,6 +239,23 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
     use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn kept_descriptors_move_out_of_the_way_of_the_programs_numbers() {
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit fills a valid struct.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        let min = (lim.rlim_cur / 2).clamp(10, 512) as i32;
+        let low = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        assert!(low.as_raw_fd() < min, "a fresh descriptor is low: {}", low.as_raw_fd());
+        let moved = out_of_the_way(low);
+        assert!(moved.as_raw_fd() >= min, "{} < {min}", moved.as_raw_fd());
+        // SAFETY: F_GETFD on a descriptor we own.
+        assert_ne!(unsafe { libc::fcntl(moved.as_raw_fd(), libc::F_GETFD) } & libc::FD_CLOEXEC, 0, "close-on-exec");
+        // One already at or past the bound stays where it is.
+        let at = moved.as_raw_fd();
+        assert_eq!(out_of_the_way(moved).as_raw_fd(), at);
+    }
 
     #[test]
     fn a_closed_peer_is_seen_without_consuming_what_it_sent() {

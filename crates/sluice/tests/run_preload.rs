@@ -309,6 +309,19 @@ fn a_service_fd_survives_a_subprocess_started_with_vfork() {
     assert!(read(f.root().join("sub.bin")) == read(f.work().join("plain/sub.bin")), "what was written after the child is on the server");
 }
 
+/// A shell's own descriptor numbers: `exec 3>` and `exec 4>` used to
+/// take over the client's socket (on fds 3 and 4), and every service call
+/// after failed; a reconnect then closed the shell's fd 3.
+#[test]
+fn a_shell_can_use_descriptors_3_and_4_for_service_files() {
+    let f = Fixture::new();
+    let script = format!("read x < {0}/in; exec 3>{0}/log; echo a >&3; exec 4>{0}/log2; echo b >&4; read y < {0}/in; echo \"$x $y\" >&3; cat {0}/log {0}/log2", f.prefix());
+    std::fs::write(f.root().join("in"), b"line\n").unwrap();
+    let out = f.run(&["sh", "-c", &script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nline line\nb\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read(f.root().join("log")), b"a\nline line\n");
+}
+
 /// A program built with `_FORTIFY_SOURCE`: where the buffer's size is
 /// known, `read` and `pread` are glibc's `__read_chk` and `__pread_chk`.
 const FORTIFIED_C: &str = r#"
