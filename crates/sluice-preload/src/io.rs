@@ -16,7 +16,7 @@ use crate::state::{client, finish, last_errno, with_tables, Errno, Open};
 /// Open server path `path` and give it a placeholder fd.
 pub fn svc_open(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> {
     let c = client()?;
-    let h = c.open(path, flags & !libc::O_CLOEXEC, mode)?;
+    let h = c.open(path, flags & !libc::O_CLOEXEC, crate::state::masked(mode))?;
     let fd = match placeholder::create(path, flags) {
         Ok(fd) => fd,
         Err(e) => {
@@ -329,6 +329,16 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 pub unsafe extern "C" fn vfork() -> libc::pid_t {
     // SAFETY: fork has no preconditions; both processes return here.
     unsafe { libc::fork() }
+}
+
+/// Interposed `umask`: the mask is also kept for what the process
+/// creates on the server (`state::masked`).
+#[no_mangle]
+pub unsafe extern "C" fn umask(mask: mode_t) -> mode_t {
+    // SAFETY: libc's umask with the caller's argument.
+    let old = unsafe { real!(umask, fn(mode_t) -> mode_t)(mask) };
+    crate::state::set_umask(mask);
+    old
 }
 
 /// Interposed `dup`.

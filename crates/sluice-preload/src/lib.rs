@@ -53,6 +53,7 @@ extern "C" fn init() {
         return;
     }
     state::install_fork_handlers();
+    state::read_umask();
     placeholder::adopt_inherited();
     stdio::adopt_std_streams();
 }

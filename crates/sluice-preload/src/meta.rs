@@ -324,7 +324,7 @@ fn svc_mkdir(path: &str, mode: mode_t) -> Result<c_int, Errno> {
     if path == "." {
         return Err(Errno(libc::EEXIST));
     }
-    client()?.mkdir(path, mode)?;
+    client()?.mkdir(path, crate::state::masked(mode))?;
     Ok(0)
 }
 

@@ -348,6 +348,33 @@ extern "C" fn fork_child() {
     unsafe { *FORK_LOCKS.0.get() = None };
 }
 
+/// The process's file mode creation mask, applied to what it creates on
+/// the server (the kernel applies it to local files only): read when the
+/// library starts, kept by the interposed `umask`.
+static UMASK: AtomicU32 = AtomicU32::new(0o022);
+
+/// Read the mask (from the constructor: one thread, so the two calls
+/// cannot race another thread's `umask`).
+pub fn read_umask() {
+    // SAFETY: umask has no preconditions; the second call restores it.
+    let m = unsafe {
+        let m = libc::umask(0);
+        libc::umask(m);
+        m
+    };
+    UMASK.store(m & 0o777, Ordering::Release);
+}
+
+/// Record the mask a `umask` call set.
+pub fn set_umask(m: libc::mode_t) {
+    UMASK.store(m & 0o777, Ordering::Release);
+}
+
+/// `mode` with the process's mask applied.
+pub fn masked(mode: libc::mode_t) -> libc::mode_t {
+    mode & !UMASK.load(Ordering::Acquire)
+}
+
 /// Register the fork handlers (once, from the library constructor).
 pub fn install_fork_handlers() {
     // SAFETY: getpid has no preconditions.

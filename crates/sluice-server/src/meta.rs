@@ -41,6 +41,7 @@ pub struct MetaDone {
 
 /// Run calls until the channel closes.
 pub fn worker(shared: Arc<Shared>, jobs: Arc<Mutex<Receiver<MetaJob>>>, done: Sender<MetaDone>, waker: Arc<Waker>) {
+    creates_as_asked();
     let mut holding: Option<Cred> = None;
     loop {
         let next = lock(&jobs).recv();
@@ -67,5 +68,22 @@ fn run(shared: &Shared, job: &mut MetaJob, holding: &mut Option<Cred>) -> Out {
     match parse_request(&job.header, &job.body) {
         Ok(req) => job.session.metadata(shared, req).unwrap_or_else(|e| Out::Error(e.errno, e.message)),
         Err(e) => Out::Error(e.errno(), e.to_string()),
+    }
+}
+
+/// Give this thread a file-system context of its own (`unshare(CLONE_FS)`:
+/// cwd, root and umask; the server's other threads keep theirs) with a
+/// umask of 0, so what it creates gets the mode the client asked for. The
+/// caller's umask is the client's to apply, as NFS does: the kernel
+/// applies it before a FUSE `create` or `mkdir`, the interposer before it
+/// sends one. Before, the server's own umask (022) was applied again: a
+/// caller with umask 002 got 0644 files. Where `unshare` fails the
+/// server's umask stays.
+fn creates_as_asked() {
+    // SAFETY: unshare and umask act on this thread's own context.
+    unsafe {
+        if libc::unshare(libc::CLONE_FS) == 0 {
+            libc::umask(0);
+        }
     }
 }

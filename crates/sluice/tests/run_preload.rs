@@ -322,6 +322,19 @@ fn a_shell_can_use_descriptors_3_and_4_for_service_files() {
     assert_eq!(read(f.root().join("log")), b"a\nline line\n");
 }
 
+/// What a process creates on the server gets its umask, as a local file
+/// does (0644 and 0755 came out world-readable under `umask 077`).
+#[test]
+fn files_and_directories_made_on_the_server_get_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    let script = format!("umask 077; echo x > {0}/private; mkdir {0}/pdir; umask 002; echo y > {0}/shared; mkdir {0}/sdir", f.prefix());
+    f.run(&["sh", "-c", &script]);
+    let mode = |name: &str| std::fs::metadata(f.root().join(name)).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode("private"), mode("pdir")), (0o600, 0o700));
+    assert_eq!((mode("shared"), mode("sdir")), (0o664, 0o775));
+}
+
 /// A program built with `_FORTIFY_SOURCE`: where the buffer's size is
 /// known, `read` and `pread` are glibc's `__read_chk` and `__pread_chk`.
 const FORTIFIED_C: &str = r#"
