@@ -26,7 +26,11 @@ pub fn svc_open(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> 
     };
     let open = Arc::new(Open::new(path.to_string(), flags, Some(h)));
     match with_tables(|t| t.fds.insert(fd, Arc::clone(&open))) {
-        Ok(_) => Ok(fd),
+        Ok(_) => {
+            // `close(1); open(…)`: the standard stream follows its fd.
+            crate::stdio::follow_std_fd(fd);
+            Ok(fd)
+        }
         Err(e) => {
             placeholder::close_real(fd);
             let _ = open.release();
@@ -358,10 +362,12 @@ fn redirect(old: c_int, new: c_int, r: c_int) -> c_int {
         return r;
     }
     let Some(_g) = crate::state::Guard::enter() else { return r };
-    match crate::state::lookup(old) {
+    let out = match crate::state::lookup(old) {
         Some(open) => finish(alias(new, open), -1),
         None => finish(forget(new).map(|()| r), -1),
-    }
+    };
+    crate::stdio::follow_std_fd(new);
+    out
 }
 
 /// Interposed `dup2`.

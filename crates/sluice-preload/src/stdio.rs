@@ -5,6 +5,8 @@
 //! `fseek`, `ftell`, `fflush`, `fclose`…) then works unchanged. `fileno`
 //! gives the stream's service fd.
 
+use std::sync::atomic::{AtomicPtr, Ordering};
+
 use libc::{c_char, c_int, c_void, size_t, ssize_t, FILE};
 
 use crate::io::{close, lseek64, read, svc_close, svc_open, write};
@@ -86,20 +88,64 @@ fn stream(fd: c_int, mode: *const c_char) -> Result<*mut FILE, Errno> {
 /// stream over its service fd (stderr unbuffered, as usual). Called once,
 /// from the constructor, before `main`.
 pub fn adopt_std_streams() {
-    // SAFETY: single-threaded, before main; the globals are glibc's
-    // assignable standard stream pointers.
+    for fd in 0..=2 {
+        follow_std_fd(fd);
+    }
+}
+
+/// glibc's own standard streams, kept while a cookie stream stands in.
+static ORIGINAL: [AtomicPtr<FILE>; 3] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 3];
+/// The cookie stream over each standard fd, made once and reused.
+static COOKIE: [AtomicPtr<FILE>; 3] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 3];
+
+/// Standard fd `fd` (0, 1 or 2) may refer to something else now (the
+/// constructor, a `dup2` or `dup3` onto it, an open that took its
+/// number): its glibc stream follows. While it is a service fd the
+/// global `stdin`, `stdout` or `stderr` is a cookie stream over it, whose
+/// reads and writes go through the interposer (glibc's own stream uses
+/// internal calls that would reach the placeholder: `echo hello >
+/// /sluice/f` in bash, whose builtins print through `stdout`, left the
+/// file empty); once it is not, glibc's stream is back. What a program
+/// left in a stream's buffer across the change goes where the fd points
+/// when it is flushed, as with glibc's streams.
+pub fn follow_std_fd(fd: c_int) {
+    if !(0..=2).contains(&fd) {
+        return;
+    }
+    let i = fd as usize;
+    let service = crate::state::lookup(fd).is_some();
+    // SAFETY: the globals are glibc's assignable standard stream pointers;
+    // a program that swaps them while another thread prints races as it
+    // would with `freopen`.
     unsafe {
-        let streams = [(0, &raw mut stdin, c"r"), (1, &raw mut stdout, c"w"), (2, &raw mut stderr, c"w")];
-        for (fd, global, mode) in streams {
-            // The constructor holds the guard already, so no `service_fd`.
-            if crate::state::lookup(fd).is_none() {
-                continue;
+        let global: *mut *mut FILE = match fd {
+            0 => &raw mut stdin,
+            1 => &raw mut stdout,
+            _ => &raw mut stderr,
+        };
+        let cur = *global;
+        let cookie = COOKIE[i].load(Ordering::Acquire);
+        if service {
+            if !cookie.is_null() && cur == cookie {
+                return;
             }
-            if let Ok(f) = stream(fd, mode.as_ptr()) {
+            let f = if cookie.is_null() {
+                let mode = if fd == 0 { c"r" } else { c"w" };
+                let Ok(f) = stream(fd, mode.as_ptr()) else { return };
                 if fd == 2 {
                     libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
                 }
-                *global = f;
+                COOKIE[i].store(f, Ordering::Release);
+                f
+            } else {
+                cookie
+            };
+            ORIGINAL[i].store(cur, Ordering::Release);
+            *global = f;
+        } else if !cookie.is_null() && cur == cookie {
+            let original = ORIGINAL[i].load(Ordering::Acquire);
+            if !original.is_null() {
+                *global = original;
             }
         }
     }

@@ -322,6 +322,24 @@ fn a_shell_can_use_descriptors_3_and_4_for_service_files() {
     assert_eq!(read(f.root().join("log")), b"a\nline line\n");
 }
 
+/// bash prints its builtins' output through glibc's `stdout`, whose
+/// writes are internal calls: with fd 1 redirected to a service file they
+/// reached the placeholder, and `echo hello > /sluice/f` left the file
+/// empty. A C program's `fgets(stdin)` after `dup2` onto fd 0 likewise.
+#[test]
+fn bash_builtins_redirected_to_service_files_write_them() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.work().join("plain")).unwrap();
+    let script = "d=$1; echo hello > $d/e1; printf '%s\\n' two >> $d/e1; { echo a; echo b; } > $d/e2; exec 5>$d/e3; echo five >&5; exec 5>&-; read x < $d/e1; echo \"after $x\"; cat $d/e1 $d/e2 $d/e3";
+    let via = f.run(&["bash", "-c", script, "bash", &f.prefix()]);
+    let plain = direct(&f, &["bash", "-c", script, "bash", "plain"]);
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "after hello\nhello\ntwo\na\nb\nfive\n");
+    assert_eq!(String::from_utf8_lossy(&via.stdout), String::from_utf8_lossy(&plain.stdout), "{}", String::from_utf8_lossy(&via.stderr));
+    for name in ["e1", "e2", "e3"] {
+        assert!(read(f.root().join(name)) == read(f.work().join("plain").join(name)), "{name}");
+    }
+}
+
 /// What a process creates on the server gets its umask, as a local file
 /// does (0644 and 0755 came out world-readable under `umask 077`).
 #[test]
