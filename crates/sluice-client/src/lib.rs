@@ -1399,6 +1399,24 @@ impl Client {
         }
     }
 
+    /// `stat` of a final symbolic link itself (`lstat(2)`): its kind is
+    /// `S_IFLNK`.
+    pub fn lstat(&self, path: &str) -> Result<Stat> {
+        match self.with_session(true, |s| s.conn.call(&Request::Lstat { path }))? {
+            Reply::Stat(st) => Ok(st),
+            r => Err(unexpected("lstat", &r)),
+        }
+    }
+
+    /// The target of the symbolic link at `path` (`readlink(2)`; EINVAL
+    /// when it is not one).
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        match self.with_session(true, |s| s.conn.call(&Request::Readlink { path }))? {
+            Reply::Link(t) => Ok(t),
+            r => Err(unexpected("readlink", &r)),
+        }
+    }
+
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {
         match self.on_fd(fd, true, |s, server| s.conn.call(&Request::Fstat { fd: server }))? {
             Reply::Stat(st) => Ok(st),

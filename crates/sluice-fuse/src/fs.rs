@@ -447,9 +447,13 @@ impl SluiceFs {
         lock(&self.io).close(ino, backed);
     }
 
-    /// `path`'s attributes, and the inode number the kernel now holds once more.
+    /// `path`'s attributes, and the inode number the kernel now holds once
+    /// more. A symbolic link is one (`lstat`): the kernel follows it with
+    /// `readlink`, as on any file system. (Before, the server followed it
+    /// and the mount showed the target: `rm -rf` and `shutil.rmtree` went
+    /// into a link to a directory and emptied the directory.)
     fn entry(&self, c: &Remote, path: &str) -> Result<FileAttr, Errno> {
-        let st = counted(c.stat(path).map_err(errno))?;
+        let st = counted(c.lstat(path).map_err(errno))?;
         let ino = lock(&self.inodes).remember(path)?;
         Ok(attr(ino, &st))
     }
@@ -462,7 +466,7 @@ impl SluiceFs {
             }
             None => {
                 let (c, path) = (self.client(req)?, self.path(ino)?);
-                counted(c.stat(&path).map_err(errno))?
+                counted(c.lstat(&path).map_err(errno))?
             }
         };
         Ok(attr(ino.0, &st))
@@ -580,6 +584,17 @@ impl Filesystem for SluiceFs {
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         lock(&self.inodes).forget(ino.0, nlookup);
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let r = (|| {
+            let (c, path) = (self.client(req)?, self.path(ino)?);
+            counted(c.readlink(&path).map_err(errno))
+        })();
+        match r {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {

@@ -4,7 +4,7 @@
 //! permission/time setters, which the server does not have and which are
 //! accepted and ignored for service paths.
 
-use libc::{c_char, c_int, c_uint, mode_t};
+use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t};
 use sluice_client::Stat;
 
 use crate::real::{real, try_real};
@@ -96,8 +96,13 @@ unsafe fn target_at(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<(
     Some((g, Target::Path(p)))
 }
 
-fn stat_of(t: &Target) -> Result<Stat, Errno> {
+/// The stat `t` names; a path's final symbolic link itself with
+/// `AT_SYMLINK_NOFOLLOW` (`lstat`), as the server sees it: before, `lstat`
+/// followed it, and `shutil.rmtree` of a link to a directory emptied the
+/// directory instead of refusing.
+fn stat_of(t: &Target, flags: c_int) -> Result<Stat, Errno> {
     match t {
+        Target::Path(p) if flags & libc::AT_SYMLINK_NOFOLLOW != 0 => Ok(client()?.lstat(p)?),
         Target::Path(p) => path_stat(p),
         Target::Fd(o) => fd_stat(o),
     }
@@ -141,7 +146,7 @@ unsafe fn do_fstatat(dirfd: c_int, path: *const c_char, buf: *mut libc::stat, fl
     // SAFETY: the caller's path string and buffer.
     unsafe {
         match target_at(dirfd, path, flags) {
-            Some((_g, t)) => store(stat_of(&t).map(|s| to_stat(&s)), buf),
+            Some((_g, t)) => store(stat_of(&t, flags).map(|s| to_stat(&s)), buf),
             None => real_fstatat(dirfd, path, buf, flags),
         }
     }
@@ -234,13 +239,45 @@ pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, 
     // SAFETY: the caller's path string and buffer.
     unsafe {
         if let Some((_g, t)) = target_at(dirfd, path, flags) {
-            return store(stat_of(&t).map(|s| to_statx(&s)), buf);
+            return store(stat_of(&t, flags).map(|s| to_statx(&s)), buf);
         }
         match try_real!(statx, fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int) {
             Some(f) => f(dirfd, path, flags, mask, buf),
             None => finish(Err(Errno(libc::ENOSYS)), -1),
         }
     }
+}
+
+/// `readlink(2)` of a service path into the caller's buffer: the target,
+/// cut at the buffer's length, not NUL-terminated.
+fn svc_readlink(path: &str, buf: *mut c_char, len: size_t) -> Result<ssize_t, Errno> {
+    let target = client()?.readlink(path)?;
+    let n = target.len().min(len);
+    // SAFETY: the caller's buffer of `len` bytes; `n` fits in it.
+    unsafe { std::ptr::copy_nonoverlapping(target.as_ptr(), buf.cast::<u8>(), n) };
+    Ok(n as ssize_t)
+}
+
+/// Interposed `readlink`.
+#[no_mangle]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, len: size_t) -> ssize_t {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(svc_readlink(&p, buf, len), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(readlink, fn(*const c_char, *mut c_char, size_t) -> ssize_t)(path, buf, len) }
+}
+
+/// Interposed `readlinkat`.
+#[no_mangle]
+pub unsafe extern "C" fn readlinkat(dirfd: c_int, path: *const c_char, buf: *mut c_char, len: size_t) -> ssize_t {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        return finish(svc_readlink(&p, buf, len), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(readlinkat, fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t)(dirfd, path, buf, len) }
 }
 
 fn svc_access(path: &str, mode: c_int) -> Result<c_int, Errno> {

@@ -47,6 +47,11 @@ pub enum Opcode {
     /// "Look at my doorbell" (`crate::post`): requests wait in the
     /// connection's post records. No body, no answer.
     Nudge = 0x1b,
+    /// `Stat` that does not follow a final symbolic link (answered
+    /// `StatOk`).
+    Lstat = 0x1c,
+    /// A symbolic link's target (answered `Link`).
+    Readlink = 0x1d,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -59,10 +64,12 @@ pub enum Opcode {
     /// "Read this range yourself": it is in the page cache (see
     /// [`crate::Response::Lease`]).
     Lease = 0x8a,
+    /// A symbolic link's target, as `readlink(2)` gives it.
+    Link = 0x8b,
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 38] = [
+const OPCODES: [Opcode; 41] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -90,6 +97,8 @@ const OPCODES: [Opcode; 38] = [
     Opcode::WriteListGroup,
     Opcode::WriteLease,
     Opcode::Nudge,
+    Opcode::Lstat,
+    Opcode::Readlink,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,
@@ -100,6 +109,7 @@ const OPCODES: [Opcode; 38] = [
     Opcode::StatsOk,
     Opcode::Challenge,
     Opcode::Lease,
+    Opcode::Link,
     Opcode::Error,
 ];
 

@@ -55,7 +55,9 @@ pub use msg::{
 /// 9: the doorbell's `leased_bytes` (bytes the client wrote itself under
 ///    write leases, counted as written); servers grant write leases by
 ///    default.
-pub const VERSION: u16 = 9;
+/// 10: `Lstat` and `Readlink`, and the `Link` response (symbolic links
+///    are links to the mount and the interposer).
+pub const VERSION: u16 = 10;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.

@@ -110,6 +110,14 @@ pub enum Request<'a> {
     Stat {
         path: &'a str,
     },
+    /// `Stat` of a symbolic link itself (`lstat(2)`).
+    Lstat {
+        path: &'a str,
+    },
+    /// The target of the symbolic link at `path`.
+    Readlink {
+        path: &'a str,
+    },
     Fstat {
         fd: u64,
     },
@@ -265,6 +273,8 @@ pub enum Response<'a> {
     /// Bytes written.
     Count(u64),
     Stat(WireStat),
+    /// A symbolic link's target (at most `PATH_BYTES_MAX` bytes).
+    Link(String),
     Dir {
         entries: Vec<DirEntry>,
         done: bool,
@@ -394,6 +404,8 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Fdatasync => Request::Fdatasync { fd: r.u64("fd")? },
         Opcode::Ftruncate => Request::Ftruncate { fd: r.u64("fd")?, len: r.u64("len")? },
         Opcode::Stat => Request::Stat { path: r.path("path")? },
+        Opcode::Lstat => Request::Lstat { path: r.path("path")? },
+        Opcode::Readlink => Request::Readlink { path: r.path("path")? },
         Opcode::Fstat => Request::Fstat { fd: r.u64("fd")? },
         Opcode::Unlink => Request::Unlink { path: r.path("path")? },
         Opcode::Rename => Request::Rename { from: r.path("from")?, to: r.path("to")? },
@@ -559,6 +571,8 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usiz
             (Opcode::Ftruncate, 0)
         }
         Request::Stat { path } => return path_only(Opcode::Stat, path, out),
+        Request::Lstat { path } => return path_only(Opcode::Lstat, path, out),
+        Request::Readlink { path } => return path_only(Opcode::Readlink, path, out),
         Request::Fstat { fd } => fd_only(Opcode::Fstat, fd, out),
         Request::Unlink { path } => return path_only(Opcode::Unlink, path, out),
         Request::Rename { from, to } => {
@@ -657,6 +671,10 @@ fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
         Response::Stat(s) => {
             put_stat(out, s);
             (Opcode::StatOk, 0)
+        }
+        Response::Link(target) => {
+            put_str(out, target, PATH_BYTES_MAX);
+            (Opcode::Link, 0)
         }
         Response::Dir { entries, done } => {
             out.push(u8::from(*done));
@@ -782,6 +800,7 @@ pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, Pr
         Opcode::Data => Response::Data(r.rest()),
         Opcode::Count => Response::Count(r.u64("count")?),
         Opcode::StatOk => Response::Stat(parse_stat(&mut r)?),
+        Opcode::Link => Response::Link(r.str(PATH_BYTES_MAX, "link target")?.to_string()),
         Opcode::Dir => parse_dir(&mut r)?,
         Opcode::StatsOk => Response::Stats(parse_apps(&mut r)?),
         Opcode::Challenge => Response::Challenge { nonce: r.array("nonce")? },

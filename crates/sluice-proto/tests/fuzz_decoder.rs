@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..28, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..30, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 /// A valid post: the socket, or one of the records.
@@ -81,6 +81,8 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         15 => Request::Rmdir { path: p },
         16 => Request::Readdir { path: p, start: b as u32 },
         27 => Request::Nudge,
+        28 => Request::Lstat { path: p },
+        29 => Request::Readlink { path: p },
         _ => Request::Stats,
     }
 }
@@ -126,7 +128,7 @@ proptest! {
         let hello = HelloOk { version: VERSION, frame_bytes_max: 1, io_bytes_max: 2, inflight_per_connection_max: 3 };
         for resp in [Response::Ok, Response::Fd(n), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello),
                      Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg },
-                     Response::Challenge { nonce: [n as u8; AUTH_BYTES] },
+                     Response::Challenge { nonce: [n as u8; AUTH_BYTES] }, Response::Link(msg.clone()),
                      Response::Lease { offset: n >> 1, len: n >> 2, valid_us: n as u32, lent: n % 2 == 0 }] {
             let mut wire = Vec::new();
             encode_response(id, &resp, &mut wire);

@@ -410,6 +410,27 @@ impl Remote {
         }
     }
 
+    /// `stat` of a final symbolic link itself. A cluster's namespace has
+    /// no links: its `stat`.
+    pub fn lstat(&self, path: &str) -> RemoteResult<Stat> {
+        match self {
+            Remote::Server(c) => c.lstat(path),
+            Remote::Cluster(_) => self.stat(path),
+        }
+    }
+
+    /// The target of the symbolic link at `path` (EINVAL where it is not
+    /// one: always, on a cluster).
+    pub fn readlink(&self, path: &str) -> RemoteResult<String> {
+        match self {
+            Remote::Server(c) => c.readlink(path),
+            Remote::Cluster(_) => {
+                self.stat(path)?;
+                Err(err(libc::EINVAL, format!("{path:?} is not a symbolic link (a cluster's namespace has none)")))
+            }
+        }
+    }
+
     pub fn ftruncate(&self, fd: Fd, len: u64) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.ftruncate(fd, len),

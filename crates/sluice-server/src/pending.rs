@@ -23,6 +23,8 @@ pub enum Out {
     Data(Vec<u8>),
     Count(u64),
     Stat(WireStat),
+    /// A symbolic link's target.
+    Link(String),
     Dir(Vec<DirEntry>, bool),
     Stats(Vec<AppStats>),
     /// The handshake's key challenge: a fresh nonce.
@@ -41,6 +43,7 @@ pub fn response(out: &Out) -> Response<'_> {
         Out::Data(d) => Response::Data(d),
         Out::Count(n) => Response::Count(*n),
         Out::Stat(s) => Response::Stat(*s),
+        Out::Link(t) => Response::Link(t.clone()),
         Out::Dir(e, done) => Response::Dir { entries: e.clone(), done: *done },
         Out::Stats(a) => Response::Stats(a.clone()),
         Out::Challenge(nonce) => Response::Challenge { nonce: *nonce },

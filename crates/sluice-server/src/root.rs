@@ -160,6 +160,40 @@ impl Root {
         fstat(fd.as_raw_fd()).map_err(|e| Error::new(e.kind, e.errno, format!("{path}: {}", e.message)))
     }
 
+    /// `stat` of a final symbolic link itself, as `lstat(2)` (links
+    /// before it are followed, beneath the root, as for `stat`).
+    pub fn lstat(&self, path: &str) -> Result<WireStat> {
+        let fd = self.open_beneath(path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        fstat(fd.as_raw_fd()).map_err(|e| Error::new(e.kind, e.errno, format!("{path}: {}", e.message)))
+    }
+
+    /// The target of the symbolic link at `path`, as `readlink(2)` gives
+    /// it (the text; what it names is the caller's to resolve). EINVAL
+    /// when `path` is not a link.
+    pub fn readlink(&self, path: &str) -> Result<String> {
+        let fd = self.open_beneath(path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        let mut buf = vec![0u8; sluice_proto::PATH_BYTES_MAX + 1];
+        // SAFETY: readlinkat of the O_PATH link itself (empty path) into a
+        // buffer of its length.
+        let n = unsafe { libc::readlinkat(fd.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            let errno = match e.raw_os_error() {
+                // An empty path names the descriptor: ENOENT there means
+                // it is not a link.
+                Some(libc::ENOENT) => libc::EINVAL,
+                other => other.unwrap_or(libc::EIO),
+            };
+            return Err(Error::new(ErrorKind::Io, errno, format!("{path}: not a symbolic link or unreadable: {e}")));
+        }
+        let n = n as usize;
+        if n > sluice_proto::PATH_BYTES_MAX {
+            return Err(Error::new(ErrorKind::Io, libc::ENAMETOOLONG, format!("{path}: link target longer than PATH_BYTES_MAX")));
+        }
+        buf.truncate(n);
+        String::from_utf8(buf).map_err(|_| Error::new(ErrorKind::Io, libc::EILSEQ, format!("{path}: link target is not UTF-8")))
+    }
+
     pub fn unlink(&self, path: &str) -> Result<()> {
         let (dir, name) = self.parent(path)?;
         // SAFETY: name outlives the call.

@@ -103,6 +103,30 @@ fn coreutils_python_and_tar_through_the_mount() {
     assert!(!root.join("q.txt").exists() && !root.join("x").exists());
 }
 
+/// A symbolic link is a link through the mount: `lstat` says so, the
+/// kernel follows it with `readlink`, and removing a tree removes the
+/// link, not what it names. Before, the mount showed the target:
+/// `shutil.rmtree` of a link to a directory emptied the directory.
+#[test]
+fn symbolic_links_are_links_through_the_mount() {
+    let m = Mounted::start("links");
+    let (root, mnt) = (m.root(), m.mnt());
+    std::fs::create_dir_all(root.join("real")).unwrap();
+    std::fs::write(root.join("real/keep"), b"kept").unwrap();
+    std::fs::create_dir_all(root.join("d")).unwrap();
+    std::os::unix::fs::symlink("../real", root.join("d/link")).unwrap();
+    let py = format!(
+        "import os, shutil; m = '{0}'; assert os.path.islink(m + '/d/link'); assert os.readlink(m + '/d/link') == '../real'; \
+         assert open(m + '/d/link/keep').read() == 'kept'; \
+         raised = False\ntry: shutil.rmtree(m + '/d/link')\nexcept OSError: raised = True\nassert raised, 'rmtree of a link refuses'\n\
+shutil.rmtree(m + '/d'); assert not os.path.exists(m + '/d')",
+        mnt.display()
+    );
+    ok(&format!("python3 -c \"{py}\""));
+    assert_eq!(std::fs::read(root.join("real/keep")).unwrap(), b"kept", "what the link named is untouched");
+    assert!(!root.join("d").exists());
+}
+
 #[test]
 fn sigterm_and_fusermount_unmount_cleanly() {
     let mut m = Mounted::start("umount");

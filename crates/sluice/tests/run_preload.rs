@@ -340,6 +340,39 @@ fn bash_builtins_redirected_to_service_files_write_them() {
     }
 }
 
+/// `lstat`, `readlink` and `shutil.rmtree` see a symbolic link as one, as
+/// locally. Before, `lstat` followed it: `os.path.islink` was false, and
+/// `shutil.rmtree` of a link to a directory emptied the directory.
+const LINK_SCRIPT: &str = r#"
+import os, shutil, sys
+d = sys.argv[1]
+print(os.path.islink(d + "/d/link"), os.readlink(d + "/d/link"), open(d + "/d/link/keep").read())
+try:
+    shutil.rmtree(d + "/d/link")
+    print("rmtree of a link: removed")
+except OSError as e:
+    print("rmtree of a link: refused")
+shutil.rmtree(d + "/d")
+print(os.path.exists(d + "/d"), open(d + "/real/keep").read())
+"#;
+
+#[test]
+fn symbolic_links_are_links_to_lstat_readlink_and_rmtree() {
+    let f = Fixture::new();
+    for base in [f.root(), f.work().join("plain")] {
+        std::fs::create_dir_all(base.join("real")).unwrap();
+        std::fs::write(base.join("real/keep"), b"kept").unwrap();
+        std::fs::create_dir_all(base.join("d")).unwrap();
+        std::os::unix::fs::symlink("../real", base.join("d/link")).unwrap();
+    }
+    std::fs::write(f.work().join("l.py"), LINK_SCRIPT).unwrap();
+    let via = f.run(&["python3", "l.py", &f.prefix()]);
+    let plain = direct(&f, &["python3", "l.py", "plain"]);
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "True ../real kept\nrmtree of a link: refused\nFalse kept\n");
+    assert_eq!(String::from_utf8_lossy(&via.stdout), String::from_utf8_lossy(&plain.stdout), "{}", String::from_utf8_lossy(&via.stderr));
+    assert_eq!(read(f.root().join("real/keep")), b"kept");
+}
+
 /// What a process creates on the server gets its umask, as a local file
 /// does (0644 and 0755 came out world-readable under `umask 077`).
 #[test]
