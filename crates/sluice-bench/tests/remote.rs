@@ -166,6 +166,42 @@ fn rename_bound_at_n_and_n_plus_one() {
 }
 
 #[test]
+fn names_and_the_paths_a_rename_makes_are_bounded_at_n_and_n_plus_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap();
+    // A name of NAME_MAX bytes is taken; one more is ENAMETOOLONG.
+    let name = "n".repeat(META_NAME_BYTES_MAX);
+    store.mkdir(&name).unwrap();
+    let e = store.mkdir(&format!("{name}x")).unwrap_err();
+    assert_eq!((e.kind, e.errno), (ErrorKind::Limit, libc::ENAMETOOLONG), "{e}");
+    // A rename that would make a path under the directory one byte past
+    // META_PATH_BYTES_MAX is refused and moves nothing; at the bound it
+    // goes through. (Before, such paths were made, and every call on them
+    // was ENAMETOOLONG: the files could not be read or removed.)
+    let seg = "s".repeat(200);
+    let deep: Vec<String> = (0..20).map(|_| seg.clone()).collect();
+    let mut path = String::from("p");
+    store.mkdir(&path).unwrap();
+    for s in &deep {
+        path = format!("{path}/{s}");
+        store.mkdir(&path).unwrap();
+    }
+    // "p/<20 x 200>/f" is 1 + 20 * 201 + 2 = 4,023 bytes; renaming "p"
+    // to a name of L bytes makes it 4,022 + L.
+    store.create(&format!("{path}/f"), LayoutRequest::default(), true).unwrap();
+    let deepest = path.len() + 2;
+    let fits = META_PATH_BYTES_MAX - (deepest - 1);
+    assert!(fits <= META_NAME_BYTES_MAX, "the test's sizes: {fits}");
+    let e = store.rename("p", &"q".repeat(fits + 1)).unwrap_err();
+    assert_eq!((e.kind, e.errno), (ErrorKind::Limit, libc::ENAMETOOLONG), "{e}");
+    assert!(store.lookup(&format!("{path}/f")).is_ok(), "nothing moved");
+    store.rename("p", &"q".repeat(fits)).unwrap();
+    let moved = format!("{}{}", "q".repeat(fits), &path[1..]);
+    assert_eq!(format!("{moved}/f").len(), META_PATH_BYTES_MAX);
+    assert!(store.lookup(&format!("{moved}/f")).is_ok());
+}
+
+#[test]
 fn a_directory_past_the_readdir_bound_is_still_not_empty() {
     let dir = tempfile::tempdir().unwrap();
     let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_dir_entries_max(2);

@@ -12,7 +12,7 @@ use std::path::Path;
 use redb::{Database, ReadableTable, TableDefinition};
 use sluice_stripe::{LayoutRequest, SERVERS_MAX};
 
-use sluice_remote::{normalize, Entry, EntryKind, Error, ErrorKind, Result};
+use sluice_remote::{normalize, Entry, EntryKind, Error, ErrorKind, Result, META_PATH_BYTES_MAX};
 
 /// Path (no leading `/`; the root is `""`) → JSON-encoded [`Entry`].
 const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
@@ -323,7 +323,14 @@ impl MetaStore {
                             format!("{from:?} holds more than {} entries (META_RENAME_ENTRIES_MAX)", self.rename_entries_max),
                         ));
                     }
-                    moves.push((k.value().to_string(), format!("{to}/{rest}")));
+                    let new = format!("{to}/{rest}");
+                    // A longer name for the directory lengthens every path
+                    // under it: none may pass the bound input paths have.
+                    if new.len() > META_PATH_BYTES_MAX {
+                        let why = format!("{:?} would be {} bytes, past {META_PATH_BYTES_MAX} (META_PATH_BYTES_MAX)", k.value(), new.len());
+                        return Err(Error::new(ErrorKind::Limit, libc::ENAMETOOLONG, why));
+                    }
+                    moves.push((k.value().to_string(), new));
                 }
             }
             for (old, new) in &moves {

@@ -147,8 +147,9 @@ fn exchange(s: &mut MetaStream, req: &MetaRequest) -> std::result::Result<MetaRe
 /// TCP (`AuthStart`, the `Challenge`, then the MAC,
 /// `sluice_proto::auth_mac`).
 fn meta_connect(addr: &str, opts: &ConnectOptions) -> Result<MetaStream> {
-    let mut stream =
-        MetaStream::connect(addr).map(MetaStream::out_of_the_way).map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
+    let mut stream = MetaStream::connect(addr)
+        .map(MetaStream::out_of_the_way)
+        .map_err(|e| Error::new(ErrorKind::Meta, e.raw_os_error().unwrap_or(libc::EINVAL), format!("no sluice metadata role at {addr}: {e}")))?;
     stream
         .set_read_timeout(Some(Duration::from_secs(META_TIMEOUT_S)))
         .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(META_TIMEOUT_S))))

@@ -33,7 +33,7 @@ mod remote;
 
 pub use ahead::{READ_AHEAD_BYTES_MAX, READ_AHEAD_TOTAL_MAX, READ_AHEAD_TTL};
 pub use client::{ObjectInfo, StripedClient, StripedFile, MESSAGES_IN_FLIGHT_MAX, OBJECTS_DIR, STRIPED_LIST_BYTES_MAX, STRIPED_LIST_PIECES_MAX};
-pub use entry::{normalize, META_PATH_BYTES_MAX};
+pub use entry::{normalize, META_NAME_BYTES_MAX, META_PATH_BYTES_MAX};
 pub use error::{Error, ErrorKind, Result};
 pub use proto::{MetaReply, MetaRequest, CLUSTER_ERRNO, META_FRAME_BYTES_MAX};
 pub use remote::{file_stat, Cluster, GroupTicket, Remote, RemoteKind, RemoteResult, REMOTE_FILES_MAX, STRIPED_BLKSIZE_MAX};
