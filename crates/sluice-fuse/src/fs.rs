@@ -279,10 +279,21 @@ impl Inodes {
     }
 }
 
+/// A directory's entries as one `opendir` saw them (`.`, `..`, then the
+/// listing): inode number, kind, name.
+type Listing = Vec<(u64, FileType, String)>;
+
 pub(crate) struct SluiceFs {
     conns: Conns,
     handles: Mutex<HashMap<u64, Handle>>,
     handles_max: usize,
+    /// Open directories: each handle's listing, taken at its first
+    /// `readdir` (again at a rewind), so a program that removes entries as
+    /// it reads sees each entry once, as on a local file system. Before,
+    /// every `readdir` listed anew and resumed by index, and a
+    /// readdir-and-unlink loop over 1,000 files skipped 183. At most
+    /// `handles_max` open directories (one more is ENFILE).
+    listings: Mutex<HashMap<u64, Option<Arc<Listing>>>>,
     fh_next: AtomicU64,
     inodes: Mutex<Inodes>,
     /// Passthrough wanted and possible: set at init, cleared for good when
@@ -370,6 +381,7 @@ impl SluiceFs {
             conns: Conns::new(cfg.server, kind, cfg.app),
             handles: Mutex::new(HashMap::new()),
             handles_max: HANDLES_MAX,
+            listings: Mutex::new(HashMap::new()),
             fh_next: AtomicU64::new(1),
             inodes: Mutex::new(Inodes::new(INODES_MAX)),
             io: Mutex::new(IoModes::new()),
@@ -465,11 +477,27 @@ impl SluiceFs {
                 counted(c.fstat(fd).map_err(errno))?
             }
             None => {
-                let (c, path) = (self.client(req)?, self.path(ino)?);
-                counted(c.lstat(&path).map_err(errno))?
+                let by_path = self.path(ino).and_then(|path| counted(self.client(req)?.lstat(&path).map_err(errno)));
+                match by_path {
+                    // Unlinked (or renamed over) while open: the kernel
+                    // sends `fstat` without a handle, so ask one of the
+                    // inode's (Python's `tempfile.TemporaryFile` then
+                    // `os.fstat` failed with ENOENT).
+                    Err(e) if e == Errno::ENOENT => match self.handle_of(ino.0) {
+                        Some((c, fd)) => counted(c.fstat(fd).map_err(errno))?,
+                        None => return Err(e),
+                    },
+                    other => other?,
+                }
             }
         };
         Ok(attr(ino.0, &st))
+    }
+
+    /// An open handle of inode `ino`, if any (a scan: only where its path
+    /// is gone).
+    fn handle_of(&self, ino: u64) -> Option<(Arc<Remote>, Fd)> {
+        lock(&self.handles).values().find(|h| h.ino == ino).map(|h| (Arc::clone(&h.client), h.fd))
     }
 
     /// Open `path` and learn its attributes; the fd and what was learnt.
@@ -537,18 +565,47 @@ impl SluiceFs {
         Ok(())
     }
 
-    fn do_readdir(&self, req: &Request, ino: INodeNo, offset: u64, reply: &mut ReplyDirectory) -> Result<(), Errno> {
+    /// The directory `ino`'s entries now.
+    fn list(&self, req: &Request, ino: INodeNo) -> Result<Listing, Errno> {
         let (c, dir) = (self.client(req)?, self.path(ino)?);
         let list = counted(c.readdir(&dir).map_err(errno))?;
         let inodes = lock(&self.inodes);
         let parent = if dir == "." { 1 } else { inodes.shown(dir.rsplit_once('/').map_or(".", |(p, _)| p)) };
         let dots = [(ino.0, FileType::Directory, ".".to_string()), (parent, FileType::Directory, "..".to_string())];
-        let all = dots.into_iter().chain(list.into_iter().map(|e| {
-            let path = if dir == "." { e.name.clone() } else { format!("{dir}/{}", e.name) };
-            (inodes.shown(&path), kind(e.kind), e.name)
-        }));
-        for (i, (n, k, name)) in all.enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(n), i as u64 + 1, k, &name) {
+        Ok(dots
+            .into_iter()
+            .chain(list.into_iter().map(|e| {
+                let path = if dir == "." { e.name.clone() } else { format!("{dir}/{}", e.name) };
+                (inodes.shown(&path), kind(e.kind), e.name)
+            }))
+            .collect())
+    }
+
+    /// A handle for a directory being opened, its listing not yet taken.
+    fn add_listing(&self) -> Result<u64, Errno> {
+        let mut l = lock(&self.listings);
+        if l.len() >= self.handles_max {
+            return Err(Errno::ENFILE);
+        }
+        let fh = self.fh_next.fetch_add(1, Ordering::Relaxed);
+        l.insert(fh, None);
+        Ok(fh)
+    }
+
+    fn do_readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, reply: &mut ReplyDirectory) -> Result<(), Errno> {
+        let taken = lock(&self.listings).get(&fh.0).cloned().flatten();
+        let listing = match taken {
+            Some(l) if offset > 0 => l,
+            _ => {
+                let l = Arc::new(self.list(req, ino)?);
+                if let Some(slot) = lock(&self.listings).get_mut(&fh.0) {
+                    *slot = Some(Arc::clone(&l));
+                }
+                l
+            }
+        };
+        for (i, (n, k, name)) in listing.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(*n), i as u64 + 1, *k, name) {
                 break;
             }
         }
@@ -778,17 +835,21 @@ impl Filesystem for SluiceFs {
     }
 
     fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(0), FopenFlags::empty());
+        match self.add_listing() {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
     }
 
-    fn readdir(&self, req: &Request, ino: INodeNo, _fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        match self.do_readdir(req, ino, offset, &mut reply) {
+    fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.do_readdir(req, ino, fh, offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, _fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        lock(&self.listings).remove(&fh.0);
         reply.ok();
     }
 
@@ -880,6 +941,18 @@ mod tests {
         }
         let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
         assert_eq!(fs.add_handle(Arc::clone(&c), fd, 2, false).err(), Some(Errno::ENFILE));
+    }
+
+    #[test]
+    fn open_directories_past_the_bound_are_refused_with_enfile() {
+        let s = served("listings");
+        let mut fs = SluiceFs::new(MountConfig::new(s.0.addr().to_string(), "/unused"), RemoteKind::Server);
+        fs.handles_max = 2;
+        let a = fs.add_listing().unwrap();
+        fs.add_listing().unwrap();
+        assert_eq!(fs.add_listing().err(), Some(Errno::ENFILE), "N + 1");
+        lock(&fs.listings).remove(&a);
+        fs.add_listing().unwrap();
     }
 
     #[test]
