@@ -87,6 +87,7 @@ fn svc_pwrite(open: &Open, data: &[u8], at: u64) -> Result<usize, Errno> {
 
 /// Read at the placeholder's offset and advance it.
 pub fn svc_read(fd: c_int, open: &Open, buf: &mut [u8]) -> Result<usize, Errno> {
+    let _held = open.position_lock();
     let at = placeholder::position(fd)?;
     let n = svc_pread(open, buf, at)?;
     placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;
@@ -97,6 +98,7 @@ pub fn svc_read(fd: c_int, open: &Open, buf: &mut [u8]) -> Result<usize, Errno> 
 /// against other writers) and advance it.
 pub fn svc_write(fd: c_int, open: &Open, data: &[u8]) -> Result<usize, Errno> {
     check_access(open, true)?;
+    let _held = open.position_lock();
     let at = if open.flags() & libc::O_APPEND != 0 { svc_size(open)? } else { placeholder::position(fd)? };
     let n = svc_pwrite(open, data, at)?;
     placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;

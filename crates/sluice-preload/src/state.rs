@@ -169,6 +169,18 @@ pub struct Open {
     pub flags: AtomicI32,
     /// Server handle and its generation, packed by [`pack`]; 0 = none.
     handle: AtomicU64,
+    /// The pid of the process whose thread holds the position now, 0 when
+    /// none (`Open::position_lock`).
+    pos_owner: AtomicI32,
+}
+
+/// The position of an open file held (`Open::position_lock`).
+pub struct PositionGuard<'a>(&'a AtomicI32);
+
+impl Drop for PositionGuard<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::Release);
+    }
 }
 
 /// Bits of a server handle kept in [`Open`]; the generation takes the rest.
@@ -185,7 +197,40 @@ fn unpack(v: u64) -> Option<(u32, Fd)> {
 impl Open {
     pub fn new(path: String, flags: c_int, handle: Option<Fd>) -> Open {
         let h = handle.map_or(0, |fd| pack(generation(), fd));
-        Open { path, flags: AtomicI32::new(kept_flags(flags)), handle: AtomicU64::new(h) }
+        Open { path, flags: AtomicI32::new(kept_flags(flags)), handle: AtomicU64::new(h), pos_owner: AtomicI32::new(0) }
+    }
+
+    /// Hold this file's position for one read or write that reads it,
+    /// moves data and sets it, as the kernel's `f_pos` lock does for a
+    /// file that threads share: without it, four threads writing through
+    /// one fd landed 14,464 of 19,200 bytes (two writes at one position).
+    /// Between threads of this process only; forked processes keep their
+    /// own copy (a lock a thread held when its process forked is taken
+    /// over by the child, where that thread does not exist).
+    pub fn position_lock(&self) -> PositionGuard<'_> {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        let mut spins = 0u32;
+        loop {
+            match self.pos_owner.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return PositionGuard(&self.pos_owner),
+                Err(owner) if owner != me => {
+                    // Held when this process was forked: no thread here
+                    // will give it back.
+                    if self.pos_owner.compare_exchange(owner, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                        return PositionGuard(&self.pos_owner);
+                    }
+                }
+                Err(_) => {
+                    spins += 1;
+                    if spins < 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(20));
+                    }
+                }
+            }
+        }
     }
 
     pub fn flags(&self) -> c_int {
