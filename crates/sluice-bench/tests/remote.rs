@@ -202,6 +202,30 @@ fn names_and_the_paths_a_rename_makes_are_bounded_at_n_and_n_plus_one() {
 }
 
 #[test]
+fn a_damaged_or_emptied_metadata_database_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("m.redb");
+    {
+        let store = MetaStore::open(&db, 1).unwrap();
+        for i in 0..200 {
+            store.create(&format!("f{i}"), LayoutRequest::default(), true).unwrap();
+        }
+    }
+    let whole = std::fs::read(&db).unwrap();
+    // Cut short (a copy that ran out of space): refused, not a panic.
+    std::fs::write(&db, &whole[..whole.len() / 2]).unwrap();
+    let e = MetaStore::open(&db, 1).err().expect("a truncated database is refused");
+    assert_eq!(e.kind, ErrorKind::Store, "{e}");
+    // Emptied: refused too, not taken for a new namespace (its data
+    // servers still hold the old one's objects).
+    std::fs::write(&db, b"").unwrap();
+    let e = MetaStore::open(&db, 1).err().expect("an empty database file is refused");
+    assert!(e.message.contains("empty"), "{e}");
+    // A path with no file is a new namespace.
+    MetaStore::open(&dir.path().join("new.redb"), 1).unwrap();
+}
+
+#[test]
 fn a_directory_past_the_readdir_bound_is_still_not_empty() {
     let dir = tempfile::tempdir().unwrap();
     let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_dir_entries_max(2);

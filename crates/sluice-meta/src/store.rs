@@ -101,7 +101,17 @@ impl MetaStore {
         if servers == 0 || servers > SERVERS_MAX {
             return Err(Error::invalid(format!("{servers} data servers: expected 1..={SERVERS_MAX}")));
         }
-        let db = Database::create(path).map_err(Error::store)?;
+        // An empty file is not a new namespace: a copy that failed, or a
+        // disk that filled, leaves one, and the data servers still hold
+        // the old namespace's objects.
+        if std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            return Err(Error::new(ErrorKind::Store, libc::EIO, format!("metadata database {}: the file is empty; remove it to start a new namespace", path.display())));
+        }
+        // redb asserts (panics) on some damage, a file cut short among
+        // them: a clear error instead.
+        let db = std::panic::catch_unwind(|| Database::create(path))
+            .map_err(|_| Error::new(ErrorKind::Store, libc::EIO, format!("metadata database {}: damaged (cut short?); restore it from a copy", path.display())))?
+            .map_err(Error::store)?;
         let tx = db.begin_write().map_err(Error::store)?;
         {
             let mut config = tx.open_table(CONFIG).map_err(Error::store)?;
