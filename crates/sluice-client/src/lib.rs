@@ -970,7 +970,11 @@ impl Client {
             return r;
         }
         match self.take_ahead(fd, offset, buf.len()) {
-            Some(Ok(t)) => return self.wait_read(t, buf),
+            Some(Ok(t)) => {
+                if let Some(r) = self.wait_ahead(t, buf) {
+                    return r;
+                }
+            }
             Some(Err(t)) => {
                 let _ = self.wait_discard(t);
             }
@@ -1071,6 +1075,32 @@ impl Client {
         let usable = *at == offset && len <= shm::SLOT_BYTES;
         let (_, t) = h.ahead.take().expect("looked at");
         Some(if usable { Ok(t) } else { Err(t) })
+    }
+
+    /// The answer to a lease asked ahead (`lease_ahead`), used only when it
+    /// is a lease: a lease is read from the page cache when it is used,
+    /// but data was read when the server answered, perhaps long before,
+    /// and a write acknowledged since (to any client) would not be in it.
+    /// `None` (data, or anything else): dropped, and the caller reads
+    /// afresh. Before, the data was served: a reader got the bytes a write
+    /// had replaced, or the end of a file another client had since grown.
+    fn wait_ahead(&self, mut t: Ticket, buf: &mut [u8]) -> Option<Result<usize>> {
+        let want = t.read.map_or(buf.len(), |r| r.1.min(buf.len()));
+        let slot = t.slot.take()?;
+        match t.session.conn.answer(t.id, Some(&slot), None) {
+            Ok(Reply::Lease(start, len, valid, lent)) => {
+                slot.release();
+                let (fd, _, offset) = t.read?;
+                let file = self.keep_lease(fd, t.session.gen, start, len, valid, lent)?;
+                Some(local_pread(&file, &mut buf[..want], offset))
+            }
+            // Answered otherwise: the server is done with the slot.
+            Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. }) => {
+                slot.release();
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     /// Wait for a read nobody wants any more, so that its slot is freed.

@@ -26,8 +26,8 @@
 //!   through the page cache. Nor does a server on an emulated device
 //!   (`--device hdd7200`), whose cost must be paid by every read.
 //!
-//! Write leases (`WriteLease`, only on a server started with
-//! `--write-leases`) are the same for a writable handle: "write this range
+//! Write leases (`WriteLease`, granted unless the server was started with
+//! `--no-write-leases`) are the same for a writable handle: "write this range
 //! yourself". They need no check: on a server writing through the page
 //! cache a buffered write only copies into it, and what the device pays
 //! comes with the kernel's write-back (`EventLoop::lease`).

@@ -180,10 +180,55 @@ fn a_sequential_reader_gets_each_next_lease_ahead_and_wastes_none() {
         assert_eq!(buf, data[i << 20..(i + 1) << 20], "read {i}");
     }
     assert_eq!(c.pread(fd, &mut buf, 8 << 20).unwrap(), 0, "end of file");
-    // One scheduled request: the read at the end of the file, asked ahead
-    // (no lease there) and taken by the last read.
-    assert_eq!(counts(&c, "seq"), (1, 8 << 20), "no lease granted twice, nothing else scheduled");
+    // Two scheduled requests: the read at the end of the file asked ahead
+    // (no lease there, so its answer is data, not used: it could be
+    // stale), and the last read's own.
+    assert_eq!(counts(&c, "seq"), (2, 8 << 20), "no lease granted twice, nothing else scheduled");
     c.close(fd).unwrap();
+}
+
+/// A lease asked ahead (`Client::lease_ahead`) that the server answered
+/// with data, its range not all cached, is what the file held then: a
+/// write acknowledged before the reader reaches that range must be seen,
+/// as must a file grown since past an end of file the answer said.
+#[test]
+fn data_asked_ahead_is_not_served_after_a_write_acknowledged_since() {
+    if !kernel_has_cachestat() {
+        eprintln!("no cachestat on this kernel: nothing to test");
+        return;
+    }
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), vec![b'o'; 4 << 20]).unwrap();
+    if !cache_only(&s.path("f"), 0, 2 << 20) {
+        eprintln!("the file system keeps its pages: nothing to test");
+        return;
+    }
+    let reader = client(&s, "reader", true);
+    let writer = client(&s, "writer", true);
+    let fd = reader.open("f", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 256 << 10];
+    for i in 0..6u64 {
+        assert_eq!(reader.pread(fd, &mut buf, i * (256 << 10)).unwrap(), 256 << 10);
+    }
+    let w = writer.open("f", libc::O_WRONLY, 0).unwrap();
+    assert_eq!(writer.pwrite(w, &vec![b'B'; 3 << 20], 1 << 20).unwrap(), 3 << 20);
+    assert_eq!(reader.pread(fd, &mut buf, 6 * (256 << 10)).unwrap(), 256 << 10);
+    let old = buf.iter().filter(|&&b| b == b'o').count();
+    assert_eq!(old, 0, "{old} bytes from before the acknowledged write");
+    // Growth: a file read to its end, the end asked ahead, then grown.
+    let s = TestServer::start(|c| c.limits.lease_bytes_max = 2 << 20);
+    std::fs::write(s.path("g"), vec![b'o'; 4 << 20]).unwrap();
+    let reader = client(&s, "reader", true);
+    let writer = client(&s, "writer", true);
+    let fd = reader.open("g", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for i in 0..4u64 {
+        assert_eq!(reader.pread(fd, &mut buf, i << 20).unwrap(), 1 << 20);
+    }
+    let w = writer.open("g", libc::O_WRONLY, 0).unwrap();
+    assert_eq!(writer.pwrite(w, &vec![b'B'; 1 << 20], 4 << 20).unwrap(), 1 << 20);
+    assert_eq!(reader.pread(fd, &mut buf, 4 << 20).unwrap(), 1 << 20, "the end of file asked ahead is past");
+    assert!(buf.iter().all(|&b| b == b'B'));
 }
 
 #[test]
