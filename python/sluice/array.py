@@ -190,6 +190,12 @@ def _two_phase(comm: MPI.Comm, client: Client, plan: ArrayPlan, path: str, rank:
         _raise_any(comm, _attempt(lambda: plan.two_phase_unpack(rank, recv, local)))
 
 
+def _little(dtype) -> np.dtype:
+    """``dtype`` in little-endian byte order (the bytes codec's), a type
+    without one (bool, int8) as it is."""
+    return np.dtype(dtype).newbyteorder("<")
+
+
 def write(
     comm: MPI.Comm,
     client: Client,
@@ -218,7 +224,10 @@ def write(
         raise ValueError(f"the grid {tuple(grid)} has {plan.ranks} ranks, the communicator {comm.Get_size()}")
     if tuple(local.shape) != tuple(plan.local_shape(rank)):
         raise ValueError(f"rank {rank}'s block has shape {local.shape}, the distribution gives {tuple(plan.local_shape(rank))}")
-    local = np.ascontiguousarray(local)
+    # Zarr's bytes codec here says little-endian: a block in another byte
+    # order is converted, not stored as it is (a big-endian block read back
+    # as 3e-319 and the like, through sluice and zarr-python alike).
+    local = np.ascontiguousarray(local, dtype=_little(local.dtype))
     dims = dims or [f"dim_{i}" for i in range(len(shape))]
     _raise_any(comm, _attempt(lambda: _create(client, path, plan, dims, attrs or {})) if rank == 0 else None)
     if strategy == "two-phase":
@@ -277,7 +286,7 @@ class Array:
     def __init__(self, name: str, shape, dtype="float64", memory=None, disk=None, shards=None, dims=None):
         if not name or "/" in name:
             raise ValueError(f"array name {name!r}: a non-empty name without '/'")
-        self.name, self.shape, self.dtype = name, tuple(int(n) for n in shape), np.dtype(dtype)
+        self.name, self.shape, self.dtype = name, tuple(int(n) for n in shape), _little(np.dtype(dtype))
         self.memory = list(memory) if memory is not None else ["block"] + ["*"] * (len(self.shape) - 1)
         self.disk = tuple(disk) if disk is not None else self.shape
         self.shards = tuple(shards) if shards is not None else None

@@ -306,12 +306,18 @@ class File:
         self.position = 0  # individual file pointer, in etypes
         #: The rank groups of the last collective call, one aggregator each.
         self.groups: list[list[int]] = []
+        #: The path to remove at close (``MPI.MODE_DELETE_ON_CLOSE``).
+        self.delete_on_close: str | None = None
 
     @classmethod
     def open(cls, comm: MPI.Comm, path: str, amode: int = MPI.MODE_RDONLY, server: str | None = None, scheme: str = "two-phase", k_bytes: int = K_BYTES_DEFAULT) -> "File":
         """Open ``path`` on ``server`` (default ``$SLUICE_SERVER``) on every
         rank of ``comm``; ``amode`` as MPI's (``MPI.MODE_CREATE |
-        MPI.MODE_RDWR``...). Rank 0 creates the file before the others open."""
+        MPI.MODE_RDWR``...). Rank 0 creates the file before the others open
+        (``MODE_EXCL``: fails on every rank if it exists); ``MODE_APPEND``
+        puts the file pointer at the end of the file; ``MODE_DELETE_ON_CLOSE``
+        removes the file at ``close``. (Until session 26 these three were
+        ignored: an append overwrote the file's start.)"""
         if scheme not in SCHEMES:
             raise ValueError(f"scheme {scheme!r}: one of {SCHEMES}")
         server = server or os.environ.get("SLUICE_SERVER")
@@ -322,7 +328,8 @@ class File:
         try:
             client = Client(server, client_id=comm.Get_rank())
             if comm.Get_rank() == 0 and amode & MPI.MODE_CREATE:
-                client.close(client.open(path, flags | os.O_CREAT, 0o644))
+                excl = os.O_EXCL if amode & MPI.MODE_EXCL else 0
+                client.close(client.open(path, flags | os.O_CREAT | excl, 0o644))
         except Exception as e:  # noqa: BLE001 (every rank must hear of it)
             err = e
         _raise_any(comm, err)
@@ -332,11 +339,21 @@ class File:
         except Exception as e:  # noqa: BLE001
             err = e
         _raise_any(comm, err)
-        return cls(comm, client, fd, scheme, k_bytes)
+        f = cls(comm, client, fd, scheme, k_bytes)
+        if amode & MPI.MODE_APPEND:
+            f.position = client.size(fd)
+        if amode & MPI.MODE_DELETE_ON_CLOSE:
+            f.delete_on_close = path
+        return f
 
     def close(self) -> None:
         self.comm.Barrier()
         self.client.close(self.fd)
+        if self.delete_on_close is not None:
+            # Every rank has closed; then rank 0 removes it.
+            self.comm.Barrier()
+            if self.comm.Get_rank() == 0:
+                self.client.unlink(self.delete_on_close)
 
     def __enter__(self) -> "File":
         return self

@@ -64,6 +64,25 @@ def test_ranks_write_zarr_read_by_zarr_python_and_back_under_another_distributio
     np.testing.assert_array_equal(back, block_of(whole, grid2, dist2, rank))
 
 
+def test_a_big_endian_block_is_stored_little_endian_as_the_metadata_says(server, comm, client):
+    # Before: the bytes were stored as they were, under "endian": "little",
+    # and sluice and zarr-python read 3e-319 and the like.
+    n = comm.Get_size()
+    rank = comm.Get_rank()
+    addr, root = server
+    whole = np.arange(4 * n, dtype=">f8")
+    local = whole[rank * 4:(rank + 1) * 4]
+    sa.write(comm, client, "mpi/big-endian", local, shape=(4 * n,), chunks=(4,), grid=(n,), dist=["block"])
+    comm.Barrier()
+    np.testing.assert_array_equal(zarr.open_array(f"{root}/mpi/big-endian", mode="r")[...], np.arange(4 * n, dtype="<f8"))
+    back = sa.read(comm, client, "mpi/big-endian", grid=(n,), dist=["block"])
+    np.testing.assert_array_equal(back, np.arange(rank * 4, rank * 4 + 4, dtype=np.float64))
+    group = sa.ArrayGroup("mpi/be-group", [sa.Array("x", (4 * n,), dtype=">i4")], comm, client)
+    group.timestep(0, {"x": np.arange(rank * 4, rank * 4 + 4, dtype=">i4")})
+    comm.Barrier()
+    np.testing.assert_array_equal(zarr.open_array(f"{root}/mpi/be-group/x", mode="r")[0], np.arange(4 * n, dtype="<i4"))
+
+
 def test_two_phase_exchange_bound_at_n_and_n_plus_one(server, comm, client, monkeypatch):
     """A rank's two-phase exchange may move EXCHANGE_BYTES_MAX bytes each
     way (MPI counts are C ints); one more fails on every rank, before any

@@ -156,6 +156,30 @@ def test_overlapping_reads_zero_byte_ranks_and_reads_past_the_end(server, comm, 
         assert everywhere(comm, np.array_equal(back, expect)), "overlapping pieces, past-the-end zeros, empty ranks"
 
 
+def test_append_excl_and_delete_on_close_modes(server, comm):
+    # Before: all three were ignored, and MODE_APPEND wrote over the start.
+    addr, root = server
+    rank = comm.Get_rank()
+    path = os.path.join(root, "modes.bin")
+    if rank == 0:
+        with open(path, "wb") as f:
+            f.write(b"first-record|")
+    comm.Barrier()
+    with File.open(comm, "modes.bin", MPI.MODE_WRONLY | MPI.MODE_APPEND, server=addr) as f:
+        assert f.position == 13
+        f.write_all(np.frombuffer(b"S" if rank == 0 else b"", dtype=np.uint8))
+    comm.Barrier()
+    with open(path, "rb") as f:
+        assert everywhere(comm, f.read() == b"first-record|S")
+    with pytest.raises(FileExistsError):
+        File.open(comm, "modes.bin", MPI.MODE_CREATE | MPI.MODE_EXCL | MPI.MODE_WRONLY, server=addr)
+    File.open(comm, "fresh.bin", MPI.MODE_CREATE | MPI.MODE_EXCL | MPI.MODE_WRONLY, server=addr).close()
+    with File.open(comm, "scratch.bin", MPI.MODE_CREATE | MPI.MODE_RDWR | MPI.MODE_DELETE_ON_CLOSE, server=addr) as f:
+        f.write_at_all(rank * 4, np.full(4, rank, dtype=np.uint8))
+    comm.Barrier()
+    assert everywhere(comm, not os.path.exists(os.path.join(root, "scratch.bin")))
+
+
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_struct_view_and_fortran_buffers(server, comm, scheme):
     addr, root = server
