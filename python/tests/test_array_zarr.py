@@ -93,3 +93,34 @@ def test_sluice_reads_what_zarr_python_wrote(server, comm):
         assert "1200 elements" in v, v
 
     on_rank0(comm, go)
+
+
+def test_sluice_refuses_uncompressed_shards_zarr_python_laid_out_otherwise(server, comm):
+    """zarr-python writes uncompressed shards with the metadata sluice
+    writes, but puts a shard's chunks in another order and leaves out
+    chunks that are all fill value: sluice read other bytes there without
+    an error (1, 2, 5, 6, 7, 8, 0, 8e-323 for 1..8 with a gap). It now
+    checks each shard's index and refuses, on every rank."""
+    from mpi4py import MPI
+
+    sa = pytest.importorskip("sluice.array")
+    import sluice
+
+    addr, root = server
+    rank = comm.Get_rank() if comm else 0
+
+    def make():
+        from zarr.codecs import BytesCodec
+
+        a = zarr.create_array(f"{root}/zp/sh1d", shape=(8,), chunks=(2,), shards=(8,), dtype="f8",
+                              compressors=None, serializer=BytesCodec(), fill_value=0.0)
+        a[:] = np.array([1, 2, 0, 0, 5, 6, 7, 8], dtype="f8")
+        b = zarr.create_array(f"{root}/zp/sh2d", shape=(8, 8), chunks=(2, 2), shards=(8, 8), dtype="f8",
+                              compressors=None, serializer=BytesCodec(), fill_value=0.0)
+        b[:] = np.arange(64, dtype="f8").reshape(8, 8) + 1
+
+    on_rank0(comm, make)
+    c = sluice.Client(addr, app="zarr-shards", client_id=rank)
+    for name, grid, dist in [("zp/sh1d", (1,), ["*"]), ("zp/sh2d", (1, 1), ["*", "*"])]:
+        with pytest.raises(ValueError, match="another Zarr writer"):
+            sa.read(comm or MPI.COMM_SELF, c, name, grid=grid, dist=dist)
