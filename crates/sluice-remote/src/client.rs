@@ -325,40 +325,30 @@ impl StripedClient {
     /// Make the objects of new entry `e` (`O_EXCL`, opened with `access`);
     /// on a failure, undo what was made, the entry too (see `create`).
     fn create_objects(&self, path: &str, e: &Entry, access: i32) -> Result<StripedFile> {
-        let layout = match (e.kind, e.layout) {
-            (EntryKind::File, Some(l)) => l,
-            _ => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
-        };
-        let name = object_path(e.id);
-        let mut objects: Vec<(Arc<Client>, Fd)> = Vec::with_capacity(layout.count as usize);
-        for k in 0..layout.count {
-            let server = layout.server_of(k);
-            let made = self.data(server).and_then(|c| {
-                let fd = c.open(&name, access | libc::O_CREAT | libc::O_EXCL, 0o644).map_err(|err| {
+        let made = self.objects_of(
+            path,
+            e,
+            |k, server, c, name| {
+                c.open(name, access | libc::O_CREAT | libc::O_EXCL, 0o644).map_err(|err| {
                     if err.errno == libc::EEXIST {
                         Error::new(ErrorKind::DataServer, libc::EEXIST, format!("data server {server} already holds object {name} of a file this namespace does not have (a metadata store started afresh or restored against data servers that kept their objects?); {path:?} not created"))
                     } else {
                         self.data_error(server, &format!("creation of {path:?} object {k}"), err)
                     }
-                })?;
-                Ok((c, fd))
-            });
-            match made {
-                Ok(o) => objects.push(o),
-                Err(err) => {
-                    for (c, fd) in &objects {
-                        let _ = c.close(*fd);
-                        let _ = c.unlink(&name);
-                    }
-                    // The entry, if it is still this one.
-                    if self.lookup(path).is_ok_and(|now| now.id == e.id) {
-                        let _ = self.entry(MetaRequest::Unlink { path: path.into(), expect: Some(EntryKind::File) });
-                    }
-                    return Err(err);
-                }
+                })
+            },
+            |c, fd, name| {
+                let _ = c.close(fd);
+                let _ = c.unlink(name);
+            },
+        );
+        if made.is_err() {
+            // The entry, if it is still this one.
+            if self.lookup(path).is_ok_and(|now| now.id == e.id) {
+                let _ = self.entry(MetaRequest::Unlink { path: path.into(), expect: Some(EntryKind::File) });
             }
         }
-        Ok(StripedFile { path: path.into(), id: e.id, layout, objects })
+        made
     }
 
     /// Open the objects of file entry `e` (from `lookup`) with `open(2)`
@@ -373,6 +363,26 @@ impl StripedClient {
     /// entry and its objects). On a failure the objects opened so far are
     /// closed again.
     fn open_objects(&self, path: &str, e: &Entry, flags: i32) -> Result<StripedFile> {
+        self.objects_of(
+            path,
+            e,
+            |k, server, c, name| {
+                let fd = match c.open(name, flags, 0o644) {
+                    Err(err) if err.errno == libc::ENOENT => c.open(name, flags | libc::O_CREAT, 0o644),
+                    other => other,
+                };
+                fd.map_err(|err| self.data_error(server, &format!("open of {path:?} object {k}"), err))
+            },
+            |c, fd, _| {
+                let _ = c.close(fd);
+            },
+        )
+    }
+
+    /// Each object of file entry `e` (EISDIR for a directory), by
+    /// `open_one(k, server, client, object name)`; where one fails, `undo`
+    /// is given each opened before it, and the error returned.
+    fn objects_of(&self, path: &str, e: &Entry, open_one: impl Fn(u32, u32, &Client, &str) -> Result<Fd>, undo: impl Fn(&Client, Fd, &str)) -> Result<StripedFile> {
         let layout = match (e.kind, e.layout) {
             (EntryKind::File, Some(l)) => l,
             _ => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
@@ -381,19 +391,11 @@ impl StripedClient {
         let mut objects: Vec<(Arc<Client>, Fd)> = Vec::with_capacity(layout.count as usize);
         for k in 0..layout.count {
             let server = layout.server_of(k);
-            let opened = self.data(server).and_then(|c| {
-                let fd = match c.open(&name, flags, 0o644) {
-                    Err(err) if err.errno == libc::ENOENT => c.open(&name, flags | libc::O_CREAT, 0o644),
-                    other => other,
-                };
-                let fd = fd.map_err(|err| self.data_error(server, &format!("open of {path:?} object {k}"), err))?;
-                Ok((c, fd))
-            });
-            match opened {
+            match self.data(server).and_then(|c| open_one(k, server, &c, &name).map(|fd| (c, fd))) {
                 Ok(o) => objects.push(o),
                 Err(err) => {
                     for (c, fd) in &objects {
-                        let _ = c.close(*fd);
+                        undo(c, *fd, &name);
                     }
                     return Err(err);
                 }
