@@ -147,9 +147,18 @@ mod tests {
         let t = std::thread::Builder::new()
             .name(LOOP_THREAD.into())
             .spawn(move || {
-                let start = std::time::Instant::now();
+                // 30 ms of this thread's own CPU time, not of the wall
+                // clock: on a loaded machine the thread is not running the
+                // whole time (a wall-clock loop gave 13.9 ms once).
+                let cpu_ns = || {
+                    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    // SAFETY: a valid timespec for the call to fill.
+                    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+                };
+                let start = cpu_ns();
                 let mut x = 0u64;
-                while start.elapsed() < std::time::Duration::from_millis(30) {
+                while cpu_ns() - start < 30_000_000 {
                     x = std::hint::black_box(x.wrapping_add(1));
                 }
                 tx.send(()).unwrap();
