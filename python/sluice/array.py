@@ -270,8 +270,14 @@ def write(
                      list(shards) if shards is not None else None)
     if plan.ranks != comm.Get_size():
         raise ValueError(f"the grid {tuple(grid)} has {plan.ranks} ranks, the communicator {comm.Get_size()}")
-    if tuple(local.shape) != tuple(plan.local_shape(rank)):
-        raise ValueError(f"rank {rank}'s block has shape {local.shape}, the distribution gives {tuple(plan.local_shape(rank))}")
+
+    def check():
+        # On every rank, then raised on every rank: a block of the wrong
+        # shape on one rank left the others waiting for ever.
+        if tuple(local.shape) != tuple(plan.local_shape(rank)):
+            raise ValueError(f"rank {rank}'s block has shape {local.shape}, the distribution gives {tuple(plan.local_shape(rank))}")
+
+    _raise_any(comm, _attempt(check))
     # Zarr's bytes codec here says little-endian: a block in another byte
     # order is converted, not stored as it is (a big-endian block read back
     # as 3e-319 and the like, through sluice and zarr-python alike).

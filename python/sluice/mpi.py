@@ -308,6 +308,8 @@ class File:
         self.groups: list[list[int]] = []
         #: The path to remove at close (``MPI.MODE_DELETE_ON_CLOSE``).
         self.delete_on_close: str | None = None
+        #: The file's size as last asked (reads within it need not ask).
+        self._size_seen = 0
 
     @classmethod
     def open(cls, comm: MPI.Comm, path: str, amode: int = MPI.MODE_RDONLY, server: str | None = None, scheme: str = "two-phase", k_bytes: int = K_BYTES_DEFAULT) -> "File":
@@ -388,7 +390,24 @@ class File:
     def read_at(self, offset: int, buf) -> int:
         data = _as_bytes(buf, writable=True)
         offs, lens = self._runs(offset, data.nbytes)
-        return _list_io(self.client, self.fd, offs, lens, data, write=False)
+        return self._within_file(offs, lens, _list_io(self.client, self.fd, offs, lens, data, write=False))
+
+    def _within_file(self, offs: np.ndarray, lens: np.ndarray, n: int) -> int:
+        """A read's count as MPI's: the bytes of the buffer, in order, up to
+        the end of the file (the bytes past it are zeros). Before, a read
+        past the end counted them all, and ``while f.read(b)`` never
+        ended."""
+        if len(offs) == 0 or int((offs + lens).max()) <= self._size_seen:
+            return n
+        self._size_seen = size = self.client.size(self.fd)
+        got = 0
+        for o, ln in zip(offs.tolist(), lens.tolist()):
+            if o + ln <= size:
+                got += ln
+            else:
+                got += max(0, size - o)
+                break
+        return min(n, got)
 
     def write(self, buf) -> int:
         n = self.write_at(self.position, buf)
@@ -403,10 +422,25 @@ class File:
     # ---- collective ----------------------------------------------------
 
     def write_at_all(self, offset: int, buf) -> int:
-        return self._collective(offset, _as_bytes(buf), write=True)
+        return self._collective(offset, self._collective_bytes(buf, False), write=True)
 
     def read_at_all(self, offset: int, buf) -> int:
-        return self._collective(offset, _as_bytes(buf, writable=True), write=False)
+        data = self._collective_bytes(buf, True)
+        n = self._collective(offset, data, write=False)
+        offs, lens = self._runs(offset, data.nbytes)
+        return self._within_file(offs, lens, n)
+
+    def _collective_bytes(self, buf, writable: bool) -> np.ndarray:
+        """``_as_bytes`` of a collective call's buffer, raised on every rank
+        if it fails on one: a rank with a strided buffer left the others
+        waiting in the collective for ever."""
+        out, err = None, None
+        try:
+            out = _as_bytes(buf, writable=writable)
+        except Exception as e:  # noqa: BLE001 (every rank must hear of it)
+            err = e
+        _raise_any(self.comm, err)
+        return out
 
     def write_all(self, buf) -> int:
         n = self.write_at_all(self.position, buf)

@@ -83,6 +83,15 @@ def test_a_big_endian_block_is_stored_little_endian_as_the_metadata_says(server,
     np.testing.assert_array_equal(zarr.open_array(f"{root}/mpi/be-group/x", mode="r")[0], np.arange(4 * n, dtype="<i4"))
 
 
+def test_a_block_of_the_wrong_shape_on_one_rank_fails_every_rank(server, comm, client):
+    # Before: that rank raised alone and the others waited for ever.
+    n = comm.Get_size()
+    rank = comm.Get_rank()
+    local = np.zeros(3 if rank == n - 1 else 4)
+    with pytest.raises(ValueError, match="block has shape"):
+        sa.write(comm, client, "mpi/bad-shape", local, shape=(4 * n,), chunks=(4,), grid=(n,), dist=["block"])
+
+
 def test_two_phase_exchange_bound_at_n_and_n_plus_one(server, comm, client, monkeypatch):
     """A rank's two-phase exchange may move EXCHANGE_BYTES_MAX bytes each
     way (MPI counts are C ints); one more fails on every rank, before any

@@ -181,6 +181,33 @@ def test_append_excl_and_delete_on_close_modes(server, comm):
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
+def test_reads_report_the_end_of_the_file_and_a_bad_buffer_fails_every_rank(server, comm, scheme):
+    # Before: every read counted its bytes past the end (zeros), so a
+    # `while f.read(b)` loop never ended; and a strided buffer on one rank
+    # left the others waiting in the collective.
+    addr, root = server
+    rank = comm.Get_rank()
+    if rank == 0:
+        with open(os.path.join(root, f"ten-{scheme}.bin"), "wb") as f:
+            f.write(bytes(range(10)))
+    comm.Barrier()
+    with File.open(comm, f"ten-{scheme}.bin", MPI.MODE_RDONLY, server=addr, scheme=scheme) as f:
+        counts = []
+        b = np.zeros(4, np.uint8)
+        while True:
+            n = f.read(b)
+            counts.append(n)
+            if n == 0 or len(counts) > 5:
+                break
+        assert everywhere(comm, counts == [4, 4, 2, 0])
+        back = np.zeros(8, np.uint8)
+        assert everywhere(comm, f.read_at_all(8, back) == 2)
+        bad = np.zeros(16, np.uint8)[::2] if rank == 1 else np.zeros(8, np.uint8)
+        with pytest.raises(ValueError, match="contiguous"):
+            f.read_at_all(0, bad)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
 def test_struct_view_and_fortran_buffers(server, comm, scheme):
     addr, root = server
     rank = comm.Get_rank()
