@@ -81,7 +81,9 @@ impl Client {
         let (pieces, total) = pieces_of(pieces)?;
         let bytes = Bytes::get(obj, !write)?;
         let (addr, len) = bytes.addr_len();
-        if len < total {
+        // A read may fill the start of a larger buffer; a write's data is
+        // the pieces' bytes exactly (extra bytes were dropped unsaid).
+        if len < total || (write && len != total) {
             let what = if write { "the data holds" } else { "the buffer holds" };
             return Err(PyValueError::new_err(format!("{what} {len} bytes, the pieces {total}")));
         }

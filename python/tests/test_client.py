@@ -48,6 +48,15 @@ def test_errors_are_oserror_with_errno(server):
     fd = c.open("ro.bin", os.O_CREAT | os.O_RDWR)
     with pytest.raises(BufferError):
         c.pread(fd, b"read-only bytes", 0)
+    # A list write's data is exactly its pieces' bytes (the extra were
+    # dropped unsaid before); a write past the largest offset is EFBIG, and
+    # the connection stays (it was closed: "connection lost").
+    with pytest.raises(ValueError, match="the pieces 4"):
+        c.write_list(fd, [(0, 4)], b"ABCDEFGH")
+    with pytest.raises(OSError) as e:
+        c.pwrite(fd, b"xy", 2**64 - 2)
+    assert e.value.errno == errno.EFBIG
+    assert c.pwrite(fd, b"ok", 0) == 2
     c.close(fd)
 
 

@@ -872,6 +872,7 @@ impl Client {
 
     /// Start a write; finish it with [`Client::wait_write`].
     pub fn submit_write(&self, fd: Fd, data: &[u8], offset: u64) -> Result<Ticket> {
+        writable_range(offset, data.len())?;
         let s = self.current();
         if data.len() > s.io_bytes_max {
             return Err(ClientError::invalid(format!("write of {} bytes exceeds io_bytes_max ({})", data.len(), s.io_bytes_max)));
@@ -1166,6 +1167,7 @@ impl Client {
     /// may get one sends its first slot's worth alone, so that the lease
     /// its answer may bring covers the rest.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
+        writable_range(offset, data.len())?;
         let s = self.current();
         // A write within one slot: `submit_write` looks for the lease.
         if data.len() <= shm::SLOT_BYTES || s.shm.is_none() {
@@ -1552,5 +1554,16 @@ mod app_id_tests {
         assert_eq!(app_id(env(&[("OMPI_MCA_ess_base_jobid", "9")]), "python3", 42), "mpi-9");
         assert_eq!(app_id(env(&[("SLUICE_APP", "")]), "cat", 42), "cat-42", "an empty value is not set");
         assert_eq!(app_id(env(&[]), "", 7), "unknown-7");
+    }
+}
+
+/// `EFBIG` for a write that would end past the largest file offset
+/// (`off_t`'s, 2^63 - 1), as `pwrite(2)` says, before anything is sent: the
+/// server refused such a frame and closed the connection, and the caller
+/// saw "connection lost" (EIO).
+fn writable_range(offset: u64, len: usize) -> Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(ClientError::new(ClientErrorKind::Invalid, libc::EFBIG, format!("a write of {len} bytes at offset {offset} ends past the largest file offset (2^63 - 1)"))),
     }
 }

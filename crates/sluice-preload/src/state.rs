@@ -222,11 +222,14 @@ impl Open {
                     }
                 }
                 Err(_) => {
-                    spins += 1;
+                    // Another thread of this process reads or writes at the
+                    // position: a round trip, usually; a server that is
+                    // down can make it seconds, so the waits grow to 1 ms.
+                    spins = spins.saturating_add(1);
                     if spins < 64 {
                         std::thread::yield_now();
                     } else {
-                        std::thread::sleep(std::time::Duration::from_micros(20));
+                        std::thread::sleep(std::time::Duration::from_micros(u64::from((spins - 63).min(50)) * 20));
                     }
                 }
             }

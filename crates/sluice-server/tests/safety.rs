@@ -228,6 +228,22 @@ fn before_the_handshake_frames_are_bounded_at_n_and_n_plus_1() {
 }
 
 #[test]
+fn a_write_past_the_largest_file_offset_is_efbig_and_the_connection_stays() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("far");
+    let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+    // Before: the frame was refused and the connection closed ("connection
+    // lost", EIO). At the bound a write is the kernel's to judge; one past
+    // it never leaves the client.
+    for offset in [u64::MAX - 1, i64::MAX as u64] {
+        let e = c.pwrite(fd, b"xy", offset).unwrap_err();
+        assert_eq!(e.errno, libc::EFBIG, "{e}");
+    }
+    assert_eq!(c.pwrite(fd, b"ok", 0).unwrap(), 2);
+    assert_eq!(c.reconnects(), 0, "the connection stayed");
+}
+
+#[test]
 fn frame_bytes_max_at_n_and_n_plus_1() {
     let max = 4096u32;
     let s = TestServer::start(|c| c.limits.frame_bytes_max = max);
