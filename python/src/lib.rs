@@ -482,7 +482,23 @@ impl ArrayPlan {
             for file in self.plan.rank_files(rank) {
                 let u = file[0].unit;
                 let flags = if write { libc::O_WRONLY } else { libc::O_RDONLY };
-                let fd = inner.open(&paths[u as usize], flags, 0)?;
+                let fd = match inner.open(&paths[u as usize], flags, 0) {
+                    // A chunk or shard never written reads as the fill value
+                    // (zero, `Layout::from_zarr_json`), as zarr-python reads
+                    // it: zarr-python leaves out chunks that are all fill,
+                    // and a time series may have steps not yet written.
+                    // Every rank reading this file finds it missing alike,
+                    // so a group's participants all leave it out.
+                    Err(e) if !write && e.errno == libc::ENOENT => {
+                        for m in messages(&file, &MESSAGE_LIMITS) {
+                            let total: usize = m.iter().map(|p| p.len as usize).sum();
+                            scatter(&m, &vec![0u8; total], local);
+                            moved += total as u64;
+                        }
+                        continue;
+                    }
+                    other => other?,
+                };
                 let mut r = Ok(());
                 for (j, m) in messages(&file, &MESSAGE_LIMITS).into_iter().enumerate() {
                     let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
@@ -620,11 +636,17 @@ impl ArrayPlan {
                 if k > 0 {
                     data.fill(0);
                 }
-                let fd = inner.open(p, libc::O_RDONLY, 0)?;
-                let r = inner.pread(fd, &mut data, 0);
-                let c = inner.close(fd);
-                read += r? as u64;
-                c?;
+                // A file never written: zeros, the fill value (see `transfer`).
+                match inner.open(p, libc::O_RDONLY, 0) {
+                    Err(e) if e.errno == libc::ENOENT => {}
+                    other => {
+                        let fd = other?;
+                        let r = inner.pread(fd, &mut data, 0);
+                        let c = inner.close(fd);
+                        read += r? as u64;
+                        c?;
+                    }
+                }
                 walk_file(&parts, &mut cursors, *u, |pc, o| {
                     let (f, n) = (pc.file_off as usize, pc.len as usize);
                     out[o..o + n].copy_from_slice(&data[f..f + n]);

@@ -124,3 +124,35 @@ def test_sluice_refuses_uncompressed_shards_zarr_python_laid_out_otherwise(serve
     for name, grid, dist in [("zp/sh1d", (1,), ["*"]), ("zp/sh2d", (1, 1), ["*", "*"])]:
         with pytest.raises(ValueError, match="another Zarr writer"):
             sa.read(comm or MPI.COMM_SELF, c, name, grid=grid, dist=dist)
+
+
+def test_chunks_zarr_python_left_out_read_as_the_fill_value(server, comm):
+    """zarr-python does not write a chunk that is all fill value; sluice
+    raised FileNotFoundError on it, under every strategy. It reads zeros
+    (the fill value sluice's layout requires), as zarr-python does."""
+    from mpi4py import MPI
+
+    sa = pytest.importorskip("sluice.array")
+    import sluice
+
+    addr, root = server
+    rank = comm.Get_rank() if comm else 0
+    data = np.zeros((8, 8), dtype="f8")
+    data[:4, :4] = np.arange(16).reshape(4, 4) + 1
+    data[4:, 4:] = 7
+
+    def make():
+        from zarr.codecs import BytesCodec
+
+        a = zarr.create_array(f"{root}/zp/gaps", shape=(8, 8), chunks=(4, 4), dtype="f8",
+                              compressors=None, serializer=BytesCodec(), fill_value=0.0)
+        a[:] = data
+        assert not os.path.exists(f"{root}/zp/gaps/c/0/1"), "zarr-python left the empty chunk out"
+
+    on_rank0(comm, make)
+    c = sluice.Client(addr, app="zarr-gaps", client_id=rank)
+    world = comm or MPI.COMM_SELF
+    n, rows = world.Get_size(), -(-8 // world.Get_size())
+    for strategy in ["server-directed", "independent", "two-phase"]:
+        back = sa.read(world, c, "zp/gaps", grid=(n, 1), dist=["block", "*"], strategy=strategy)
+        np.testing.assert_array_equal(back, data[rank * rows:(rank + 1) * rows])
