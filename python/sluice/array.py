@@ -101,54 +101,6 @@ MIGRATED_ATTRIBUTE = "sluice_migrated"
 RESOLVE_HOPS_MAX = 8
 
 
-def _check_fixed_offsets(client: Client, path: str, text: str) -> None:
-    """Raise unless every shard of the array at ``path`` has its inner
-    chunks where sluice reads them: inner chunk ``i`` (C order) at
-    ``i * chunk_bytes``, those wholly outside the array missing. Its
-    ``zarr.json`` cannot tell: zarr-python writes the same metadata but
-    orders a shard's chunks otherwise (Morton order) and leaves out chunks
-    that are all fill value, so sluice read other chunks' bytes, or the
-    index's, without an error. Each shard's index says where its chunks
-    are. Nothing to check without shards."""
-    meta = json.loads(text)
-    codecs = meta.get("codecs", [])
-    if not (len(codecs) == 1 and codecs[0].get("name") == "sharding_indexed"):
-        return
-    shape = [int(n) for n in meta["shape"]]
-    shard = [int(n) for n in meta["chunk_grid"]["configuration"]["chunk_shape"]]
-    inner = [int(n) for n in codecs[0]["configuration"]["chunk_shape"]]
-    chunk_bytes = np.dtype(meta["data_type"]).itemsize * int(np.prod(inner))
-    per = [s // c for s, c in zip(shard, inner)]
-    n = int(np.prod(per))
-    index_bytes = n * 16 + 4
-    missing = 2**64 - 1
-    for u in np.ndindex(*[-(-a // s) for a, s in zip(shape, shard)]):
-        key = f"{path}/c/" + "/".join(str(i) for i in u)
-        try:
-            fd = client.open(key, os.O_RDONLY, 0)
-        except FileNotFoundError:
-            continue
-        try:
-            size = client.size(fd)
-            raw = bytearray(index_bytes)
-            got = client.pread(fd, raw, max(size - index_bytes, 0)) if size >= index_bytes else 0
-        finally:
-            client.close(fd)
-        if got != index_bytes:
-            raise ValueError(f"{key}: {size} bytes, shorter than its shard index; not an array sluice reads")
-        entries = np.frombuffer(bytes(raw[: n * 16]), dtype="<u8").reshape(n, 2)
-        for i, idx in enumerate(np.ndindex(*per)):
-            present = all(u[d] * shard[d] + idx[d] * inner[d] < shape[d] for d in range(len(shape)))
-            want = (i * chunk_bytes, chunk_bytes) if present else (missing, missing)
-            if tuple(int(x) for x in entries[i]) != want:
-                raise ValueError(
-                    f"{key}: inner chunk {idx} is not at offset {i * chunk_bytes} (its index says "
-                    f"{tuple(int(x) for x in entries[i])}): the shards were written by another Zarr writer "
-                    f"(zarr-python orders a shard's chunks otherwise and leaves out empty ones); "
-                    f"sluice reads only its own fixed-offset layout, read this array with zarr-python"
-                )
-
-
 def _resolve(client: Client, path: str) -> tuple:
     """(path, zarr.json text) of the array at ``path``, following the marks
     `sluice array migrate` leaves (docs/arrays.md): from the root down, the
@@ -310,13 +262,11 @@ def read(
     path = path.strip("/")
     rank = comm.Get_rank()
     found = [None]
-    def resolve_and_check():
-        found[0] = _resolve(client, path)
-        _check_fixed_offsets(client, *found[0])
-
-    _raise_any(comm, _attempt(resolve_and_check) if rank == 0 else None)
+    _raise_any(comm, _attempt(lambda: found.__setitem__(0, _resolve(client, path))) if rank == 0 else None)
     path, text = comm.bcast(found[0], root=0)
     plan = ArrayPlan.from_zarr_json(text, list(grid), list(dist))
+    # Shards another Zarr writer laid out otherwise are refused, not read.
+    _raise_any(comm, _attempt(lambda: plan.check_shard_indexes(client, path)) if rank == 0 else None)
     if plan.ranks != comm.Get_size():
         raise ValueError(f"the grid {tuple(grid)} has {plan.ranks} ranks, the communicator {comm.Get_size()}")
     local = np.empty(plan.local_shape(rank), dtype=np.dtype(plan.dtype))

@@ -1541,6 +1541,17 @@ impl Client {
     }
 }
 
+/// `EFBIG` for a write that would end past the largest file offset
+/// (`off_t`'s, 2^63 - 1), as `pwrite(2)` says, before anything is sent: the
+/// server refused such a frame and closed the connection, and the caller
+/// saw "connection lost" (EIO).
+fn writable_range(offset: u64, len: usize) -> Result<()> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(ClientError::new(ClientErrorKind::Invalid, libc::EFBIG, format!("a write of {len} bytes at offset {offset} ends past the largest file offset (2^63 - 1)"))),
+    }
+}
+
 #[cfg(test)]
 mod app_id_tests {
     use super::app_id;
@@ -1554,16 +1565,5 @@ mod app_id_tests {
         assert_eq!(app_id(env(&[("OMPI_MCA_ess_base_jobid", "9")]), "python3", 42), "mpi-9");
         assert_eq!(app_id(env(&[("SLUICE_APP", "")]), "cat", 42), "cat-42", "an empty value is not set");
         assert_eq!(app_id(env(&[]), "", 7), "unknown-7");
-    }
-}
-
-/// `EFBIG` for a write that would end past the largest file offset
-/// (`off_t`'s, 2^63 - 1), as `pwrite(2)` says, before anything is sent: the
-/// server refused such a frame and closed the connection, and the caller
-/// saw "connection lost" (EIO).
-fn writable_range(offset: u64, len: usize) -> Result<()> {
-    match offset.checked_add(len as u64) {
-        Some(end) if end <= i64::MAX as u64 => Ok(()),
-        _ => Err(ClientError::new(ClientErrorKind::Invalid, libc::EFBIG, format!("a write of {len} bytes at offset {offset} ends past the largest file offset (2^63 - 1)"))),
     }
 }

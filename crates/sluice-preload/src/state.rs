@@ -208,8 +208,9 @@ impl Open {
     /// own copy (a lock a thread held when its process forked is taken
     /// over by the child, where that thread does not exist).
     pub fn position_lock(&self) -> PositionGuard<'_> {
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
+        // This process's pid without a system call on every read and write:
+        // `OWNER_PID` is set at start and in each forked child.
+        let me = OWNER_PID.load(Ordering::Acquire);
         let mut spins = 0u32;
         loop {
             match self.pos_owner.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
@@ -410,7 +411,7 @@ pub fn read_umask() {
         libc::umask(m);
         m
     };
-    UMASK.store(m & 0o777, Ordering::Release);
+    set_umask(m);
 }
 
 /// Record the mask a `umask` call set.

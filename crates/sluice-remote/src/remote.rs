@@ -286,13 +286,7 @@ impl Remote {
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.pwrite(fd, data, offset),
-            Remote::Cluster(k) => {
-                let f = k.file(fd)?;
-                f.invalidate(&k.ahead);
-                let r = k.client.pwrite(&f.file, data, offset);
-                f.changed(&k.ahead);
-                Ok(r?)
-            }
+            Remote::Cluster(k) => k.changing(fd, |f| k.client.pwrite(f, data, offset)),
         }
     }
 
@@ -309,13 +303,7 @@ impl Remote {
     pub fn write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.write_list(fd, pieces, data),
-            Remote::Cluster(k) => {
-                let f = k.file(fd)?;
-                f.invalidate(&k.ahead);
-                let r = k.client.write_list(&f.file, pieces, data);
-                f.changed(&k.ahead);
-                Ok(r?)
-            }
+            Remote::Cluster(k) => k.changing(fd, |f| k.client.write_list(f, pieces, data)),
         }
     }
 
@@ -377,13 +365,7 @@ impl Remote {
     pub fn write_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8], group: Group) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.write_list_group(fd, pieces, data, group),
-            Remote::Cluster(k) => {
-                let f = k.file(fd)?;
-                f.invalidate(&k.ahead);
-                let r = k.client.write_list_group(&f.file, pieces, data, group);
-                f.changed(&k.ahead);
-                Ok(r?)
-            }
+            Remote::Cluster(k) => k.changing(fd, |f| k.client.write_list_group(f, pieces, data, group)),
         }
     }
 
@@ -434,13 +416,7 @@ impl Remote {
     pub fn ftruncate(&self, fd: Fd, len: u64) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.ftruncate(fd, len),
-            Remote::Cluster(k) => {
-                let f = k.file(fd)?;
-                f.invalidate(&k.ahead);
-                let r = k.client.ftruncate(&f.file, len);
-                f.changed(&k.ahead);
-                Ok(r?)
-            }
+            Remote::Cluster(k) => k.changing(fd, |f| k.client.ftruncate(f, len)),
         }
     }
 
@@ -515,6 +491,17 @@ impl Cluster {
     fn new(client: StripedClient) -> Cluster {
         let files = Files { open: HashMap::new(), next: 1, generations: HashMap::new() };
         Cluster { client, files: Mutex::new(files), files_max: REMOTE_FILES_MAX, ahead: Budget::new(READ_AHEAD_TOTAL_MAX) }
+    }
+
+    /// `op`, a write or truncate of `fd`'s file: its read-ahead windows,
+    /// on every handle of the file, are not served once it returned
+    /// (`OpenFile::changed`), whether it succeeded or not.
+    fn changing<T>(&self, fd: Fd, op: impl FnOnce(&crate::client::StripedFile) -> crate::error::Result<T>) -> RemoteResult<T> {
+        let f = self.file(fd)?;
+        f.invalidate(&self.ahead);
+        let r = op(&f.file);
+        f.changed(&self.ahead);
+        Ok(r?)
     }
 
     /// An open file with the write generation its other handles share.

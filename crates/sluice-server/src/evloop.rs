@@ -535,6 +535,13 @@ impl EventLoop {
         }
     }
 
+    /// Why a handshake cannot finish now: `clients_max` connections have
+    /// finished theirs.
+    fn full(&self) -> Option<String> {
+        let max = self.shared.config.limits.clients_max;
+        (self.ready_conns >= max as usize).then(|| format!("server full (clients_max = {max})"))
+    }
+
     /// Close the connection that has waited longest for its handshake,
     /// telling it why; `false` when every connection has done its own.
     fn evict_oldest_handshake(&mut self, clients_max: usize) -> bool {
@@ -1124,9 +1131,7 @@ impl EventLoop {
             Ok(_) => return self.refuse(c, id, libc::EPROTO, "the first frame must be a Hello".into()),
             Err(e) => return self.refuse(c, id, e.errno(), e.to_string()),
         };
-        let limits = &self.shared.config.limits;
-        if self.ready_conns >= limits.clients_max as usize {
-            let msg = format!("server full (clients_max = {})", limits.clients_max);
+        if let Some(msg) = self.full() {
             return self.refuse(c, id, libc::EBUSY, msg);
         }
         let weight_max = self.shared.config.sched_limits.weight_max;
@@ -1169,9 +1174,8 @@ impl EventLoop {
     fn welcome(&mut self, c: &mut Conn, answer_id: u64, h: Header, body: &[u8]) -> Flow {
         let Ok(Request::Hello(hello)) = parse_request(&h, body) else { unreachable!("parsed before") };
         // Checked again: others may have finished theirs since the Hello.
-        let clients_max = self.shared.config.limits.clients_max;
-        if self.ready_conns >= clients_max as usize {
-            return self.refuse(c, answer_id, libc::EBUSY, format!("server full (clients_max = {clients_max})"));
+        if let Some(msg) = self.full() {
+            return self.refuse(c, answer_id, libc::EBUSY, msg);
         }
         let peer = c.peer.as_ref().ok().and_then(|p| p.as_ref());
         let identity = match ident::identify(peer, hello.cred.as_ref(), self.shared.config.squash, self.shared.server_uid) {
@@ -1852,6 +1856,14 @@ impl EventLoop {
     }
 }
 
+/// Tell a socket that is not kept why, under request id 0, without
+/// waiting (what its buffer does not take is lost; it is closed next).
+fn send_reason(stream: &crate::net::Stream, errno: i32, msg: &str) {
+    let mut out = Vec::new();
+    sluice_proto::encode_response(0, &sluice_proto::Response::Error { errno, message: msg }, &mut out);
+    let _ = stream.send_nonblocking(&out);
+}
+
 #[cfg(test)]
 mod spin_tests {
     use super::{SpinCredit, SPIN_CREDIT_MAX, SPIN_RETRY};
@@ -1885,12 +1897,4 @@ mod spin_tests {
         }
         assert!(!s.may_spin());
     }
-}
-
-/// Tell a socket that is not kept why, under request id 0, without
-/// waiting (what its buffer does not take is lost; it is closed next).
-fn send_reason(stream: &crate::net::Stream, errno: i32, msg: &str) {
-    let mut out = Vec::new();
-    sluice_proto::encode_response(0, &sluice_proto::Response::Error { errno, message: msg }, &mut out);
-    let _ = stream.send_nonblocking(&out);
 }

@@ -296,13 +296,14 @@ fn transfer_partial(st: &dyn Storage, fd: RawFd, op: Op, iov: &mut [libc::iovec]
     let (mut i, mut done) = (0usize, 0u64);
     while i < iov.len() {
         let n = iov.len().min(i + IOV_MAX);
-        let asked: usize = iov[i..n].iter().map(|v| v.iov_len).sum();
         match st.transfer_once(fd, op, &iov[i..n], offset + done) {
             Err(libc::EINTR) => continue,
             Err(e) => return (done, Some(e)),
             Ok(0) if op == Op::Write => return (done, Some(libc::EIO)),
             Ok(0) => return (done, None),
-            Ok(r) if op == Op::Read && r < asked && !(offset + done + r as u64).is_multiple_of(DIRECT_ALIGN_BYTES as u64) => return (done + r as u64, None),
+            Ok(r) if op == Op::Read && !(offset + done + r as u64).is_multiple_of(DIRECT_ALIGN_BYTES as u64) && r < iov[i..n].iter().map(|v| v.iov_len).sum() => {
+                return (done + r as u64, None)
+            }
             Ok(r) => {
                 done += r as u64;
                 i = advance(iov, i, r);

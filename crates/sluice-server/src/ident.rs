@@ -181,13 +181,7 @@ const CAP_VERSION_3: u32 = 0x2008_0522;
 /// setgid bits as it does for the user's own. A server without the
 /// capabilities has nothing to drop.
 pub fn drop_data_caps_on_thread() -> std::io::Result<()> {
-    let mut head = CapHeader { version: CAP_VERSION_3, pid: 0 };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: capget fills two CapData for version 3; the header and data
-    // outlive the call.
-    if unsafe { libc::syscall(libc::SYS_capget, &mut head as *mut CapHeader, data.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let mut data = thread_caps()?;
     let mut changed = false;
     for cap in DATA_CAPS_DROPPED {
         let (word, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
@@ -198,8 +192,9 @@ pub fn drop_data_caps_on_thread() -> std::io::Result<()> {
     if !changed {
         return Ok(());
     }
-    head = CapHeader { version: CAP_VERSION_3, pid: 0 };
-    // SAFETY: as above; capset only reads them.
+    let mut head = CapHeader { version: CAP_VERSION_3, pid: 0 };
+    // SAFETY: the header and two CapData of version 3 outlive the call;
+    // capset only reads them.
     if unsafe { libc::syscall(libc::SYS_capset, &mut head as *mut CapHeader, data.as_ptr()) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -209,13 +204,19 @@ pub fn drop_data_caps_on_thread() -> std::io::Result<()> {
 /// Whether the calling thread holds capability `cap` in its effective set
 /// (for tests).
 pub fn thread_has_cap(cap: u32) -> bool {
+    thread_caps().is_ok_and(|data| data[(cap / 32) as usize].effective & (1 << (cap % 32)) != 0)
+}
+
+/// The calling thread's capability sets.
+fn thread_caps() -> std::io::Result<[CapData; 2]> {
     let mut head = CapHeader { version: CAP_VERSION_3, pid: 0 };
     let mut data = [CapData::default(); 2];
-    // SAFETY: as in `drop_data_caps_on_thread`.
+    // SAFETY: capget fills two CapData for version 3; the header and data
+    // outlive the call.
     if unsafe { libc::syscall(libc::SYS_capget, &mut head as *mut CapHeader, data.as_mut_ptr()) } != 0 {
-        return false;
+        return Err(std::io::Error::last_os_error());
     }
-    data[(cap / 32) as usize].effective & (1 << (cap % 32)) != 0
+    Ok(data)
 }
 
 /// The server's effective uid.

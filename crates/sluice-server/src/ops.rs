@@ -134,8 +134,8 @@ impl Session {
             libc::EINVAL if f & libc::O_DIRECT != 0 => Error::new(e.kind, e.errno, format!("{}: the backing file system refuses O_DIRECT (--direct)", e.message)),
             _ => e,
         })?;
-        let fd = regular_or_directory(fd, path)?;
-        let file = OpenFile::register(fd, flags & libc::O_ACCMODE, &shared.files)?;
+        let (fd, st) = regular_or_directory(fd, path)?;
+        let file = OpenFile::register(fd, &st, flags & libc::O_ACCMODE, &shared.files)?;
         let handle = self.fd_next;
         self.fd_next += 1;
         self.files.insert(handle, Arc::new(file));
@@ -157,14 +157,10 @@ fn size_change_alone(shared: &Shared) -> Option<crate::exec::AloneGuard<'_>> {
 /// `O_NONBLOCK` cleared (io_uring would answer `EAGAIN` on it instead of
 /// waiting). A FIFO, socket or device node is refused: its reads wait on
 /// another party, not on a device, and one held by the server's threads
-/// would stall every client behind it.
-fn regular_or_directory(fd: OwnedFd, path: &str) -> Result<OwnedFd> {
-    // SAFETY: an all-zero stat is valid, and fstat fills it.
-    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    // SAFETY: st is a valid out-pointer and fd is open.
-    if unsafe { libc::fstat64(fd.as_raw_fd(), &mut st) } < 0 {
-        return Err(Error::io("fstat", &std::io::Error::last_os_error()));
-    }
+/// would stall every client behind it. Its `fstat` comes back too, for
+/// the open file table.
+fn regular_or_directory(fd: OwnedFd, path: &str) -> Result<(OwnedFd, libc::stat64)> {
+    let st = crate::state::stat_of(&fd)?;
     let kind = st.st_mode & libc::S_IFMT;
     if kind != libc::S_IFREG && kind != libc::S_IFDIR {
         let what = match kind {
@@ -181,5 +177,5 @@ fn regular_or_directory(fd: OwnedFd, path: &str) -> Result<OwnedFd> {
     if flags < 0 || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
         return Err(Error::io("fcntl", &std::io::Error::last_os_error()));
     }
-    Ok(fd)
+    Ok((fd, st))
 }

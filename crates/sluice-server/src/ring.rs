@@ -206,9 +206,15 @@ mod tests {
     }
 
     fn open(path: &std::path::Path) -> Arc<OpenFile> {
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).unwrap();
+        registered(std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).unwrap())
+    }
+
+    /// `f`, read-write, in a table of its own.
+    fn registered(f: std::fs::File) -> Arc<OpenFile> {
         let table = Arc::new(Mutex::new(FileTable::new(16)));
-        Arc::new(OpenFile::register(OwnedFd::from(f), libc::O_RDWR, &table).unwrap())
+        let fd = OwnedFd::from(f);
+        let st = crate::state::stat_of(&fd).unwrap();
+        Arc::new(OpenFile::register(fd, &st, libc::O_RDWR, &table).unwrap())
     }
 
     /// A dispatch of `pieces` (offset, length) of `file`, each its own
@@ -352,8 +358,7 @@ mod tests {
             eprintln!("no O_DIRECT on {}: nothing to test", dir.path().display());
             return None;
         };
-        let table = Arc::new(Mutex::new(FileTable::new(16)));
-        Some((dir, efd, ring, Arc::new(OpenFile::register(OwnedFd::from(file), libc::O_RDWR, &table).unwrap())))
+        Some((dir, efd, ring, registered(file)))
     }
 
     #[test]

@@ -156,14 +156,17 @@ impl Root {
     }
 
     pub fn stat(&self, path: &str) -> Result<WireStat> {
-        let fd = self.open_beneath(path, libc::O_PATH, 0)?;
-        fstat(fd.as_raw_fd()).map_err(|e| Error::new(e.kind, e.errno, format!("{path}: {}", e.message)))
+        self.stat_opened(path, libc::O_PATH)
     }
 
     /// `stat` of a final symbolic link itself, as `lstat(2)` (links
     /// before it are followed, beneath the root, as for `stat`).
     pub fn lstat(&self, path: &str) -> Result<WireStat> {
-        let fd = self.open_beneath(path, libc::O_PATH | libc::O_NOFOLLOW, 0)?;
+        self.stat_opened(path, libc::O_PATH | libc::O_NOFOLLOW)
+    }
+
+    fn stat_opened(&self, path: &str, flags: i32) -> Result<WireStat> {
+        let fd = self.open_beneath(path, flags, 0)?;
         fstat(fd.as_raw_fd()).map_err(|e| Error::new(e.kind, e.errno, format!("{path}: {}", e.message)))
     }
 

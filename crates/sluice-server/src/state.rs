@@ -92,15 +92,20 @@ pub struct OpenFile {
     table: Arc<Mutex<FileTable>>,
 }
 
+/// `fstat` of `fd`.
+pub fn stat_of(fd: &OwnedFd) -> Result<libc::stat64> {
+    // SAFETY: an all-zero stat is valid, and fstat fills it.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out-pointer and fd is open.
+    if unsafe { libc::fstat64(fd.as_raw_fd(), &mut st) } < 0 {
+        return Err(Error::io("fstat", &std::io::Error::last_os_error()));
+    }
+    Ok(st)
+}
+
 impl OpenFile {
-    /// Register `fd` in `table`.
-    pub fn register(fd: OwnedFd, access: i32, table: &Arc<Mutex<FileTable>>) -> Result<OpenFile> {
-        // SAFETY: an all-zero stat is valid, and fstat fills it.
-        let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-        // SAFETY: st is a valid out-pointer and fd is open.
-        if unsafe { libc::fstat64(fd.as_raw_fd(), &mut st) } < 0 {
-            return Err(Error::io("fstat", &std::io::Error::last_os_error()));
-        }
+    /// Register `fd`, whose `fstat` is `st` (`stat_of`), in `table`.
+    pub fn register(fd: OwnedFd, st: &libc::stat64, access: i32, table: &Arc<Mutex<FileTable>>) -> Result<OpenFile> {
         let key = (st.st_dev, st.st_ino);
         let id = lock(table).acquire(key)?;
         let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
