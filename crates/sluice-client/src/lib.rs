@@ -1456,6 +1456,17 @@ impl Client {
         }
     }
 
+    /// Reserve `len` bytes at the end of `fd`'s file for an `O_APPEND`
+    /// write: the offset where they start, which no other reservation on
+    /// the server overlaps. The caller writes there. Not asked again after
+    /// a broken connection (the first may have been made).
+    pub fn reserve(&self, fd: Fd, len: u64) -> Result<u64> {
+        match self.on_fd(fd, false, |s, server| s.conn.call(&Request::Reserve { fd: server, len }))? {
+            Reply::Count(at) => Ok(at),
+            r => Err(unexpected("reserve", &r)),
+        }
+    }
+
     pub fn unlink(&self, path: &str) -> Result<()> {
         self.ok("unlink", false, &Request::Unlink { path })
     }
@@ -1517,11 +1528,11 @@ impl Client {
         Ok(n)
     }
 
-    /// Write at the file position (at the end with `O_APPEND`, which this
-    /// client emulates: not atomic against other writers) and advance it.
+    /// Write at the file position (at the end with `O_APPEND`: the server
+    /// hands it out, [`Client::reserve`]) and advance it.
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize> {
         let p = self.position(fd)?;
-        let at = if p.append { self.fstat(fd)?.size } else { p.at };
+        let at = if p.append && !data.is_empty() { self.reserve(fd, data.len() as u64)? } else { p.at };
         let n = self.pwrite(fd, data, at)?;
         self.set_position(fd, at + n as u64);
         Ok(n)

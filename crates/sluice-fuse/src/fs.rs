@@ -793,9 +793,17 @@ impl Filesystem for SluiceFs {
         }
     }
 
-    fn write(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+    fn write(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
         let since = Instant::now();
-        let r = self.handle(fh).and_then(|(c, fd)| counted(c.pwrite(fd, data, offset).map_err(errno)));
+        // O_APPEND is the file system's to honour (the kernel's offset is
+        // its own idea of the size, stale when another mount or client
+        // appended): the server hands out the end.
+        let append = flags.0 & libc::O_APPEND != 0 && !data.is_empty();
+        let write = |c: &Remote, fd: Fd| {
+            let at = if append { c.reserve(fd, data.len() as u64)? } else { offset };
+            c.pwrite(fd, data, at)
+        };
+        let r = self.handle(fh).and_then(|(c, fd)| counted(write(&c, fd).map_err(errno)));
         match r {
             Ok(n) => {
                 STATS.data(true, n, since);

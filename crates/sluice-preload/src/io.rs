@@ -79,10 +79,19 @@ fn svc_pread(open: &Open, buf: &mut [u8], at: u64) -> Result<usize, Errno> {
     Ok(c.pread(h, buf, at)?)
 }
 
-fn svc_pwrite(open: &Open, data: &[u8], at: u64) -> Result<usize, Errno> {
+/// Write at `at`, or with `O_APPEND` at the file's end, as Linux's
+/// `pwrite` does too; the offset written at and the count.
+fn svc_pwrite_at(open: &Open, data: &[u8], at: u64) -> Result<(u64, usize), Errno> {
     check_access(open, true)?;
     let (c, h) = open.handle()?;
-    Ok(c.pwrite(h, data, at)?)
+    // The server hands out the end: two processes appending at once never
+    // write at one offset, as the kernel's inode lock ensures locally.
+    let at = if open.flags() & libc::O_APPEND != 0 && !data.is_empty() { c.reserve(h, data.len() as u64)? } else { at };
+    Ok((at, c.pwrite(h, data, at)?))
+}
+
+fn svc_pwrite(open: &Open, data: &[u8], at: u64) -> Result<usize, Errno> {
+    Ok(svc_pwrite_at(open, data, at)?.1)
 }
 
 /// Read at the placeholder's offset and advance it.
@@ -94,13 +103,11 @@ pub fn svc_read(fd: c_int, open: &Open, buf: &mut [u8]) -> Result<usize, Errno> 
     Ok(n)
 }
 
-/// Write at the offset (at the end with O_APPEND, emulated: not atomic
-/// against other writers) and advance it.
+/// Write at the offset (at the end with O_APPEND) and advance it.
 pub fn svc_write(fd: c_int, open: &Open, data: &[u8]) -> Result<usize, Errno> {
     check_access(open, true)?;
     let _held = open.position_lock();
-    let at = if open.flags() & libc::O_APPEND != 0 { svc_size(open)? } else { placeholder::position(fd)? };
-    let n = svc_pwrite(open, data, at)?;
+    let (at, n) = svc_pwrite_at(open, data, placeholder::position(fd)?)?;
     placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;
     Ok(n)
 }

@@ -52,6 +52,9 @@ pub enum Opcode {
     Lstat = 0x1c,
     /// A symbolic link's target (answered `Link`).
     Readlink = 0x1d,
+    /// Reserve bytes at a file's end, for an `O_APPEND` write (answered
+    /// `Count` with the offset where they start).
+    Reserve = 0x1e,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -69,7 +72,7 @@ pub enum Opcode {
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 41] = [
+const OPCODES: [Opcode; 42] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -99,6 +102,7 @@ const OPCODES: [Opcode; 41] = [
     Opcode::Nudge,
     Opcode::Lstat,
     Opcode::Readlink,
+    Opcode::Reserve,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,

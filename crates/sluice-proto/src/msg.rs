@@ -121,6 +121,15 @@ pub enum Request<'a> {
     Fstat {
         fd: u64,
     },
+    /// Reserve `len` bytes at the end of the file: answered `Count` with
+    /// the offset where they start, which the caller then writes
+    /// (`O_APPEND`). The server hands out disjoint ranges: a reservation
+    /// starts at the file's size or past the last one, whichever is
+    /// further, so appends from many clients never overlap.
+    Reserve {
+        fd: u64,
+        len: u64,
+    },
     Unlink {
         path: &'a str,
     },
@@ -407,6 +416,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Lstat => Request::Lstat { path: r.path("path")? },
         Opcode::Readlink => Request::Readlink { path: r.path("path")? },
         Opcode::Fstat => Request::Fstat { fd: r.u64("fd")? },
+        Opcode::Reserve => Request::Reserve { fd: r.u64("fd")?, len: r.u64("len")? },
         Opcode::Unlink => Request::Unlink { path: r.path("path")? },
         Opcode::Rename => Request::Rename { from: r.path("from")?, to: r.path("to")? },
         Opcode::Mkdir => Request::Mkdir { mode: r.u32("mode")?, path: r.path("path")? },
@@ -574,6 +584,11 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usiz
         Request::Lstat { path } => return path_only(Opcode::Lstat, path, out),
         Request::Readlink { path } => return path_only(Opcode::Readlink, path, out),
         Request::Fstat { fd } => fd_only(Opcode::Fstat, fd, out),
+        Request::Reserve { fd, len } => {
+            put_u64(out, fd);
+            put_u64(out, len);
+            (Opcode::Reserve, 0)
+        }
         Request::Unlink { path } => return path_only(Opcode::Unlink, path, out),
         Request::Rename { from, to } => {
             put_path(out, from)?;

@@ -369,6 +369,17 @@ impl Remote {
         }
     }
 
+    /// Where an `O_APPEND` write of `len` bytes goes. One server hands
+    /// out disjoint ranges at the end (`Client::reserve`); a cluster has
+    /// no such reservation yet and answers the file's size, so appends
+    /// from two clients at once may overlap there.
+    pub fn reserve(&self, fd: Fd, len: u64) -> RemoteResult<u64> {
+        match self {
+            Remote::Server(c) => Ok(c.reserve(fd, len)?),
+            Remote::Cluster(_) => Ok(self.fstat(fd)?.size),
+        }
+    }
+
     pub fn fstat(&self, fd: Fd) -> RemoteResult<Stat> {
         match self {
             Remote::Server(c) => c.fstat(fd),

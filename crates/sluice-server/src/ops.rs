@@ -86,9 +86,22 @@ impl Session {
             Request::Ftruncate { fd, len } => {
                 let len = i64::try_from(len).map_err(|_| Error::invalid("length too large"))?;
                 let _alone = size_change_alone(shared);
+                let file = self.file(fd)?;
                 // SAFETY: plain system call on a descriptor we hold.
-                check(unsafe { libc::ftruncate64(self.file(fd)?.fd.as_raw_fd(), len) }, "ftruncate")?;
+                check(unsafe { libc::ftruncate64(file.fd.as_raw_fd(), len) }, "ftruncate")?;
+                file.resized();
                 Out::Ok
+            }
+            Request::Reserve { fd, len } => {
+                let file = self.file(fd)?;
+                if file.access == libc::O_RDONLY {
+                    return Err(Error::new(ErrorKind::Invalid, libc::EBADF, format!("file handle {fd} is not open for writing")));
+                }
+                // With `--direct` a write that reads back an edge block
+                // leaves the file a block long for a moment: the size is
+                // read once no such write is in flight.
+                let _alone = size_change_alone(shared);
+                Out::Count(file.reserve(len)?)
             }
             Request::Stat { path } => Out::Stat(root.stat(path)?),
             Request::Lstat { path } => Out::Stat(root.lstat(path)?),
@@ -136,6 +149,9 @@ impl Session {
         })?;
         let (fd, st) = regular_or_directory(fd, path)?;
         let file = OpenFile::register(fd, &st, flags & libc::O_ACCMODE, &shared.files)?;
+        if f & libc::O_TRUNC != 0 {
+            file.resized();
+        }
         let handle = self.fd_next;
         self.fd_next += 1;
         self.files.insert(handle, Arc::new(file));

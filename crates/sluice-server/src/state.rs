@@ -10,7 +10,7 @@ use std::time::Instant;
 use sluice_core::{AppId, FileId};
 use sluice_proto::{AppStats, LATENCY_BUCKETS};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::{AppRow, Detail, OTHER_APPS};
 
 /// The monotonic clock the scheduler is driven by: nanoseconds since the
@@ -40,7 +40,10 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// that two clients opening one file share a `FileId` and their requests
 /// can be aggregated.
 pub struct FileTable {
-    map: HashMap<(u64, u64), (FileId, u32)>,
+    /// Per file: its id, the handles open on it, and the end of the last
+    /// range reserved at its end (`OpenFile::reserve`; 0: none since it
+    /// was opened or truncated).
+    map: HashMap<(u64, u64), (FileId, u32, u64)>,
     id_next: u64,
     files_open_max: u32,
 }
@@ -51,7 +54,7 @@ impl FileTable {
     }
 
     fn acquire(&mut self, key: (u64, u64)) -> Result<FileId> {
-        if let Some((id, refs)) = self.map.get_mut(&key) {
+        if let Some((id, refs, _)) = self.map.get_mut(&key) {
             *refs += 1;
             return Ok(*id);
         }
@@ -60,12 +63,12 @@ impl FileTable {
         }
         let id = FileId(self.id_next);
         self.id_next += 1;
-        self.map.insert(key, (id, 1));
+        self.map.insert(key, (id, 1, 0));
         Ok(id)
     }
 
     fn release(&mut self, key: (u64, u64)) {
-        if let Some((_, refs)) = self.map.get_mut(&key) {
+        if let Some((_, refs, _)) = self.map.get_mut(&key) {
             *refs -= 1;
             if *refs == 0 {
                 self.map.remove(&key);
@@ -110,6 +113,35 @@ impl OpenFile {
         let id = lock(table).acquire(key)?;
         let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
         Ok(OpenFile { fd, id, access, regular, key, table: Arc::clone(table) })
+    }
+}
+
+impl OpenFile {
+    /// Reserve `len` bytes at the file's end for an `O_APPEND` write: the
+    /// range starts at the file's size, or at the end of the last range
+    /// reserved on it if that is further (its writer may not have written
+    /// yet). Reservations are made under the file table's lock, so two
+    /// never overlap, whichever clients ask; writes that do not go
+    /// through the server are not ordered with them.
+    pub fn reserve(&self, len: u64) -> Result<u64> {
+        let mut t = lock(&self.table);
+        let size = u64::try_from(stat_of(&self.fd)?.st_size).unwrap_or(0);
+        let Some(entry) = t.map.get_mut(&self.key) else { return Err(Error::invalid("the file left the table")) };
+        let at = size.max(entry.2);
+        let end = at
+            .checked_add(len)
+            .filter(|&e| i64::try_from(e).is_ok())
+            .ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EFBIG, format!("appending {len} bytes at {at} passes the largest file size")))?;
+        entry.2 = end;
+        Ok(at)
+    }
+
+    /// The file's size was set (`ftruncate`, an open with `O_TRUNC`):
+    /// the next reservation starts at the new size.
+    pub fn resized(&self) {
+        if let Some(entry) = lock(&self.table).map.get_mut(&self.key) {
+            entry.2 = 0;
+        }
     }
 }
 

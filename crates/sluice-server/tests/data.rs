@@ -298,3 +298,51 @@ fn a_marked_send_is_the_next_read_or_write_only() {
     assert_eq!(c.pwrite(fd, &pattern(4096, 3), 8192).unwrap(), 4096);
     assert!(c.marked_send().is_some_and(|t| t > at), "a write is marked too");
 }
+
+/// `Reserve` hands out disjoint ranges at a file's end, to any client:
+/// the first at the size, the next past the last reserved (not yet
+/// written) one; a truncate or an `O_TRUNC` open starts again at the new
+/// size; a read-only handle and a range past the largest file size are
+/// refused. Then eight threads of two clients append 200 records each
+/// (reserve, then write there) and every record lands whole, once.
+#[test]
+fn reservations_at_the_end_never_overlap() {
+    for direct in [false, true] {
+        let s = TestServer::start(|c| c.direct = direct);
+        let (a, b) = (s.client("append-a"), s.client("append-b"));
+        std::fs::write(s.path("log"), b"0123456789").unwrap();
+        let (fa, fb) = (a.open("log", libc::O_WRONLY, 0).unwrap(), b.open("log", libc::O_WRONLY, 0).unwrap());
+        assert_eq!(a.reserve(fa, 5).unwrap(), 10);
+        assert_eq!(b.reserve(fb, 7).unwrap(), 15, "past a range reserved and not yet written");
+        assert_eq!(a.reserve(fa, 1).unwrap(), 22);
+        b.ftruncate(fb, 3).unwrap();
+        assert_eq!(a.reserve(fa, 4).unwrap(), 3, "a truncate starts again at the new size");
+        let ft = b.open("log", libc::O_WRONLY | libc::O_TRUNC, 0).unwrap();
+        assert_eq!(a.reserve(fa, 2).unwrap(), 0, "so does an O_TRUNC open");
+        let ro = a.open("log", libc::O_RDONLY, 0).unwrap();
+        assert_eq!(a.reserve(ro, 1).unwrap_err().errno, libc::EBADF);
+        assert_eq!(a.reserve(fa, i64::MAX as u64).unwrap_err().errno, libc::EFBIG);
+        a.close(ro).unwrap();
+        b.close(ft).unwrap();
+        b.ftruncate(fb, 0).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..8u8 {
+                let (c, fd) = if t % 2 == 0 { (&a, fa) } else { (&b, fb) };
+                scope.spawn(move || {
+                    for i in 0..200u32 {
+                        let rec = format!("{t}:{i:05}|").into_bytes();
+                        let at = c.reserve(fd, rec.len() as u64).unwrap();
+                        assert_eq!(c.pwrite(fd, &rec, at).unwrap(), rec.len());
+                    }
+                });
+            }
+        });
+        let log = String::from_utf8(std::fs::read(s.path("log")).unwrap()).unwrap();
+        let mut recs: Vec<&str> = log.split_terminator('|').collect();
+        assert_eq!(recs.len(), 1600, "direct = {direct}");
+        recs.sort_unstable();
+        recs.dedup();
+        assert_eq!(recs.len(), 1600, "every record once (direct = {direct})");
+        assert!(recs.iter().all(|r| r.len() == 7), "every record whole (direct = {direct})");
+    }
+}
