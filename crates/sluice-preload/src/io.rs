@@ -96,7 +96,7 @@ fn svc_pwrite(open: &Open, data: &[u8], at: u64) -> Result<usize, Errno> {
 
 /// Read at the placeholder's offset and advance it.
 pub fn svc_read(fd: c_int, open: &Open, buf: &mut [u8]) -> Result<usize, Errno> {
-    let _held = open.position_lock();
+    let _held = open.position_lock(fd);
     let at = placeholder::position(fd)?;
     let n = svc_pread(open, buf, at)?;
     placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;
@@ -106,7 +106,7 @@ pub fn svc_read(fd: c_int, open: &Open, buf: &mut [u8]) -> Result<usize, Errno> 
 /// Write at the offset (at the end with O_APPEND) and advance it.
 pub fn svc_write(fd: c_int, open: &Open, data: &[u8]) -> Result<usize, Errno> {
     check_access(open, true)?;
-    let _held = open.position_lock();
+    let _held = open.position_lock(fd);
     let (at, n) = svc_pwrite_at(open, data, placeholder::position(fd)?)?;
     placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;
     Ok(n)

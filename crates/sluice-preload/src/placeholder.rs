@@ -88,6 +88,8 @@ pub fn adopt_inherited() {
     for fd in fds {
         if let Some((flags, path)) = read_header(fd) {
             let open = Arc::new(Open::new(path, flags, None));
+            // The process that exec'd, or its parent, may hold it still.
+            open.set_shared();
             let _ = with_tables(|t| t.fds.insert(fd, open));
         }
     }

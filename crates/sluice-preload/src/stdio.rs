@@ -188,6 +188,96 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut FILE {
     unsafe { real!(fdopen, fn(c_int, *const c_char) -> *mut FILE)(fd, mode) }
 }
 
+extern "C" {
+    // glibc's <stdio_ext.h>: drop what a stream holds in its buffer.
+    fn __fpurge(f: *mut FILE);
+}
+
+/// Which standard stream `f` is (glibc's own, or the cookie standing in
+/// for it): its fd.
+fn standard_fd(f: *mut FILE) -> Option<c_int> {
+    if f.is_null() {
+        return None;
+    }
+    // SAFETY: reading glibc's standard stream pointers.
+    let current = unsafe { [stdin, stdout, stderr] };
+    (0..3).find(|&i| f == current[i] || f == ORIGINAL[i].load(Ordering::Acquire) || f == COOKIE[i].load(Ordering::Acquire)).map(|i| i as c_int)
+}
+
+/// `freopen` onto a service path: the new file is opened, put in place
+/// of the stream's fd (a standard stream then becomes a cookie stream
+/// over it, `follow_std_fd`) and the stream's buffer and flags are
+/// cleared, as glibc's `freopen` does. Only a standard stream or one of
+/// ours can be pointed at a service file: glibc's own streams read and
+/// write their fd with internal calls.
+unsafe fn svc_freopen(p: &str, mode: *const c_char, f: *mut FILE, fd: c_int) -> Result<*mut FILE, Errno> {
+    // SAFETY: `mode` is the caller's NUL-terminated mode string.
+    let flags = mode_flags(unsafe { std::ffi::CStr::from_ptr(mode) }.to_bytes()).ok_or(Errno(libc::EINVAL))?;
+    // SAFETY: the caller's stream; what it buffered goes where it was going.
+    unsafe { libc::fflush(f) };
+    let new = {
+        let _g = Guard::enter().ok_or(Errno(libc::EAGAIN))?;
+        svc_open(p, flags, 0o666)?
+    };
+    // SAFETY: our own dup2 and close keep the tables and the standard
+    // streams right.
+    let r = unsafe { crate::io::dup2(new, fd) };
+    let e = crate::state::last_errno();
+    // SAFETY: as above.
+    unsafe { close(new) };
+    if r < 0 {
+        return Err(e);
+    }
+    // A standard stream is now the cookie over `fd`.
+    let now = match standard_fd(f) {
+        // SAFETY: reading glibc's standard stream pointers.
+        Some(i) => unsafe { [stdin, stdout, stderr][i as usize] },
+        None => f,
+    };
+    // SAFETY: a valid stream.
+    unsafe {
+        __fpurge(now);
+        libc::clearerr(now);
+    }
+    Ok(now)
+}
+
+macro_rules! freopen_export {
+    ($name:ident) => {
+        /// Interposed `freopen`: `uniq PREFIX/f` reopens `stdin` on its
+        /// input, and glibc's own opened it with internal calls (ENOENT).
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char, f: *mut FILE) -> *mut FILE {
+            let real = || unsafe { real!($name, fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(path, mode, f) };
+            let (ours, std) = (our_fd(f), standard_fd(f));
+            // SAFETY: the caller's path string (null: a change of mode).
+            let svc = if path.is_null() { None } else { unsafe { service_path(libc::AT_FDCWD, path) }.map(|(_g, p)| p) };
+            match (svc, ours.or(std)) {
+                // SAFETY: the caller's mode string and stream.
+                (Some(p), Some(fd)) => finish(unsafe { svc_freopen(&p, mode, f, fd) }, std::ptr::null_mut()),
+                (Some(_), None) => finish(Err(Errno(libc::ENOTSUP)), std::ptr::null_mut()),
+                (None, Some(fd)) if ours.is_some() && !path.is_null() && std.is_some() => {
+                    // A standard stream leaves its service file for a
+                    // local one: glibc's own stream is back, on its fd,
+                    // and glibc reopens it.
+                    // SAFETY: flushing the cookie stream, then our close.
+                    unsafe {
+                        libc::fflush(f);
+                        close(fd);
+                    }
+                    follow_std_fd(fd);
+                    let original = ORIGINAL[fd as usize].load(Ordering::Acquire);
+                    // SAFETY: glibc's own standard stream.
+                    unsafe { real!($name, fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(path, mode, original) }
+                }
+                _ => real(),
+            }
+        }
+    };
+}
+freopen_export!(freopen);
+freopen_export!(freopen64);
+
 fn our_fd(f: *mut FILE) -> Option<c_int> {
     if f.is_null() || !any_entries() {
         return None;
