@@ -55,8 +55,7 @@ EXCHANGE_BYTES_MAX = 2**31 - 1
 
 def local_shape(shape, grid, dist, rank: int) -> tuple:
     """The shape of ``rank``'s block under the distribution."""
-    plan = ArrayPlan(list(shape), "uint8", list(shape), list(grid), list(dist))
-    return tuple(plan.local_shape(rank))
+    return tuple(ArrayPlan.local_shape_of(list(shape), list(grid), list(dist), rank))
 
 
 def _mkdir_p(client: Client, path: str) -> None:
@@ -218,6 +217,18 @@ def write(
     _check(strategy)
     path = path.strip("/")
     rank = comm.Get_rank()
+    # One element type on every rank, checked before any rank plans: each
+    # rank planned with its own, so a float32 block among float64 ones was
+    # written at the others' offsets as garbage (server-directed,
+    # independent) or failed on its rank alone, the others left waiting in
+    # Alltoallv for ever (two-phase).
+    names = comm.allgather(np.dtype(local.dtype).name)
+    if len(set(names)) > 1:
+        ranks_of = {}
+        for r, n in enumerate(names):
+            ranks_of.setdefault(n, []).append(r)
+        raise ValueError("the ranks' blocks differ in element type (" + "; ".join(f"{n} on ranks {rs}" for n, rs in ranks_of.items())
+                         + "): every rank passes the array's one dtype")
     plan = ArrayPlan(list(shape), np.dtype(local.dtype).name, list(chunks), list(grid), list(dist),
                      list(shards) if shards is not None else None)
     if plan.ranks != comm.Get_size():

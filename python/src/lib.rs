@@ -378,6 +378,20 @@ impl ArrayPlan {
         ArrayPlan::build(Layout::from_zarr_json(&v).map_err(value_error)?, grid, dist)
     }
 
+    /// The shape of `rank`'s block of an array of `shape` distributed
+    /// over `grid` by `dist`, from the distribution alone: planning the
+    /// whole array to learn it failed on layouts `write` takes (a chunk
+    /// past 1 TiB, a plan past `pieces_max`).
+    #[staticmethod]
+    fn local_shape_of(shape: Vec<u64>, grid: Vec<u64>, dist: Vec<String>, rank: u64) -> PyResult<Vec<u64>> {
+        let dists = dist.iter().map(|d| Dist::parse(d)).collect::<Result<Vec<_>, _>>().map_err(value_error)?;
+        let dist = Distribution::new(shape, grid, dists).map_err(value_error)?;
+        if rank >= dist.ranks() {
+            return Err(PyValueError::new_err(format!("rank {rank} of a grid of {} ranks", dist.ranks())));
+        }
+        Ok(dist.local_shape(rank))
+    }
+
     #[getter]
     fn shape(&self) -> Vec<u64> {
         self.layout.shape().to_vec()
