@@ -1479,6 +1479,11 @@ impl Client {
         self.ok("mkdir", false, &Request::Mkdir { path, mode })
     }
 
+    /// A symbolic link at `path` holding `target` (`symlink(2)`).
+    pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
+        self.ok("symlink", false, &Request::Symlink { target, path })
+    }
+
     pub fn rmdir(&self, path: &str) -> Result<()> {
         self.ok("rmdir", false, &Request::Rmdir { path })
     }

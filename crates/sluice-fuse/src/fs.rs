@@ -700,6 +700,21 @@ impl Filesystem for SluiceFs {
         }
     }
 
+    /// `ln -s`: the target is stored as given; the kernel follows it (a
+    /// relative one within the mount, an absolute one on this host).
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let r = (|| {
+            let (c, path) = (self.client(req)?, join(&self.path(parent)?, link_name)?);
+            let target = target.to_str().ok_or(Errno::EINVAL)?;
+            counted(c.symlink(target, &path).map_err(errno))?;
+            self.entry(&c, &path)
+        })();
+        match r {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         match self.remove(req, parent, name, false) {
             Ok(()) => reply.ok(),

@@ -389,6 +389,44 @@ fn svc_mkdir(path: &str, mode: mode_t) -> Result<c_int, Errno> {
     Ok(0)
 }
 
+fn svc_symlink(target: *const c_char, link: &str) -> Result<c_int, Errno> {
+    if target.is_null() {
+        return Err(Errno(libc::EFAULT));
+    }
+    // SAFETY: the caller's NUL-terminated target string.
+    let t = unsafe { std::ffi::CStr::from_ptr(target) }.to_str().map_err(|_| Errno(libc::EINVAL))?;
+    if t.is_empty() {
+        return Err(Errno(libc::ENOENT));
+    }
+    let prefix = &crate::state::config().ok_or(Errno(libc::ENOENT))?.prefix;
+    client()?.symlink(&crate::path::link_text(prefix, link, t), link)?;
+    Ok(0)
+}
+
+/// Interposed `symlink`: a link on the server (`ln -s`). An absolute
+/// target under the prefix is stored relative to the link's directory
+/// (`path::link_text`).
+#[no_mangle]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(svc_symlink(target, &p), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(symlink, fn(*const c_char, *const c_char) -> c_int)(target, path) }
+}
+
+/// Interposed `symlinkat`.
+#[no_mangle]
+pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, path: *const c_char) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        return finish(svc_symlink(target, &p), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(symlinkat, fn(*const c_char, c_int, *const c_char) -> c_int)(target, dirfd, path) }
+}
+
 /// Interposed `mkdir`.
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {

@@ -52,9 +52,37 @@ pub fn server_join(dir: &str, rel: &str) -> Option<String> {
     within("/", &abs)
 }
 
+/// The text to store in a link at server path `link` for `target` as the
+/// program gave it: an absolute target under `prefix` (normalised)
+/// becomes relative to the link's directory, so that the server (which
+/// refuses absolute paths) and a mount anywhere follow it; any other
+/// target is kept as given, as `symlink(2)` does.
+pub fn link_text(prefix: &str, link: &str, target: &str) -> String {
+    let Some(to) = target.starts_with('/').then(|| within(prefix, &normalise(target))).flatten() else { return target.to_string() };
+    let depth = link.split('/').filter(|c| !c.is_empty() && *c != ".").count().saturating_sub(1);
+    let up = "../".repeat(depth);
+    match (to.as_str(), depth) {
+        (".", 0) => ".".into(),
+        (".", _) => up.trim_end_matches('/').to_string(),
+        (t, _) => format!("{up}{t}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absolute_link_targets_under_the_prefix_become_relative() {
+        assert_eq!(link_text("/sluice", "l", "/sluice/a/b"), "a/b");
+        assert_eq!(link_text("/sluice", "d/e/l", "/sluice/a/b"), "../../a/b");
+        assert_eq!(link_text("/sluice", "d/l", "/sluice"), "..");
+        assert_eq!(link_text("/sluice", "l", "/sluice/"), ".");
+        assert_eq!(link_text("/sluice", "d/l", "/sluice/x/../a"), "../a");
+        assert_eq!(link_text("/sluice", "d/l", "/etc/passwd"), "/etc/passwd");
+        assert_eq!(link_text("/sluice", "d/l", "../a"), "../a");
+        assert_eq!(link_text("/", "d/l", "/a"), "../a");
+    }
 
     fn check(prefix: &str, cwd: &str, path: &str, expected: Option<&str>) {
         let got = within(&normalise(prefix), &join(cwd, path));

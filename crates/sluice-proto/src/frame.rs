@@ -55,6 +55,8 @@ pub enum Opcode {
     /// Reserve bytes at a file's end, for an `O_APPEND` write (answered
     /// `Count` with the offset where they start).
     Reserve = 0x1e,
+    /// Make a symbolic link (answered `Ok`).
+    Symlink = 0x1f,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -72,7 +74,7 @@ pub enum Opcode {
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 42] = [
+const OPCODES: [Opcode; 43] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -103,6 +105,7 @@ const OPCODES: [Opcode; 42] = [
     Opcode::Lstat,
     Opcode::Readlink,
     Opcode::Reserve,
+    Opcode::Symlink,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,

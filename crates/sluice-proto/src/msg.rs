@@ -130,6 +130,13 @@ pub enum Request<'a> {
         fd: u64,
         len: u64,
     },
+    /// Make a symbolic link at `path` whose text is `target` (stored as
+    /// given, as `symlink(2)` does; the server never follows a link out of
+    /// its root).
+    Symlink {
+        target: &'a str,
+        path: &'a str,
+    },
     Unlink {
         path: &'a str,
     },
@@ -419,6 +426,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Reserve => Request::Reserve { fd: r.u64("fd")?, len: r.u64("len")? },
         Opcode::Unlink => Request::Unlink { path: r.path("path")? },
         Opcode::Rename => Request::Rename { from: r.path("from")?, to: r.path("to")? },
+        Opcode::Symlink => Request::Symlink { target: r.path("target")?, path: r.path("path")? },
         Opcode::Mkdir => Request::Mkdir { mode: r.u32("mode")?, path: r.path("path")? },
         Opcode::Rmdir => Request::Rmdir { path: r.path("path")? },
         Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.path("path")? },
@@ -594,6 +602,11 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usiz
             put_path(out, from)?;
             put_path(out, to)?;
             (Opcode::Rename, 0)
+        }
+        Request::Symlink { target, path } => {
+            put_path(out, target)?;
+            put_path(out, path)?;
+            (Opcode::Symlink, 0)
         }
         Request::Mkdir { path, mode } => {
             put_u32(out, mode);

@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..31, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..32, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 /// A valid post: the socket, or one of the records.
@@ -84,6 +84,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         28 => Request::Lstat { path: p },
         29 => Request::Readlink { path: p },
         30 => Request::Reserve { fd, len: b },
+        31 => Request::Symlink { target: p, path: q },
         _ => Request::Stats,
     }
 }

@@ -454,6 +454,15 @@ impl Remote {
         }
     }
 
+    /// A symbolic link at `path` holding `target`; a cluster's namespace
+    /// has no links (ENOTSUP).
+    pub fn symlink(&self, target: &str, path: &str) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => Ok(c.symlink(target, path)?),
+            Remote::Cluster(_) => Err(ClientError::new(ClientErrorKind::Server, libc::ENOTSUP, "a cluster's namespace has no symbolic links")),
+        }
+    }
+
     pub fn rmdir(&self, path: &str) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.rmdir(path),

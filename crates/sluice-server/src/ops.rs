@@ -109,6 +109,7 @@ impl Session {
             Request::Fstat { fd } => Out::Stat(fstat(self.file(fd)?.fd.as_raw_fd())?),
             Request::Unlink { path } => root.unlink(path).map(|()| Out::Ok)?,
             Request::Rename { from, to } => root.rename(from, to).map(|()| Out::Ok)?,
+            Request::Symlink { target, path } => root.symlink(target, path).map(|()| Out::Ok)?,
             Request::Mkdir { path, mode } => root.mkdir(path, crate::ident::create_mode(&self.ident, mode)).map(|()| Out::Ok)?,
             Request::Rmdir { path } => root.rmdir(path).map(|()| Out::Ok)?,
             Request::Readdir { path, start } => {

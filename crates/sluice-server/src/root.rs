@@ -215,6 +215,16 @@ impl Root {
         cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), (mode & 0o7777) as libc::mode_t) }, path).map(drop)
     }
 
+    /// A symbolic link at `path` holding `target` as given (what it names
+    /// is resolved, beneath the root, only when a path through it is
+    /// opened).
+    pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
+        let (dir, name) = self.parent(path)?;
+        let t = std::ffi::CString::new(target).map_err(|_| Error::invalid("link target holds a NUL byte"))?;
+        // SAFETY: both strings outlive the call.
+        cvt(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), name.as_ptr()) }, path).map(drop)
+    }
+
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         let (fdir, fname) = self.parent(from)?;
         let (tdir, tname) = self.parent(to)?;

@@ -346,3 +346,29 @@ fn reservations_at_the_end_never_overlap() {
         assert!(recs.iter().all(|r| r.len() == 7), "every record whole (direct = {direct})");
     }
 }
+
+/// `Symlink` makes a link beneath the root holding its target as given;
+/// a link whose target leads out of the root is made but never followed
+/// (opens and stats through it are refused), a link path that escapes
+/// the root is refused, and an existing name is EEXIST.
+#[test]
+fn symlinks_are_made_beneath_the_root_and_never_lead_out() {
+    let s = TestServer::start(|_| {});
+    let c = s.client("links");
+    c.mkdir("d", 0o755).unwrap();
+    std::fs::write(s.path("a"), b"data").unwrap();
+    c.symlink("../a", "d/l").unwrap();
+    assert_eq!(c.readlink("d/l").unwrap(), "../a");
+    assert_eq!(std::fs::read_link(s.path("d/l")).unwrap().to_str(), Some("../a"));
+    let fd = c.open("d/l", libc::O_RDONLY, 0).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 4);
+    c.close(fd).unwrap();
+    assert_eq!(c.symlink("x", "d/l").unwrap_err().errno, libc::EEXIST);
+    c.symlink("/etc/passwd", "out").unwrap();
+    assert_eq!(c.readlink("out").unwrap(), "/etc/passwd");
+    assert_eq!(c.open("out", libc::O_RDONLY, 0).unwrap_err().errno, libc::EACCES, "a link out of the root is never followed");
+    assert!(c.stat("out").is_err());
+    assert_eq!(c.symlink("a", "../escape").unwrap_err().errno, libc::EACCES);
+    assert!(!s.path("../escape").exists());
+}

@@ -127,6 +127,22 @@ shutil.rmtree(m + '/d'); assert not os.path.exists(m + '/d')",
     assert!(!root.join("d").exists());
 }
 
+/// `ln -s` through the mount makes a link on the server, its target as
+/// given (the mount answered ENOSYS before).
+#[test]
+fn ln_s_through_the_mount() {
+    let m = Mounted::start("ln-s");
+    let (root, mnt) = (m.root(), m.mnt());
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("a"), b"data").unwrap();
+    std::os::unix::fs::symlink("a", mnt.join("l")).unwrap();
+    std::os::unix::fs::symlink("../a", mnt.join("d/l")).unwrap();
+    assert_eq!(std::fs::read(mnt.join("d/l")).unwrap(), b"data");
+    assert!(std::fs::symlink_metadata(mnt.join("l")).unwrap().file_type().is_symlink());
+    assert_eq!(std::fs::read_link(root.join("l")).unwrap().to_str(), Some("a"));
+    assert_eq!(std::os::unix::fs::symlink("a", mnt.join("l")).unwrap_err().raw_os_error(), Some(libc::EEXIST));
+}
+
 /// A program that removes entries as it reads its directory sees each
 /// once: each open directory reads one listing. Before, every `readdir`
 /// listed anew and resumed by index, and such a loop over 1,000 files

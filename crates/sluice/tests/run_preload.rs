@@ -440,6 +440,24 @@ fn symbolic_links_are_links_to_lstat_readlink_and_rmtree() {
     assert_eq!(read(f.root().join("real/keep")), b"kept");
 }
 
+/// `ln -s` and `os.symlink` make links on the server (before, `symlink`
+/// was not interposed and failed with ENOENT): a relative target is kept
+/// as given, an absolute one under the prefix is stored relative to the
+/// link's directory so the server follows it, and one elsewhere as given.
+#[test]
+fn ln_s_makes_links_on_the_server() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.root().join("d")).unwrap();
+    std::fs::write(f.root().join("a"), b"data\n").unwrap();
+    let script = "d=$1; ln -s a $d/l1 && ln -s $d/a $d/d/l2 && ln -s /etc/hostname $d/l3 && cat $d/l1 $d/d/l2 && readlink $d/l1 $d/d/l2 $d/l3; \
+                  ln -s a $d/l1 2>/dev/null || echo exists; python3 -c \"import os, sys; os.symlink('d', sys.argv[1] + '/l4'); print(os.path.islink(sys.argv[1] + '/l4'), open(sys.argv[1] + '/l4/l2').read().strip())\" $d";
+    let out = f.run(&["bash", "-c", script, "bash", &f.prefix()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "data\ndata\na\n../a\n/etc/hostname\nexists\nTrue data\n", "{}", String::from_utf8_lossy(&out.stderr));
+    for (link, target) in [("l1", "a"), ("d/l2", "../a"), ("l3", "/etc/hostname"), ("l4", "d")] {
+        assert_eq!(std::fs::read_link(f.root().join(link)).unwrap().to_str(), Some(target), "{link}");
+    }
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).
