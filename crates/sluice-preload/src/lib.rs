@@ -23,6 +23,7 @@
 //! one place (`From<ClientError> for Errno`); a forked child never uses
 //! its parent's connection or server handles.
 
+pub mod cwd;
 pub mod mode;
 pub mod path;
 pub mod placeholder;
@@ -55,6 +56,7 @@ extern "C" fn init() {
     state::install_fork_handlers();
     state::read_umask();
     placeholder::adopt_inherited();
+    cwd::adopt_inherited();
     stdio::adopt_std_streams();
 }
 

@@ -427,6 +427,80 @@ pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, path: *c
     unsafe { real!(symlinkat, fn(*const c_char, c_int, *const c_char) -> c_int)(target, dirfd, path) }
 }
 
+/// Interposed `chdir`: into the prefix, the cwd is kept by the
+/// interposer (`cwd`); elsewhere libc's, and the cwd is local again.
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(crate::cwd::enter(&p), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    let r = unsafe { real!(chdir, fn(*const c_char) -> c_int)(path) };
+    if r == 0 {
+        crate::cwd::left();
+    }
+    r
+}
+
+/// Interposed `fchdir`: a service directory's fd moves the cwd there.
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    if let Some((_g, open)) = service_fd(fd) {
+        return finish(crate::cwd::enter(&open.path), -1);
+    }
+    // SAFETY: forwarding the caller's argument.
+    let r = unsafe { real!(fchdir, fn(c_int) -> c_int)(fd) };
+    if r == 0 {
+        crate::cwd::left();
+    }
+    r
+}
+
+/// Interposed `getcwd`: the service cwd as a path under the prefix.
+#[no_mangle]
+pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
+    // The cwd first: `config` itself asks libc's `getcwd` when it starts.
+    if let Some((dir, cfg)) = crate::cwd::get().and_then(|d| Some((d, crate::state::config()?))) {
+        // SAFETY: the caller's buffer of `size` bytes, or null.
+        return finish(unsafe { crate::cwd::fill(&crate::cwd::path(&cfg.prefix, &dir), buf, size) }, std::ptr::null_mut());
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(getcwd, fn(*mut c_char, size_t) -> *mut c_char)(buf, size) }
+}
+
+/// Interposed `get_current_dir_name` (malloc'd, as glibc's).
+#[no_mangle]
+pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
+    if let Some((dir, cfg)) = crate::cwd::get().and_then(|d| Some((d, crate::state::config()?))) {
+        // SAFETY: a new buffer.
+        return finish(unsafe { crate::cwd::fill(&crate::cwd::path(&cfg.prefix, &dir), std::ptr::null_mut(), 0) }, std::ptr::null_mut());
+    }
+    // SAFETY: no arguments.
+    unsafe { real!(get_current_dir_name, fn() -> *mut c_char)() }
+}
+
+/// Interposed `execve`: the program gets `SLUICE_CWD` while the cwd is
+/// on the service (a shell passes its own environment, not `environ`,
+/// which `set` keeps up to date for the other `exec` calls), and loses a
+/// stale one otherwise.
+#[no_mangle]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let exec = real!(execve, fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+    // SAFETY: the caller's environment array.
+    match unsafe { crate::cwd::env_for_exec(envp) } {
+        Some(env) => {
+            let mut ptrs: Vec<*const c_char> = env.iter().map(|s| s.as_ptr()).collect();
+            ptrs.push(std::ptr::null());
+            // SAFETY: a null-terminated array of strings that outlive the
+            // call (which does not return on success).
+            unsafe { exec(path, argv, ptrs.as_ptr()) }
+        }
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { exec(path, argv, envp) },
+    }
+}
+
 /// Interposed `mkdir`.
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {

@@ -458,6 +458,30 @@ fn ln_s_makes_links_on_the_server() {
     }
 }
 
+/// A cwd on the service: `mkdir -p` (which walks down with `chdir`) and
+/// a shell's `cd PREFIX/dir` work, relative paths resolve there, `pwd`,
+/// a program the shell runs and Python's `os.getcwd` all see it, and `cd`
+/// back to a local directory is local again. Before, `chdir` into the
+/// prefix failed with ENOENT and `mkdir -p PREFIX/d/e` with "cannot create
+/// directory". A relative path that climbs out of the prefix fails with
+/// ENOENT rather than reaching the directory the shell was in.
+#[test]
+fn mkdir_p_and_cd_into_the_service() {
+    let f = Fixture::new();
+    let script = "d=$1; mkdir -p $d/a/b/c && mkdir -p $d/a/b && cd $d/a && pwd && /bin/pwd && echo hi > x && cat x && ls && cd b && ls .. && \
+                  python3 -c 'import os; print(os.getcwd() == os.environ[\"D\"] + \"/a/b\", os.listdir(\".\"))'; \
+                  cat ../../../work-file 2>/dev/null || echo climbed-out; cd \"$W\" && cat work-file";
+    std::fs::write(f.work().join("work-file"), b"local\n").unwrap();
+    let mut c = Command::new("timeout");
+    c.arg(COMMAND_TIMEOUT_S.to_string()).arg(SLUICE).args(["run", "--server", f.server.addr(), "--prefix", &f.prefix(), "--"]);
+    c.args(["bash", "-c", script, "bash", &f.prefix()]).env("SLUICE_PRELOAD", preload_library()).env("D", f.prefix()).env("W", f.work()).current_dir(f.work());
+    let out = c.output().unwrap();
+    let a = format!("{}/a", f.prefix());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{a}\n{a}\nhi\nb\nx\nb\nx\nTrue ['c']\nclimbed-out\nlocal\n"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read(f.root().join("a/x")), b"hi\n");
+    assert!(f.root().join("a/b/c").is_dir());
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).
