@@ -60,7 +60,19 @@ impl Victim {
         let key = dir.path().join("server.key");
         let mut cmd = Command::new(bin.join("sluice"));
         cmd.args(["serve", "--root", root.to_str().unwrap(), "--listen", &listen, "--key-file", key.to_str().unwrap()]).args(extra);
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        // ETXTBSY: another test thread forked while this copy was open for
+        // writing, and its child holds the descriptor until it execs.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                other => break other.unwrap(),
+            }
+        };
         // The first line names the bound address: "... on ADDR (policy ...".
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
