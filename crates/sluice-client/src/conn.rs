@@ -35,7 +35,7 @@ const SMALL_WRITE_BYTES: usize = 64 << 10;
 pub(crate) enum Reply {
     HelloOk(HelloOk),
     Ok,
-    Fd(u64),
+    Fd(u64, u64),
     Data(Vec<u8>),
     /// A `Data` reply already copied into the caller's buffer: its length.
     DataInto(usize),
@@ -56,7 +56,7 @@ impl Reply {
         match self {
             Reply::HelloOk(_) => "HelloOk".into(),
             Reply::Ok => "Ok".into(),
-            Reply::Fd(fd) => format!("Fd({fd})"),
+            Reply::Fd(fd, ino) => format!("Fd({fd}, inode {ino})"),
             Reply::Data(d) => format!("Data({} bytes)", d.len()),
             Reply::DataInto(n) => format!("Data({n} bytes)"),
             Reply::Count(n) => format!("Count({n})"),
@@ -76,7 +76,7 @@ fn owned(r: Response<'_>, lent: &mut VecDeque<OwnedFd>) -> io::Result<std::resul
     Ok(Ok(match r {
         Response::HelloOk(h) => Reply::HelloOk(h),
         Response::Ok => Reply::Ok,
-        Response::Fd(fd) => Reply::Fd(fd),
+        Response::Fd(fd, ino) => Reply::Fd(fd, ino),
         Response::Data(d) => Reply::Data(d.to_vec()),
         Response::Count(n) => Reply::Count(n),
         Response::Stat(s) => Reply::Stat(s),

@@ -347,8 +347,12 @@ struct Handle {
     gen: u64,
     path: String,
     flags: i32,
+    /// The file's inode number when it was opened: a reopen by path that
+    /// finds another file makes the handle dead (ESTALE).
+    ino: u64,
     pos: Position,
-    /// Why the handle is dead since a reconnection (ESTALE: its path is gone).
+    /// Why the handle is dead since a reconnection (ESTALE: its path is
+    /// gone, or names another file now).
     dead: Option<ClientError>,
     /// The descriptor the server lent for cache leases on session `gen`.
     lent: Option<Arc<Lent>>,
@@ -658,11 +662,18 @@ impl Client {
     /// path that no longer opens makes its handle dead (ESTALE for a
     /// missing file, the server's errno otherwise).
     fn reopen_all(&self, s: Session) -> Result<()> {
-        let todo: Vec<(u64, String, i32)> = lock(&self.handles).iter().filter(|(_, h)| h.dead.is_none()).map(|(&fd, h)| (fd, h.path.clone(), h.flags)).collect();
+        let todo: Vec<(u64, String, i32, u64)> = lock(&self.handles).iter().filter(|(_, h)| h.dead.is_none()).map(|(&fd, h)| (fd, h.path.clone(), h.flags, h.ino)).collect();
         let mut reopened = Vec::with_capacity(todo.len());
-        for (fd, path, flags) in todo {
+        for (fd, path, flags, ino) in todo {
             let r = match s.conn.call(&Request::Open { path: &path, flags: flags & !REOPEN_FLAGS_DROPPED, mode: 0 }) {
-                Ok(Reply::Fd(server)) => Ok(server),
+                Ok(Reply::Fd(server, now)) if now == ino => Ok(server),
+                Ok(Reply::Fd(server, _)) => {
+                    // Another file took the path (replaced, or removed and
+                    // made anew): reading or writing it would reach the
+                    // wrong file.
+                    let _ = s.conn.call(&Request::Close { fd: server });
+                    Err(ClientError::new(ClientErrorKind::Stale, libc::ESTALE, format!("{path}: another file since the server restarted")))
+                }
                 Ok(r) => Err(unexpected("reopen", &r)),
                 Err(e) if e.kind == ClientErrorKind::Disconnected || e.kind == ClientErrorKind::Timeout => return Err(e),
                 Err(e) if e.errno == libc::ENOENT => Err(ClientError::new(ClientErrorKind::Stale, libc::ESTALE, format!("{path}: gone since the server restarted"))),
@@ -709,14 +720,20 @@ impl Client {
     /// handle survives server restarts (reopened by path).
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> Result<Fd> {
         // Not retried: a create may have happened before the break.
-        let (server, gen) = self.with_session(flags & REOPEN_FLAGS_DROPPED == 0, |s| match s.conn.call(&Request::Open { path, flags, mode })? {
-            Reply::Fd(fd) => Ok((fd, s.gen)),
+        let (server, gen, ino) = self.with_session(flags & REOPEN_FLAGS_DROPPED == 0, |s| match s.conn.call(&Request::Open { path, flags, mode })? {
+            Reply::Fd(fd, ino) => Ok((fd, s.gen, ino)),
             r => Err(unexpected("open", &r)),
         })?;
         let fd = self.fd_next.fetch_add(1, Ordering::Relaxed);
         let pos = Position { at: 0, append: flags & libc::O_APPEND != 0 };
-        lock(&self.handles).insert(fd, Handle { server, gen, path: path.to_string(), flags, pos, dead: None, lent: None, lease: None, leases_off: false, ahead: None, read_end: 0 });
+        let h = Handle { server, gen, path: path.to_string(), flags, ino, pos, dead: None, lent: None, lease: None, leases_off: false, ahead: None, read_end: 0 };
+        lock(&self.handles).insert(fd, h);
         Ok(Fd(fd))
+    }
+
+    /// The inode number of `fd`'s file as the server opened it.
+    pub fn ino(&self, fd: Fd) -> Result<u64> {
+        lock(&self.handles).get(&fd.0).map(|h| h.ino).ok_or_else(|| bad_handle(fd))
     }
 
     pub fn close(&self, fd: Fd) -> Result<()> {

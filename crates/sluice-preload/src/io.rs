@@ -17,14 +17,15 @@ use crate::state::{client, finish, last_errno, with_tables, Errno, Open};
 pub fn svc_open(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> {
     let c = client()?;
     let h = c.open(path, flags & !libc::O_CLOEXEC, crate::state::masked(mode))?;
-    let fd = match placeholder::create(path, flags) {
+    let ino = c.ino(h).unwrap_or(0);
+    let fd = match placeholder::create(path, flags, ino) {
         Ok(fd) => fd,
         Err(e) => {
             let _ = c.close(h);
             return Err(e);
         }
     };
-    let open = Arc::new(Open::new(path.to_string(), flags, Some(h)));
+    let open = Arc::new(Open::new(path.to_string(), flags, Some(h), ino));
     match with_tables(|t| t.fds.insert(fd, Arc::clone(&open))) {
         Ok(_) => {
             // `close(1); open(…)`: the standard stream follows its fd.

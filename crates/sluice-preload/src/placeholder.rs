@@ -1,6 +1,6 @@
 //! Placeholder fds. Every service file gets a real local fd: a `memfd`
 //! named `sluice-fd` whose contents describe the service file (a header
-//! with its flags and server path) and whose own file offset *is* the
+//! with its flags, inode number and server path) and whose own file offset *is* the
 //! service file's position. The kernel thereby gives us unique fd numbers,
 //! `dup`/`fork` sharing of the position, `FD_CLOEXEC`, and a way for an
 //! `exec`ed program to find the service files it inherited.
@@ -14,20 +14,21 @@ use crate::state::{kept_flags, last_errno, with_tables, Errno, Open};
 
 /// Name of the memfd, as `/proc/self/fd/N` shows it (`/memfd:NAME`).
 const NAME: &str = "sluice-fd";
-/// First line of the header.
-const MAGIC: &str = "SLUICE-FD 1\n";
+/// First line of the header: then `FLAGS INO` and the path.
+const MAGIC: &str = "SLUICE-FD 2\n";
 /// Largest header read back: magic, flags and a `PATH_BYTES_MAX` path.
 const HEADER_BYTES_MAX: usize = 8192;
 
-/// A new placeholder for server path `path` opened with `flags`.
-pub fn create(path: &str, flags: c_int) -> Result<c_int, Errno> {
+/// A new placeholder for server path `path` opened with `flags`, whose
+/// file had inode number `ino` (0: unknown).
+pub fn create(path: &str, flags: c_int, ino: u64) -> Result<c_int, Errno> {
     let cloexec = if flags & libc::O_CLOEXEC != 0 { libc::MFD_CLOEXEC } else { 0 };
     // SAFETY: a NUL-terminated name; memfd_create is not interposed.
     let fd = unsafe { libc::memfd_create(c"sluice-fd".as_ptr(), cloexec) };
     if fd < 0 {
         return Err(last_errno());
     }
-    let header = format!("{MAGIC}{}\n{path}", kept_flags(flags));
+    let header = format!("{MAGIC}{} {ino}\n{path}", kept_flags(flags));
     let pwrite = real!(pwrite, fn(c_int, *const c_void, size_t, off_t) -> ssize_t);
     // SAFETY: writing `header`'s bytes to the fd just created.
     let n = unsafe { pwrite(fd, header.as_ptr().cast(), header.len(), 0) };
@@ -59,15 +60,16 @@ pub fn seek(fd: c_int, off: i64, whence: c_int) -> Result<u64, Errno> {
     Ok(r as u64)
 }
 
-/// Parse a header: (flags, server path).
-fn parse(header: &[u8]) -> Option<(c_int, String)> {
+/// Parse a header: (flags, inode number, server path).
+fn parse(header: &[u8]) -> Option<(c_int, u64, String)> {
     let s = std::str::from_utf8(header).ok()?.strip_prefix(MAGIC)?;
-    let (flags, path) = s.split_once('\n')?;
-    Some((flags.parse().ok()?, path.to_string()))
+    let (line, path) = s.split_once('\n')?;
+    let (flags, ino) = line.split_once(' ')?;
+    Some((flags.parse().ok()?, ino.parse().ok()?, path.to_string()))
 }
 
 /// The service file described by placeholder `fd`, if it is one.
-fn read_header(fd: c_int) -> Option<(c_int, String)> {
+fn read_header(fd: c_int) -> Option<(c_int, u64, String)> {
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
     if !link.to_str()?.starts_with(&format!("/memfd:{NAME} ")) {
         return None;
@@ -86,8 +88,8 @@ pub fn adopt_inherited() {
     let Ok(dir) = std::fs::read_dir("/proc/self/fd") else { return };
     let fds: Vec<c_int> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     for fd in fds {
-        if let Some((flags, path)) = read_header(fd) {
-            let open = Arc::new(Open::new(path, flags, None));
+        if let Some((flags, ino, path)) = read_header(fd) {
+            let open = Arc::new(Open::new(path, flags, None, ino));
             // The process that exec'd, or its parent, may hold it still.
             open.set_shared();
             let _ = with_tables(|t| t.fds.insert(fd, open));
@@ -101,8 +103,9 @@ mod tests {
 
     #[test]
     fn headers_parse_back() {
-        assert_eq!(parse(b"SLUICE-FD 1\n1026\na/b c\nd"), Some((1026, "a/b c\nd".into())));
-        assert_eq!(parse(b"SLUICE-FD 2\n1\na"), None);
-        assert_eq!(parse(b"SLUICE-FD 1\nx\na"), None);
+        assert_eq!(parse(b"SLUICE-FD 2\n1026 77\na/b c\nd"), Some((1026, 77, "a/b c\nd".into())));
+        assert_eq!(parse(b"SLUICE-FD 1\n1026\na"), None, "another version");
+        assert_eq!(parse(b"SLUICE-FD 2\n1\na"), None, "no inode number");
+        assert_eq!(parse(b"SLUICE-FD 2\nx 1\na"), None);
     }
 }

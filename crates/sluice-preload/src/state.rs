@@ -172,6 +172,10 @@ pub struct Open {
     /// The pid of the process whose thread holds the position now, 0 when
     /// none (`Open::position_lock`).
     pos_owner: AtomicI32,
+    /// The file's inode number when it was opened (0: unknown): a reopen
+    /// by path in a forked child or after `exec` that finds another file
+    /// fails with ESTALE instead of using it.
+    ino: u64,
     /// Another process may hold this open file too: it was open across a
     /// `fork` (in the parent and the child) or inherited across `exec`.
     /// Its position is then held across processes as well.
@@ -224,9 +228,9 @@ fn unpack(v: u64) -> Option<(u32, Fd)> {
 }
 
 impl Open {
-    pub fn new(path: String, flags: c_int, handle: Option<Fd>) -> Open {
+    pub fn new(path: String, flags: c_int, handle: Option<Fd>, ino: u64) -> Open {
         let h = handle.map_or(0, |fd| pack(generation(), fd));
-        Open { path, flags: AtomicI32::new(kept_flags(flags)), handle: AtomicU64::new(h), pos_owner: AtomicI32::new(0), shared: AtomicBool::new(false) }
+        Open { path, flags: AtomicI32::new(kept_flags(flags)), handle: AtomicU64::new(h), pos_owner: AtomicI32::new(0), ino, shared: AtomicBool::new(false) }
     }
 
     /// Another process may hold this open file (`Open::shared`).
@@ -299,6 +303,13 @@ impl Open {
             }
         }
         let fd = c.open(&self.path, self.flags() & !(libc::O_APPEND | libc::O_DIRECT), 0)?;
+        if self.ino != 0 && c.ino(fd).is_ok_and(|now| now != self.ino) {
+            // The path names another file now (replaced by a rename, or
+            // removed and made anew): this fd's file is gone, as an NFS
+            // client would say, rather than the other file written.
+            let _ = c.close(fd);
+            return Err(Errno(libc::ESTALE));
+        }
         match self.handle.compare_exchange(seen, pack(gen, fd), Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => Ok((c, fd)),
             Err(now) => {

@@ -58,7 +58,7 @@ pub use msg::{
 /// 10: `Lstat` and `Readlink`, and the `Link` response (symbolic links
 ///    are links to the mount and the interposer).
 /// 11: `Reserve` (`O_APPEND` writes from many clients never overlap);
-///    `Symlink`.
+///    `Symlink`; `Fd` carries the file's inode number.
 pub const VERSION: u16 = 11;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;

@@ -284,7 +284,10 @@ impl AppStats {
 pub enum Response<'a> {
     HelloOk(HelloOk),
     Ok,
-    Fd(u64),
+    /// A handle valid on this connection, and the file's inode number
+    /// (so a client that opens the path again can tell the file was
+    /// replaced meanwhile).
+    Fd(u64, u64),
     Data(&'a [u8]),
     /// Bytes written.
     Count(u64),
@@ -693,7 +696,11 @@ fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
             (Opcode::HelloOk, 0)
         }
         Response::Ok => (Opcode::Ok, 0),
-        Response::Fd(fd) => fd_only(Opcode::Fd, *fd, out),
+        Response::Fd(fd, ino) => {
+            put_u64(out, *fd);
+            put_u64(out, *ino);
+            (Opcode::Fd, 0)
+        }
         Response::Data(d) => (Opcode::Data, d.len()),
         Response::Count(n) => fd_only(Opcode::Count, *n, out),
         Response::Stat(s) => {
@@ -824,7 +831,7 @@ pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, Pr
             inflight_per_connection_max: r.u32("inflight_per_connection_max")?,
         }),
         Opcode::Ok => Response::Ok,
-        Opcode::Fd => Response::Fd(r.u64("fd")?),
+        Opcode::Fd => Response::Fd(r.u64("fd")?, r.u64("ino")?),
         Opcode::Data => Response::Data(r.rest()),
         Opcode::Count => Response::Count(r.u64("count")?),
         Opcode::StatOk => Response::Stat(parse_stat(&mut r)?),

@@ -369,6 +369,19 @@ impl Remote {
         }
     }
 
+    /// The inode number of `fd`'s file when it was opened (a cluster
+    /// file's id): a later open of its path that finds another number
+    /// found another file.
+    pub fn ino(&self, fd: Fd) -> RemoteResult<u64> {
+        match self {
+            Remote::Server(c) => c.ino(fd),
+            Remote::Cluster(k) => match k.handle(fd)? {
+                Handle::File(f) => Ok(f.file.id),
+                Handle::Dir(st) => Ok(st.ino),
+            },
+        }
+    }
+
     /// Where an `O_APPEND` write of `len` bytes goes. One server hands
     /// out disjoint ranges at the end (`Client::reserve`); a cluster has
     /// no such reservation yet and answers the file's size, so appends

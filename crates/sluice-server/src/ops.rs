@@ -67,7 +67,10 @@ impl Session {
     pub(crate) fn metadata(&mut self, shared: &Shared, req: Request<'_>) -> Result<Out> {
         let root = &shared.root;
         Ok(match req {
-            Request::Open { path, flags, mode } => Out::Fd(self.open(shared, path, flags, mode)?),
+            Request::Open { path, flags, mode } => {
+                let (fd, ino) = self.open(shared, path, flags, mode)?;
+                Out::Fd(fd, ino)
+            }
             Request::Close { fd } => {
                 self.files.remove(&fd).ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EBADF, format!("bad file handle {fd}")))?;
                 self.lent.remove(&fd);
@@ -121,7 +124,8 @@ impl Session {
         })
     }
 
-    fn open(&mut self, shared: &Shared, path: &str, flags: i32, mode: u32) -> Result<u64> {
+    /// Open `path`: the handle and the file's inode number.
+    fn open(&mut self, shared: &Shared, path: &str, flags: i32, mode: u32) -> Result<(u64, u64)> {
         let max = shared.config.limits.fds_per_connection_max;
         if self.files.len() >= max as usize {
             return Err(Error::limit(libc::EMFILE, format!("too many open files on this connection (fds_per_connection_max = {max})")));
@@ -156,7 +160,7 @@ impl Session {
         let handle = self.fd_next;
         self.fd_next += 1;
         self.files.insert(handle, Arc::new(file));
-        Ok(handle)
+        Ok((handle, st.st_ino))
     }
 }
 

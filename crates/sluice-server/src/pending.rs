@@ -19,7 +19,8 @@ use crate::state::{lock, OpenFile};
 pub enum Out {
     HelloOk(HelloOk),
     Ok,
-    Fd(u64),
+    /// A handle and the file's inode number.
+    Fd(u64, u64),
     Data(Vec<u8>),
     Count(u64),
     Stat(WireStat),
@@ -39,7 +40,7 @@ pub fn response(out: &Out) -> Response<'_> {
     match out {
         Out::HelloOk(h) => Response::HelloOk(*h),
         Out::Ok => Response::Ok,
-        Out::Fd(fd) => Response::Fd(*fd),
+        Out::Fd(fd, ino) => Response::Fd(*fd, *ino),
         Out::Data(d) => Response::Data(d),
         Out::Count(n) => Response::Count(*n),
         Out::Stat(s) => Response::Stat(*s),

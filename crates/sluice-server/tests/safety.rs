@@ -109,7 +109,7 @@ fn raw_with_file(s: &TestServer, path: &str) -> (UnixStream, u64) {
     encode_request(1, &Request::Open { path, flags: libc::O_RDONLY, mode: 0 }, &mut open).unwrap();
     sock.write_all(&open).unwrap();
     let (h, body) = read_reply(&mut sock).unwrap();
-    let Response::Fd(fd) = parse_response(&h, &body).unwrap() else { panic!("no fd") };
+    let Response::Fd(fd, _) = parse_response(&h, &body).unwrap() else { panic!("no fd") };
     (sock, fd)
 }
 

@@ -403,7 +403,7 @@ fn silent_server(close: bool) -> (String, tempfile::TempDir) {
                     }
                     continue;
                 }
-                Request::Open { .. } => encode_response(h.request_id, &Response::Fd(3), &mut out),
+                Request::Open { .. } => encode_response(h.request_id, &Response::Fd(3, 1), &mut out),
                 Request::ReadShm { post, .. } | Request::ReadLease { post, .. } => {
                     assert_ne!(post, NO_POST, "the client named a post record");
                     if close {

@@ -482,6 +482,25 @@ fn mkdir_p_and_cd_into_the_service() {
     assert!(f.root().join("a/b/c").is_dir());
 }
 
+/// A child reopens an inherited fd by path: if another file took the
+/// path meanwhile (a rename over it), its calls fail with ESTALE instead
+/// of reading the new file or writing over it. Before, `exec 3<f; mv n f;
+/// cat <&3` printed the new file, and a forked child's write through the
+/// old fd overwrote the file now at the path.
+#[test]
+fn an_inherited_fd_whose_path_names_another_file_is_stale() {
+    let f = Fixture::new();
+    std::fs::write(f.root().join("f"), b"old\n").unwrap();
+    std::fs::write(f.root().join("n"), b"new\n").unwrap();
+    let script = "d=$1; exec 3<$d/f; mv $d/n $d/f; cat <&3 2>/dev/null || echo stale; \
+                  python3 -c 'import os, sys; fd = os.open(sys.argv[1] + \"/w\", os.O_WRONLY | os.O_CREAT, 0o644); os.replace(sys.argv[1] + \"/victim\", sys.argv[1] + \"/w\")\nif os.fork() == 0:\n    try: os.write(fd, b\"from-child\"); print(\"written\")\n    except OSError as e: print(e.errno == 116)\n    os._exit(0)\nos.wait()' $d";
+    std::fs::write(f.root().join("victim"), b"victim").unwrap();
+    let out = f.run(&["bash", "-c", script, "bash", &f.prefix()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "stale\nTrue\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read(f.root().join("f")), b"new\n");
+    assert_eq!(read(f.root().join("w")), b"victim", "the file now at the path is untouched");
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).

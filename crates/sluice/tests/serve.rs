@@ -192,17 +192,26 @@ fn a_restarted_server_is_reconnected_reads_retried_writes_failed_handles_reopene
 }
 
 #[test]
-fn a_file_gone_across_a_restart_is_estale_and_others_still_work() {
+fn a_file_gone_or_replaced_across_a_restart_is_estale_and_others_still_work() {
     let mut s = Serve::start(&[]);
     std::fs::write(s.root().join("gone"), b"x").unwrap();
     std::fs::write(s.root().join("kept"), b"kept").unwrap();
+    std::fs::write(s.root().join("replaced"), b"mine").unwrap();
     let c = s.client("stale");
     let (gone, kept) = (c.open("gone", libc::O_RDONLY, 0).unwrap(), c.open("kept", libc::O_RDONLY, 0).unwrap());
+    let replaced = c.open("replaced", libc::O_RDWR, 0).unwrap();
     s.kill();
     std::fs::remove_file(s.root().join("gone")).unwrap();
+    // Another file takes the path: reopened by path, the handle would
+    // read and write it (it did, before the inode number was checked).
+    std::fs::write(s.root().join("other"), b"theirs").unwrap();
+    std::fs::rename(s.root().join("other"), s.root().join("replaced")).unwrap();
     s.spawn();
     let e = c.pread(gone, &mut [0u8; 1], 0).unwrap_err();
     assert_eq!((e.kind, e.errno), (ClientErrorKind::Stale, libc::ESTALE), "{e}");
+    let e = c.pwrite(replaced, b"MINE", 0).unwrap_err();
+    assert_eq!((e.kind, e.errno), (ClientErrorKind::Stale, libc::ESTALE), "{e}");
+    assert_eq!(std::fs::read(s.root().join("replaced")).unwrap(), b"theirs");
     let mut buf = [0u8; 4];
     assert_eq!(c.pread(kept, &mut buf, 0).unwrap(), 4);
     assert_eq!(&buf, b"kept");
