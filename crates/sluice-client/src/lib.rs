@@ -64,7 +64,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub use error::{ClientError, ClientErrorKind, Result};
-pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, CRED_GROUPS_MAX};
+pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, CRED_GROUPS_MAX, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT};
 
 use conn::{Conn, Patience, Reply};
 use sluice_proto::{auth_mac, encode_request, Hello, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
@@ -1494,6 +1494,21 @@ impl Client {
 
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<()> {
         self.ok("mkdir", false, &Request::Mkdir { path, mode })
+    }
+
+    /// Change `path`'s mode (`SETATTR_MODE_KEEP`: not) and times
+    /// (nanoseconds since the epoch, or `SETATTR_TIME_OMIT` /
+    /// `SETATTR_TIME_NOW`); `nofollow` acts on a final link itself.
+    pub fn set_attr(&self, path: &str, mode: u32, atime_ns: i64, mtime_ns: i64, nofollow: bool) -> Result<()> {
+        self.ok("setattr", true, &Request::SetAttr { fd: sluice_proto::SETATTR_BY_PATH, path, mode, atime_ns, mtime_ns, nofollow })
+    }
+
+    /// [`Client::set_attr`] on an open file (`fchmod`, `futimens`).
+    pub fn fset_attr(&self, fd: Fd, mode: u32, atime_ns: i64, mtime_ns: i64) -> Result<()> {
+        match self.on_fd(fd, true, |s, server| s.conn.call(&Request::SetAttr { fd: server, path: "", mode, atime_ns, mtime_ns, nofollow: false }))? {
+            Reply::Ok => Ok(()),
+            r => Err(unexpected("fsetattr", &r)),
+        }
     }
 
     /// A symbolic link at `path` holding `target` (`symlink(2)`).

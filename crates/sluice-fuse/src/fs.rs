@@ -532,6 +532,35 @@ impl SluiceFs {
         Ok(buf)
     }
 
+    /// `chmod` and `utimensat` through the mount: the server changes the
+    /// mode and times (as the caller). They used to be accepted and
+    /// ignored, so `sed -i` and `install -m 755` left files 0600.
+    fn do_chattr(&self, req: &Request, ino: INodeNo, mode: Option<u32>, atime: Option<TimeOrNow>, mtime: Option<TimeOrNow>, fh: Option<FileHandle>) -> Result<(), Errno> {
+        if mode.is_none() && atime.is_none() && mtime.is_none() {
+            return Ok(());
+        }
+        let ns = |t: Option<TimeOrNow>| match t {
+            None => Ok(sluice_client::SETATTR_TIME_OMIT),
+            Some(TimeOrNow::Now) => Ok(sluice_client::SETATTR_TIME_NOW),
+            Some(TimeOrNow::SpecificTime(t)) => {
+                let d = t.duration_since(UNIX_EPOCH).map_err(|_| Errno::EINVAL)?;
+                i64::try_from(d.as_nanos()).ok().filter(|&v| v < sluice_client::SETATTR_TIME_NOW).ok_or(Errno::EINVAL)
+            }
+        };
+        let (m, a, t) = (mode.map_or(sluice_client::SETATTR_MODE_KEEP, |m| m & 0o7777), ns(atime)?, ns(mtime)?);
+        match fh {
+            Some(fh) => {
+                let (c, fd) = self.handle(fh)?;
+                counted(c.fset_attr(fd, m, a, t).map_err(errno))
+            }
+            // The kernel resolved any link: the inode is the object itself.
+            None => {
+                let (c, path) = (self.client(req)?, self.path(ino)?);
+                counted(c.set_attr(&path, m, a, t, true).map_err(errno))
+            }
+        }
+    }
+
     fn do_setattr(&self, req: &Request, ino: INodeNo, size: Option<u64>, fh: Option<FileHandle>) -> Result<FileAttr, Errno> {
         if let Some(size) = size {
             match fh {
@@ -668,12 +697,12 @@ impl Filesystem for SluiceFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
+        mode: Option<u32>,
         _uid: Option<u32>,
         _gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -682,7 +711,8 @@ impl Filesystem for SluiceFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        match self.do_setattr(req, ino, size, fh) {
+        let r = self.do_chattr(req, ino, mode, atime, mtime, fh).and_then(|()| self.do_setattr(req, ino, size, fh));
+        match r {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
         }

@@ -41,6 +41,8 @@ mod io;
 mod meta;
 #[cfg(not(test))]
 mod stdio;
+#[cfg(not(test))]
+mod temp;
 
 /// The library constructor: with a prefix configured, install the fork
 /// handlers and adopt the service fds inherited across `exec`, standard

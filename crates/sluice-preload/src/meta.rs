@@ -5,7 +5,7 @@
 //! accepted and ignored for service paths.
 
 use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t};
-use sluice_client::Stat;
+use sluice_client::{Stat, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT};
 
 use crate::real::{real, try_real};
 use crate::route::{resolve, service_fd, service_path};
@@ -501,6 +501,23 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
     }
 }
 
+/// Interposed `remove`: `unlink`, or `rmdir` for a directory (glibc's
+/// calls `unlink` internally: the file stayed and the call failed with
+/// ENOENT).
+#[no_mangle]
+pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        let r = match svc_unlink(&p, 0) {
+            Err(Errno(libc::EISDIR)) => svc_unlink(&p, libc::AT_REMOVEDIR),
+            other => other,
+        };
+        return finish(r, -1);
+    }
+    // SAFETY: forwarding the caller's argument.
+    unsafe { real!(remove, fn(*const c_char) -> c_int)(path) }
+}
+
 /// Interposed `mkdir`.
 #[no_mangle]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
@@ -587,7 +604,7 @@ pub unsafe extern "C" fn renameat2(od: c_int, old: *const c_char, nd: c_int, new
 macro_rules! ignored_path_setters {
     ($($name:ident($($a:ident: $t:ty),*) at $dirfd:expr, $path:ident;)*) => {$(
         /// Interposed; for service paths accepted and ignored (the server
-        /// has no call to change permissions, owners or times).
+        /// has no call to change owners).
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             // SAFETY: the caller's path string.
@@ -600,13 +617,180 @@ macro_rules! ignored_path_setters {
     )*};
 }
 ignored_path_setters! {
-    chmod(path: *const c_char, mode: mode_t) at libc::AT_FDCWD, path;
-    fchmodat(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) at dirfd, path;
     chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path;
     lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path;
     fchownat(dirfd: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, flags: c_int) at dirfd, path;
-    utimensat(dirfd: c_int, path: *const c_char, times: *const libc::timespec, flags: c_int) at dirfd, path;
-    utimes(path: *const c_char, times: *const libc::timeval) at libc::AT_FDCWD, path;
+}
+
+/// `utimensat`'s two times as `SetAttr` takes them (null: both now).
+///
+/// # Safety
+/// `t` is null or points at two timespecs.
+unsafe fn times_of_timespecs(t: *const libc::timespec) -> Result<(i64, i64), Errno> {
+    if t.is_null() {
+        return Ok((SETATTR_TIME_NOW, SETATTR_TIME_NOW));
+    }
+    let one = |ts: &libc::timespec| match ts.tv_nsec {
+        libc::UTIME_NOW => Ok(SETATTR_TIME_NOW),
+        libc::UTIME_OMIT => Ok(SETATTR_TIME_OMIT),
+        ns if (0..1_000_000_000).contains(&ns) => ts.tv_sec.checked_mul(1_000_000_000).and_then(|s| s.checked_add(ns)).filter(|&v| v < SETATTR_TIME_NOW).ok_or(Errno(libc::EINVAL)),
+        _ => Err(Errno(libc::EINVAL)),
+    };
+    // SAFETY: as required of the caller.
+    let (a, m) = unsafe { (&*t, &*t.add(1)) };
+    Ok((one(a)?, one(m)?))
+}
+
+/// `utimes`' two times (null: both now).
+///
+/// # Safety
+/// `t` is null or points at two timevals.
+unsafe fn times_of_timevals(t: *const libc::timeval) -> Result<(i64, i64), Errno> {
+    if t.is_null() {
+        return Ok((SETATTR_TIME_NOW, SETATTR_TIME_NOW));
+    }
+    let one = |tv: &libc::timeval| {
+        if !(0..1_000_000).contains(&tv.tv_usec) {
+            return Err(Errno(libc::EINVAL));
+        }
+        tv.tv_sec.checked_mul(1_000_000_000).and_then(|s| s.checked_add(tv.tv_usec * 1000)).filter(|&v| v < SETATTR_TIME_NOW).ok_or(Errno(libc::EINVAL))
+    };
+    // SAFETY: as required of the caller.
+    let (a, m) = unsafe { (&*t, &*t.add(1)) };
+    Ok((one(a)?, one(m)?))
+}
+
+fn svc_set_attr(path: &str, mode: u32, times: Result<(i64, i64), Errno>, nofollow: bool) -> Result<c_int, Errno> {
+    let (a, m) = times?;
+    client()?.set_attr(path, mode, a, m, nofollow)?;
+    Ok(0)
+}
+
+fn svc_fset_attr(open: &Open, mode: u32, times: Result<(i64, i64), Errno>) -> Result<c_int, Errno> {
+    let (a, m) = times?;
+    let (c, h) = open.handle()?;
+    c.fset_attr(h, mode, a, m)?;
+    Ok(0)
+}
+
+/// Interposed `chmod`: the server changes the mode (as the caller).
+#[no_mangle]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(svc_set_attr(&p, mode & 0o7777, Ok((SETATTR_TIME_OMIT, SETATTR_TIME_OMIT)), false), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(chmod, fn(*const c_char, mode_t) -> c_int)(path, mode) }
+}
+
+/// Interposed `fchmodat`.
+#[no_mangle]
+pub unsafe extern "C" fn fchmodat(dirfd: c_int, path: *const c_char, mode: mode_t, flags: c_int) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+        return finish(svc_set_attr(&p, mode & 0o7777, Ok((SETATTR_TIME_OMIT, SETATTR_TIME_OMIT)), nofollow), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(fchmodat, fn(c_int, *const c_char, mode_t, c_int) -> c_int)(dirfd, path, mode, flags) }
+}
+
+/// Interposed `utimensat` (`touch`, `cp -p`, `tar`): the server sets the
+/// times.
+#[no_mangle]
+pub unsafe extern "C" fn utimensat(dirfd: c_int, path: *const c_char, times: *const libc::timespec, flags: c_int) -> c_int {
+    if path.is_null() {
+        // glibc's futimens: utimensat(fd, NULL, …).
+        if let Some((_g, open)) = service_fd(dirfd) {
+            // SAFETY: the caller's times.
+            return finish(svc_fset_attr(&open, SETATTR_MODE_KEEP, unsafe { times_of_timespecs(times) }), -1);
+        }
+    }
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        let nofollow = flags & libc::AT_SYMLINK_NOFOLLOW != 0;
+        // SAFETY: the caller's times.
+        return finish(svc_set_attr(&p, SETATTR_MODE_KEEP, unsafe { times_of_timespecs(times) }, nofollow), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(utimensat, fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int)(dirfd, path, times, flags) }
+}
+
+/// Interposed `utimes`.
+#[no_mangle]
+pub unsafe extern "C" fn utimes(path: *const c_char, times: *const libc::timeval) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's times.
+        return finish(svc_set_attr(&p, SETATTR_MODE_KEEP, unsafe { times_of_timevals(times) }, false), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(utimes, fn(*const c_char, *const libc::timeval) -> c_int)(path, times) }
+}
+
+/// Interposed `lutimes` (a final link itself).
+#[no_mangle]
+pub unsafe extern "C" fn lutimes(path: *const c_char, times: *const libc::timeval) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        // SAFETY: the caller's times.
+        return finish(svc_set_attr(&p, SETATTR_MODE_KEEP, unsafe { times_of_timevals(times) }, true), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(lutimes, fn(*const c_char, *const libc::timeval) -> c_int)(path, times) }
+}
+
+/// Interposed `utime` (whole seconds; null: now). `bzip2` and `unzip`
+/// set times with it.
+#[no_mangle]
+pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        let t = if times.is_null() {
+            Ok((SETATTR_TIME_NOW, SETATTR_TIME_NOW))
+        } else {
+            // SAFETY: the caller's utimbuf.
+            let u = unsafe { &*times };
+            u.actime.checked_mul(1_000_000_000).zip(u.modtime.checked_mul(1_000_000_000)).ok_or(Errno(libc::EINVAL))
+        };
+        return finish(svc_set_attr(&p, SETATTR_MODE_KEEP, t, false), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(utime, fn(*const c_char, *const libc::utimbuf) -> c_int)(path, times) }
+}
+
+/// Interposed `fchmod` (`sed -i` and `install` give their new file its
+/// mode with it).
+#[no_mangle]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: mode_t) -> c_int {
+    if let Some((_g, open)) = service_fd(fd) {
+        return finish(svc_fset_attr(&open, mode & 0o7777, Ok((SETATTR_TIME_OMIT, SETATTR_TIME_OMIT))), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(fchmod, fn(c_int, mode_t) -> c_int)(fd, mode) }
+}
+
+/// Interposed `futimens`.
+#[no_mangle]
+pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    if let Some((_g, open)) = service_fd(fd) {
+        // SAFETY: the caller's times.
+        return finish(svc_fset_attr(&open, SETATTR_MODE_KEEP, unsafe { times_of_timespecs(times) }), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(futimens, fn(c_int, *const libc::timespec) -> c_int)(fd, times) }
+}
+
+/// Interposed `futimes`.
+#[no_mangle]
+pub unsafe extern "C" fn futimes(fd: c_int, times: *const libc::timeval) -> c_int {
+    if let Some((_g, open)) = service_fd(fd) {
+        // SAFETY: the caller's times.
+        return finish(svc_fset_attr(&open, SETATTR_MODE_KEEP, unsafe { times_of_timevals(times) }), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(futimes, fn(c_int, *const libc::timeval) -> c_int)(fd, times) }
 }
 
 macro_rules! ignored_fd_setters {
@@ -623,47 +807,54 @@ macro_rules! ignored_fd_setters {
     )*};
 }
 ignored_fd_setters! {
-    fchmod(fd: c_int, mode: mode_t);
     fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t);
-    futimens(fd: c_int, times: *const libc::timespec);
 }
 
 macro_rules! xattr_path_exports {
-    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+    ($($name:ident($($a:ident: $t:ty),*) -> $r:ty;)*) => {$(
         /// Interposed; service files have no extended attributes
-        /// (ENOTSUP, which `ls` and `cp` read as "no ACL").
+        /// (ENOTSUP, which `ls` and `cp` read as "no ACL", and `cp -p`
+        /// then sets the mode itself).
         #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> libc::ssize_t {
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> $r {
             // SAFETY: the caller's path string.
             if unsafe { service_path(libc::AT_FDCWD, path) }.is_some() {
                 return finish(Err(Errno(libc::ENOTSUP)), -1);
             }
             // SAFETY: forwarding the caller's arguments.
-            unsafe { real!($name, fn(*const c_char $(, $t)*) -> libc::ssize_t)(path $(, $a)*) }
+            unsafe { real!($name, fn(*const c_char $(, $t)*) -> $r)(path $(, $a)*) }
         }
     )*};
 }
 xattr_path_exports! {
-    getxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t);
-    lgetxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t);
-    listxattr(list: *mut c_char, size: libc::size_t);
-    llistxattr(list: *mut c_char, size: libc::size_t);
+    getxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t) -> libc::ssize_t;
+    lgetxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t) -> libc::ssize_t;
+    listxattr(list: *mut c_char, size: libc::size_t) -> libc::ssize_t;
+    llistxattr(list: *mut c_char, size: libc::size_t) -> libc::ssize_t;
+    setxattr(name: *const c_char, value: *const libc::c_void, size: libc::size_t, flags: c_int) -> c_int;
+    lsetxattr(name: *const c_char, value: *const libc::c_void, size: libc::size_t, flags: c_int) -> c_int;
+    removexattr(name: *const c_char) -> c_int;
+    lremovexattr(name: *const c_char) -> c_int;
 }
 
 macro_rules! xattr_fd_exports {
-    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
-        /// Interposed; service fds have no extended attributes (ENOTSUP).
+    ($($name:ident($($a:ident: $t:ty),*) -> $r:ty;)*) => {$(
+        /// Interposed; service fds have no extended attributes (ENOTSUP;
+        /// a set used to land on the placeholder and succeed, so `cp -p`
+        /// took the mode as copied with the ACL and never set it).
         #[no_mangle]
-        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> libc::ssize_t {
+        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> $r {
             if service_fd(fd).is_some() {
                 return finish(Err(Errno(libc::ENOTSUP)), -1);
             }
             // SAFETY: forwarding the caller's arguments.
-            unsafe { real!($name, fn(c_int $(, $t)*) -> libc::ssize_t)(fd $(, $a)*) }
+            unsafe { real!($name, fn(c_int $(, $t)*) -> $r)(fd $(, $a)*) }
         }
     )*};
 }
 xattr_fd_exports! {
-    fgetxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t);
-    flistxattr(list: *mut c_char, size: libc::size_t);
+    fgetxattr(name: *const c_char, value: *mut libc::c_void, size: libc::size_t) -> libc::ssize_t;
+    flistxattr(list: *mut c_char, size: libc::size_t) -> libc::ssize_t;
+    fsetxattr(name: *const c_char, value: *const libc::c_void, size: libc::size_t, flags: c_int) -> c_int;
+    fremovexattr(name: *const c_char) -> c_int;
 }

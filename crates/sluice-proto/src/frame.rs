@@ -57,6 +57,8 @@ pub enum Opcode {
     Reserve = 0x1e,
     /// Make a symbolic link (answered `Ok`).
     Symlink = 0x1f,
+    /// Change a file's mode or times (answered `Ok`).
+    SetAttr = 0x20,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -74,7 +76,7 @@ pub enum Opcode {
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 43] = [
+const OPCODES: [Opcode; 44] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -106,6 +108,7 @@ const OPCODES: [Opcode; 43] = [
     Opcode::Readlink,
     Opcode::Reserve,
     Opcode::Symlink,
+    Opcode::SetAttr,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,

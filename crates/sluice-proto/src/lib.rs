@@ -39,7 +39,7 @@ pub use error::{ProtoError, ProtoErrorKind};
 pub use frame::{check_header, encode_header, hello_after_length, request_id_of, Header, Opcode};
 pub use msg::{
     encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, Cred, DirEntry, FileKind, Group, Hello, HelloOk, Request,
-    Response, WireStat,
+    Response, WireStat, SETATTR_BY_PATH, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT,
 };
 
 /// Protocol version spoken by this crate; the handshake refuses others.
@@ -58,7 +58,7 @@ pub use msg::{
 /// 10: `Lstat` and `Readlink`, and the `Link` response (symbolic links
 ///    are links to the mount and the interposer).
 /// 11: `Reserve` (`O_APPEND` writes from many clients never overlap);
-///    `Symlink`; `Fd` carries the file's inode number.
+///    `Symlink`; `SetAttr`; `Fd` carries the file's inode number.
 pub const VERSION: u16 = 11;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;

@@ -59,6 +59,15 @@ pub struct Group {
     pub wait_ms: u32,
 }
 
+/// `SetAttr::fd` for a change by path.
+pub const SETATTR_BY_PATH: u64 = u64::MAX;
+/// `SetAttr::mode` that leaves the mode as it is.
+pub const SETATTR_MODE_KEEP: u32 = u32::MAX;
+/// A `SetAttr` time left as it is (`UTIME_OMIT`).
+pub const SETATTR_TIME_OMIT: i64 = i64::MAX;
+/// A `SetAttr` time set to the server's clock (`UTIME_NOW`).
+pub const SETATTR_TIME_NOW: i64 = i64::MAX - 1;
+
 /// A request, borrowing strings and data from the frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request<'a> {
@@ -136,6 +145,19 @@ pub enum Request<'a> {
     Symlink {
         target: &'a str,
         path: &'a str,
+    },
+    /// Change the mode (`chmod`) and/or the times (`utimensat`) of the
+    /// file of handle `fd`, or of `path` when `fd` is [`SETATTR_BY_PATH`].
+    /// `mode` [`SETATTR_MODE_KEEP`] leaves the mode; a time
+    /// [`SETATTR_TIME_OMIT`] leaves it, [`SETATTR_TIME_NOW`] sets the
+    /// server's clock; `nofollow` acts on a final symbolic link itself.
+    SetAttr {
+        fd: u64,
+        path: &'a str,
+        mode: u32,
+        atime_ns: i64,
+        mtime_ns: i64,
+        nofollow: bool,
     },
     Unlink {
         path: &'a str,
@@ -430,6 +452,14 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Unlink => Request::Unlink { path: r.path("path")? },
         Opcode::Rename => Request::Rename { from: r.path("from")?, to: r.path("to")? },
         Opcode::Symlink => Request::Symlink { target: r.path("target")?, path: r.path("path")? },
+        Opcode::SetAttr => Request::SetAttr {
+            fd: r.u64("fd")?,
+            mode: r.u32("mode")?,
+            atime_ns: r.i64("atime")?,
+            mtime_ns: r.i64("mtime")?,
+            nofollow: r.u32("flags")? & 1 != 0,
+            path: r.path("path")?,
+        },
         Opcode::Mkdir => Request::Mkdir { mode: r.u32("mode")?, path: r.path("path")? },
         Opcode::Rmdir => Request::Rmdir { path: r.path("path")? },
         Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.path("path")? },
@@ -605,6 +635,14 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usiz
             put_path(out, from)?;
             put_path(out, to)?;
             (Opcode::Rename, 0)
+        }
+        Request::SetAttr { fd, path, mode, atime_ns, mtime_ns, nofollow } => {
+            put_u64(out, fd);
+            put_u32(out, mode);
+            put_i64(out, atime_ns);
+            put_i64(out, mtime_ns);
+            put_u32(out, u32::from(nofollow));
+            return path_only(Opcode::SetAttr, path, out);
         }
         Request::Symlink { target, path } => {
             put_path(out, target)?;

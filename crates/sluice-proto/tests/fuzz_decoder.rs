@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..32, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..33, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 /// A valid post: the socket, or one of the records.
@@ -85,6 +85,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         29 => Request::Readlink { path: p },
         30 => Request::Reserve { fd, len: b },
         31 => Request::Symlink { target: p, path: q },
+        32 => Request::SetAttr { fd: a, path: p, mode: b as u32, atime_ns: a as i64, mtime_ns: b as i64, nofollow: a & 1 == 0 },
         _ => Request::Stats,
     }
 }

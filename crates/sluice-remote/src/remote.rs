@@ -467,6 +467,23 @@ impl Remote {
         }
     }
 
+    /// Change a file's mode and times ([`Client::set_attr`]); a cluster
+    /// keeps neither (accepted and ignored).
+    pub fn set_attr(&self, path: &str, mode: u32, atime_ns: i64, mtime_ns: i64, nofollow: bool) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.set_attr(path, mode, atime_ns, mtime_ns, nofollow),
+            Remote::Cluster(_) => Ok(()),
+        }
+    }
+
+    /// [`Remote::set_attr`] on an open file.
+    pub fn fset_attr(&self, fd: Fd, mode: u32, atime_ns: i64, mtime_ns: i64) -> RemoteResult<()> {
+        match self {
+            Remote::Server(c) => c.fset_attr(fd, mode, atime_ns, mtime_ns),
+            Remote::Cluster(_) => Ok(()),
+        }
+    }
+
     /// A symbolic link at `path` holding `target`; a cluster's namespace
     /// has no links (ENOTSUP).
     pub fn symlink(&self, target: &str, path: &str) -> RemoteResult<()> {

@@ -113,6 +113,23 @@ impl Session {
             Request::Unlink { path } => root.unlink(path).map(|()| Out::Ok)?,
             Request::Rename { from, to } => root.rename(from, to).map(|()| Out::Ok)?,
             Request::Symlink { target, path } => root.symlink(target, path).map(|()| Out::Ok)?,
+            Request::SetAttr { fd, path, mode, atime_ns, mtime_ns, nofollow } => {
+                let t = times(atime_ns, mtime_ns);
+                if fd == sluice_proto::SETATTR_BY_PATH {
+                    root.set_attr(path, mode, t, nofollow)?;
+                } else {
+                    let raw = self.file(fd)?.fd.as_raw_fd();
+                    if mode != sluice_proto::SETATTR_MODE_KEEP {
+                        // SAFETY: plain system call on a descriptor we hold.
+                        check(unsafe { libc::fchmod(raw, mode & 0o7777) }, "fchmod")?;
+                    }
+                    if let Some(t) = t {
+                        // SAFETY: as above; the timespecs outlive the call.
+                        check(unsafe { libc::futimens(raw, t.as_ptr()) }, "futimens")?;
+                    }
+                }
+                Out::Ok
+            }
             Request::Mkdir { path, mode } => root.mkdir(path, crate::ident::create_mode(&self.ident, mode)).map(|()| Out::Ok)?,
             Request::Rmdir { path } => root.rmdir(path).map(|()| Out::Ok)?,
             Request::Readdir { path, start } => {
@@ -162,6 +179,16 @@ impl Session {
         self.files.insert(handle, Arc::new(file));
         Ok((handle, st.st_ino))
     }
+}
+
+/// `SetAttr`'s times as `utimensat` takes them; `None` when both are left.
+fn times(atime_ns: i64, mtime_ns: i64) -> Option<[libc::timespec; 2]> {
+    let one = |ns: i64| match ns {
+        sluice_proto::SETATTR_TIME_OMIT => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+        sluice_proto::SETATTR_TIME_NOW => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW },
+        ns => libc::timespec { tv_sec: ns.div_euclid(1_000_000_000), tv_nsec: ns.rem_euclid(1_000_000_000) },
+    };
+    (atime_ns != sluice_proto::SETATTR_TIME_OMIT || mtime_ns != sluice_proto::SETATTR_TIME_OMIT).then(|| [one(atime_ns), one(mtime_ns)])
 }
 
 /// With `--direct`, a change of a file's size (`ftruncate`, an open with

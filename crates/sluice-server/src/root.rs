@@ -215,6 +215,37 @@ impl Root {
         cvt(unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), (mode & 0o7777) as libc::mode_t) }, path).map(drop)
     }
 
+    /// Change `path`'s mode (`SETATTR_MODE_KEEP`: not) and times (see
+    /// `times`). Following links: the path is opened beneath the root
+    /// (`O_PATH`) and changed through `/proc/self/fd` (a link out of the
+    /// root is refused, as for an open); `nofollow`: a final link itself,
+    /// by its directory and name (its mode cannot change: EOPNOTSUPP).
+    pub fn set_attr(&self, path: &str, mode: u32, times: Option<[libc::timespec; 2]>, nofollow: bool) -> Result<()> {
+        if nofollow {
+            let (dir, name) = self.parent(path)?;
+            if mode != sluice_proto::SETATTR_MODE_KEEP {
+                // SAFETY: name outlives the call.
+                cvt(unsafe { libc::fchmodat(dir.as_raw_fd(), name.as_ptr(), mode & 0o7777, libc::AT_SYMLINK_NOFOLLOW) }, path)?;
+            }
+            if let Some(t) = times {
+                // SAFETY: name and the two timespecs outlive the call.
+                cvt(unsafe { libc::utimensat(dir.as_raw_fd(), name.as_ptr(), t.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }, path)?;
+            }
+            return Ok(());
+        }
+        let fd = self.open_beneath(path, libc::O_PATH, 0)?;
+        let proc = cstring(&format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+        if mode != sluice_proto::SETATTR_MODE_KEEP {
+            // SAFETY: a NUL-terminated path naming our own descriptor.
+            cvt(unsafe { libc::chmod(proc.as_ptr(), mode & 0o7777) }, path)?;
+        }
+        if let Some(t) = times {
+            // SAFETY: as above; the two timespecs outlive the call.
+            cvt(unsafe { libc::utimensat(libc::AT_FDCWD, proc.as_ptr(), t.as_ptr(), 0) }, path)?;
+        }
+        Ok(())
+    }
+
     /// A symbolic link at `path` holding `target` as given (what it names
     /// is resolved, beneath the root, only when a path through it is
     /// opened).

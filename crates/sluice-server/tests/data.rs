@@ -372,3 +372,38 @@ fn symlinks_are_made_beneath_the_root_and_never_lead_out() {
     assert_eq!(c.symlink("a", "../escape").unwrap_err().errno, libc::EACCES);
     assert!(!s.path("../escape").exists());
 }
+
+/// `SetAttr` changes a file's mode and times by path (following links
+/// beneath the root), by handle, and on a final link itself; a link out
+/// of the root is refused as an open through it is; omitted times stay.
+#[test]
+fn set_attr_changes_modes_and_times_beneath_the_root() {
+    use sluice_client::{SETATTR_MODE_KEEP as KEEP, SETATTR_TIME_NOW as NOW, SETATTR_TIME_OMIT as OMIT};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = TestServer::start(|_| {});
+    let c = s.client("setattr");
+    std::fs::write(s.path("f"), b"x").unwrap();
+    std::fs::set_permissions(s.path("f"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let meta = |p: &str| std::fs::symlink_metadata(s.path(p)).unwrap();
+    c.set_attr("f", 0o750, OMIT, OMIT, false).unwrap();
+    assert_eq!(meta("f").mode() & 0o7777, 0o750);
+    let before = meta("f").atime();
+    c.set_attr("f", KEEP, OMIT, 1_500_000_000_123_456_789, false).unwrap();
+    assert_eq!((meta("f").mtime(), meta("f").mtime_nsec(), meta("f").mode() & 0o7777), (1_500_000_000, 123_456_789, 0o750));
+    assert_eq!(meta("f").atime(), before, "an omitted time stays");
+    let fd = c.open("f", libc::O_RDONLY, 0).unwrap();
+    c.fset_attr(fd, 0o644, 1_000_000_000, OMIT).unwrap();
+    assert_eq!((meta("f").mode() & 0o7777, meta("f").atime()), (0o644, 1));
+    c.fset_attr(fd, KEEP, NOW, NOW).unwrap();
+    assert!(meta("f").mtime() > 1_500_000_000, "now");
+    c.close(fd).unwrap();
+    c.symlink("f", "l").unwrap();
+    c.set_attr("l", 0o600, OMIT, OMIT, false).unwrap();
+    assert_eq!(meta("f").mode() & 0o7777, 0o600, "through the link");
+    c.set_attr("l", KEEP, OMIT, 2_000_000_000_000_000_000, true).unwrap();
+    assert_eq!((meta("l").mtime(), meta("f").mtime() == 2_000_000_000), (2_000_000_000, false), "the link itself");
+    c.symlink("/etc/hostname", "out").unwrap();
+    assert_eq!(c.set_attr("out", 0o777, OMIT, OMIT, false).unwrap_err().errno, libc::EACCES, "never through a link out of the root");
+    assert_eq!(c.set_attr("missing", 0o777, OMIT, OMIT, false).unwrap_err().errno, libc::ENOENT);
+    assert_eq!(c.set_attr("../f", 0o777, OMIT, OMIT, false).unwrap_err().errno, libc::EACCES);
+}

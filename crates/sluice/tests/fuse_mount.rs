@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -125,6 +126,23 @@ shutil.rmtree(m + '/d'); assert not os.path.exists(m + '/d')",
     ok(&format!("python3 -c \"{py}\""));
     assert_eq!(std::fs::read(root.join("real/keep")).unwrap(), b"kept", "what the link named is untouched");
     assert!(!root.join("d").exists());
+}
+
+/// `chmod`, `touch -d`, `cp -p`, `install -m` and `sed -i` through the
+/// mount keep modes and times as on a local directory (the mount
+/// accepted and ignored them: `sed -i` left a 755 script 0600).
+#[test]
+fn modes_and_times_through_the_mount() {
+    let m = Mounted::start("chattr");
+    let local = m.dir.join("local");
+    std::fs::create_dir(&local).unwrap();
+    let script = "d=$1; printf '#!/bin/sh\\necho hi\\n' > $d/s.sh; chmod 755 $d/s.sh; sed -i s/hi/ho/ $d/s.sh; $d/s.sh; stat -c %a $d/s.sh; \
+                  install -m 750 $d/s.sh $d/i.sh; stat -c %a $d/i.sh; touch -d '2020-01-02 03:04:05' $d/s.sh; cp -p $d/s.sh $d/c.sh; stat -c '%a %Y' $d/c.sh";
+    let run = |d: &std::path::Path| Command::new("bash").args(["-c", script, "bash"]).arg(d).output().unwrap();
+    let (plain, via) = (run(&local), run(&m.mnt()));
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "ho\n755\n750\n755 1577934245\n", "{}", String::from_utf8_lossy(&plain.stderr));
+    assert_eq!(String::from_utf8_lossy(&via.stdout), String::from_utf8_lossy(&plain.stdout), "{}", String::from_utf8_lossy(&via.stderr));
+    assert_eq!(std::fs::metadata(m.root().join("c.sh")).unwrap().permissions().mode() & 0o7777, 0o755);
 }
 
 /// `ln -s` through the mount makes a link on the server, its target as

@@ -155,6 +155,18 @@ fn helper() {
             c.pwrite(fd, b"#!/bin/sh\nid\n", 0).unwrap();
             c.close(fd).unwrap();
         }
+        // Change the mode and times of root's files (SetAttr, protocol
+        // 11): refused as a local chmod and touch are.
+        "chattr-others" => {
+            use sluice_client::{SETATTR_MODE_KEEP, SETATTR_TIME_OMIT};
+            let c = Client::connect(&addr).unwrap();
+            for path in ["secret", "public.txt"] {
+                assert_eq!(c.set_attr(path, 0o4777, SETATTR_TIME_OMIT, SETATTR_TIME_OMIT, false).unwrap_err().errno, libc::EPERM, "chmod {path}");
+                assert_eq!(c.set_attr(path, SETATTR_MODE_KEEP, 1, 1, false).unwrap_err().errno, libc::EPERM, "utimens {path}");
+            }
+            let fd = c.open("public.txt", libc::O_RDONLY, 0).unwrap();
+            assert_eq!(c.fset_attr(fd, 0o777, SETATTR_TIME_OMIT, SETATTR_TIME_OMIT).unwrap_err().errno, libc::EPERM, "fchmod");
+        }
         other => panic!("unknown helper action {other}"),
     }
     println!("HELPER-OK");
@@ -179,6 +191,17 @@ fn nobody_cannot_read_a_0600_root_file_or_write_into_a_0700_directory_over_unix(
     assert_eq!(std::fs::read(&copy).unwrap(), b"for everyone\n");
     let _ = std::fs::remove_file(&copy);
     let _ = std::fs::remove_file("/tmp/stolen-by-nobody");
+}
+
+#[test]
+fn nobody_cannot_change_the_mode_or_times_of_roots_files() {
+    let v = Victim::start(false, &[]);
+    assert_helper_ok(&helper_as_nobody(&v, "chattr-others"));
+    for (name, mode) in [("secret", 0o600), ("public.txt", 0o644)] {
+        let m = std::fs::metadata(v.root().join(name)).unwrap();
+        assert_eq!(m.mode() & 0o7777, mode, "{name}");
+        assert!(m.mtime() > 1, "{name}");
+    }
 }
 
 #[test]

@@ -501,6 +501,39 @@ fn an_inherited_fd_whose_path_names_another_file_is_stale() {
     assert_eq!(read(f.root().join("w")), b"victim", "the file now at the path is untouched");
 }
 
+/// In-place editors, modes, times and temporary files on the service
+/// match the same commands on local files: `sed -i` and `perl -i` make
+/// their new file with `mkstemp` (glibc's own failed, ENOENT) and give it
+/// the old mode with `fchmod` (ignored before, so edited scripts lost
+/// their execute bits through the mount); `chmod`, `install -m`, `touch
+/// -d`, `cp -p` (whose ACL copy with `fsetxattr` "succeeded" on the
+/// placeholder, so it never set the mode), `mktemp`, `remove` and `bzip2`
+/// (which sets times with `utime` and removes its input with `remove`).
+const EDIT_SCRIPT: &str = r#"
+d=$1
+printf '#!/bin/sh
+echo hi
+' > $d/s.sh; chmod 755 $d/s.sh
+sed -i s/hi/ho/ $d/s.sh; tail -1 $d/s.sh; stat -c %a $d/s.sh
+perl -pi -e s/ho/hu/ $d/s.sh; tail -1 $d/s.sh; stat -c %a $d/s.sh
+install -m 750 $d/s.sh $d/i.sh; stat -c %a $d/i.sh
+touch -d '2020-01-02 03:04:05' $d/s.sh; cp -p $d/s.sh $d/c.sh; stat -c '%a %Y' $d/s.sh $d/c.sh
+chmod 600 $d/c.sh; stat -c %a $d/c.sh
+t=$(mktemp -d $d/tmpd.XXXXXX); stat -c %a $t; f=$(mktemp $d/tf.XXXXXX.txt); stat -c %a $f; basename $f | grep -c '^tf\.......\.txt$'
+echo x > $d/b; bzip2 $d/b; ls $d | grep '^b'; stat -c %a $d/b.bz2
+python3 -c 'import ctypes, os, sys; p = sys.argv[1] + "/r"; open(p, "w").close(); print(ctypes.CDLL(None).remove(p.encode()), os.path.exists(p))' $d
+"#;
+
+#[test]
+fn in_place_editors_modes_times_and_temp_files() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.work().join("plain")).unwrap();
+    let via = f.run(&["bash", "-c", EDIT_SCRIPT, "bash", &f.prefix()]);
+    let plain = direct(&f, &["bash", "-c", EDIT_SCRIPT, "bash", "plain"]);
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "echo ho\n755\nechu ho\n755\n750\n755 1577934245\n755 1577934245\n600\n700\n600\n1\nb.bz2\n644\n0 False\n");
+    assert_eq!(String::from_utf8_lossy(&via.stdout), String::from_utf8_lossy(&plain.stdout), "{}", String::from_utf8_lossy(&via.stderr));
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).
