@@ -302,7 +302,9 @@ impl Open {
                 return Ok((c, fd));
             }
         }
-        let fd = c.open(&self.path, self.flags() & !(libc::O_APPEND | libc::O_DIRECT), 0)?;
+        // O_APPEND stays: the client then takes no write lease for it, so
+        // its appends reach the server, which keeps their ranges.
+        let fd = c.open(&self.path, self.flags() & !libc::O_DIRECT, 0)?;
         if self.ino != 0 && c.ino(fd).is_ok_and(|now| now != self.ino) {
             // The path names another file now (replaced by a rename, or
             // removed and made anew): this fd's file is gone, as an NFS

@@ -155,6 +155,15 @@ impl Dispatcher {
             panic!("completion of {id:?} refused: {e}");
         }
         self.answered += job.items.len() as u64;
+        if job.dispatch.op == Op::Write {
+            for it in &job.items {
+                // An append's range is written: a truncate no longer has
+                // to keep later appends clear of it.
+                if let Ok(n) = it.result {
+                    it.file.written(it.req.offset, n);
+                }
+            }
+        }
         let mut table = lock(&self.apps);
         let mut seen: Vec<AppId> = Vec::new();
         for it in &job.items {

@@ -2,8 +2,9 @@
 //! open backing files (one `FileId` per inode, whoever opened it), and the
 //! table of applications with their counters.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -36,14 +37,33 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Ranges reserved at a file's end and not yet written, kept per file
+/// (`OpenFile::reserve`); past it the oldest is forgotten (its writer may
+/// then overlap an append made after a truncate).
+pub const RESERVATIONS_MAX: usize = 1024;
+/// The longest `Reserve`: Linux's largest single write (`MAX_RW_COUNT`).
+pub const RESERVE_BYTES_MAX: u64 = 0x7fff_f000;
+
+/// A file open on behalf of clients: its id, the handles open on it, and
+/// its appends (`OpenFile::reserve`).
+struct Entry {
+    id: FileId,
+    refs: u32,
+    /// The end of the last range reserved at the end (0: none since the
+    /// file was opened or its size set).
+    append_end: u64,
+    /// Ranges reserved and not yet written, oldest first (at most
+    /// `RESERVATIONS_MAX`), and their number, which every handle of the
+    /// file reads without the lock (`OpenFile::written`).
+    unwritten: VecDeque<(u64, u64)>,
+    pending: Arc<AtomicUsize>,
+}
+
 /// Backing files open on behalf of clients, keyed by `(device, inode)` so
 /// that two clients opening one file share a `FileId` and their requests
 /// can be aggregated.
 pub struct FileTable {
-    /// Per file: its id, the handles open on it, and the end of the last
-    /// range reserved at its end (`OpenFile::reserve`; 0: none since it
-    /// was opened or truncated).
-    map: HashMap<(u64, u64), (FileId, u32, u64)>,
+    map: HashMap<(u64, u64), Entry>,
     id_next: u64,
     files_open_max: u32,
 }
@@ -53,24 +73,25 @@ impl FileTable {
         FileTable { map: HashMap::new(), id_next: 1, files_open_max }
     }
 
-    fn acquire(&mut self, key: (u64, u64)) -> Result<FileId> {
-        if let Some((id, refs, _)) = self.map.get_mut(&key) {
-            *refs += 1;
-            return Ok(*id);
+    fn acquire(&mut self, key: (u64, u64)) -> Result<(FileId, Arc<AtomicUsize>)> {
+        if let Some(e) = self.map.get_mut(&key) {
+            e.refs += 1;
+            return Ok((e.id, Arc::clone(&e.pending)));
         }
         if self.map.len() >= self.files_open_max as usize {
             return Err(Error::limit(libc::ENFILE, format!("too many open files on the server (files_open_max = {})", self.files_open_max)));
         }
         let id = FileId(self.id_next);
         self.id_next += 1;
-        self.map.insert(key, (id, 1, 0));
-        Ok(id)
+        let pending = Arc::new(AtomicUsize::new(0));
+        self.map.insert(key, Entry { id, refs: 1, append_end: 0, unwritten: VecDeque::new(), pending: Arc::clone(&pending) });
+        Ok((id, pending))
     }
 
     fn release(&mut self, key: (u64, u64)) {
-        if let Some((_, refs, _)) = self.map.get_mut(&key) {
-            *refs -= 1;
-            if *refs == 0 {
+        if let Some(e) = self.map.get_mut(&key) {
+            e.refs -= 1;
+            if e.refs == 0 {
                 self.map.remove(&key);
             }
         }
@@ -93,6 +114,8 @@ pub struct OpenFile {
     pub regular: bool,
     key: (u64, u64),
     table: Arc<Mutex<FileTable>>,
+    /// Reservations of the file not yet written (`Entry::pending`).
+    reserved: Arc<AtomicUsize>,
 }
 
 /// `fstat` of `fd`.
@@ -110,9 +133,9 @@ impl OpenFile {
     /// Register `fd`, whose `fstat` is `st` (`stat_of`), in `table`.
     pub fn register(fd: OwnedFd, st: &libc::stat64, access: i32, table: &Arc<Mutex<FileTable>>) -> Result<OpenFile> {
         let key = (st.st_dev, st.st_ino);
-        let id = lock(table).acquire(key)?;
+        let (id, reserved) = lock(table).acquire(key)?;
         let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
-        Ok(OpenFile { fd, id, access, regular, key, table: Arc::clone(table) })
+        Ok(OpenFile { fd, id, access, regular, key, table: Arc::clone(table), reserved })
     }
 }
 
@@ -122,25 +145,50 @@ impl OpenFile {
     /// reserved on it if that is further (its writer may not have written
     /// yet). Reservations are made under the file table's lock, so two
     /// never overlap, whichever clients ask; writes that do not go
-    /// through the server are not ordered with them.
+    /// through the server are not ordered with them. The size is read
+    /// before the lock: a file system that hangs holds this caller only,
+    /// not every open and close behind the lock.
     pub fn reserve(&self, len: u64) -> Result<u64> {
-        let mut t = lock(&self.table);
+        if len > RESERVE_BYTES_MAX {
+            return Err(Error::invalid(format!("a reservation of {len} bytes: at most {RESERVE_BYTES_MAX}, the largest write")));
+        }
         let size = u64::try_from(stat_of(&self.fd)?.st_size).unwrap_or(0);
-        let Some(entry) = t.map.get_mut(&self.key) else { return Err(Error::invalid("the file left the table")) };
-        let at = size.max(entry.2);
+        let mut t = lock(&self.table);
+        let Some(e) = t.map.get_mut(&self.key) else { return Err(Error::invalid("the file left the table")) };
+        let at = size.max(e.append_end);
         let end = at
             .checked_add(len)
             .filter(|&e| i64::try_from(e).is_ok())
             .ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EFBIG, format!("appending {len} bytes at {at} passes the largest file size")))?;
-        entry.2 = end;
+        e.append_end = end;
+        if e.unwritten.len() >= RESERVATIONS_MAX {
+            e.unwritten.pop_front();
+        }
+        e.unwritten.push_back((at, end));
+        e.pending.store(e.unwritten.len(), Ordering::Release);
         Ok(at)
     }
 
     /// The file's size was set (`ftruncate`, an open with `O_TRUNC`):
-    /// the next reservation starts at the new size.
+    /// the next reservation starts at the new size, or past the ranges
+    /// reserved and not yet written (their writers will still write
+    /// there: an append made now must not land on them).
     pub fn resized(&self) {
-        if let Some(entry) = lock(&self.table).map.get_mut(&self.key) {
-            entry.2 = 0;
+        if let Some(e) = lock(&self.table).map.get_mut(&self.key) {
+            e.append_end = e.unwritten.iter().map(|&(_, end)| end).max().unwrap_or(0);
+        }
+    }
+
+    /// The server wrote `[offset, offset + len)` of the file: reservations
+    /// it touches are written. One atomic load when there are none.
+    pub fn written(&self, offset: u64, len: u64) {
+        if self.reserved.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(e) = lock(&self.table).map.get_mut(&self.key) {
+            let end = offset.saturating_add(len);
+            e.unwritten.retain(|&(s, t)| t <= offset || s >= end);
+            e.pending.store(e.unwritten.len(), Ordering::Release);
         }
     }
 }
@@ -429,6 +477,41 @@ pub(crate) fn merge(a: &mut AppStats, b: &AppStats) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn open_file(dir: &std::path::Path, table: &Arc<Mutex<FileTable>>) -> OpenFile {
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join("f")).unwrap();
+        let fd = OwnedFd::from(f);
+        let st = stat_of(&fd).unwrap();
+        OpenFile::register(fd, &st, libc::O_RDWR, table).unwrap()
+    }
+
+    #[test]
+    fn unwritten_reservations_bound_at_n_and_n_plus_one_and_survive_a_truncate() {
+        let dir = tempfile::tempdir().unwrap();
+        let table = Arc::new(Mutex::new(FileTable::new(4)));
+        let f = open_file(dir.path(), &table);
+        let unwritten = |f: &OpenFile| lock(&f.table).map[&f.key].unwritten.iter().copied().collect::<Vec<_>>();
+        for i in 0..RESERVATIONS_MAX as u64 {
+            assert_eq!(f.reserve(10).unwrap(), i * 10);
+        }
+        assert_eq!(unwritten(&f).len(), RESERVATIONS_MAX);
+        assert_eq!(f.reserved.load(Ordering::Acquire), RESERVATIONS_MAX);
+        assert_eq!(f.reserve(10).unwrap(), RESERVATIONS_MAX as u64 * 10);
+        let u = unwritten(&f);
+        assert_eq!((u.len(), u[0]), (RESERVATIONS_MAX, (10, 20)), "N+1: the oldest forgotten");
+        // Written ranges leave; a truncate keeps later appends clear of
+        // the ones still to be written, and only of those.
+        f.written(10, RESERVATIONS_MAX as u64 * 10 - 10);
+        assert_eq!(unwritten(&f), vec![(RESERVATIONS_MAX as u64 * 10, RESERVATIONS_MAX as u64 * 10 + 10)]);
+        f.resized();
+        assert_eq!(f.reserve(5).unwrap(), RESERVATIONS_MAX as u64 * 10 + 10, "clear of the unwritten one");
+        f.written(0, u64::MAX);
+        assert_eq!(f.reserved.load(Ordering::Acquire), 0);
+        f.resized();
+        assert_eq!(f.reserve(5).unwrap(), 0, "all written: the new size");
+        assert_eq!(f.reserve(RESERVE_BYTES_MAX + 1).unwrap_err().errno, libc::EINVAL);
+        assert!(f.reserve(RESERVE_BYTES_MAX).is_ok());
+    }
 
     #[test]
     fn apps_max_refuses_only_when_that_many_are_connected() {
