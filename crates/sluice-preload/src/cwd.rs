@@ -83,7 +83,7 @@ pub fn enter(dir: &str) -> Result<c_int, Errno> {
     if get().is_none() {
         kernel_cwd_nowhere()?;
     }
-    set(Some(dir.to_string()));
+    set(Some(dir.trim_end_matches('/').to_string()).filter(|d| !d.is_empty()).or(Some(".".into())));
     Ok(0)
 }
 

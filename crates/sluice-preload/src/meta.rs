@@ -618,8 +618,32 @@ macro_rules! ignored_path_setters {
 }
 ignored_path_setters! {
     chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path;
-    lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path;
-    fchownat(dirfd: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, flags: c_int) at dirfd, path;
+}
+
+/// Interposed `lchown`: accepted and ignored for a service path that
+/// exists as a link or anything else (a dangling link included: `cp -a`
+/// of links warned "failed to preserve ownership").
+#[no_mangle]
+pub unsafe extern "C" fn lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+        return finish(client().and_then(|c| Ok(c.lstat(&p)?)).map(|_| 0), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(lchown, fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int)(path, uid, gid) }
+}
+
+/// Interposed `fchownat`: as `chown`, or `lchown` with
+/// `AT_SYMLINK_NOFOLLOW`.
+#[no_mangle]
+pub unsafe extern "C" fn fchownat(dirfd: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, flags: c_int) -> c_int {
+    // SAFETY: the caller's path string.
+    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
+        let st = client().and_then(|c| Ok(if flags & libc::AT_SYMLINK_NOFOLLOW != 0 { c.lstat(&p)? } else { c.stat(&p)? }));
+        return finish(st.map(|_| 0), -1);
+    }
+    // SAFETY: forwarding the caller's arguments.
+    unsafe { real!(fchownat, fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int)(dirfd, path, uid, gid, flags) }
 }
 
 /// `utimensat`'s two times as `SetAttr` takes them (null: both now).

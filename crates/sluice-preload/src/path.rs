@@ -52,6 +52,18 @@ pub fn server_join(dir: &str, rel: &str) -> Option<String> {
     within("/", &abs)
 }
 
+/// `server` (a normalised server path) with the trailing slash the
+/// caller's `p` had: the server resolves `file/` as the kernel does
+/// (ENOTDIR for a file; a link is followed), where dropping it opened the
+/// file (`cat PREFIX/file/` read it).
+pub fn keep_trailing_slash(p: &str, server: String) -> String {
+    if p.ends_with('/') && server != "." {
+        server + "/"
+    } else {
+        server
+    }
+}
+
 /// The text to store in a link at server path `link` for `target` as the
 /// program gave it: an absolute target under `prefix` (normalised)
 /// becomes relative to the link's directory, so that the server (which
@@ -71,6 +83,14 @@ pub fn link_text(prefix: &str, link: &str, target: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trailing_slash_is_kept_but_for_the_root() {
+        assert_eq!(keep_trailing_slash("/sluice/f/", "f".into()), "f/");
+        assert_eq!(keep_trailing_slash("/sluice/f", "f".into()), "f");
+        assert_eq!(keep_trailing_slash("/sluice/", ".".into()), ".");
+        assert_eq!(keep_trailing_slash("d/..//", "a".into()), "a/");
+    }
 
     #[test]
     fn absolute_link_targets_under_the_prefix_become_relative() {

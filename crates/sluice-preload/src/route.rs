@@ -54,15 +54,14 @@ pub unsafe fn resolve(dirfd: c_int, p: *const c_char) -> Option<String> {
     let server = if p.starts_with('/') {
         path::within(&cfg.prefix, &path::normalise(p))?
     } else if dirfd == libc::AT_FDCWD {
-        if let Some(dir) = crate::cwd::get() {
+        match crate::cwd::get() {
             // The cwd is on the service: a path that climbs out of it
             // reaches libc as given, against a removed directory (ENOENT).
-            return path::server_join(&dir, p);
+            Some(dir) => path::server_join(&dir, p)?,
+            None => path::within(&cfg.prefix, &path::join(std::env::current_dir().ok()?.to_str()?, p))?,
         }
-        let cwd = std::env::current_dir().ok()?;
-        path::within(&cfg.prefix, &path::join(cwd.to_str()?, p))?
     } else {
         path::server_join(&lookup(dirfd)?.path, p)?
     };
-    Some(server)
+    Some(path::keep_trailing_slash(p, server))
 }

@@ -198,6 +198,12 @@ impl Root {
     }
 
     pub fn unlink(&self, path: &str) -> Result<()> {
+        if path.ends_with('/') {
+            // `file/` names a directory, which unlink never removes.
+            let st = self.stat(path)?;
+            let errno = if st.mode & libc::S_IFMT == libc::S_IFDIR { libc::EISDIR } else { libc::ENOTDIR };
+            return Err(Error::new(ErrorKind::Io, errno, format!("{path}: unlink of a name with a trailing slash")));
+        }
         let (dir, name) = self.parent(path)?;
         // SAFETY: name outlives the call.
         cvt(unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) }, path).map(drop)
@@ -250,6 +256,11 @@ impl Root {
     /// is resolved, beneath the root, only when a path through it is
     /// opened).
     pub fn symlink(&self, target: &str, path: &str) -> Result<()> {
+        if path.ends_with('/') {
+            // As symlink(2): a new name with a trailing slash would have to
+            // be a directory.
+            return Err(Error::new(ErrorKind::Io, libc::ENOENT, format!("{path}: a link cannot be made at a name with a trailing slash")));
+        }
         let (dir, name) = self.parent(path)?;
         let t = std::ffi::CString::new(target).map_err(|_| Error::invalid("link target holds a NUL byte"))?;
         // SAFETY: both strings outlive the call.

@@ -534,6 +534,23 @@ fn in_place_editors_modes_times_and_temp_files() {
     assert_eq!(String::from_utf8_lossy(&via.stdout), String::from_utf8_lossy(&plain.stdout), "{}", String::from_utf8_lossy(&via.stderr));
 }
 
+/// A trailing slash names a directory, as locally: `cat PREFIX/file/` is
+/// ENOTDIR (it read the file: the slash was dropped), `rm PREFIX/file/`
+/// too (it removed the file), and a link cannot be made at `x/`; `cp -a`
+/// of a dangling link keeps it (its `lchown` followed the link: ENOENT).
+#[test]
+fn trailing_slashes_and_dangling_links_as_locally() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.work().join("plain")).unwrap();
+    let script = "d=$1; echo x > $d/f; mkdir $d/dd; cat $d/f/ 2>&1 | sed 's|.*: ||'; stat -c %F $d/dd/; rm $d/f/ 2>&1 | sed 's|.*: ||'; ls $d; \
+                  ln -s nothing $d/dang; cp -a $d/dang $d/dang2 && readlink $d/dang2; \
+                  python3 -c 'import os, sys; os.symlink(\"a\", sys.argv[1] + \"/x/\")' $d 2>&1 | tail -1 | sed 's|:.*||'";
+    let via = f.run(&["bash", "-c", script, "bash", &f.prefix()]);
+    let plain = direct(&f, &["bash", "-c", script, "bash", "plain"]);
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), "Not a directory\ndirectory\nNot a directory\ndd\nf\nnothing\nFileNotFoundError\n");
+    assert_eq!(String::from_utf8_lossy(&via.stdout), String::from_utf8_lossy(&plain.stdout), "{}", String::from_utf8_lossy(&via.stderr));
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).
