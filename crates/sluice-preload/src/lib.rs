@@ -34,6 +34,8 @@ pub mod state;
 // The interposed symbols stay out of unit-test binaries, which would
 // otherwise route their own I/O through them.
 #[cfg(not(test))]
+mod creds;
+#[cfg(not(test))]
 mod dir;
 #[cfg(not(test))]
 mod io;

@@ -122,6 +122,43 @@ pub fn generation() -> u32 {
     GENERATION.load(Ordering::Acquire)
 }
 
+/// Connections this process made before its credentials changed, by
+/// generation: the files it opened on them stay open there as the old
+/// identity (as a kernel fd keeps the rights checked at its open), while
+/// everything new goes through a connection made as the new one. At
+/// most `KEPT_MAX`; past it the oldest is closed, and its files are
+/// reopened by path as the new identity when next used.
+static KEPT: Mutex<Vec<(u32, Arc<Remote>)>> = Mutex::new(Vec::new());
+pub const KEPT_MAX: usize = 8;
+
+/// The process's credentials changed (`setuid`, `seteuid`, `setgroups`
+/// and the rest succeeded): the server took its identity from the socket
+/// when it connected, so the next call connects anew, as the process is
+/// now. Before, a program that dropped root kept root's rights on the
+/// server.
+pub fn credentials_changed() {
+    let mut s = lock(&SESSION);
+    if let Some(old) = s.take() {
+        let mut kept = lock(&KEPT);
+        if kept.len() >= KEPT_MAX {
+            kept.remove(0);
+        }
+        kept.push(old);
+    }
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// The connection of generation `g` (masked as in [`pack`]) if this
+/// process still holds it.
+fn session_of(g: u32) -> Option<Arc<Remote>> {
+    if let Some((sg, c)) = lock(&SESSION).as_ref() {
+        if sg & 0xffff == g {
+            return Some(Arc::clone(c));
+        }
+    }
+    lock(&KEPT).iter().find(|(kg, _)| kg & 0xffff == g).map(|(_, c)| Arc::clone(c))
+}
+
 /// This process's connection, made on first use (again after fork). When
 /// the server cannot be reached, one line goes to stderr and the call
 /// fails; the next call tries again.
@@ -301,6 +338,10 @@ impl Open {
             if g == gen {
                 return Ok((c, fd));
             }
+            // Opened before the credentials changed: still open there.
+            if let Some(old) = session_of(g) {
+                return Ok((old, fd));
+            }
         }
         // O_APPEND stays: the client then takes no write lease for it, so
         // its appends reach the server, which keeps their ranges.
@@ -325,9 +366,9 @@ impl Open {
     /// Close the server handle if this process opened it.
     pub fn release(&self) -> Result<(), Errno> {
         let v = self.handle.swap(0, Ordering::AcqRel);
-        match unpack(v) {
-            Some((g, fd)) if g == generation() & 0xffff => Ok(client()?.close(fd)?),
-            _ => Ok(()),
+        match unpack(v).and_then(|(g, fd)| Some((session_of(g)?, fd))) {
+            Some((c, fd)) => Ok(c.close(fd)?),
+            None => Ok(()),
         }
     }
 }
@@ -412,29 +453,31 @@ pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
 }
 
 /// The session and table locks, as held across `fork`.
-type HeldLocks = (MutexGuard<'static, Option<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<Tables>>);
+type HeldLocks = (MutexGuard<'static, Option<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<Tables>>, MutexGuard<'static, Vec<(u32, Arc<Remote>)>>);
 
 /// Locks held across `fork` so the child never inherits one mid-update.
 struct ForkLocks(UnsafeCell<Option<HeldLocks>>);
 
 // SAFETY: only touched by the atfork handlers, which run on the forking
-// thread, one fork at a time (the prepare handler holds both locks).
+// thread, one fork at a time (the prepare handler holds the three locks).
 unsafe impl Sync for ForkLocks {}
 
 static FORK_LOCKS: ForkLocks = ForkLocks(UnsafeCell::new(None));
 
 extern "C" fn fork_prepare() {
+    // The order every path takes them in: SESSION, TABLES, KEPT.
     let s = lock(&SESSION);
     let t = lock(&TABLES);
+    let k = lock(&KEPT);
     // SAFETY: see `ForkLocks`.
-    unsafe { *FORK_LOCKS.0.get() = Some((s, t)) };
+    unsafe { *FORK_LOCKS.0.get() = Some((s, t, k)) };
 }
 
 /// Mark every open file of the tables held across `fork` shared: parent
 /// and child now both hold them.
 fn share_held_files() {
     // SAFETY: see `ForkLocks`.
-    if let Some(t) = unsafe { &*FORK_LOCKS.0.get() }.as_ref().and_then(|(_, t)| t.as_ref()) {
+    if let Some(t) = unsafe { &*FORK_LOCKS.0.get() }.as_ref().and_then(|(_, t, _)| t.as_ref()) {
         for open in t.fds.map.values() {
             open.set_shared();
         }
@@ -465,6 +508,16 @@ extern "C" fn fork_child() {
     OWNER_PID.store(unsafe { libc::getpid() }, Ordering::Release);
     GENERATION.fetch_add(1, Ordering::AcqRel);
     share_held_files();
+    // The parent's connections are the parent's: never dropped here, whose
+    // drop would close descriptor numbers the child may have closed and
+    // reused since (a child that closed every fd, then connected, got the
+    // same numbers, and the old connection's drop closed its new socket:
+    // EIO for good, and `mpirun` from a service directory failed).
+    // SAFETY: see `ForkLocks`; the child is single-threaded here.
+    if let Some((s, _, k)) = unsafe { (*FORK_LOCKS.0.get()).as_mut() } {
+        std::mem::forget(s.take());
+        std::mem::forget(std::mem::take(&mut **k));
+    }
     // SAFETY: see `ForkLocks`; the child is single-threaded here.
     unsafe { *FORK_LOCKS.0.get() = None };
 }

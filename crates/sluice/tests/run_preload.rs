@@ -551,6 +551,55 @@ fn trailing_slashes_and_dangling_links_as_locally() {
     assert_eq!(String::from_utf8_lossy(&via.stdout), String::from_utf8_lossy(&plain.stdout), "{}", String::from_utf8_lossy(&via.stderr));
 }
 
+/// A program that drops root under the interposer loses root's rights on
+/// the server, as locally: the server takes a connection's identity when
+/// it connects, and the connection was kept (a root-only file stayed
+/// readable). Files opened before the drop stay usable, as kernel fds do.
+/// Also: a forked child that closes every descriptor and then uses the
+/// service (as `mpirun`'s daemon does) works; the parent's connection,
+/// dropped in the child, closed the child's new socket (EIO for good).
+const DROP_SCRIPT: &str = r#"
+import os, sys
+d = sys.argv[1]
+os.stat(d + "/secret")
+keep = open(d + "/pub/mine", "w")
+if os.fork() == 0:
+    os.closerange(3, 4096)
+    open(d + "/pub/child", "w").write("child\n")
+    os._exit(0)
+os.wait()
+print(open(d + "/pub/child").read().strip())
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+for what, f in [("read", lambda: open(d + "/secret").read()), ("create", lambda: open(d + "/pub/new", "w").close())]:
+    try:
+        f()
+        print(what, "ok")
+    except OSError as e:
+        print(what, e.errno)
+keep.write("still mine\n")
+keep.close()
+print(os.stat(d + "/pub/new").st_uid)
+"#;
+
+#[test]
+fn a_program_that_drops_root_loses_roots_rights_on_the_server() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("not root: nothing to drop");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let f = Fixture::new();
+    std::fs::write(f.root().join("secret"), b"secret").unwrap();
+    std::fs::set_permissions(f.root().join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(f.root().join("pub")).unwrap();
+    std::fs::set_permissions(f.root().join("pub"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::fs::write(f.work().join("drop.py"), DROP_SCRIPT).unwrap();
+    let out = f.run(&["python3", "drop.py", &f.prefix()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "child\nread 13\ncreate ok\n65534\n", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(read(f.root().join("pub/mine")), b"still mine\n");
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).
