@@ -139,13 +139,17 @@ pub const KEPT_MAX: usize = 8;
 pub fn credentials_changed() {
     let mut s = lock(&SESSION);
     if let Some(old) = s.take() {
-        let mut kept = lock(&KEPT);
-        if kept.len() >= KEPT_MAX {
-            kept.remove(0);
-        }
-        kept.push(old);
+        keep_bounded(&mut lock(&KEPT), old, KEPT_MAX);
     }
     GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Push `item`, dropping the oldest first when `v` holds `max` already.
+fn keep_bounded<T>(v: &mut Vec<T>, item: T, max: usize) {
+    if v.len() >= max {
+        v.remove(0);
+    }
+    v.push(item);
 }
 
 /// The connection of generation `g` (masked as in [`pack`]) if this
@@ -560,6 +564,17 @@ pub fn install_fork_handlers() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn old_connections_are_kept_at_most_kept_max() {
+        let mut v = Vec::new();
+        for i in 0..KEPT_MAX {
+            keep_bounded(&mut v, i, KEPT_MAX);
+        }
+        assert_eq!(v, (0..KEPT_MAX).collect::<Vec<_>>(), "N kept");
+        keep_bounded(&mut v, KEPT_MAX, KEPT_MAX);
+        assert_eq!(v, (1..=KEPT_MAX).collect::<Vec<_>>(), "N+1: the oldest goes");
+    }
 
     #[test]
     fn tables_refuse_a_new_entry_past_their_bound() {
