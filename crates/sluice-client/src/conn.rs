@@ -71,8 +71,10 @@ impl Reply {
 }
 
 /// `r`, owned; a lease that says it lends a descriptor takes the next one
-/// received (`lent`), or fails when none came.
-fn owned(r: Response<'_>, lent: &mut VecDeque<OwnedFd>) -> io::Result<std::result::Result<Reply, (i32, String)>> {
+/// received (`lent`; `None` when the process had no descriptor free to
+/// take it, and the lease is then used without one), or fails when none
+/// came.
+fn owned(r: Response<'_>, lent: &mut VecDeque<Option<OwnedFd>>) -> io::Result<std::result::Result<Reply, (i32, String)>> {
     Ok(Ok(match r {
         Response::HelloOk(h) => Reply::HelloOk(h),
         Response::Ok => Reply::Ok,
@@ -87,7 +89,7 @@ fn owned(r: Response<'_>, lent: &mut VecDeque<OwnedFd>) -> io::Result<std::resul
         Response::Lease { offset, len, valid_us, lent: false } => Reply::Lease(offset, len, Duration::from_micros(u64::from(valid_us)), None),
         Response::Lease { offset, len, valid_us, lent: true } => {
             let fd = lent.pop_front().ok_or_else(|| io::Error::other("bad reply: a lease that lends a descriptor came without one"))?;
-            Reply::Lease(offset, len, Duration::from_micros(u64::from(valid_us)), Some(fd))
+            Reply::Lease(offset, len, Duration::from_micros(u64::from(valid_us)), fd)
         }
         Response::Error { errno, message } => return Ok(Err((errno, message.to_string()))),
     }))
@@ -116,7 +118,9 @@ const LENT_PENDING_MAX: usize = 64;
 /// is parsed.
 pub(crate) struct Rx {
     stream: Stream,
-    lent: VecDeque<OwnedFd>,
+    /// `None` for a message whose descriptor the kernel could not hand
+    /// over (the process had none free: `MSG_CTRUNC` with nothing).
+    lent: VecDeque<Option<OwnedFd>>,
     /// How long a receive waits (the patience), for `poll`.
     timeout_ms: libc::c_int,
     /// The last wait was long: wait in `poll` first (`recv`).
@@ -172,6 +176,7 @@ impl Rx {
         if r < 0 {
             return Err(io::Error::last_os_error());
         }
+        let mut got = 0usize;
         // SAFETY: the kernel filled msg's control buffer; the macros walk
         // it within msg_controllen.
         unsafe {
@@ -181,13 +186,24 @@ impl Rx {
                     let n = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<libc::c_int>();
                     for i in 0..n {
                         let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>().add(i));
-                        self.lent.push_back(sluice_net::out_of_the_way(OwnedFd::from_raw_fd(raw)));
+                        self.lent.push_back(Some(sluice_net::out_of_the_way(OwnedFd::from_raw_fd(raw))));
+                        got += 1;
                     }
                 }
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
-        if msg.msg_flags & libc::MSG_CTRUNC != 0 || self.lent.len() > LENT_PENDING_MAX {
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            if got > 0 {
+                return Err(io::Error::other("the server sent more descriptors in one message than its replies claim"));
+            }
+            // The process has no descriptor free: the kernel dropped the
+            // one this message carried. Its reply goes on without it (it
+            // used to break the connection, and the call waited out the
+            // patience before failing).
+            self.lent.push_back(None);
+        }
+        if self.lent.len() > LENT_PENDING_MAX {
             return Err(io::Error::other("the server sent more descriptors than its replies claim"));
         }
         Ok(r as usize)
@@ -520,8 +536,12 @@ impl Conn {
     pub(crate) fn attach_shm(&self, bytes: u64, posts: bool, ring: bool) -> Result<Option<crate::shm::Region>> {
         match self.call(&Request::ShmAttach { bytes }) {
             Ok(Reply::Count(granted)) => {
-                let fd = lock(&self.read).input.get_mut().lent.pop_front().ok_or_else(|| self.lost("shared-memory answer without its descriptor"))?;
-                Ok(crate::shm::Region::map(&fd, granted, posts, ring).ok())
+                match lock(&self.read).input.get_mut().lent.pop_front() {
+                    Some(Some(fd)) => Ok(crate::shm::Region::map(&fd, granted, posts, ring).ok()),
+                    // No descriptor free to take it: no region.
+                    Some(None) => Ok(None),
+                    None => Err(self.lost("shared-memory answer without its descriptor")),
+                }
             }
             Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. }) => Ok(None),
             Err(e) => Err(e),
@@ -664,6 +684,51 @@ mod tests {
         rx.lent.pop_front();
         send_fd(&server, null.as_raw_fd());
         assert_eq!(rx.recv(&mut b).unwrap(), 1);
+    }
+
+    /// A process with no descriptor free: the kernel drops the one a
+    /// message carries, and its reply goes on without it (the connection
+    /// broke before, and the call waited out the patience).
+    #[test]
+    fn a_descriptor_dropped_for_want_of_room_leaves_a_hole_not_a_broken_connection() {
+        // Lowering the descriptor limit would fail other tests' opens on
+        // the harness's threads: the body runs alone, in a child process
+        // of this binary.
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "conn::tests::descriptor_hole_alone", "--test-threads=1", "--nocapture"])
+            .env("SLUICE_TEST_DESCRIPTOR_HOLE", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("HOLE-OK"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// The body of the test above; does nothing unless that test runs it.
+    #[test]
+    fn descriptor_hole_alone() {
+        if std::env::var_os("SLUICE_TEST_DESCRIPTOR_HOLE").is_none() {
+            return;
+        }
+        let (server, client) = UnixStream::pair().unwrap();
+        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new(), timeout_ms: 5_000, poll_first: false };
+        let null = std::fs::File::open("/dev/null").unwrap();
+        send_fd(&server, null.as_raw_fd());
+        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit/setrlimit on valid structs; the limit goes back.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+        // The lowest free descriptor's number as the limit: none is free.
+        let lowest = std::fs::File::open("/dev/null").unwrap();
+        let low = libc::rlimit { rlim_cur: lowest.as_raw_fd() as libc::rlim_t, rlim_max: lim.rlim_max };
+        drop(lowest);
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) };
+        let mut b = [0u8; 16];
+        let r = rx.recv(&mut b);
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+        assert_eq!(r.unwrap(), 1);
+        assert!(matches!(rx.lent.pop_front(), Some(None)), "a hole where the descriptor was");
+        println!("HOLE-OK");
     }
 
     #[test]

@@ -59,7 +59,7 @@ mod shm;
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -382,10 +382,42 @@ fn file_key(f: &std::fs::File) -> Option<(u64, u64)> {
     f.metadata().ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// Lent descriptors this process holds (every client together).
+static LENT_HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// The most lent descriptors a process holds: a quarter of its descriptor
+/// limit (at least 16). Each handle that takes leases holds one, and
+/// under the interposer each service file holds a placeholder too: with
+/// no bound, a process under `ulimit -n 1024` ran out of descriptors at
+/// 509 open files. Past it a handle takes no leases (its reads and writes
+/// go through the server).
+fn lent_max() -> usize {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit fills a valid struct.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 { lim.rlim_cur } else { 1024 };
+    usize::try_from(soft / 4).unwrap_or(usize::MAX).max(16)
+}
+
+/// Lent descriptors this process holds now (every client together).
+pub fn lent_held() -> usize {
+    LENT_HELD.load(Ordering::Acquire)
+}
+
 impl Lent {
+    /// Keep a lent descriptor, unless the process holds `lent_max` already.
     fn new(fd: OwnedFd) -> Option<Lent> {
+        if LENT_HELD.fetch_add(1, Ordering::AcqRel) >= lent_max() {
+            LENT_HELD.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
         let file = std::fs::File::from(fd);
-        Some(Lent { key: file_key(&file)?, file })
+        match file_key(&file) {
+            Some(key) => Some(Lent { key, file }),
+            None => {
+                LENT_HELD.fetch_sub(1, Ordering::AcqRel);
+                None
+            }
+        }
     }
 
     /// Whether the descriptor still refers to the file it was lent for. A
@@ -395,6 +427,12 @@ impl Lent {
     /// leased read rules it out.
     fn intact(&self) -> bool {
         file_key(&self.file) == Some(self.key)
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        LENT_HELD.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -731,6 +769,17 @@ impl Client {
         Ok(Fd(fd))
     }
 
+    /// Give back every descriptor the server lent this client (each closes
+    /// once no read in flight uses it); its handles take no more leases.
+    /// For a process out of descriptors (`lent_held`).
+    pub fn shed_lent(&self) {
+        for h in lock(&self.handles).values_mut() {
+            if h.lent.is_some() {
+                (h.lent, h.lease, h.leases_off) = (None, None, true);
+            }
+        }
+    }
+
     /// The inode number of `fd`'s file as the server opened it.
     pub fn ino(&self, fd: Fd) -> Result<u64> {
         lock(&self.handles).get(&fd.0).map(|h| h.ino).ok_or_else(|| bad_handle(fd))
@@ -798,7 +847,9 @@ impl Client {
         if !kind {
             return (None, false);
         }
-        let ok = !h.leases_off;
+        // A handle not lent a descriptor yet asks no lease while the
+        // process holds `lent_max`: the server would lend it one.
+        let ok = !h.leases_off && (h.lent.is_some() || lent_held() < lent_max());
         let live = match (&h.lent, h.lease) {
             (Some(file), Some((start, end, until))) if h.gen == gen && offset >= start && offset.saturating_add(len as u64) <= end && Instant::now() < until => {
                 Some(Arc::clone(file))
@@ -819,9 +870,15 @@ impl Client {
     /// from, or `None` when the lent one is not known here (another
     /// thread's reply that carried it is not taken in yet).
     fn keep_lease(&self, fd: Fd, gen: u64, start: u64, len: u64, valid: Duration, lent: Option<OwnedFd>) -> Option<Arc<Lent>> {
+        let offered = lent.is_some();
         let lent = lent.and_then(Lent::new).map(Arc::new);
         let mut h = lock(&self.handles);
         let Some(h) = h.get_mut(&fd.0).filter(|h| h.gen == gen) else { return lent };
+        if offered && lent.is_none() {
+            // Not kept (`lent_max`): this handle asks no more leases.
+            (h.lent, h.lease, h.leases_off) = (None, None, true);
+            return None;
+        }
         if let Some(f) = &lent {
             h.lent = Some(Arc::clone(f));
         }

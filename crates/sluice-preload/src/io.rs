@@ -16,12 +16,32 @@ use crate::state::{client, finish, last_errno, with_tables, Errno, Open};
 /// Open server path `path` and give it a placeholder fd.
 pub fn svc_open(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> {
     let c = client()?;
-    let h = c.open(path, flags & !libc::O_CLOEXEC, crate::state::masked(mode))?;
-    let ino = c.ino(h).unwrap_or(0);
-    let fd = match placeholder::create(path, flags, ino) {
-        Ok(fd) => fd,
+    // The placeholder and the table's room first: a process out of
+    // descriptors gets EMFILE before anything is made on the server (an
+    // O_CREAT open created the file, then failed).
+    if with_tables(|t| t.fds.len()) >= crate::state::FDS_MAX {
+        return Err(Errno(libc::EMFILE));
+    }
+    let fd = match placeholder::create(path, flags, 0) {
+        // Out of descriptors: the lent ones go back (outside our guard:
+        // the caller holds it), then once more.
+        Err(Errno(libc::EMFILE)) if crate::state::shed_lent_inside() => placeholder::create(path, flags, 0)?,
+        other => other?,
+    };
+    let opened = c.open(path, flags & !libc::O_CLOEXEC, crate::state::masked(mode)).map_err(Errno::from).and_then(|h| {
+        let ino = c.ino(h).unwrap_or(0);
+        match placeholder::record(fd, path, flags, ino) {
+            Ok(()) => Ok((h, ino)),
+            Err(e) => {
+                let _ = c.close(h);
+                Err(e)
+            }
+        }
+    });
+    let (h, ino) = match opened {
+        Ok(v) => v,
         Err(e) => {
-            let _ = c.close(h);
+            placeholder::close_real(fd);
             return Err(e);
         }
     };
@@ -220,13 +240,25 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t)
     Some(finish(svc_open(&p, flags, mode), -1))
 }
 
+/// A local open that failed with EMFILE while the server's lent
+/// descriptors were held is tried once more after giving them back: they
+/// serve cache leases only, and must not cost the program its own files.
+fn local_open(mut open: impl FnMut() -> c_int) -> c_int {
+    let r = open();
+    if r < 0 && last_errno().0 == libc::EMFILE && crate::state::shed_lent() {
+        return open();
+    }
+    r
+}
+
 macro_rules! open_export {
     ($name:ident) => {
         /// Interposed `open` family: service paths open on the server.
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             // SAFETY: forwarding the caller's arguments.
-            unsafe { open_at(libc::AT_FDCWD, path, flags, mode) }.unwrap_or_else(|| unsafe { real!($name, fn(*const c_char, c_int, mode_t) -> c_int)(path, flags, mode) })
+            unsafe { open_at(libc::AT_FDCWD, path, flags, mode) }
+                .unwrap_or_else(|| local_open(|| unsafe { real!($name, fn(*const c_char, c_int, mode_t) -> c_int)(path, flags, mode) }))
         }
     };
 }
@@ -239,7 +271,8 @@ macro_rules! openat_export {
         #[no_mangle]
         pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
             // SAFETY: forwarding the caller's arguments.
-            unsafe { open_at(dirfd, path, flags, mode) }.unwrap_or_else(|| unsafe { real!($name, fn(c_int, *const c_char, c_int, mode_t) -> c_int)(dirfd, path, flags, mode) })
+            unsafe { open_at(dirfd, path, flags, mode) }
+                .unwrap_or_else(|| local_open(|| unsafe { real!($name, fn(c_int, *const c_char, c_int, mode_t) -> c_int)(dirfd, path, flags, mode) }))
         }
     };
 }

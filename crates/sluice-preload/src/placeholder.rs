@@ -28,16 +28,24 @@ pub fn create(path: &str, flags: c_int, ino: u64) -> Result<c_int, Errno> {
     if fd < 0 {
         return Err(last_errno());
     }
-    let header = format!("{MAGIC}{} {ino}\n{path}", kept_flags(flags));
-    let pwrite = real!(pwrite, fn(c_int, *const c_void, size_t, off_t) -> ssize_t);
-    // SAFETY: writing `header`'s bytes to the fd just created.
-    let n = unsafe { pwrite(fd, header.as_ptr().cast(), header.len(), 0) };
-    if n != header.len() as ssize_t {
-        let e = last_errno();
+    if let Err(e) = record(fd, path, flags, ino) {
         close_real(fd);
         return Err(e);
     }
     Ok(fd)
+}
+
+/// Write placeholder `fd`'s header (again: the inode number is known once
+/// the server opened the file).
+pub fn record(fd: c_int, path: &str, flags: c_int, ino: u64) -> Result<(), Errno> {
+    let header = format!("{MAGIC}{} {ino}\n{path}", kept_flags(flags));
+    let pwrite = real!(pwrite, fn(c_int, *const c_void, size_t, off_t) -> ssize_t);
+    // SAFETY: writing `header`'s bytes to a placeholder we made.
+    let n = unsafe { pwrite(fd, header.as_ptr().cast(), header.len(), 0) };
+    if n != header.len() as ssize_t {
+        return Err(last_errno());
+    }
+    Ok(())
 }
 
 pub fn close_real(fd: c_int) -> c_int {

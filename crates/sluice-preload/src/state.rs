@@ -152,6 +152,31 @@ fn keep_bounded<T>(v: &mut Vec<T>, item: T, max: usize) {
     v.push(item);
 }
 
+/// A process out of descriptors: give back those the server lent (they
+/// serve cache leases only), so a retry can succeed; whether any were
+/// held. Not from inside the interposer, which may hold these locks.
+pub fn shed_lent() -> bool {
+    if sluice_client::lent_held() == 0 {
+        return false;
+    }
+    let Some(_g) = Guard::enter() else { return false };
+    shed_lent_inside()
+}
+
+/// [`shed_lent`] from inside the interposer (the guard held, none of the
+/// state's locks).
+pub fn shed_lent_inside() -> bool {
+    if sluice_client::lent_held() == 0 {
+        return false;
+    }
+    let mut all: Vec<Arc<Remote>> = lock(&SESSION).iter().map(|(_, c)| Arc::clone(c)).collect();
+    all.extend(lock(&KEPT).iter().map(|(_, c)| Arc::clone(c)));
+    for c in all {
+        c.shed_lent();
+    }
+    true
+}
+
 /// The connection of generation `g` (masked as in [`pack`]) if this
 /// process still holds it.
 fn session_of(g: u32) -> Option<Arc<Remote>> {

@@ -369,6 +369,13 @@ impl Remote {
         }
     }
 
+    /// Give back the descriptors the server lent (`Client::shed_lent`).
+    pub fn shed_lent(&self) {
+        if let Remote::Server(c) = self {
+            c.shed_lent();
+        }
+    }
+
     /// The inode number of `fd`'s file when it was opened (a cluster
     /// file's id): a later open of its path that finds another number
     /// found another file.

@@ -600,6 +600,51 @@ fn a_program_that_drops_root_loses_roots_rights_on_the_server() {
     assert_eq!(read(f.root().join("pub/mine")), b"still mine\n");
 }
 
+/// Open files under a descriptor limit, as locally: the descriptors the
+/// server lends for cache leases are a bounded share and given back when
+/// the process runs out, so 200 service files and 40 local ones open
+/// under `ulimit -n 256` (each service file held a lent descriptor too,
+/// and the process ran out at about half the limit, a write then failing
+/// with EMFILE); and an open that fails with EMFILE makes nothing on the
+/// server (it created the file, then failed).
+const LIMIT_SCRIPT: &str = r#"
+import os, sys
+d, w = sys.argv[1], sys.argv[2]
+fs = [open("%s/many/f%04d" % (d, i), "w+") for i in range(200)]
+for f in fs:
+    f.write("x" * 100)
+    f.flush()
+ok = 0
+for f in fs:
+    f.seek(0)
+    ok += f.read() == "x" * 100
+local = [open("%s/l%d" % (w, i), "w") for i in range(40)]
+print(len(fs), ok, len(local))
+for f in fs + local:
+    f.close()
+held = []
+try:
+    while True:
+        held.append(os.open("%s/few/g%04d" % (d, len(held)), os.O_CREAT | os.O_WRONLY))
+except OSError as e:
+    for fd in held:
+        os.close(fd)
+    print(e.errno == 24, len(os.listdir(d + "/few")) == len(held))
+"#;
+
+#[test]
+fn open_files_under_a_descriptor_limit_as_locally() {
+    let f = Fixture::new();
+    for d in ["many", "few"] {
+        std::fs::create_dir(f.root().join(d)).unwrap();
+    }
+    std::fs::write(f.work().join("limit.py"), LIMIT_SCRIPT).unwrap();
+    let w = f.work();
+    let script = format!("ulimit -n 256; python3 limit.py {} {}", f.prefix(), w.display());
+    let out = f.run(&["bash", "-c", &script]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200 200 40\nTrue True\n", "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).
