@@ -398,6 +398,15 @@ fn lent_max() -> usize {
     usize::try_from(soft / 4).unwrap_or(usize::MAX).max(16)
 }
 
+/// Count one more in `held` unless it holds `max` already.
+fn take_one(held: &AtomicUsize, max: usize) -> bool {
+    if held.fetch_add(1, Ordering::AcqRel) >= max {
+        held.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    true
+}
+
 /// Lent descriptors this process holds now (every client together).
 pub fn lent_held() -> usize {
     LENT_HELD.load(Ordering::Acquire)
@@ -406,8 +415,7 @@ pub fn lent_held() -> usize {
 impl Lent {
     /// Keep a lent descriptor, unless the process holds `lent_max` already.
     fn new(fd: OwnedFd) -> Option<Lent> {
-        if LENT_HELD.fetch_add(1, Ordering::AcqRel) >= lent_max() {
-            LENT_HELD.fetch_sub(1, Ordering::AcqRel);
+        if !take_one(&LENT_HELD, lent_max()) {
             return None;
         }
         let file = std::fs::File::from(fd);
@@ -1670,5 +1678,23 @@ mod app_id_tests {
         assert_eq!(app_id(env(&[("OMPI_MCA_ess_base_jobid", "9")]), "python3", 42), "mpi-9");
         assert_eq!(app_id(env(&[("SLUICE_APP", "")]), "cat", 42), "cat-42", "an empty value is not set");
         assert_eq!(app_id(env(&[]), "", 7), "unknown-7");
+    }
+}
+
+#[cfg(test)]
+mod lent_tests {
+    use super::*;
+
+    #[test]
+    fn lent_descriptors_bound_at_n_and_n_plus_one() {
+        let held = AtomicUsize::new(0);
+        for _ in 0..16 {
+            assert!(take_one(&held, 16));
+        }
+        assert!(!take_one(&held, 16), "N+1 refused");
+        assert_eq!(held.load(Ordering::Acquire), 16, "a refusal takes nothing");
+        held.fetch_sub(1, Ordering::AcqRel);
+        assert!(take_one(&held, 16), "one given back makes room");
+        assert!(lent_max() >= 16);
     }
 }
