@@ -38,16 +38,11 @@ pub fn get() -> Option<String> {
 fn set(dir: Option<String>) {
     let mut c = lock(&CWD);
     SET.store(dir.is_some(), Ordering::Release);
+    // Through std, which orders its own environment reads with it; the cwd
+    // is process-wide, as the environment is.
     match &dir {
-        // SAFETY: setenv/unsetenv with NUL-free strings; the cwd is
-        // process-wide, as the environment is.
-        Some(d) => unsafe {
-            let v = CString::new(d.as_str()).unwrap_or_default();
-            libc::setenv(c"SLUICE_CWD".as_ptr(), v.as_ptr(), 1);
-        },
-        None => unsafe {
-            libc::unsetenv(c"SLUICE_CWD".as_ptr());
-        },
+        Some(d) => std::env::set_var(CWD_ENV, d),
+        None => std::env::remove_var(CWD_ENV),
     }
     *c = dir;
 }
