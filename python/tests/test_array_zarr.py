@@ -125,6 +125,15 @@ def test_sluice_refuses_uncompressed_shards_zarr_python_laid_out_otherwise(serve
         with pytest.raises(ValueError, match="another Zarr writer"):
             sa.read(comm or MPI.COMM_SELF, c, name, grid=grid, dist=dist)
 
+    # The CLI's collective read checks the same (it read other chunks'
+    # bytes and said nothing).
+    def cli():
+        for name in ["zp/sh1d", "zp/sh2d"]:
+            r = subprocess.run([BIN, "array", "read", f":{name}", "--ranks", "1"], env={**os.environ, "SLUICE_SERVER": addr}, capture_output=True, text=True)
+            assert r.returncode != 0 and "another Zarr writer" in r.stderr, (name, r.returncode, r.stdout, r.stderr)
+
+    on_rank0(comm, cli)
+
 
 def test_chunks_zarr_python_left_out_read_as_the_fill_value(server, comm):
     """zarr-python does not write a chunk that is all fill value; sluice

@@ -261,6 +261,33 @@ impl Layout {
         v
     }
 
+    /// Whether a shard file of unit `u`, `size` bytes long, holds its inner
+    /// chunks where this layout reads them: `tail` is the file's last
+    /// `shard_index(u).len()` bytes (fewer when it is shorter). The
+    /// `zarr.json` cannot tell: zarr-python writes the same metadata but
+    /// orders a shard's chunks otherwise (Morton order) and leaves out
+    /// chunks that are all fill value, so a read took other chunks' bytes,
+    /// or the index's, without an error. Nothing to check without shards.
+    pub fn check_shard_index(&self, u: u64, size: u64, tail: &[u8]) -> Result<(), String> {
+        let want = self.shard_index(u);
+        if want.is_empty() {
+            return Ok(());
+        }
+        if tail.len() != want.len() {
+            return Err(format!("{size} bytes, shorter than its shard index; not an array sluice reads"));
+        }
+        let entries = (want.len() - 4) / 16;
+        let Some(i) = (0..entries).find(|i| tail[i * 16..i * 16 + 16] != want[i * 16..i * 16 + 16]) else { return Ok(()) };
+        let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let entry = |b: &[u8]| (word(b, i * 16), word(b, i * 16 + 8));
+        Err(format!(
+            "inner chunk {i} is not where sluice reads it (its index says {:?}, sluice's layout {:?}): the shards were written by another Zarr writer \
+             (zarr-python orders a shard's chunks otherwise and leaves out empty ones); sluice reads only its own fixed-offset layout, read this array with zarr-python",
+            entry(tail),
+            entry(&want)
+        ))
+    }
+
     fn bytes_codec(&self) -> Value {
         if self.dtype.bytes() == 1 {
             json!({"name": "bytes"})

@@ -184,6 +184,22 @@ fn shard_index_marks_inner_chunks_outside_the_array_missing() {
 }
 
 #[test]
+fn a_shard_index_other_than_sluices_is_refused() {
+    let l = Layout::new(vec![6], Dtype::U8, vec![2], Some(vec![4])).unwrap();
+    let idx = l.shard_index(0);
+    assert_eq!(l.check_shard_index(0, 8 + idx.len() as u64, &idx), Ok(()));
+    let e = l.check_shard_index(0, 3, &idx[..3]).unwrap_err();
+    assert!(e.contains("shorter than its shard index"), "{e}");
+    // zarr-python's order: chunk 1 first.
+    let mut other = idx.clone();
+    other[0..8].copy_from_slice(&2u64.to_le_bytes());
+    let e = l.check_shard_index(0, 8 + idx.len() as u64, &other).unwrap_err();
+    assert!(e.contains("inner chunk 0") && e.contains("another Zarr writer"), "{e}");
+    let plain = Layout::new(vec![6], Dtype::U8, vec![2], None).unwrap();
+    assert_eq!(plain.check_shard_index(0, 2, &[]), Ok(()), "nothing to check without shards");
+}
+
+#[test]
 fn zarr_json_round_trips_through_from_zarr_json() {
     for shard in [None, Some(vec![4, 6])] {
         let l = Layout::new(vec![7, 6], Dtype::F32, vec![2, 3], shard).unwrap();

@@ -430,10 +430,41 @@ fn write(a: WriteArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Refuse an array whose shards hold their inner chunks elsewhere than
+/// sluice's fixed offsets (`Layout::check_shard_index`: zarr-python's
+/// shards carry the same metadata, and their chunks were read from the
+/// wrong places without an error). A shard never written reads as the
+/// fill value.
+fn check_shard_indexes(remote: &Remote, path: &str, layout: &Layout) -> anyhow::Result<()> {
+    if layout.shard().is_none() {
+        return Ok(());
+    }
+    for u in 0..layout.units() {
+        let p = format!("{}/{}", path.trim_matches('/'), layout.key(u));
+        let fd = match remote.open(&p, libc::O_RDONLY, 0) {
+            Err(e) if e.errno == libc::ENOENT => continue,
+            other => other.with_context(|| format!("opening {p}"))?,
+        };
+        let read = (|| -> Result<(u64, Vec<u8>), sluice_client::ClientError> {
+            let size = remote.fstat(fd)?.size;
+            let want = layout.shard_index(u).len();
+            let mut tail = vec![0u8; want];
+            let n = if size >= want as u64 { remote.pread(fd, &mut tail, size - want as u64)? } else { 0 };
+            tail.truncate(n);
+            Ok((size, tail))
+        })();
+        let _ = remote.close(fd);
+        let (size, tail) = read.with_context(|| format!("reading {p}'s shard index"))?;
+        layout.check_shard_index(u, size, &tail).map_err(|m| anyhow!("{p}: {m}"))?;
+    }
+    Ok(())
+}
+
 fn read(a: ReadArgs) -> anyhow::Result<()> {
     let (addr, remote, path) = open_at(&a.at)?;
     let meta = inspect::zarr_json(remote.clone(), &path)?;
     let layout = Layout::from_zarr_json(&meta)?;
+    check_shard_indexes(&remote, &path, &layout)?;
     let dims = meta["dimension_names"].as_array().map(|v| v.iter().map(|d| d.as_str().unwrap_or("").to_string()).collect()).unwrap_or_default();
     let spec = ArraySpec { path: path.clone(), layout, dims, attributes: meta["attributes"].clone() };
     let weights = server_weights(&remote, &addr, &a.dist.server_weights, &path, spec.layout.chunk_bytes())?;
