@@ -24,7 +24,8 @@ pub const CWD_ENV: &str = "SLUICE_CWD";
 static SET: AtomicBool = AtomicBool::new(false);
 /// The server path of the cwd while it is on the service (`"."`: the
 /// prefix itself).
-static CWD: Mutex<Option<String>> = Mutex::new(None);
+/// Held across `fork` (`state::fork_prepare`), as the other tables are.
+pub(crate) static CWD: Mutex<Option<String>> = Mutex::new(None);
 
 /// The service cwd, if the cwd is on the service (one atomic load when
 /// it is not).
@@ -36,35 +37,68 @@ pub fn get() -> Option<String> {
 }
 
 fn set(dir: Option<String>) {
-    let mut c = lock(&CWD);
-    SET.store(dir.is_some(), Ordering::Release);
-    // Through std, which orders its own environment reads with it; the cwd
-    // is process-wide, as the environment is.
-    match &dir {
+    let env = {
+        let mut c = lock(&CWD);
+        SET.store(dir.is_some(), Ordering::Release);
+        if *c == dir {
+            return;
+        }
+        *c = dir.clone();
+        dir
+    };
+    // Outside the lock (a fork meanwhile must not find it held), through
+    // std, which orders its own environment reads with it; the cwd is
+    // process-wide, as the environment is.
+    match env {
         Some(d) => std::env::set_var(CWD_ENV, d),
         None => std::env::remove_var(CWD_ENV),
     }
-    *c = dir;
 }
 
-/// Move the kernel's cwd into a fresh empty directory and remove it: no
-/// relative path resolves there any more (ENOENT), and nothing can be
-/// made in it.
+/// Levels of removed directories above the kernel's cwd while the cwd is
+/// on the service: a relative path that climbs out of the prefix finds
+/// removed directories (ENOENT) for this many `..`, not the temporary
+/// directory they were made in.
+pub const NOWHERE_DEPTH: usize = 16;
+
+/// Move the kernel's cwd into a fresh chain of empty directories and
+/// remove them all: no relative path resolves there any more (ENOENT),
+/// nothing can be made in it, and `..` leads only to removed directories
+/// for `NOWHERE_DEPTH` levels.
 fn kernel_cwd_nowhere() -> Result<(), Errno> {
-    let mut tmpl = *b"/tmp/sluice-cwd-XXXXXX\0";
+    let base = std::env::var("TMPDIR").ok().filter(|t| t.starts_with('/')).unwrap_or_else(|| "/tmp".into());
+    let Ok(tmpl) = CString::new(format!("{}/sluice-cwd-XXXXXX", base.trim_end_matches('/'))) else { return Ok(()) };
+    let mut tmpl = tmpl.into_bytes_with_nul();
     // SAFETY: a writable NUL-terminated template.
     let d = unsafe { libc::mkdtemp(tmpl.as_mut_ptr().cast()) };
     if d.is_null() {
-        return Err(last_errno());
+        // No room for the empty directories (a read-only or full TMPDIR):
+        // the kernel's cwd stays where it was; the cwd on the service
+        // still holds for every path the interposer sees.
+        return Ok(());
     }
-    // SAFETY: the directory mkdtemp just made, by its NUL-terminated path.
-    unsafe {
-        let r = real!(chdir, fn(*const c_char) -> c_int)(d);
-        let e = last_errno();
-        libc::rmdir(d);
-        if r < 0 {
-            return Err(e);
+    let top = String::from_utf8_lossy(&tmpl[..tmpl.len() - 1]).into_owned();
+    let mut chain = vec![top];
+    for _ in 1..NOWHERE_DEPTH {
+        let next = format!("{}/d", chain[chain.len() - 1]);
+        let Ok(c) = CString::new(next.clone()) else { break };
+        // SAFETY: a NUL-terminated path.
+        if unsafe { libc::mkdir(c.as_ptr(), 0o700) } != 0 {
+            break;
         }
+        chain.push(next);
+    }
+    let cs: Vec<CString> = chain.into_iter().filter_map(|p| CString::new(p).ok()).collect();
+    let deepest = cs.last().expect("mkdtemp made the first");
+    // SAFETY: NUL-terminated paths of the directories just made.
+    let r = unsafe { real!(chdir, fn(*const c_char) -> c_int)(deepest.as_ptr()) };
+    let e = last_errno();
+    for c in cs.iter().rev() {
+        // SAFETY: as above.
+        unsafe { libc::rmdir(c.as_ptr()) };
+    }
+    if r < 0 {
+        return Err(e);
     }
     Ok(())
 }
@@ -75,11 +109,36 @@ pub fn enter(dir: &str) -> Result<c_int, Errno> {
     if st.mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(Errno(libc::ENOTDIR));
     }
+    if !searchable(&st) {
+        return Err(Errno(libc::EACCES));
+    }
     if get().is_none() {
         kernel_cwd_nowhere()?;
     }
     set(Some(dir.trim_end_matches('/').to_string()).filter(|d| !d.is_empty()).or(Some(".".into())));
     Ok(0)
+}
+
+/// Whether this process may search directory `st` (`chdir` needs it), by
+/// its mode bits as the kernel checks them without ACLs: root always, the
+/// owner by the owner's bit, a member of its group by the group's.
+fn searchable(st: &sluice_client::Stat) -> bool {
+    // SAFETY: geteuid, getegid and getgroups have no preconditions; the
+    // buffer holds the count asked.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if uid == 0 {
+        return st.mode & 0o111 != 0;
+    }
+    if uid == st.uid {
+        return st.mode & 0o100 != 0;
+    }
+    let mut groups = [0 as libc::gid_t; 256];
+    // SAFETY: as above.
+    let n = unsafe { libc::getgroups(groups.len() as c_int, groups.as_mut_ptr()) }.max(0) as usize;
+    if gid == st.gid || groups[..n].contains(&st.gid) {
+        return st.mode & 0o010 != 0;
+    }
+    st.mode & 0o001 != 0
 }
 
 /// The cwd is local again (a real `chdir` or `fchdir` succeeded).
@@ -100,6 +159,17 @@ pub fn adopt_inherited() {
     } else {
         set(None);
     }
+}
+
+/// A relative local path `p` as seen from the cwd on the service, made
+/// absolute (`chdir("..")` from the prefix's root goes to its local
+/// parent); `None` while the cwd is local or for an absolute `p`.
+pub fn absolute(p: &str) -> Option<String> {
+    if p.starts_with('/') {
+        return None;
+    }
+    let (dir, cfg) = (get()?, crate::state::config()?);
+    Some(crate::path::join(&path(&cfg.prefix, &dir), p))
 }
 
 /// `getcwd` while the cwd is on the service: PREFIX or PREFIX/dir.
@@ -134,6 +204,9 @@ pub unsafe fn fill(s: &str, buf: *mut c_char, size: usize) -> Result<*mut c_char
         // SAFETY: `p` holds `want` >= `bytes.len()` bytes.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast(), p, bytes.len()) };
         return Ok(p);
+    }
+    if size == 0 {
+        return Err(Errno(libc::EINVAL));
     }
     if size < bytes.len() {
         return Err(Errno(libc::ERANGE));

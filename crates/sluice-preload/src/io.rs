@@ -124,13 +124,30 @@ pub fn svc_read(fd: c_int, open: &Open, buf: &mut [u8]) -> Result<usize, Errno> 
     Ok(n)
 }
 
-/// Write at the offset (at the end with O_APPEND) and advance it.
+/// Write at the position (at the end with O_APPEND) and advance it.
+/// The range is taken by moving the placeholder's offset first (one
+/// `lseek`, atomic in the kernel for every thread and process sharing the
+/// open file), so no lock is held across the round trip: a process
+/// stopped in the middle of a write (Ctrl-Z, a debugger) held the others
+/// up for as long as it stayed stopped.
 pub fn svc_write(fd: c_int, open: &Open, data: &[u8]) -> Result<usize, Errno> {
     check_access(open, true)?;
-    let _held = open.position_lock(fd);
-    let (at, n) = svc_pwrite_at(open, data, placeholder::position(fd)?)?;
-    placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;
-    Ok(n)
+    if open.flags() & libc::O_APPEND != 0 || data.is_empty() {
+        let (at, n) = svc_pwrite_at(open, data, placeholder::position(fd)?)?;
+        placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;
+        return Ok(n);
+    }
+    let len = data.len() as u64;
+    let end = placeholder::seek(fd, i64::try_from(len).map_err(|_| Errno(libc::EINVAL))?, libc::SEEK_CUR)?;
+    let at = end - len;
+    let r = svc_pwrite_at(open, data, at).map(|(_, n)| n);
+    let done = r.as_ref().map_or(0, |&n| n as u64);
+    if done < len && placeholder::position(fd) == Ok(end) {
+        // A short or failed write gives back what it did not write, unless
+        // another writer moved the offset since (then its range follows).
+        let _ = placeholder::seek(fd, (at + done) as i64, libc::SEEK_SET);
+    }
+    r
 }
 
 fn svc_size(open: &Open) -> Result<u64, Errno> {

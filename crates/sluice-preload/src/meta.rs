@@ -435,8 +435,16 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
     if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
         return finish(crate::cwd::enter(&p), -1);
     }
-    // SAFETY: forwarding the caller's arguments.
-    let r = unsafe { real!(chdir, fn(*const c_char) -> c_int)(path) };
+    // From a cwd on the service, a relative path out of the prefix is
+    // made absolute (the kernel's cwd is a removed directory).
+    // SAFETY: the caller's path string.
+    let out = (!path.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(path) }.to_str().ok().and_then(crate::cwd::absolute)).flatten();
+    let r = match out.and_then(|a| std::ffi::CString::new(a).ok()) {
+        // SAFETY: a NUL-terminated path.
+        Some(a) => unsafe { real!(chdir, fn(*const c_char) -> c_int)(a.as_ptr()) },
+        // SAFETY: forwarding the caller's arguments.
+        None => unsafe { real!(chdir, fn(*const c_char) -> c_int)(path) },
+    };
     if r == 0 {
         crate::cwd::left();
     }

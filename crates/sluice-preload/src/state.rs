@@ -481,32 +481,35 @@ pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
     with_tables(|t| t.fds.get(&fd).cloned())
 }
 
-/// The session and table locks, as held across `fork`.
-type HeldLocks = (MutexGuard<'static, Option<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<Tables>>, MutexGuard<'static, Vec<(u32, Arc<Remote>)>>);
+/// The session, table, kept-connection and cwd locks, as held across
+/// `fork`.
+type HeldLocks =
+    (MutexGuard<'static, Option<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<Tables>>, MutexGuard<'static, Vec<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<String>>);
 
 /// Locks held across `fork` so the child never inherits one mid-update.
 struct ForkLocks(UnsafeCell<Option<HeldLocks>>);
 
 // SAFETY: only touched by the atfork handlers, which run on the forking
-// thread, one fork at a time (the prepare handler holds the three locks).
+// thread, one fork at a time (the prepare handler holds the four locks).
 unsafe impl Sync for ForkLocks {}
 
 static FORK_LOCKS: ForkLocks = ForkLocks(UnsafeCell::new(None));
 
 extern "C" fn fork_prepare() {
-    // The order every path takes them in: SESSION, TABLES, KEPT.
+    // The order every path takes them in: SESSION, TABLES, KEPT, CWD.
     let s = lock(&SESSION);
     let t = lock(&TABLES);
     let k = lock(&KEPT);
+    let c = lock(&crate::cwd::CWD);
     // SAFETY: see `ForkLocks`.
-    unsafe { *FORK_LOCKS.0.get() = Some((s, t, k)) };
+    unsafe { *FORK_LOCKS.0.get() = Some((s, t, k, c)) };
 }
 
 /// Mark every open file of the tables held across `fork` shared: parent
 /// and child now both hold them.
 fn share_held_files() {
     // SAFETY: see `ForkLocks`.
-    if let Some(t) = unsafe { &*FORK_LOCKS.0.get() }.as_ref().and_then(|(_, t, _)| t.as_ref()) {
+    if let Some(t) = unsafe { &*FORK_LOCKS.0.get() }.as_ref().and_then(|(_, t, _, _)| t.as_ref()) {
         for open in t.fds.map.values() {
             open.set_shared();
         }
@@ -543,7 +546,7 @@ extern "C" fn fork_child() {
     // same numbers, and the old connection's drop closed its new socket:
     // EIO for good, and `mpirun` from a service directory failed).
     // SAFETY: see `ForkLocks`; the child is single-threaded here.
-    if let Some((s, _, k)) = unsafe { (*FORK_LOCKS.0.get()).as_mut() } {
+    if let Some((s, _, k, _)) = unsafe { (*FORK_LOCKS.0.get()).as_mut() } {
         std::mem::forget(s.take());
         std::mem::forget(std::mem::take(&mut **k));
     }

@@ -270,6 +270,16 @@ macro_rules! freopen_export {
                     // SAFETY: glibc's own standard stream.
                     unsafe { real!($name, fn(*const c_char, *const c_char, *mut FILE) -> *mut FILE)(path, mode, original) }
                 }
+                // Ours (a cookie stream, which glibc's `freopen` does not
+                // take: it crashed) onto a local path: closed, as a failed
+                // `freopen` closes its stream, and ENOTSUP; with no path
+                // (a change of mode), kept as it is.
+                (None, Some(_)) if ours.is_some() && path.is_null() => f,
+                (None, Some(_)) if ours.is_some() => {
+                    // SAFETY: our interposed fclose on the caller's stream.
+                    unsafe { fclose(f) };
+                    finish(Err(Errno(libc::ENOTSUP)), std::ptr::null_mut())
+                }
                 _ => real(),
             }
         }

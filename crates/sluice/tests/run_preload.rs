@@ -645,6 +645,80 @@ fn open_files_under_a_descriptor_limit_as_locally() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "200 200 40\nTrue True\n", "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Found by a review of the interposer's new code: a child forked while
+/// another thread changed the cwd hung in `execve` (the cwd's lock was not
+/// held across `fork`); a writer sharing an fd with a stopped process
+/// waited for as long as it stayed stopped (a lock held across the round
+/// trip; writes now take their range with one `lseek` of the shared
+/// offset); `chdir("..")` from the prefix's root stayed at the root
+/// (and `open("../x")` made `x` there); `freopen` of a stream of ours
+/// onto a local path crashed in glibc.
+const REVIEW_SCRIPT: &str = r#"
+import ctypes, os, signal, sys, threading
+d, w = sys.argv[1], sys.argv[2]
+os.mkdir(d + "/c")
+stop = False
+def mover():
+    while not stop:
+        os.chdir(d + "/c")
+        os.chdir(w)
+t = threading.Thread(target=mover)
+t.start()
+for _ in range(40):
+    pid = os.fork()
+    if pid == 0:
+        os.execv("/bin/true", ["true"])
+    os.waitpid(pid, 0)
+stop = True
+t.join()
+print("forks done")
+fd = os.open(d + "/shared.log", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+r, wp = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.close(r)
+    os.write(fd, b"child 0\n")
+    os.write(wp, b"x")
+    i = 1
+    while True:
+        os.write(fd, b"child %d\n" % i)
+        i += 1
+os.close(wp)
+os.read(r, 1)
+os.kill(pid, signal.SIGSTOP)
+os.write(fd, b"parent\n")
+print("written while the other is stopped")
+os.kill(pid, signal.SIGKILL)
+os.waitpid(pid, 0)
+os.chdir(d)
+os.chdir("..")
+print(os.getcwd() == os.path.dirname(d))
+os.chdir(d)
+try:
+    open("../outside-" + str(os.getpid()), "w")
+    print("made")
+except OSError as e:
+    print(e.errno)
+os.chdir(w)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.fopen.restype = libc.freopen.restype = ctypes.c_void_p
+f = libc.fopen((d + "/shared.log").encode(), b"r")
+g = libc.freopen((w + "/local.txt").encode(), b"w", ctypes.c_void_p(f))
+print(g is None, ctypes.get_errno() == 95)
+"#;
+
+#[test]
+fn review_fixes_fork_exec_stopped_writers_dotdot_and_freopen() {
+    let f = Fixture::new();
+    std::fs::write(f.work().join("review.py"), REVIEW_SCRIPT).unwrap();
+    let w = f.work();
+    let out = f.run(&["python3", "review.py", &f.prefix(), w.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "forks done\nwritten while the other is stopped\nTrue\n2\nTrue True\n", "{}", String::from_utf8_lossy(&out.stderr));
+    let log = std::fs::read_to_string(f.root().join("shared.log")).unwrap();
+    assert!(log.contains("parent\n") && log.starts_with("child 0\n"), "{log}");
+    assert!(std::fs::read_dir(f.root()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().starts_with("outside-")));
+}
+
 /// Threads sharing one fd: each `write` takes the position, writes there
 /// and moves it, as one step (four threads landed 14,464 of 19,200 bytes,
 /// two writes at one position, before).
