@@ -1486,8 +1486,10 @@ impl Client {
         Ok((done, at, pieces.len()))
     }
 
-    fn fd_ok(&self, what: &str, fd: Fd, req: impl Fn(u64) -> Request<'static>) -> Result<()> {
-        match self.on_fd(fd, false, |s, server| s.conn.call(&req(server)))? {
+    /// Send `req` on `fd`'s server handle, answered `Ok`; asked again on a
+    /// new connection if `idempotent`.
+    fn fd_ok(&self, what: &str, idempotent: bool, fd: Fd, req: impl Fn(u64) -> Request<'static>) -> Result<()> {
+        match self.on_fd(fd, idempotent, |s, server| s.conn.call(&req(server)))? {
             Reply::Ok => Ok(()),
             r => Err(unexpected(what, &r)),
         }
@@ -1495,15 +1497,15 @@ impl Client {
 
     /// Flush data and metadata to stable storage.
     pub fn fsync(&self, fd: Fd) -> Result<()> {
-        self.fd_ok("fsync", fd, |fd| Request::Fsync { fd })
+        self.fd_ok("fsync", false, fd, |fd| Request::Fsync { fd })
     }
 
     pub fn fdatasync(&self, fd: Fd) -> Result<()> {
-        self.fd_ok("fdatasync", fd, |fd| Request::Fdatasync { fd })
+        self.fd_ok("fdatasync", false, fd, |fd| Request::Fdatasync { fd })
     }
 
     pub fn ftruncate(&self, fd: Fd, len: u64) -> Result<()> {
-        self.fd_ok("ftruncate", fd, |fd| Request::Ftruncate { fd, len })
+        self.fd_ok("ftruncate", false, fd, |fd| Request::Ftruncate { fd, len })
     }
 
     pub fn stat(&self, path: &str) -> Result<Stat> {
@@ -1570,10 +1572,7 @@ impl Client {
 
     /// [`Client::set_attr`] on an open file (`fchmod`, `futimens`).
     pub fn fset_attr(&self, fd: Fd, mode: u32, atime_ns: i64, mtime_ns: i64) -> Result<()> {
-        match self.on_fd(fd, true, |s, server| s.conn.call(&Request::SetAttr { fd: server, path: "", mode, atime_ns, mtime_ns, nofollow: false }))? {
-            Reply::Ok => Ok(()),
-            r => Err(unexpected("fsetattr", &r)),
-        }
+        self.fd_ok("fsetattr", true, fd, |fd| Request::SetAttr { fd, path: "", mode, atime_ns, mtime_ns, nofollow: false })
     }
 
     /// A symbolic link at `path` holding `target` (`symlink(2)`).

@@ -23,8 +23,8 @@ pub const CWD_ENV: &str = "SLUICE_CWD";
 
 static SET: AtomicBool = AtomicBool::new(false);
 /// The server path of the cwd while it is on the service (`"."`: the
-/// prefix itself).
-/// Held across `fork` (`state::fork_prepare`), as the other tables are.
+/// prefix itself); held across `fork` (`state::fork_prepare`), as the
+/// other tables are.
 pub(crate) static CWD: Mutex<Option<String>> = Mutex::new(None);
 
 /// The service cwd, if the cwd is on the service (one atomic load when
@@ -161,6 +161,14 @@ pub fn adopt_inherited() {
     }
 }
 
+/// The cwd on the service as a local path, PREFIX or PREFIX/dir
+/// (`getcwd`); `None` while the cwd is local. The cwd is read first:
+/// `config` itself asks libc's `getcwd` when it starts.
+pub fn local_path() -> Option<String> {
+    let dir = get()?;
+    Some(path(&crate::state::config()?.prefix, &dir))
+}
+
 /// A relative local path `p` as seen from the cwd on the service, made
 /// absolute (`chdir("..")` from the prefix's root goes to its local
 /// parent); `None` while the cwd is local or for an absolute `p`.
@@ -168,11 +176,10 @@ pub fn absolute(p: &str) -> Option<String> {
     if p.starts_with('/') {
         return None;
     }
-    let (dir, cfg) = (get()?, crate::state::config()?);
-    Some(crate::path::join(&path(&cfg.prefix, &dir), p))
+    Some(crate::path::join(&local_path()?, p))
 }
 
-/// `getcwd` while the cwd is on the service: PREFIX or PREFIX/dir.
+/// The local path of server directory `dir` under `prefix`.
 pub fn path(prefix: &str, dir: &str) -> String {
     if dir == "." {
         prefix.to_string()
@@ -216,14 +223,29 @@ pub unsafe fn fill(s: &str, buf: *mut c_char, size: usize) -> Result<*mut c_char
     Ok(buf)
 }
 
+/// An `execve` environment with `SLUICE_CWD` set to the service cwd or
+/// removed: the caller's strings (borrowed: they outlive the call) and
+/// the new one.
+pub struct ExecEnv {
+    ptrs: Vec<*const c_char>,
+    _cwd: Option<CString>,
+}
+
+impl ExecEnv {
+    /// The null-terminated array to pass.
+    pub fn as_ptr(&self) -> *const *const c_char {
+        self.ptrs.as_ptr()
+    }
+}
+
 /// `envp` for an `execve` with `SLUICE_CWD` set to the service cwd, or
-/// removed when the cwd is local; `None` when it needs no change.
+/// removed when the cwd is local; `None` (and nothing copied: every exec
+/// of a shell comes here) when it needs no change.
 ///
 /// # Safety
 /// `envp` is null or a null-terminated array of NUL-terminated strings.
-pub unsafe fn env_for_exec(envp: *const *const c_char) -> Option<Vec<CString>> {
-    let mut out = Vec::new();
-    let mut had = false;
+pub unsafe fn env_for_exec(envp: *const *const c_char) -> Option<ExecEnv> {
+    let mut entries: Vec<*const c_char> = Vec::new();
     if !envp.is_null() {
         let mut i = 0;
         loop {
@@ -232,24 +254,23 @@ pub unsafe fn env_for_exec(envp: *const *const c_char) -> Option<Vec<CString>> {
             if p.is_null() {
                 break;
             }
-            // SAFETY: as above.
-            let s = unsafe { CStr::from_ptr(p) };
-            if s.to_bytes().starts_with(b"SLUICE_CWD=") {
-                had = true;
-            } else {
-                out.push(s.to_owned());
-            }
+            entries.push(p);
             i += 1;
         }
     }
+    // SAFETY: the caller's NUL-terminated strings.
+    let ours = |p: &*const c_char| unsafe { CStr::from_ptr(*p) }.to_bytes().starts_with(b"SLUICE_CWD=");
     let cwd = get();
-    if cwd.is_none() && !had {
+    if cwd.is_none() && !entries.iter().any(ours) {
         return None;
     }
-    if let Some(d) = cwd {
-        out.push(CString::new(format!("{CWD_ENV}={d}")).ok()?);
+    entries.retain(|p| !ours(p));
+    let cwd = cwd.and_then(|d| CString::new(format!("{CWD_ENV}={d}")).ok());
+    if let Some(c) = &cwd {
+        entries.push(c.as_ptr());
     }
-    Some(out)
+    entries.push(std::ptr::null());
+    Some(ExecEnv { ptrs: entries, _cwd: cwd })
 }
 
 #[cfg(test)]

@@ -22,10 +22,10 @@ pub fn svc_open(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno> 
     if with_tables(|t| t.fds.len()) >= crate::state::FDS_MAX {
         return Err(Errno(libc::EMFILE));
     }
-    let fd = match placeholder::create(path, flags, 0) {
+    let fd = match placeholder::create(flags) {
         // Out of descriptors: the lent ones go back (outside our guard:
         // the caller holds it), then once more.
-        Err(Errno(libc::EMFILE)) if crate::state::shed_lent_inside() => placeholder::create(path, flags, 0)?,
+        Err(Errno(libc::EMFILE)) if crate::state::shed_lent_inside() => placeholder::create(flags)?,
         other => other?,
     };
     let opened = c.open(path, flags & !libc::O_CLOEXEC, crate::state::masked(mode)).map_err(Errno::from).and_then(|h| {
@@ -132,8 +132,12 @@ pub fn svc_read(fd: c_int, open: &Open, buf: &mut [u8]) -> Result<usize, Errno> 
 /// up for as long as it stayed stopped.
 pub fn svc_write(fd: c_int, open: &Open, data: &[u8]) -> Result<usize, Errno> {
     check_access(open, true)?;
-    if open.flags() & libc::O_APPEND != 0 || data.is_empty() {
-        let (at, n) = svc_pwrite_at(open, data, placeholder::position(fd)?)?;
+    if data.is_empty() {
+        return Ok(0);
+    }
+    if open.flags() & libc::O_APPEND != 0 {
+        // The server chooses where (`svc_pwrite_at`); the position follows.
+        let (at, n) = svc_pwrite_at(open, data, 0)?;
         placeholder::seek(fd, (at + n as u64) as i64, libc::SEEK_SET)?;
         return Ok(n);
     }

@@ -289,41 +289,26 @@ fn svc_access(path: &str, mode: c_int) -> Result<c_int, Errno> {
     Ok(0)
 }
 
-/// Interposed `access`: existence (and an execute bit for X_OK); the
-/// server checks the other permissions when the file is opened.
-#[no_mangle]
-pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: the caller's path string.
-    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
-        return finish(svc_access(&p, mode), -1);
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real!(access, fn(*const c_char, c_int) -> c_int)(path, mode) }
+macro_rules! access_exports {
+    ($($name:ident),*) => {$(
+        /// Interposed `access`, and `euidaccess` and `eaccess`, whose
+        /// glibc versions reach the kernel through an internal `stat`,
+        /// unseen (`sort` checks its inputs with `euidaccess`, and `sort
+        /// /sluice/f` failed with "cannot read"): existence (and an execute
+        /// bit for X_OK); the server checks the other permissions when the
+        /// file is opened.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: c_int) -> c_int {
+            // SAFETY: the caller's path string.
+            if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
+                return finish(svc_access(&p, mode), -1);
+            }
+            // SAFETY: forwarding the caller's arguments.
+            unsafe { real!($name, fn(*const c_char, c_int) -> c_int)(path, mode) }
+        }
+    )*};
 }
-
-/// Interposed `euidaccess`: as `access` (glibc's own reaches the kernel
-/// through an internal `stat`, unseen: `sort` checks its inputs with it,
-/// and `sort /sluice/f` failed with "cannot read").
-#[no_mangle]
-pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: the caller's path string.
-    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
-        return finish(svc_access(&p, mode), -1);
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real!(euidaccess, fn(*const c_char, c_int) -> c_int)(path, mode) }
-}
-
-/// Interposed `eaccess` (glibc's other name for `euidaccess`).
-#[no_mangle]
-pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
-    // SAFETY: the caller's path string.
-    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
-        return finish(svc_access(&p, mode), -1);
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real!(eaccess, fn(*const c_char, c_int) -> c_int)(path, mode) }
-}
+access_exports!(access, euidaccess, eaccess);
 
 /// Interposed `faccessat`.
 #[no_mangle]
@@ -468,10 +453,9 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
 /// Interposed `getcwd`: the service cwd as a path under the prefix.
 #[no_mangle]
 pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
-    // The cwd first: `config` itself asks libc's `getcwd` when it starts.
-    if let Some((dir, cfg)) = crate::cwd::get().and_then(|d| Some((d, crate::state::config()?))) {
+    if let Some(cwd) = crate::cwd::local_path() {
         // SAFETY: the caller's buffer of `size` bytes, or null.
-        return finish(unsafe { crate::cwd::fill(&crate::cwd::path(&cfg.prefix, &dir), buf, size) }, std::ptr::null_mut());
+        return finish(unsafe { crate::cwd::fill(&cwd, buf, size) }, std::ptr::null_mut());
     }
     // SAFETY: forwarding the caller's arguments.
     unsafe { real!(getcwd, fn(*mut c_char, size_t) -> *mut c_char)(buf, size) }
@@ -480,9 +464,9 @@ pub unsafe extern "C" fn getcwd(buf: *mut c_char, size: size_t) -> *mut c_char {
 /// Interposed `get_current_dir_name` (malloc'd, as glibc's).
 #[no_mangle]
 pub unsafe extern "C" fn get_current_dir_name() -> *mut c_char {
-    if let Some((dir, cfg)) = crate::cwd::get().and_then(|d| Some((d, crate::state::config()?))) {
+    if let Some(cwd) = crate::cwd::local_path() {
         // SAFETY: a new buffer.
-        return finish(unsafe { crate::cwd::fill(&crate::cwd::path(&cfg.prefix, &dir), std::ptr::null_mut(), 0) }, std::ptr::null_mut());
+        return finish(unsafe { crate::cwd::fill(&cwd, std::ptr::null_mut(), 0) }, std::ptr::null_mut());
     }
     // SAFETY: no arguments.
     unsafe { real!(get_current_dir_name, fn() -> *mut c_char)() }
@@ -497,13 +481,9 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
     let exec = real!(execve, fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
     // SAFETY: the caller's environment array.
     match unsafe { crate::cwd::env_for_exec(envp) } {
-        Some(env) => {
-            let mut ptrs: Vec<*const c_char> = env.iter().map(|s| s.as_ptr()).collect();
-            ptrs.push(std::ptr::null());
-            // SAFETY: a null-terminated array of strings that outlive the
-            // call (which does not return on success).
-            unsafe { exec(path, argv, ptrs.as_ptr()) }
-        }
+        // SAFETY: a null-terminated array of strings that outlive the call
+        // (which does not return on success).
+        Some(env) => unsafe { exec(path, argv, env.as_ptr()) },
         // SAFETY: forwarding the caller's arguments.
         None => unsafe { exec(path, argv, envp) },
     }
@@ -609,49 +589,27 @@ pub unsafe extern "C" fn renameat2(od: c_int, old: *const c_char, nd: c_int, new
         .unwrap_or_else(|| unsafe { real!(renameat2, fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int)(od, old, nd, new, flags) })
 }
 
-macro_rules! ignored_path_setters {
-    ($($name:ident($($a:ident: $t:ty),*) at $dirfd:expr, $path:ident;)*) => {$(
+macro_rules! ignored_owner_setters {
+    ($($name:ident($($a:ident: $t:ty),*) at $dirfd:expr, $path:ident, $flags:expr;)*) => {$(
         /// Interposed; for service paths accepted and ignored (the server
-        /// has no call to change owners).
+        /// has no call to change owners), once the path is found: a final
+        /// link itself with `AT_SYMLINK_NOFOLLOW` (`lchown`, which `cp -a`
+        /// of a dangling link needs).
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             // SAFETY: the caller's path string.
-            if let Some((_g, p)) = unsafe { service_path($dirfd, $path) } {
-                return finish(path_stat(&p).map(|_| 0), -1);
+            if let Some((_g, t)) = unsafe { target_at($dirfd, $path, $flags) } {
+                return finish(stat_of(&t, $flags).map(|_| 0), -1);
             }
             // SAFETY: forwarding the caller's arguments.
             unsafe { real!($name, fn($($t),*) -> c_int)($($a),*) }
         }
     )*};
 }
-ignored_path_setters! {
-    chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path;
-}
-
-/// Interposed `lchown`: accepted and ignored for a service path that
-/// exists as a link or anything else (a dangling link included: `cp -a`
-/// of links warned "failed to preserve ownership").
-#[no_mangle]
-pub unsafe extern "C" fn lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
-    // SAFETY: the caller's path string.
-    if let Some((_g, p)) = unsafe { service_path(libc::AT_FDCWD, path) } {
-        return finish(client().and_then(|c| Ok(c.lstat(&p)?)).map(|_| 0), -1);
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real!(lchown, fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int)(path, uid, gid) }
-}
-
-/// Interposed `fchownat`: as `chown`, or `lchown` with
-/// `AT_SYMLINK_NOFOLLOW`.
-#[no_mangle]
-pub unsafe extern "C" fn fchownat(dirfd: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, flags: c_int) -> c_int {
-    // SAFETY: the caller's path string.
-    if let Some((_g, p)) = unsafe { service_path(dirfd, path) } {
-        let st = client().and_then(|c| Ok(if flags & libc::AT_SYMLINK_NOFOLLOW != 0 { c.lstat(&p)? } else { c.stat(&p)? }));
-        return finish(st.map(|_| 0), -1);
-    }
-    // SAFETY: forwarding the caller's arguments.
-    unsafe { real!(fchownat, fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int)(dirfd, path, uid, gid, flags) }
+ignored_owner_setters! {
+    chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path, 0;
+    lchown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) at libc::AT_FDCWD, path, libc::AT_SYMLINK_NOFOLLOW;
+    fchownat(dirfd: c_int, path: *const c_char, uid: libc::uid_t, gid: libc::gid_t, flags: c_int) at dirfd, path, flags;
 }
 
 /// `utimensat`'s two times as `SetAttr` takes them (null: both now).

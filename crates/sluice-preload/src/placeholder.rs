@@ -19,24 +19,21 @@ const MAGIC: &str = "SLUICE-FD 2\n";
 /// Largest header read back: magic, flags and a `PATH_BYTES_MAX` path.
 const HEADER_BYTES_MAX: usize = 8192;
 
-/// A new placeholder for server path `path` opened with `flags`, whose
-/// file had inode number `ino` (0: unknown).
-pub fn create(path: &str, flags: c_int, ino: u64) -> Result<c_int, Errno> {
+/// A new placeholder for a file opened with `flags`, its header not
+/// written yet (`record`, once the server opened the file: a process out
+/// of descriptors finds out before anything is made there).
+pub fn create(flags: c_int) -> Result<c_int, Errno> {
     let cloexec = if flags & libc::O_CLOEXEC != 0 { libc::MFD_CLOEXEC } else { 0 };
     // SAFETY: a NUL-terminated name; memfd_create is not interposed.
     let fd = unsafe { libc::memfd_create(c"sluice-fd".as_ptr(), cloexec) };
     if fd < 0 {
         return Err(last_errno());
     }
-    if let Err(e) = record(fd, path, flags, ino) {
-        close_real(fd);
-        return Err(e);
-    }
     Ok(fd)
 }
 
-/// Write placeholder `fd`'s header (again: the inode number is known once
-/// the server opened the file).
+/// Write placeholder `fd`'s header: the server path, the open flags and
+/// the file's inode number.
 pub fn record(fd: c_int, path: &str, flags: c_int, ino: u64) -> Result<(), Errno> {
     let header = format!("{MAGIC}{} {ino}\n{path}", kept_flags(flags));
     let pwrite = real!(pwrite, fn(c_int, *const c_void, size_t, off_t) -> ssize_t);

@@ -54,11 +54,11 @@ pub unsafe fn resolve(dirfd: c_int, p: *const c_char) -> Option<String> {
     let server = if p.starts_with('/') {
         path::within(&cfg.prefix, &path::normalise(p))?
     } else if dirfd == libc::AT_FDCWD {
-        match crate::cwd::get() {
+        match crate::cwd::local_path() {
             // The cwd is on the service: a path that climbs out of the
             // prefix reaches libc as given, against a removed directory
             // (ENOENT; `chdir` goes there, `cwd::absolute`).
-            Some(dir) => path::within(&cfg.prefix, &path::join(&crate::cwd::path(&cfg.prefix, &dir), p))?,
+            Some(cwd) => path::within(&cfg.prefix, &path::join(&cwd, p))?,
             None => path::within(&cfg.prefix, &path::join(std::env::current_dir().ok()?.to_str()?, p))?,
         }
     } else {

@@ -156,9 +156,6 @@ fn keep_bounded<T>(v: &mut Vec<T>, item: T, max: usize) {
 /// serve cache leases only), so a retry can succeed; whether any were
 /// held. Not from inside the interposer, which may hold these locks.
 pub fn shed_lent() -> bool {
-    if sluice_client::lent_held() == 0 {
-        return false;
-    }
     let Some(_g) = Guard::enter() else { return false };
     shed_lent_inside()
 }
@@ -304,17 +301,15 @@ impl Open {
         self.shared.store(true, Ordering::Release);
     }
 
-    /// Hold this file's position for one read or write that reads it,
-    /// moves data and sets it, as the kernel's `f_pos` lock does for a
-    /// file that threads share: without it, four threads writing through
-    /// one fd landed 14,464 of 19,200 bytes (two writes at one position).
-    /// Between threads, `pos_owner` (a lock a thread held when its
-    /// process forked is taken over by the child, where that thread does
-    /// not exist); between processes that share the file (`shared`), a
-    /// record lock on the placeholder `fd` as well, which the kernel's
-    /// lock on the one open file description stands for locally: four
-    /// subshells writing 300 lines each to their inherited standard
-    /// output kept 1,024 of 1,200 lines without it.
+    /// Hold this file's position for one read that reads it, moves data
+    /// and sets it, as the kernel's `f_pos` lock does for a file that
+    /// threads share, so two never read the same bytes (writes take their
+    /// range with one `lseek` instead, `io::svc_write`). Between threads,
+    /// `pos_owner` (a lock a thread held when its process forked is taken
+    /// over by the child, where that thread does not exist); between
+    /// processes that share the file (`shared`), a record lock on the
+    /// placeholder `fd` as well, which the kernel's lock on the one open
+    /// file description stands for locally.
     pub fn position_lock(&self, fd: c_int) -> PositionGuard<'_> {
         let mut g = self.thread_lock();
         if self.shared.load(Ordering::Acquire) && record_lock(fd, libc::F_WRLCK).is_ok() {
@@ -339,8 +334,8 @@ impl Open {
                     }
                 }
                 Err(_) => {
-                    // Another thread of this process reads or writes at the
-                    // position: a round trip, usually; a server that is
+                    // Another thread of this process reads at the position:
+                    // a round trip, usually; a server that is
                     // down can make it seconds, so the waits grow to 1 ms.
                     spins = spins.saturating_add(1);
                     if spins < 64 {
