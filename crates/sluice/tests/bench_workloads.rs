@@ -53,6 +53,16 @@ fn check_shape(v: &Value, modes: &[&str], apps: usize) {
         } else {
             assert!(r.get("seeks").is_none(), "{r}");
         }
+        // The workers' own CPU time: some, and no more than every process
+        // busy on every core for the whole run.
+        if let Some(w) = r.get("workers_cpu_s") {
+            let procs: u64 = r["apps"].as_array().unwrap().iter().map(|a| a["procs"].as_u64().unwrap()).sum();
+            let cores = std::thread::available_parallelism().unwrap().get() as f64;
+            let w = w.as_f64().unwrap();
+            assert!(w > 0.0 && w <= procs as f64 * cores * r["makespan_s"].as_f64().unwrap(), "{r}");
+        } else {
+            assert!(r.get("cpu_s").is_none(), "a run that read /proc has its workers' CPU too: {r}");
+        }
         let jain = r["jain"].as_f64().unwrap();
         assert!(jain > 0.0 && jain <= 1.0 + 1e-9);
         for a in r["apps"].as_array().unwrap() {

@@ -42,6 +42,12 @@ pub struct CpuUse {
     /// the device). None where no started server's loop ran throughout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_loop_cpu_s: Option<f64>,
+    /// CPU seconds the workers (the applications' ranks) used, each one
+    /// measured in its own process from the start to its last access:
+    /// unlike `cpu_s` less the server's, no other activity on the machine
+    /// counts. None until the runner adds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workers_cpu_s: Option<f64>,
 }
 
 impl CpuSample {
@@ -63,6 +69,7 @@ impl CpuSample {
             cpu_share: if all == 0 { 0.0 } else { busy as f64 / all as f64 },
             server_cpu_s: Some(later.own.saturating_sub(self.own) as f64 / hz),
             server_loop_cpu_s: self.loop_ns.zip(later.loop_ns).filter(|(a, b)| b >= a).map(|(a, b)| (b - a) as f64 / 1e9),
+            workers_cpu_s: None,
         }
     }
 }

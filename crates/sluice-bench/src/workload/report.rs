@@ -53,8 +53,9 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows: Option<u64>,
     /// CPU used from the start until the last process finished: the
-    /// whole machine's and the started server's (`cpu_s`, `cpu_share`,
-    /// `server_cpu_s`). None where `/proc` cannot be read.
+    /// whole machine's, the started server's and the workers' own
+    /// (`cpu_s`, `cpu_share`, `server_cpu_s`, `workers_cpu_s`). None
+    /// where `/proc` cannot be read.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<super::cpu::CpuUse>,
 }

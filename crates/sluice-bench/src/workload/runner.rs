@@ -304,18 +304,20 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
     let mut starts: Vec<Vec<u64>> = apps.iter().map(|a| vec![0; a.procs as usize]).collect();
     let first_worker: Vec<usize> = apps.iter().scan(0, |n, a| Some(std::mem::replace(n, *n + a.procs as usize))).collect();
     let mut cpu = None;
+    let mut workers_cpu_ns = 0u64;
     for finished in 1..=n {
         match rx.recv() {
             Ok(Event::Done(w, at, r)) => {
                 done[owner[w]] = done[owner[w]].max((at - t0).as_secs_f64());
                 moved[owner[w]] += r.bytes;
                 starts[owner[w]][w - first_worker[owner[w]]] = r.start_ns.saturating_sub(t0_ns);
+                workers_cpu_ns += r.cpu_ns;
             }
             Ok(Event::Failed(w, msg)) => return Err(WorkloadError::usage(format!("worker {w} ({}) failed: {msg}", apps[owner[w]].name))),
             Ok(Event::Ready) | Err(_) => return Err(WorkloadError::usage("a worker vanished".into())),
         }
         if finished == n {
-            cpu = cpu0.zip(CpuSample::now()).map(|(a, b)| a.until(&b));
+            cpu = cpu0.zip(CpuSample::now()).map(|(a, b)| CpuUse { workers_cpu_s: Some(workers_cpu_ns as f64 / 1e9), ..a.until(&b) });
         }
         if cfg.progress && std::io::stderr().is_terminal() {
             eprint!("\r  {label:<12} [{:<30}] {finished}/{n} processes done", "#".repeat(finished * 30 / n));

@@ -47,6 +47,20 @@ pub struct WorkerResult {
     /// (`monotonic_ns`): when its first request left (through the service,
     /// as the client sent it; on a file, the clock read before the call).
     pub start_ns: u64,
+    /// CPU time the rank's process used from the common start to its
+    /// last access (`CLOCK_PROCESS_CPUTIME_ID`, ns): what the client side
+    /// of its requests cost, measured apart from the rest of the machine.
+    #[serde(default)]
+    pub cpu_ns: u64,
+}
+
+/// This process's CPU time (user and system, every thread) in nanoseconds.
+pub fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(r, 0, "CLOCK_PROCESS_CPUTIME_ID is always available on Linux");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: one clock for the runner and its
@@ -185,6 +199,7 @@ pub fn run_worker() -> Result<(), WorkloadError> {
     let mut buf = AlignedBuf::new(spec.app.granularity as usize);
     buf.slice(spec.app.granularity as usize).fill(0x5a ^ spec.rank as u8);
     ready_then_go()?;
+    let cpu0 = process_cpu_ns();
     let before = monotonic_ns();
     backend.mark_first();
     let mut result = WorkerResult { start_ns: before, ..WorkerResult::default() };
@@ -199,6 +214,7 @@ pub fn run_worker() -> Result<(), WorkloadError> {
         result.bytes += len;
         result.requests += 1;
     }
+    result.cpu_ns = process_cpu_ns().saturating_sub(cpu0);
     report(&result)
 }
 
@@ -241,6 +257,7 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
     let mut buf = AlignedBuf::new(len_max);
     buf.slice(len_max).fill(0x5a ^ spec.rank as u8);
     ready_then_go()?;
+    let cpu0 = process_cpu_ns();
     let before = monotonic_ns();
     if let ReplayFiles::Service(c, _) = &files {
         c.mark_next_send();
@@ -266,5 +283,6 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
         result.bytes += a.len;
         result.requests += 1;
     }
+    result.cpu_ns = process_cpu_ns().saturating_sub(cpu0);
     report(&result)
 }
