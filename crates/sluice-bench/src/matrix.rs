@@ -20,6 +20,17 @@
 //! single run judged rows by that noise. The larger pieces get larger
 //! files, so that no row lasts only a few hundredths of a second.
 //!
+//! Two further verdicts say how far a ratio over the target is the
+//! machine's noise. **Judged alike**: the same rule applied to each of
+//! fifo, fifo-merge and the default in turn, each against the better of
+//! the other two; a mode that behaves like another is over 1.05 by chance
+//! in about as many rows as the default (the better of two noisy medians
+//! is the luckier one). **Paired**: a run runs every mode back to back,
+//! so the default's makespan over the best baseline's *in the same run*
+//! cancels what drifts between runs (a disk that gets faster over
+//! minutes), and a one-sided sign test over the runs gives the chance of
+//! the default being slower in that many runs if it were no slower.
+//!
 //! ```no_run
 //! let cfg = sluice_bench::matrix::MatrixConfig::new(true, "/usr/bin/sluice".into(), "/var/tmp/m".into());
 //! let report = sluice_bench::matrix::run(&cfg).unwrap();
@@ -95,6 +106,17 @@ pub struct MatrixRow {
     /// Every run of the default was slower than every run of the best
     /// baseline: a loss the runs' own spread does not cover.
     pub slower_in_every_run: bool,
+    /// Run by run: the default's makespan over the best baseline's in
+    /// the same run, the median of those ratios, how many runs the
+    /// default was slower, and the one-sided sign test's p-value for that
+    /// many (the chance of at least that many if the default were no
+    /// slower). Absent for a single run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paired: Option<Paired>,
+    /// The target's rule applied to each of fifo, fifo-merge and the
+    /// default alike: its median makespan over the better of the other
+    /// two's (the noise floor of the verdict; module documentation).
+    pub judged_alike: BTreeMap<String, f64>,
     /// Direct POSIX's makespan over the default's (> 1: the default wins).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speedup_over_direct: Option<f64>,
@@ -102,6 +124,19 @@ pub struct MatrixRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub apps_slower_than_fifo: Option<usize>,
 }
+
+/// The default against the best baseline, run by run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Paired {
+    pub ratio_median: f64,
+    pub runs_slower: usize,
+    pub runs: usize,
+    pub p_slower: f64,
+}
+
+/// A row whose paired sign test gives at most this p-value is a loss
+/// that the runs' noise does not explain (marked `*`).
+pub const PAIRED_P_MAX: f64 = 0.05;
 
 /// The whole matrix.
 #[derive(Clone, Debug, Serialize)]
@@ -118,6 +153,12 @@ pub struct MatrixReport {
     pub rows_over_target: usize,
     /// Of those, the rows `slower_in_every_run`.
     pub rows_over_in_every_run: usize,
+    /// Rows over 1.05 for each of fifo, fifo-merge and the default when
+    /// each is judged alike (`rows[].judged_alike`).
+    pub rows_over_if_judged_alike: BTreeMap<String, usize>,
+    /// Rows where the paired sign test finds the default slower
+    /// (`p_slower` at most `PAIRED_P_MAX`).
+    pub rows_slower_paired: usize,
 }
 
 /// One workload row to run.
@@ -184,6 +225,8 @@ fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool,
     let fastest_default = runs(&cfg.default_policy).iter().copied().fold(f64::INFINITY, f64::min);
     let slowest_best = runs(&best_baseline).iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let slower_in_every_run = !runs(&cfg.default_policy).is_empty() && fastest_default > slowest_best;
+    let paired = paired(runs(&cfg.default_policy), runs(&best_baseline));
+    let judged_alike = judged_alike(&makespan_s, &cfg.default_policy);
     let device = match device {
         DeviceKind::Real => "real",
         DeviceKind::Hdd7200 => "hdd7200",
@@ -195,11 +238,52 @@ fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool,
         speedup_over_direct: makespan_s.get("direct").map(|d| d / default),
         default_over_best: default / best,
         slower_in_every_run,
+        paired,
+        judged_alike,
         best_baseline,
         makespan_s,
         runs_s,
         apps_slower_than_fifo: slower,
     }
+}
+
+/// The default's runs against the best baseline's, pair by pair (run
+/// `i` of each); `None` unless both have the same two or more runs.
+fn paired(default: &[f64], best: &[f64]) -> Option<Paired> {
+    if default.len() != best.len() || default.len() < 2 {
+        return None;
+    }
+    let ratios: Vec<f64> = default.iter().zip(best).map(|(d, b)| d / b).collect();
+    let runs_slower = ratios.iter().filter(|&&r| r > 1.0).count();
+    Some(Paired { ratio_median: median(&ratios), runs_slower, runs: ratios.len(), p_slower: sign_test_p(runs_slower, ratios.len()) })
+}
+
+/// The chance of at least `k` heads in `n` fair coin tosses: the
+/// one-sided sign test's p-value.
+fn sign_test_p(k: usize, n: usize) -> f64 {
+    let mut choose = 1.0f64;
+    let mut tail = 0.0f64;
+    for j in 0..=n {
+        if j >= k {
+            tail += choose;
+        }
+        choose = choose * (n - j) as f64 / (j + 1) as f64;
+    }
+    tail / 2f64.powi(n as i32)
+}
+
+/// Each of the baselines and the default judged by the target's rule
+/// against the better of the other two (`MatrixRow::judged_alike`).
+fn judged_alike(makespan_s: &BTreeMap<String, f64>, default: &str) -> BTreeMap<String, f64> {
+    let judged: Vec<&str> = BASELINES.iter().copied().chain([default]).collect();
+    judged
+        .iter()
+        .filter_map(|&m| {
+            let own = *makespan_s.get(m)?;
+            let best = judged.iter().filter(|&&o| o != m).filter_map(|o| makespan_s.get(*o)).copied().fold(f64::INFINITY, f64::min);
+            best.is_finite().then(|| (m.to_string(), own / best))
+        })
+        .collect()
 }
 
 /// Run `r` of a row runs the modes rotated by `r`, so that no mode always
@@ -302,14 +386,38 @@ pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
     let over = |r: &&MatrixRow| r.default_over_best.is_nan() || r.default_over_best > DEFAULT_RATIO_MAX;
     let rows_over_target = rows.iter().filter(over).count();
     let rows_over_in_every_run = rows.iter().filter(over).filter(|r| r.slower_in_every_run).count();
-    Ok(MatrixReport { quick: cfg.quick, write: cfg.write, write_leases: cfg.write_leases, default_policy: cfg.default_policy.clone(), runs: cfg.runs.max(1), rows, rows_over_target, rows_over_in_every_run })
+    let (rows_over_if_judged_alike, rows_slower_paired) = noise_verdicts(&rows);
+    Ok(MatrixReport {
+        quick: cfg.quick,
+        write: cfg.write,
+        write_leases: cfg.write_leases,
+        default_policy: cfg.default_policy.clone(),
+        runs: cfg.runs.max(1),
+        rows,
+        rows_over_target,
+        rows_over_in_every_run,
+        rows_over_if_judged_alike,
+        rows_slower_paired,
+    })
+}
+
+/// The report's counts of the judged-alike and paired verdicts.
+fn noise_verdicts(rows: &[MatrixRow]) -> (BTreeMap<String, usize>, usize) {
+    let mut alike: BTreeMap<String, usize> = BTreeMap::new();
+    for row in rows {
+        for (m, &ratio) in &row.judged_alike {
+            *alike.entry(m.clone()).or_default() += usize::from(ratio > DEFAULT_RATIO_MAX);
+        }
+    }
+    let paired = rows.iter().filter(|r| r.paired.is_some_and(|p| p.p_slower <= PAIRED_P_MAX)).count();
+    (alike, paired)
 }
 
 /// One line per row: each mode's makespan, then the verdicts.
 pub fn table(r: &MatrixReport) -> String {
     let d = &r.default_policy;
     let mut out = format!(
-        "{:<30} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>10} {:>10}\n",
+        "{:<30} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>10} {:>12} {:>10}\n",
         "workload",
         "device",
         "odirect",
@@ -318,12 +426,13 @@ pub fn table(r: &MatrixReport) -> String {
         "f-merge s",
         &format!("{d} s"),
         &format!("{d}/best"),
+        "paired",
         "vs direct"
     );
     let cell = |row: &MatrixRow, m: &str| row.makespan_s.get(m).map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
     for row in &r.rows {
         out += &format!(
-            "{:<30} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9.2}{:<2} {:>9}\n",
+            "{:<30} {:<8} {:>6} {:>9} {:>9} {:>10} {:>9} {:>9.2}{:<2} {:>12} {:>9}\n",
             row.workload,
             row.device,
             if row.direct_io { "yes" } else { "no" },
@@ -337,6 +446,7 @@ pub fn table(r: &MatrixReport) -> String {
                 (false, false) => "!",
                 (false, true) => "!!",
             },
+            paired_cell(row.paired),
             row.speedup_over_direct.map(|s| format!("{s:.2}x")).unwrap_or_else(|| "-".into()),
         );
         if let Some(n) = row.apps_slower_than_fifo {
@@ -346,7 +456,23 @@ pub fn table(r: &MatrixReport) -> String {
     out += &format!("makespans are medians of {} run(s) per row (the simulator's row: one, it is deterministic)\n", r.runs);
     out += &format!("rows where {d} is over {DEFAULT_RATIO_MAX}x the best of fifo and fifo-merge (marked !): {} of {}\n", r.rows_over_target, r.rows.len());
     out += &format!("of them, slower than that baseline in every run (marked !!): {}\n", r.rows_over_in_every_run);
+    let alike: Vec<String> = r.rows_over_if_judged_alike.iter().map(|(m, n)| format!("{m} {n}")).collect();
+    out += &format!("the same rule applied to each mode against the better of the other two, rows over {DEFAULT_RATIO_MAX}x: {}\n", alike.join(", "));
+    if r.runs > 1 {
+        out += &format!(
+            "paired: {d}'s makespan over that baseline's in the same run (median ratio, runs slower); rows slower by a sign test at p <= {PAIRED_P_MAX} (marked *): {}\n",
+            r.rows_slower_paired
+        );
+    }
     out
+}
+
+/// `1.07 6/9`, with `*` where the sign test finds the default slower.
+fn paired_cell(p: Option<Paired>) -> String {
+    match p {
+        None => "-".into(),
+        Some(p) => format!("{:.2} {}/{}{}", p.ratio_median, p.runs_slower, p.runs, if p.p_slower <= PAIRED_P_MAX { "*" } else { " " }),
+    }
 }
 
 #[cfg(test)]
@@ -365,7 +491,7 @@ mod tests {
         assert_eq!(row.best_baseline, "fifo-merge");
         assert!((row.default_over_best - 1.05).abs() < 1e-12, "at the target");
         assert!((row.speedup_over_direct.unwrap() - 1.0 / 2.1).abs() < 1e-12);
-        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows: vec![row] };
+        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows_over_if_judged_alike: BTreeMap::new(), rows_slower_paired: 0, rows: vec![row] };
         let t = table(&report);
         assert!(t.contains("1.05 ") && !t.contains("1.05!"), "1.05 is within the target: {t}");
     }
@@ -383,7 +509,7 @@ mod tests {
         let (spread, every) = (row([1.3, 1.15, 1.4]), row([1.3, 1.21, 1.4]));
         assert!(spread.default_over_best > DEFAULT_RATIO_MAX && !spread.slower_in_every_run);
         assert!(every.slower_in_every_run, "1.21 is past the baseline's slowest run, 1.2");
-        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows: vec![spread, every] };
+        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows_over_if_judged_alike: BTreeMap::new(), rows_slower_paired: 0, rows: vec![spread, every] };
         let t = table(&report);
         assert_eq!((t.matches("1.18! ").count(), t.matches("1.18!!").count()), (1, 1), "{t}");
         assert!(t.contains("(marked !!): 1"), "{t}");
@@ -433,6 +559,88 @@ mod tests {
         assert!((row.default_over_best - 1.25 / 1.2).abs() < 1e-12);
         assert_eq!(row.runs_s["fifo"], [1.0, 9.0, 1.2], "every run is kept, in order");
         assert!(median(&[]).is_nan());
+    }
+
+    fn row_of(runs: &[(&str, &[f64])]) -> MatrixRow {
+        let runs: BTreeMap<String, Vec<f64>> = runs.iter().map(|(k, v)| (k.to_string(), v.to_vec())).collect();
+        judge(&cfg(), "w".into(), DeviceKind::Real, true, runs, None)
+    }
+
+    #[test]
+    fn the_sign_test_counts_the_tail_of_fair_tosses() {
+        let check = |k, n, expected: f64| assert!((sign_test_p(k, n) - expected).abs() < 1e-12, "{k} of {n}: {} not {expected}", sign_test_p(k, n));
+        check(0, 9, 1.0);
+        check(9, 9, 1.0 / 512.0);
+        check(8, 9, 10.0 / 512.0);
+        check(7, 9, 46.0 / 512.0);
+        check(2, 3, 0.5);
+        check(3, 3, 0.125);
+        check(4, 3, 0.0);
+    }
+
+    /// A disk that gets faster over the runs puts the default over the
+    /// target by medians alone; run by run it is as often faster as
+    /// slower, and the sign test does not call it a loss.
+    #[test]
+    fn pairs_cancel_a_drift_that_medians_do_not() {
+        let row = row_of(&[
+            ("fifo", &[1.40, 1.30, 0.72, 0.70, 0.70, 0.60, 0.58]),
+            ("fifo-merge", &[1.50, 1.35, 1.00, 0.80, 0.75, 0.70, 0.65]),
+            ("aioli", &[1.35, 1.40, 1.10, 0.85, 0.68, 0.57, 0.60]),
+        ]);
+        assert_eq!(row.best_baseline, "fifo");
+        assert!(row.default_over_best > DEFAULT_RATIO_MAX, "medians: {}", row.default_over_best);
+        let p = row.paired.expect("seven runs each");
+        assert_eq!((p.runs_slower, p.runs), (4, 7));
+        assert!(p.p_slower > PAIRED_P_MAX, "{p:?}");
+        assert!((p.ratio_median - 0.60 / 0.58).abs() < 1e-12, "the middle of seven ratios: {p:?}");
+    }
+
+    /// A small loss in every run is found by the pairs though it stays
+    /// under the target, and the table marks it `*`.
+    #[test]
+    fn a_loss_in_every_pair_is_marked_whatever_its_size() {
+        let base = [0.9, 1.0, 1.1, 1.0, 0.95, 1.05, 1.2, 0.8, 1.0];
+        let slower: Vec<f64> = base.iter().map(|b| b * 1.02).collect();
+        let row = row_of(&[("fifo", &base), ("fifo-merge", &[2.0; 9]), ("aioli", &slower)]);
+        assert!(row.default_over_best <= DEFAULT_RATIO_MAX);
+        let p = row.paired.expect("nine runs each");
+        assert_eq!((p.runs_slower, p.runs), (9, 9));
+        assert!((p.ratio_median - 1.02).abs() < 1e-9 && p.p_slower <= PAIRED_P_MAX, "{p:?}");
+        let rows = vec![row];
+        let (alike, paired) = noise_verdicts(&rows);
+        assert_eq!(paired, 1);
+        let report = MatrixReport {
+            quick: true,
+            write: false,
+            write_leases: true,
+            default_policy: "aioli".into(),
+            runs: 9,
+            rows_over_target: 0,
+            rows_over_in_every_run: 0,
+            rows_over_if_judged_alike: alike,
+            rows_slower_paired: paired,
+            rows,
+        };
+        let t = table(&report);
+        assert!(t.contains("1.02 9/9*"), "{t}");
+        assert!(t.contains("(marked *): 1"), "{t}");
+        assert!(row_of(&[("fifo", &[1.0]), ("fifo-merge", &[1.0]), ("aioli", &[1.0])]).paired.is_none(), "one run has no pairs");
+        assert!(row_of(&[("fifo", &[1.0, 1.0]), ("fifo-merge", &[1.0]), ("aioli", &[1.0])]).paired.is_none(), "runs missing");
+    }
+
+    /// Every mode judged by the target's rule against the better of the
+    /// other two: two modes that behave alike are over it by their noise.
+    #[test]
+    fn each_mode_is_judged_alike_against_the_other_two() {
+        let row = row_of(&[("direct", &[0.5]), ("fifo", &[1.0]), ("fifo-merge", &[1.1]), ("aioli", &[1.2])]);
+        let expected: BTreeMap<String, f64> = [("aioli", 1.2 / 1.0), ("fifo", 1.0 / 1.1), ("fifo-merge", 1.1 / 1.0)].map(|(k, v)| (k.to_string(), v)).into();
+        assert_eq!(row.judged_alike.keys().collect::<Vec<_>>(), expected.keys().collect::<Vec<_>>(), "direct is not judged");
+        for (m, v) in &expected {
+            assert!((row.judged_alike[m] - v).abs() < 1e-12, "{m}: {}", row.judged_alike[m]);
+        }
+        let (alike, _) = noise_verdicts(&[row]);
+        assert_eq!(alike, [("aioli", 1), ("fifo", 0), ("fifo-merge", 1)].map(|(k, v)| (k.to_string(), v)).into());
     }
 
     #[test]
