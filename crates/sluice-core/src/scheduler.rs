@@ -35,6 +35,7 @@ use crate::config::{Limits, PolicyConfig};
 use crate::cost::DeviceCost;
 use crate::error::{Error, ErrorKind};
 use crate::hash::{FxHashMap, FxHashSet};
+use crate::idmap::IdMap;
 use crate::policy::{self, Pick, Policy};
 use crate::store::{Entry, FileQ, Gather, InFlight, Store};
 use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request, RequestId};
@@ -82,7 +83,9 @@ pub struct Scheduler {
     /// Dispatches in flight, in no order: at most `depth`, a few, so a
     /// scan finds one faster than a hash lookup.
     inflight: Vec<Dispatch>,
-    apps: FxHashMap<AppId, u32>,
+    /// Registered applications and their weights (indexed by id: one
+    /// lookup a request).
+    apps: IdMap<AppId, u32>,
     blocked_bytes: u64,
     /// Background requests not let in yet, arrival order, and their bytes.
     background: std::collections::VecDeque<Entry>,
@@ -131,7 +134,7 @@ impl Scheduler {
             limits,
             store: Store::default(),
             inflight: Vec::new(),
-            apps: FxHashMap::default(),
+            apps: IdMap::default(),
             blocked_bytes: 0,
             background: std::collections::VecDeque::new(),
             background_bytes: 0,
@@ -231,7 +234,7 @@ impl Scheduler {
             return Err(Error::new(ErrorKind::InvalidWeight, u64::from(self.limits.weight_max)));
         }
         self.register(app)?;
-        self.apps.insert(app, weight);
+        *self.apps.get_or_insert_with(app, || weight) = weight;
         self.policy.set_weight(app, weight.max(1));
         Ok(())
     }
@@ -243,8 +246,9 @@ impl Scheduler {
 
     /// Whether a request of `app` arriving now is held: the application
     /// is in the background class, or still has held requests.
-    fn holds(&self, app: AppId) -> bool {
-        self.is_background(app) || self.background_held.contains_key(&app)
+    /// `weight`: `app`'s, as registered (`None`: not registered).
+    fn holds(&self, app: AppId, weight: Option<u32>) -> bool {
+        weight == Some(0) || (!self.background_held.is_empty() && self.background_held.contains_key(&app))
     }
 
     /// Drop `app`'s registration (its last connection went away). Requests
@@ -259,7 +263,7 @@ impl Scheduler {
             if self.apps.len() >= self.limits.apps_max as usize {
                 return Err(Error::new(ErrorKind::TooManyApps, u64::from(self.limits.apps_max)));
             }
-            self.apps.insert(app, 1);
+            self.apps.get_or_insert_with(app, || 1);
         }
         Ok(())
     }
@@ -292,9 +296,12 @@ impl Scheduler {
 
     /// Admit a request that arrived at `now`. On error nothing changed.
     pub fn enqueue(&mut self, req: Request, now: Nanos) -> Result<(), Error> {
-        let held = self.holds(req.app);
+        let weight = self.apps.get(&req.app).copied();
+        let held = self.holds(req.app, weight);
         self.admit_check(&req, held)?;
-        self.register(req.app)?;
+        if weight.is_none() {
+            self.register(req.app)?;
+        }
         self.stats.inserted += 1;
         if held {
             self.background.push_back(Entry { req, arrival: now, seq: 0 });
