@@ -186,10 +186,14 @@ pub enum PolicyConfig {
     Drr { quantum_bytes: u64 },
     /// The seed's algorithm.
     Aioli(AioliParams),
+    /// aioli (with these parameters) or fifo-merge, whichever a replay of
+    /// the recent requests on the device's cost model serves sooner
+    /// (`policy/auto.rs`).
+    Auto(AioliParams),
 }
 
 /// Every policy name `PolicyConfig::from_name` accepts.
-pub const POLICY_NAMES: [&str; 7] = ["fifo", "fifo-merge", "elevator", "sjf", "window", "drr", "aioli"];
+pub const POLICY_NAMES: [&str; 8] = ["fifo", "fifo-merge", "elevator", "sjf", "window", "drr", "aioli", "auto"];
 
 impl PolicyConfig {
     /// The policy's default configuration, by name.
@@ -202,6 +206,7 @@ impl PolicyConfig {
             "window" => PolicyConfig::Window { window_ns: 2_000_000 },
             "drr" => PolicyConfig::Drr { quantum_bytes: 256 << 10 },
             "aioli" => PolicyConfig::Aioli(AioliParams::default()),
+            "auto" => PolicyConfig::Auto(AioliParams::default()),
             _ => return None,
         })
     }
@@ -216,6 +221,7 @@ impl PolicyConfig {
             PolicyConfig::Window { .. } => "window",
             PolicyConfig::Drr { .. } => "drr",
             PolicyConfig::Aioli(_) => "aioli",
+            PolicyConfig::Auto(_) => "auto",
         }
     }
 
@@ -224,6 +230,10 @@ impl PolicyConfig {
         match self {
             PolicyConfig::Window { window_ns } => PolicyConfig::Window { window_ns: window_ns.clamp(1_000, 10_000_000_000) },
             PolicyConfig::Drr { quantum_bytes } => PolicyConfig::Drr { quantum_bytes: quantum_bytes.clamp(512, 1 << 30) },
+            PolicyConfig::Auto(p) => match PolicyConfig::Aioli(p).clamped() {
+                PolicyConfig::Aioli(p) => PolicyConfig::Auto(p),
+                _ => unreachable!("aioli clamps to aioli"),
+            },
             PolicyConfig::Aioli(mut p) => {
                 p.quantum_bytes_min = p.quantum_bytes_min.clamp(512, 1 << 30);
                 p.quantum_bytes_max = p.quantum_bytes_max.clamp(p.quantum_bytes_min, 1 << 32);

@@ -72,6 +72,8 @@ pub struct Stats {
     pub background: u64,
     /// Background requests let in, in all.
     pub background_admitted: u64,
+    /// Times `auto` changed the policy that chooses.
+    pub policy_switches: u64,
 }
 
 /// The scheduling state machine. See the crate documentation.
@@ -158,6 +160,12 @@ impl Scheduler {
         self.config.name()
     }
 
+    /// The policy choosing now: `policy_name`, or for `auto` the
+    /// candidate it chose last.
+    pub fn active_policy_name(&self) -> &'static str {
+        self.policy.active_name().unwrap_or(self.config.name())
+    }
+
     pub fn config(&self) -> &PolicyConfig {
         &self.config
     }
@@ -199,7 +207,7 @@ impl Scheduler {
     }
 
     pub fn stats(&self) -> Stats {
-        Stats { windows: self.policy.windows_opened(), ..self.stats }
+        Stats { windows: self.policy.windows_opened(), policy_switches: self.policy.switches(), ..self.stats }
     }
 
     /// Requests queued or blocked now (`stats().queued + stats().blocked`,

@@ -224,6 +224,7 @@ impl Dispatcher {
         self.pending.values().for_each(|p| *waiting.entry(p.req.app).or_default() += 1);
         View {
             policy: self.sched.policy_name(),
+            active_policy: self.sched.active_policy_name(),
             stats: self.sched.stats(),
             depth: self.sched.depth(),
             model: (self.learner.observed() > 0).then(|| self.learner.model()),

@@ -137,6 +137,8 @@ pub struct DeviceCounters {
 #[derive(Clone, Debug, Default)]
 pub struct View {
     pub policy: &'static str,
+    /// The policy choosing now: `policy`, or the candidate `auto` chose.
+    pub active_policy: &'static str,
     pub stats: sluice_core::Stats,
     /// Dispatches the scheduler keeps in flight now.
     pub depth: u32,
@@ -309,6 +311,8 @@ fn server(e: &mut Expo, shared: &Shared) {
 fn scheduler(e: &mut Expo, v: &View) {
     e.family("sluice_scheduler_policy", "gauge", "The policy deciding (label), always 1");
     e.sample("sluice_scheduler_policy", &[("policy", v.policy)], 1.0);
+    e.family("sluice_scheduler_active_policy", "gauge", "The policy choosing now (label): the policy, or the candidate auto chose; always 1");
+    e.sample("sluice_scheduler_active_policy", &[("policy", v.active_policy)], 1.0);
     let s = &v.stats;
     let gauges: [(&str, &str, u64); 6] = [
         ("sluice_scheduler_queued_requests", "Requests the policy may choose from now", s.queued),
@@ -322,7 +326,7 @@ fn scheduler(e: &mut Expo, v: &View) {
         e.family(name, "gauge", help);
         e.sample(name, &[], n as f64);
     }
-    let counters: [(&str, &str, u64); 7] = [
+    let counters: [(&str, &str, u64); 8] = [
         ("sluice_scheduler_requests_total", "Requests admitted into the scheduler", s.inserted),
         ("sluice_scheduler_blocked_total", "Requests that had to wait behind an overlapping write", s.blocked_total),
         ("sluice_scheduler_dispatches_total", "Dispatches handed to the device", s.dispatches),
@@ -330,6 +334,7 @@ fn scheduler(e: &mut Expo, v: &View) {
         ("sluice_scheduler_holds_total", "Times the policy kept the device idle for an aggregate to grow or a reader to return", s.holds),
         ("sluice_scheduler_windows_total", "Windows opened for synchronous readers (aioli)", s.windows),
         ("sluice_scheduler_background_admitted_total", "Background-class requests let in to the policy", s.background_admitted),
+        ("sluice_scheduler_policy_switches_total", "Times auto changed the policy that chooses", s.policy_switches),
     ];
     for (name, help, n) in counters {
         e.family(name, "counter", help);

@@ -106,6 +106,8 @@ fn a_scrape_counts_exactly_what_the_clients_did() {
     assert!(v("sluice_device_bytes_total", &[("op", "write")]) >= written as f64);
     assert_eq!(v("sluice_device_dispatches_total", &[]), v("sluice_scheduler_dispatches_total", &[]));
     assert!(value(&after, "sluice_scheduler_policy", &[("policy", "aioli")]).is_some());
+    assert_eq!(value(&after, "sluice_scheduler_active_policy", &[("policy", "aioli")]), Some(1.0), "aioli chooses under aioli");
+    assert_eq!(v("sluice_scheduler_policy_switches_total", &[]), 0.0, "one policy decides for the server's lifetime");
     assert!(value(&after, "sluice_device_model_parallelism", &[]).is_some(), "the learned model is exposed");
 }
 

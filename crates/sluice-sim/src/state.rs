@@ -402,6 +402,7 @@ impl ServerState {
     pub fn new(sc: &Scenario, mode: &Mode) -> Result<ServerState, Error> {
         let policy = match PolicyConfig::from_name(&mode.policy) {
             Some(PolicyConfig::Aioli(_)) => PolicyConfig::Aioli(sc.aioli.params_for(&sc.server.device)),
+            Some(PolicyConfig::Auto(_)) => PolicyConfig::Auto(sc.aioli.params_for(&sc.server.device)),
             Some(p) => p,
             None => return Err(Error::new(ErrorKind::UnknownMode, mode.policy.clone())),
         };

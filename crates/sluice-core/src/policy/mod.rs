@@ -4,6 +4,7 @@
 //! for all.
 
 mod aioli;
+pub(crate) mod auto;
 mod drr;
 mod elevator;
 mod fifo;
@@ -66,6 +67,14 @@ pub(crate) trait Policy {
     fn quantum(&self, _app: AppId) -> Option<u64> {
         None
     }
+    /// Times the policy changed which of its candidates chooses (`auto`).
+    fn switches(&self) -> u64 {
+        0
+    }
+    /// The candidate choosing now, for a policy that has several (`auto`).
+    fn active_name(&self) -> Option<&'static str> {
+        None
+    }
     /// Panic if the policy's own indices disagree with the store.
     fn check(&self, _store: &Store) {}
 }
@@ -79,5 +88,6 @@ pub(crate) fn build(config: &PolicyConfig, limits: &Limits) -> Box<dyn Policy + 
         PolicyConfig::Window { window_ns } => Box::new(window::Window::new(*window_ns)),
         PolicyConfig::Drr { quantum_bytes } => Box::new(drr::Drr::new(*quantum_bytes)),
         PolicyConfig::Aioli(p) => Box::new(aioli::Aioli::new(p.clone(), limits)),
+        PolicyConfig::Auto(p) => Box::new(auto::Auto::new(p.clone(), limits)),
     }
 }
