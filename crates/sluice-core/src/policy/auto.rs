@@ -40,6 +40,11 @@
 //! is replayed and aioli stays. Like everything in the core it reads no
 //! clock: the same requests at the same times make the same switches.
 //!
+//! Memory: the window grows with the requests seen, to at most
+//! `AUTO_WINDOW_REQUESTS_MAX` records of 64 bytes and their index, about
+//! 84 KiB per scheduler: in a simulated cluster of 10,000 servers, up to
+//! about 820 MiB.
+//!
 //! Cost: both candidates' bookkeeping a request, one hash insert and one
 //! removal (the window's index by request id), and two replays of at most
 //! `AUTO_WINDOW_REQUESTS_MAX` requests each every
@@ -125,7 +130,7 @@ impl Auto {
             aioli_params: p,
             limits: limits.clone(),
             active: 0,
-            window: VecDeque::with_capacity(AUTO_WINDOW_REQUESTS_MAX),
+            window: VecDeque::new(),
             first_seq: 0,
             by_id: FxHashMap::default(),
             weights: FxHashMap::default(),
