@@ -243,6 +243,9 @@ pub struct Open {
     /// `fork` (in the parent and the child) or inherited across `exec`.
     /// Its position is then held across processes as well.
     shared: AtomicBool,
+    /// The placeholder's offset moves atomically (an `O_TMPFILE` one, not
+    /// a memfd: placeholder.rs), so a write takes its range without a lock.
+    atomic_pos: bool,
 }
 
 /// The position of an open file held (`Open::position_lock`); with the
@@ -291,9 +294,15 @@ fn unpack(v: u64) -> Option<(u32, Fd)> {
 }
 
 impl Open {
-    pub fn new(path: String, flags: c_int, handle: Option<Fd>, ino: u64) -> Open {
+    pub fn new(path: String, flags: c_int, handle: Option<Fd>, ino: u64, atomic_pos: bool) -> Open {
         let h = handle.map_or(0, |fd| pack(generation(), fd));
-        Open { path, flags: AtomicI32::new(kept_flags(flags)), handle: AtomicU64::new(h), pos_owner: AtomicI32::new(0), ino, shared: AtomicBool::new(false) }
+        Open { path, flags: AtomicI32::new(kept_flags(flags)), handle: AtomicU64::new(h), pos_owner: AtomicI32::new(0), ino, shared: AtomicBool::new(false), atomic_pos }
+    }
+
+    /// What a relative move of the position needs: nothing where the
+    /// placeholder's offset moves atomically, else the position lock.
+    pub fn range_lock(&self, fd: c_int) -> Option<PositionGuard<'_>> {
+        (!self.atomic_pos).then(|| self.position_lock(fd))
     }
 
     /// Another process may hold this open file (`Open::shared`).
@@ -304,7 +313,8 @@ impl Open {
     /// Hold this file's position for one read that reads it, moves data
     /// and sets it, as the kernel's `f_pos` lock does for a file that
     /// threads share, so two never read the same bytes (writes take their
-    /// range with one `lseek` instead, `io::svc_write`). Between threads,
+    /// range with one `lseek` instead, under this lock only on a memfd
+    /// placeholder: `io::svc_write`, `range_lock`). Between threads,
     /// `pos_owner` (a lock a thread held when its process forked is taken
     /// over by the child, where that thread does not exist); between
     /// processes that share the file (`shared`), a record lock on the
