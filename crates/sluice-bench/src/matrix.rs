@@ -491,7 +491,18 @@ mod tests {
         assert_eq!(row.best_baseline, "fifo-merge");
         assert!((row.default_over_best - 1.05).abs() < 1e-12, "at the target");
         assert!((row.speedup_over_direct.unwrap() - 1.0 / 2.1).abs() < 1e-12);
-        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 1, rows_over_target: 0, rows_over_in_every_run: 0, rows_over_if_judged_alike: BTreeMap::new(), rows_slower_paired: 0, rows: vec![row] };
+        let report = MatrixReport {
+            quick: true,
+            write: false,
+            write_leases: false,
+            default_policy: "aioli".into(),
+            runs: 1,
+            rows_over_target: 0,
+            rows_over_in_every_run: 0,
+            rows_over_if_judged_alike: BTreeMap::new(),
+            rows_slower_paired: 0,
+            rows: vec![row],
+        };
         let t = table(&report);
         assert!(t.contains("1.05 ") && !t.contains("1.05!"), "1.05 is within the target: {t}");
     }
@@ -501,7 +512,8 @@ mod tests {
     #[test]
     fn a_loss_beyond_the_runs_spread_is_marked_apart() {
         let row = |aioli: [f64; 3]| {
-            let runs: BTreeMap<String, Vec<f64>> = [("fifo", vec![3.0, 3.0, 3.0]), ("fifo-merge", vec![1.0, 1.2, 1.1]), ("aioli", aioli.to_vec())].map(|(k, v)| (k.to_string(), v)).into();
+            let runs: BTreeMap<String, Vec<f64>> =
+                [("fifo", vec![3.0, 3.0, 3.0]), ("fifo-merge", vec![1.0, 1.2, 1.1]), ("aioli", aioli.to_vec())].map(|(k, v)| (k.to_string(), v)).into();
             judge(&cfg(), "w".into(), DeviceKind::Real, true, runs, None)
         };
         // Median 1.3 against 1.1, but one run at 1.15 is within the
@@ -509,7 +521,18 @@ mod tests {
         let (spread, every) = (row([1.3, 1.15, 1.4]), row([1.3, 1.21, 1.4]));
         assert!(spread.default_over_best > DEFAULT_RATIO_MAX && !spread.slower_in_every_run);
         assert!(every.slower_in_every_run, "1.21 is past the baseline's slowest run, 1.2");
-        let report = MatrixReport { quick: true, write: false, write_leases: false, default_policy: "aioli".into(), runs: 3, rows_over_target: 2, rows_over_in_every_run: 1, rows_over_if_judged_alike: BTreeMap::new(), rows_slower_paired: 0, rows: vec![spread, every] };
+        let report = MatrixReport {
+            quick: true,
+            write: false,
+            write_leases: false,
+            default_policy: "aioli".into(),
+            runs: 3,
+            rows_over_target: 2,
+            rows_over_in_every_run: 1,
+            rows_over_if_judged_alike: BTreeMap::new(),
+            rows_slower_paired: 0,
+            rows: vec![spread, every],
+        };
         let t = table(&report);
         assert_eq!((t.matches("1.18! ").count(), t.matches("1.18!!").count()), (1, 1), "{t}");
         assert!(t.contains("(marked !!): 1"), "{t}");

@@ -167,6 +167,25 @@ impl Default for AioliParams {
     }
 }
 
+impl AioliParams {
+    /// The same parameters forced into sane ranges.
+    pub fn clamped(mut self) -> AioliParams {
+        self.quantum_bytes_min = self.quantum_bytes_min.clamp(512, 1 << 30);
+        self.quantum_bytes_max = self.quantum_bytes_max.clamp(self.quantum_bytes_min, 1 << 32);
+        self.turn_ns_max = self.turn_ns_max.clamp(1_000, 60_000_000_000);
+        self.file_target_bytes_min = self.file_target_bytes_min.clamp(1, 1 << 30);
+        self.file_target_bytes_max = self.file_target_bytes_max.clamp(self.file_target_bytes_min, 1 << 32);
+        self.hold_ns_max = self.hold_ns_max.min(1_000_000_000);
+        self.hold_ns_min = self.hold_ns_min.min(self.hold_ns_max);
+        self.sync_window_ns_max = self.sync_window_ns_max.min(1_000_000_000);
+        self.sync_window_ns_min = self.sync_window_ns_min.min(self.sync_window_ns_max);
+        self.sync_hits_min = self.sync_hits_min.clamp(1, 64);
+        self.streams_max = self.streams_max.clamp(1, 1 << 24);
+        self.file_histories_max = self.file_histories_max.clamp(1, 1 << 24);
+        self
+    }
+}
+
 /// Which policy, with its parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyConfig {
@@ -230,25 +249,8 @@ impl PolicyConfig {
         match self {
             PolicyConfig::Window { window_ns } => PolicyConfig::Window { window_ns: window_ns.clamp(1_000, 10_000_000_000) },
             PolicyConfig::Drr { quantum_bytes } => PolicyConfig::Drr { quantum_bytes: quantum_bytes.clamp(512, 1 << 30) },
-            PolicyConfig::Auto(p) => match PolicyConfig::Aioli(p).clamped() {
-                PolicyConfig::Aioli(p) => PolicyConfig::Auto(p),
-                _ => unreachable!("aioli clamps to aioli"),
-            },
-            PolicyConfig::Aioli(mut p) => {
-                p.quantum_bytes_min = p.quantum_bytes_min.clamp(512, 1 << 30);
-                p.quantum_bytes_max = p.quantum_bytes_max.clamp(p.quantum_bytes_min, 1 << 32);
-                p.turn_ns_max = p.turn_ns_max.clamp(1_000, 60_000_000_000);
-                p.file_target_bytes_min = p.file_target_bytes_min.clamp(1, 1 << 30);
-                p.file_target_bytes_max = p.file_target_bytes_max.clamp(p.file_target_bytes_min, 1 << 32);
-                p.hold_ns_max = p.hold_ns_max.min(1_000_000_000);
-                p.hold_ns_min = p.hold_ns_min.min(p.hold_ns_max);
-                p.sync_window_ns_max = p.sync_window_ns_max.min(1_000_000_000);
-                p.sync_window_ns_min = p.sync_window_ns_min.min(p.sync_window_ns_max);
-                p.sync_hits_min = p.sync_hits_min.clamp(1, 64);
-                p.streams_max = p.streams_max.clamp(1, 1 << 24);
-                p.file_histories_max = p.file_histories_max.clamp(1, 1 << 24);
-                PolicyConfig::Aioli(p)
-            }
+            PolicyConfig::Auto(p) => PolicyConfig::Auto(p.clamped()),
+            PolicyConfig::Aioli(p) => PolicyConfig::Aioli(p.clamped()),
             other => other,
         }
     }

@@ -160,7 +160,7 @@ pub fn svc_write(fd: c_int, open: &Open, data: &[u8]) -> Result<usize, Errno> {
     if done < len {
         // A short or failed write gives back what it did not write, unless
         // another writer moved the offset since (then its range follows).
-        let _held = open.position_lock(fd);
+        let _held = open.range_lock(fd);
         if placeholder::position(fd) == Ok(end) {
             let _ = placeholder::seek(fd, (at + done) as i64, libc::SEEK_SET);
         }
@@ -177,13 +177,12 @@ pub fn svc_lseek(fd: c_int, open: &Open, off: i64, whence: c_int) -> Result<u64,
     let beyond = |at: i64| at < 0 || at as u64 >= u64::MAX / 2;
     match whence {
         libc::SEEK_SET => placeholder::seek(fd, off, whence),
-        // A relative move of a memfd placeholder's offset is not atomic:
-        // under the lock writes take there (`svc_write`).
-        libc::SEEK_CUR if off != 0 => {
-            let _held = open.range_lock(fd);
+        libc::SEEK_CUR => {
+            // A relative move of a memfd placeholder's offset is not
+            // atomic: under the lock writes take there (`svc_write`).
+            let _held = if off == 0 { None } else { open.range_lock(fd) };
             placeholder::seek(fd, off, whence)
         }
-        libc::SEEK_CUR => placeholder::seek(fd, off, whence),
         libc::SEEK_END => {
             let at = (svc_size(open)? as i64).checked_add(off).filter(|a| !beyond(*a)).ok_or(Errno(libc::EINVAL))?;
             placeholder::seek(fd, at, libc::SEEK_SET)

@@ -237,7 +237,8 @@ fn window_streams(window: &VecDeque<Rec>) -> Vec<Stream> {
             let start = recs[0].arrival - t0;
             // The first `depth` requests leave after the stream's start; each
             // later one after the completion that freed its place.
-            let thinks = recs.iter().enumerate().map(|(i, r)| if i < depth { r.arrival.saturating_sub(recs[0].arrival) } else { r.arrival.saturating_sub(recs[i - depth].done) }).collect();
+            let thinks =
+                recs.iter().enumerate().map(|(i, r)| if i < depth { r.arrival.saturating_sub(recs[0].arrival) } else { r.arrival.saturating_sub(recs[i - depth].done) }).collect();
             let requests = recs
                 .iter()
                 .map(|r| {
