@@ -65,6 +65,7 @@ impl<K: Id, V> IdMap<K, V> {
         (k.index() < DENSE_IDS).then_some(k.index() as usize)
     }
 
+    #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
         match Self::dense_index(*k) {
             Some(i) => self.dense.get(i).and_then(Option::as_ref),
@@ -72,6 +73,7 @@ impl<K: Id, V> IdMap<K, V> {
         }
     }
 
+    #[inline]
     pub fn get_mut(&mut self, k: &K) -> Option<&mut V> {
         match Self::dense_index(*k) {
             Some(i) => self.dense.get_mut(i).and_then(Option::as_mut),
@@ -84,8 +86,12 @@ impl<K: Id, V> IdMap<K, V> {
     }
 
     /// `k`'s record, made by `new` if it had none.
+    #[inline]
     pub fn get_or_insert_with(&mut self, k: K, new: impl FnOnce() -> V) -> &mut V {
         match Self::dense_index(k) {
+            // The common case, a record already there: one bounds check
+            // and one test, no resize path.
+            Some(i) if self.dense.get(i).is_some_and(Option::is_some) => self.dense[i].as_mut().expect("tested just above"),
             Some(i) => {
                 if i >= self.dense.len() {
                     self.dense.resize_with(i + 1, || None);

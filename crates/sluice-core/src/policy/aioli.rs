@@ -326,6 +326,7 @@ impl Aioli {
         }
     }
 
+    #[inline]
     fn app(&mut self, id: AppId) -> &mut App {
         let q = self.p.quantum_bytes_min;
         self.apps.get_or_insert_with(id, || App { weight: 1, quantum: q, since: 0, fifo: LazyFifo::default(), live: 0, forgotten: false, head: None, at: 0 })
@@ -377,6 +378,7 @@ impl Aioli {
         }
     }
 
+    #[inline]
     fn stream(&mut self, app: AppId, client: ClientId) -> &mut Stream {
         self.tick += 1;
         let key = stream_key(app, client);
@@ -389,6 +391,7 @@ impl Aioli {
         s
     }
 
+    #[inline]
     fn file(&mut self, id: FileId) -> &mut FileHist {
         self.tick += 1;
         if self.files.len() >= self.p.file_histories_max as usize && !self.files.contains_key(&id) {
