@@ -84,6 +84,17 @@ pub struct Hdd {
     head: Option<(u64, u64)>,
 }
 
+/// Nanoseconds to move `len` bytes at `bytes_per_s` (rounded down): in
+/// 64 bits where the product fits (under 18 GB), else in 128. The
+/// simulator asks this at every dispatch, and a 128-bit division is a
+/// library call.
+fn transfer_ns(len: u64, bytes_per_s: u64) -> u64 {
+    match len.checked_mul(1_000_000_000) {
+        Some(p) => p / bytes_per_s,
+        None => (u128::from(len) * 1_000_000_000 / u128::from(bytes_per_s)) as u64,
+    }
+}
+
 impl Hdd {
     /// A 7200 rpm disk with the figures above.
     pub fn hdd7200() -> Hdd {
@@ -91,7 +102,7 @@ impl Hdd {
     }
 
     fn transfer_ns(&self, len: u64) -> u64 {
-        (u128::from(len) * 1_000_000_000 / u128::from(self.bytes_per_s.max(1))) as u64
+        transfer_ns(len, self.bytes_per_s.max(1))
     }
 }
 
@@ -164,7 +175,7 @@ impl DeviceModel for Ssd {
     fn service_ns(&mut self, a: Access) -> u64 {
         let seek = if self.seek_kind(a) == SeekKind::None { 0 } else { self.seek_ns };
         self.head = Some((a.file, a.offset + a.len));
-        self.access_ns + seek + (u128::from(a.len) * 1_000_000_000 / u128::from(self.bytes_per_s)) as u64
+        self.access_ns + seek + transfer_ns(a.len, self.bytes_per_s)
     }
 }
 
@@ -189,6 +200,17 @@ mod tests {
         check(&mut d, Access { file: 2, offset: 0, len: 4096 }, SeekKind::Far, 9_000_000 + 4_170_000 + 40_960);
         // Backwards on the same file, farther than 1 MiB: far.
         check(&mut d, Access { file: 2, offset: 10 << 20, len: 4096 }, SeekKind::Far, 9_000_000 + 4_170_000 + 40_960);
+    }
+
+    #[test]
+    fn transfer_time_is_the_same_on_both_sides_of_the_64_bit_path() {
+        let wide = |len: u64, bps: u64| (u128::from(len) * 1_000_000_000 / u128::from(bps)) as u64;
+        let last = u64::MAX / 1_000_000_000;
+        for len in [0, 1, 4096, 1 << 30, last - 1, last, last + 1, u64::MAX / 2, u64::MAX] {
+            for bps in [1, 3, 100_000_000, 2_700_000_000, u64::MAX] {
+                assert_eq!(transfer_ns(len, bps), wide(len, bps), "{len} bytes at {bps} B/s");
+            }
+        }
     }
 
     #[test]
