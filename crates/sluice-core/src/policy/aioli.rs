@@ -952,6 +952,42 @@ mod tests {
         d.members[0].app
     }
 
+    /// Turns go to the application whose one request arrived first,
+    /// among 40 that arrived out of id order; to a later one that waited
+    /// less but weighs 8; and in arrival order again once it weighs 1.
+    #[test]
+    fn turns_follow_the_longest_wait_through_weight_changes() {
+        let p = AioliParams { sync_window_ns_max: 0, ..AioliParams::default() };
+        let mut s = Scheduler::new(PolicyConfig::Aioli(p), Limits { dispatches_inflight_max: 1, ..Limits::default() });
+        // Application a sends one request at (a * 17) % 40 ns: out of id
+        // order, and its turn ends with it.
+        let at = |a: u32| u64::from(a * 17 % 40);
+        let mut order: Vec<u32> = (0..40).collect();
+        order.sort_by_key(|&a| at(a));
+        for &a in &order {
+            s.enqueue(read(u64::from(a), a, 0), at(a)).unwrap();
+        }
+        s.check_invariants();
+        let mut now = 1_000;
+        for &a in &order[..10] {
+            assert_eq!(turn(&mut s, now), AppId(a));
+            now += 1;
+        }
+        // The latest to arrive, weighing 8, has waited 8 times its time:
+        // it goes next, ahead of earlier ones.
+        let last = *order.last().unwrap();
+        s.set_app_weight(AppId(last), 8).unwrap();
+        s.check_invariants();
+        assert_eq!(turn(&mut s, now), AppId(last));
+        now += 1;
+        s.set_app_weight(AppId(last), 1).unwrap();
+        s.check_invariants();
+        for &a in &order[10..39] {
+            assert_eq!(turn(&mut s, now), AppId(a));
+            now += 1;
+        }
+    }
+
     #[test]
     fn quanta_grow_per_turn_waited_and_follow_a_weight_change() {
         let p = AioliParams { sync_window_ns_max: 0, ..AioliParams::default() };
