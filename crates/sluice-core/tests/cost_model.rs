@@ -418,3 +418,49 @@ fn turns_on_a_seeking_disk_are_worth_their_seek() {
     assert!(without[..3].iter().all(|&(_, b)| b < floor && b >= min), "first turns at the minimum quantum without a model: {without:?}");
     assert!(with.len() < without.len(), "fewer turns (seeks) with the model: {} against {}", with.len(), without.len());
 }
+
+/// Two synchronous readers on two files of a seeking disk, each sending
+/// its next 32 KiB read 30 us after the last one completed, under a model
+/// that refuses every window (flash: no seek), then under one that favours
+/// them (a 13 ms seek): no window while the first holds, and windows again
+/// once the model changes, the readers' evidence gathered anew.
+#[test]
+fn windows_follow_the_model_that_refused_them() {
+    let mut s = Scheduler::new(PolicyConfig::from_name("aioli").unwrap(), Limits { dispatches_inflight_max: 1, ..Limits::default() });
+    s.set_device_cost(Some(DeviceCost::new(10_000, 500, 0, 8)));
+    let mut disk = common::hdd();
+    // Each reader's next request: its offset, and when it is sent.
+    let mut next = [(0u64, 0u64), (0, 1_000)];
+    let (mut now, mut id) = (0u64, 0u64);
+    let mut phase = |s: &mut Scheduler, requests: u64| {
+        for _ in 0..requests {
+            for (r, (offset, at)) in next.iter_mut().enumerate() {
+                if *at != u64::MAX && *at <= now {
+                    id += 1;
+                    let req = Request { id: RequestId(id), app: AppId(r as u32 + 1), client: ClientId(0), file: FileId(r as u64 + 1), op: Op::Read, offset: *offset, len: 32 * 1024 };
+                    s.enqueue(req, now).unwrap();
+                    *offset += 32 * 1024;
+                    *at = u64::MAX;
+                }
+            }
+            match s.next(now) {
+                Decision::Dispatch(d) => {
+                    now += disk(&d);
+                    s.complete(d.id, now).unwrap();
+                    for m in &d.members {
+                        next[m.app.0 as usize - 1].1 = now + 30_000;
+                    }
+                    s.recycle(d);
+                }
+                Decision::WaitUntil(t) => now = t.max(now + 1),
+                Decision::Idle => now = next.iter().map(|&(_, at)| at).min().unwrap(),
+            }
+            s.check_invariants();
+        }
+    };
+    phase(&mut s, 200);
+    assert_eq!(s.stats().windows, 0, "the flash model refuses every window");
+    s.set_device_cost(Some(DeviceCost::new(50_000, 10_000, 13_000_000, 1)));
+    phase(&mut s, 200);
+    assert!(s.stats().windows > 10, "windows once the model favours them: {:?}", s.stats());
+}

@@ -808,9 +808,14 @@ impl Policy for Aioli {
         // another file costs less than the idle time), which ends the
         // search. Every member's stream learns its completion time (the
         // evidence windows need).
-        if self.p.sync_window_ns_max == 0 {
-            // Windows are off (flash): the streams' and files' evidence
-            // serves windows only, so nothing here is worth a lookup.
+        // Windows are off (flash), or the cost model refuses even the
+        // shortest (`window_pays` falls as the window grows, so it would
+        // refuse every one: a device whose seek is cheaper than idling its
+        // slots): the streams' and files' evidence serves windows only, so
+        // nothing here is worth a lookup. Should the learned model come to
+        // favour windows, the evidence starts again from the next
+        // completion.
+        if self.p.sync_window_ns_max == 0 || self.cost.is_some_and(|c| !c.window_pays(self.p.sync_window_ns_min)) {
             return;
         }
         let turn = self.turn.filter(|t| self.window.is_none() && now.saturating_sub(t.started) < self.p.turn_ns_max);
