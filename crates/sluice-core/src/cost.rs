@@ -54,7 +54,7 @@
 //! Bounds: one bucket per depth up to `DEPTH_MAX`, two edges per length
 //! class (`EDGE_CLASSES`); the fit is a fixed 2x2 system. Arithmetic is `f64`, deterministic for a given input.
 
-use crate::types::Nanos;
+use crate::types::{Dispatch, FileId, Nanos};
 
 /// Deepest in-flight level the learner keeps a bucket for.
 pub const DEPTH_MAX: u32 = 64;
@@ -92,6 +92,18 @@ impl DeviceCost {
     pub fn service_ns(&self, len: u64, seek: bool) -> u64 {
         let transfer = (u128::from(len) * u128::from(self.byte_ps) / 1_000) as u64;
         self.dispatch_ns + transfer + if seek { self.seek_ns } else { 0 }
+    }
+
+    /// A device that serves dispatches as this model predicts, for
+    /// [`crate::replay`]: a seek before each dispatch that does not start
+    /// where the one before ended (none before the first).
+    pub fn serving(self) -> impl FnMut(&Dispatch) -> Nanos {
+        let mut last: Option<(FileId, u64)> = None;
+        move |d: &Dispatch| {
+            let seek = last.is_some_and(|l| l != (d.file, d.offset));
+            last = Some((d.file, d.end()));
+            self.service_ns(d.len, seek)
+        }
     }
 
     /// Shortest turn worth moving the device to another application: the

@@ -86,9 +86,9 @@ pub struct Hdd {
 
 /// Nanoseconds to move `len` bytes at `bytes_per_s` (rounded down): in
 /// 64 bits where the product fits (under 18 GB), else in 128. The
-/// simulator asks this at every dispatch, and a 128-bit division is a
-/// library call.
-fn transfer_ns(len: u64, bytes_per_s: u64) -> u64 {
+/// simulator asks this at every dispatch and at every network hop, and a
+/// 128-bit division is a library call.
+pub fn transfer_ns(len: u64, bytes_per_s: u64) -> u64 {
     match len.checked_mul(1_000_000_000) {
         Some(p) => p / bytes_per_s,
         None => (u128::from(len) * 1_000_000_000 / u128::from(bytes_per_s)) as u64,

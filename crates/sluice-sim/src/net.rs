@@ -10,6 +10,8 @@
 //! but cannot finish before the last packet arrived. One event per hop
 //! after the first, which the sender crosses when it sends (`World::send`).
 
+use sluice_device::transfer_ns;
+
 use crate::engine::Time;
 use crate::scenario::Network;
 
@@ -37,15 +39,6 @@ pub struct Net {
     tx: Vec<Link>,
     rx: Vec<Link>,
     switch: Link,
-}
-
-fn transfer_ns(bytes: u64, bytes_per_s: u64) -> u64 {
-    // The same quotient in 64 bits where the product fits (a message
-    // under 18 GB): a 128-bit division is a library call, two per hop.
-    match bytes.checked_mul(1_000_000_000) {
-        Some(p) => p / bytes_per_s,
-        None => (u128::from(bytes) * 1_000_000_000 / u128::from(bytes_per_s)) as u64,
-    }
 }
 
 impl Net {

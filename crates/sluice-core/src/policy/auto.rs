@@ -51,7 +51,7 @@
 //! `AUTO_REPLAY_EVERY_REQUESTS` requests, on the driver's thread.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use super::aioli::Aioli;
 use super::fifo::Fifo;
@@ -62,7 +62,7 @@ use crate::hash::FxHashMap;
 use crate::replay::{replay, ReplayOptions, Stream};
 use crate::scheduler::Scheduler;
 use crate::store::{Entry, Slot, Store};
-use crate::types::{AppId, ClientId, Dispatch, FileId, Nanos, Request, RequestId};
+use crate::types::{AppId, ClientId, Dispatch, Nanos, Request, RequestId};
 
 /// Requests the window remembers; past it the oldest is dropped. 1,024:
 /// about a millisecond of replay per candidate on the 2-core VM.
@@ -192,13 +192,7 @@ impl Auto {
         for (&app, &w) in &self.weights {
             s.set_app_weight(app, w.max(1)).ok()?;
         }
-        let mut last: Option<(FileId, u64)> = None;
-        let service = |d: &Dispatch| {
-            let seek = last.is_some_and(|l| l != (d.file, d.offset));
-            last = Some((d.file, d.end()));
-            cost.service_ns(d.len, seek)
-        };
-        let log = replay(&mut s, streams, service, ReplayOptions { events_max: AUTO_REPLAY_EVENTS_MAX, check_invariants: false }).ok()?;
+        let log = replay(&mut s, streams, cost.serving(), ReplayOptions { events_max: AUTO_REPLAY_EVENTS_MAX, check_invariants: false }).ok()?;
         log.served.iter().map(|sv| sv.done_ns).max()
     }
 
@@ -223,17 +217,15 @@ impl Auto {
 /// 1 (ids may repeat across a daemon's connections).
 fn window_streams(window: &VecDeque<Rec>) -> Vec<Stream> {
     let t0 = window.iter().map(|r| r.arrival).min().unwrap_or(0);
-    let mut by_stream: FxHashMap<(AppId, ClientId), Vec<Rec>> = FxHashMap::default();
+    let mut by_stream: BTreeMap<(AppId, ClientId), Vec<Rec>> = BTreeMap::new();
     for r in window.iter().filter(|r| r.done != NONE) {
         by_stream.entry((r.req.app, r.req.client)).or_default().push(*r);
     }
-    let mut keys: Vec<(AppId, ClientId)> = by_stream.keys().copied().collect();
-    keys.sort_unstable();
     let mut next_id = 0u64;
-    keys.into_iter()
-        .map(|k| {
-            let recs = &by_stream[&k];
-            let depth = outstanding_max(recs);
+    by_stream
+        .into_values()
+        .map(|recs| {
+            let depth = outstanding_max(&recs);
             let start = recs[0].arrival - t0;
             // The first `depth` requests leave after the stream's start; each
             // later one after the completion that freed its place.
@@ -364,7 +356,7 @@ impl Policy for Auto {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::{Op, RequestId};
+    use crate::types::{FileId, Op, RequestId};
 
     fn entry(id: u64, client: u32, offset: u64, arrival: Nanos) -> Entry {
         let req = Request { id: RequestId(id), app: AppId(1), client: ClientId(client), file: FileId(1), op: Op::Read, offset, len: 4096 };
