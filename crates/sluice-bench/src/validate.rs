@@ -145,6 +145,11 @@ pub struct Row {
     /// The CPU per request the twin's processes were given (ns): the
     /// workers' own CPU time over the requests, median of the runs.
     pub client_cpu_ns: Option<u64>,
+    /// The time per request the hypervisor took from the real run's CPUs
+    /// while they had work (ns: `steal` over the requests, median of the
+    /// runs). The twin charges it on top of the server's and the
+    /// processes' CPU, shared as theirs is.
+    pub steal_ns: Option<u64>,
     /// The shared host's cores in the twin (this machine's).
     pub host_cores: u64,
     /// The twin's median makespan with CPU that costs nothing, as before
@@ -298,6 +303,11 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             // else that ran meanwhile: one validation charged mix10's
             // processes 1.2 ms a request that way, 13 times another's).
             let client_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.and_then(client_cpu_s)).map(per_request).collect());
+            // The time the hypervisor took from this machine's CPUs while
+            // they had work (a vCPU woken for a request waits for the host
+            // to run it): the twin's cores are unavailable for as long.
+            let steal_ns = median_of(real_runs.iter().filter_map(|r| r.cpu.map(|c| c.steal_s)).map(per_request).collect());
+            let (srv_ns, cli_ns) = with_steal(cpu_ns.unwrap_or(0.0), client_ns.unwrap_or(0.0), steal_ns.unwrap_or(0.0));
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
             // One twin per real run, its processes started when that
             // run's did (a FIFO server serves them in the order their
@@ -319,7 +329,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
                     })
                     .collect()
             };
-            let sim = twin_runs(cpu_ns.map_or(0, |c| c.round() as u64), client_ns.map_or(0, |c| c.round() as u64))?;
+            let sim = twin_runs(srv_ns.round() as u64, cli_ns.round() as u64)?;
             let free = twin_runs(0, 0)?;
             let sim_runs: Vec<_> = sim.iter().collect();
             let r = median_by(&real_runs, |r| r.makespan_s);
@@ -331,6 +341,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             let mut row = row(&w.name, r, s, ranges, parallel);
             row.server_cpu_ns = cpu_ns.map(|c| c.round() as u64);
             row.client_cpu_ns = client_ns.map(|c| c.round() as u64);
+            row.steal_ns = steal_ns.map(|c| c.round() as u64);
             row.host_cores = cores;
             row.pairs_s = real_runs.iter().zip(&sim).map(|(r, s)| (r.makespan_s, s.makespan_s)).collect();
             row.pair_error = pair_error(&row.pairs_s).unwrap_or(row.error);
@@ -360,13 +371,26 @@ fn as_run(sc: &mut sluice_sim::Scenario, run: &crate::workload::report::RunRepor
     }
 }
 
+/// The CPU per request the twin charges its server and its processes
+/// (ns): what each used, and the time the hypervisor took (`steal`)
+/// shared between them as their own CPU is (a core that is not running
+/// is unavailable to whichever had work on it). Without CPU to share it
+/// by, the steal goes nowhere: the twin then models no CPU.
+fn with_steal(server_ns: f64, client_ns: f64, steal_ns: f64) -> (f64, f64) {
+    let cpu = server_ns + client_ns;
+    if cpu <= 0.0 {
+        return (server_ns, client_ns);
+    }
+    (server_ns + steal_ns * server_ns / cpu, client_ns + steal_ns * client_ns / cpu)
+}
+
 /// Request messages the workload's processes send: each application
 /// request, cut at the client's shared-memory slot.
 /// The applications' processes' CPU seconds in a run: as the workers
 /// measured them, else (a report without them) the machine's busy time
 /// less the server process's.
 fn client_cpu_s(c: crate::workload::cpu::CpuUse) -> Option<f64> {
-    c.workers_cpu_s.or_else(|| Some((c.cpu_s - c.server_cpu_s?).max(0.0)))
+    c.workers_cpu_s.or_else(|| Some((c.cpu_s - c.steal_s - c.server_cpu_s?).max(0.0)))
 }
 
 fn requests_of(sc: &Scenario) -> u64 {
@@ -438,6 +462,7 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         ),
         server_cpu_ns: None,
         client_cpu_ns: None,
+        steal_ns: None,
         host_cores: 0,
         sim_free_cpu_s: s.makespan_s,
     }
@@ -492,17 +517,17 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>, seeks: Opti
 /// The report as a table.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
-        "{:<38} {:<7} {:>21} {:>21} {:>8} {:>9} {:>13} {:>14}  {}\n",
-        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "pair err", "cpu srv/cli", "free cpu: err", "where the gap comes from"
+        "{:<38} {:<7} {:>21} {:>21} {:>8} {:>9} {:>19} {:>14}  {}\n",
+        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "pair err", "cpu srv/cli/steal", "free cpu: err", "where the gap comes from"
     );
     let cell = |m: f64, (lo, hi): (f64, f64)| format!("{m:.3} ({lo:.2}-{hi:.2})");
     for row in &r.rows {
         let within = if row.error.abs() <= r.target { "within 5%".to_string() } else { row.cause.clone() };
         let us = |c: Option<u64>| c.map_or("-".to_string(), |c| format!("{:.0}", c as f64 / 1e3));
-        let cpu = format!("{}/{} us", us(row.server_cpu_ns), us(row.client_cpu_ns));
+        let cpu = format!("{}/{}/{} us", us(row.server_cpu_ns), us(row.client_cpu_ns), us(row.steal_ns));
         let free = (row.sim_free_cpu_s - row.real_s) / row.real_s.max(1e-9);
         out += &format!(
-            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}% {:>+8.1}% {:>13} {:>+13.1}%  {within}\n",
+            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}% {:>+8.1}% {:>19} {:>+13.1}%  {within}\n",
             row.workload,
             row.policy,
             cell(row.real_s, row.real_range_s),
@@ -528,11 +553,23 @@ mod tests {
     /// falls back to the machine's busy time less the server's.
     #[test]
     fn the_processes_cpu_is_the_workers_own() {
-        let c = crate::workload::cpu::CpuUse { cpu_s: 9.0, cpu_share: 0.5, server_cpu_s: Some(1.0), server_loop_cpu_s: None, workers_cpu_s: Some(0.25) };
+        let c = crate::workload::cpu::CpuUse { cpu_s: 9.0, steal_s: 0.0, cpu_share: 0.5, server_cpu_s: Some(1.0), server_loop_cpu_s: None, workers_cpu_s: Some(0.25) };
         assert_eq!(client_cpu_s(c), Some(0.25));
         assert_eq!(client_cpu_s(crate::workload::cpu::CpuUse { workers_cpu_s: None, ..c }), Some(8.0));
         assert_eq!(client_cpu_s(crate::workload::cpu::CpuUse { workers_cpu_s: None, server_cpu_s: None, ..c }), None);
         assert_eq!(client_cpu_s(crate::workload::cpu::CpuUse { workers_cpu_s: None, cpu_s: 0.5, ..c }), Some(0.0));
+        // Time the hypervisor took is no process's.
+        assert_eq!(client_cpu_s(crate::workload::cpu::CpuUse { workers_cpu_s: None, steal_s: 3.0, ..c }), Some(5.0));
+    }
+
+    /// The time the hypervisor took goes to the server and the processes
+    /// as their own CPU does; with no CPU measured it goes nowhere.
+    #[test]
+    fn steal_is_shared_as_the_cpu_is() {
+        assert_eq!(with_steal(30.0, 10.0, 100.0), (105.0, 35.0));
+        assert_eq!(with_steal(30.0, 10.0, 0.0), (30.0, 10.0));
+        assert_eq!(with_steal(0.0, 20.0, 50.0), (0.0, 70.0));
+        assert_eq!(with_steal(0.0, 0.0, 50.0), (0.0, 0.0));
     }
 
     /// Session 24's interference under fifo: two twins within 2% of their

@@ -2,10 +2,14 @@
 //! (`/proc/stat`), this process's (`/proc/self/stat`: the started
 //! server's threads live here; the workers are other processes) and the
 //! started server's event-loop thread's (`sluice-loop`, from its
-//! `schedstat`, in nanoseconds). On a
+//! `schedstat`, in nanoseconds), and the time the hypervisor took from
+//! the machine's CPUs while they had work (`steal`). On a
 //! machine with few cores, a mode that keeps every core busy is limited
 //! by what each request costs in CPU, not by the device: these figures
-//! say which.
+//! say which. On a virtual machine, a vCPU woken for a request waits for
+//! the host to run it, and that wait is steal: the 2-core development
+//! VM's I/O runs have lost from a few percent to more than half of their
+//! busy time to it, from one hour to the next.
 
 use serde::Serialize;
 
@@ -16,6 +20,9 @@ pub struct CpuSample {
     busy: u64,
     /// Ticks of all CPUs, busy or idle.
     all: u64,
+    /// Ticks the hypervisor ran something else while a CPU had work
+    /// (`steal`; part of `busy`).
+    steal: u64,
     /// Ticks this process spent (user and system).
     own: u64,
     /// Nanoseconds the threads named `LOOP_THREAD` of this process ran;
@@ -29,8 +36,12 @@ const LOOP_THREAD: &str = "sluice-loop";
 /// CPU used between two samples.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq)]
 pub struct CpuUse {
-    /// CPU seconds the whole machine spent busy (every process).
+    /// CPU seconds the whole machine spent busy (every process), steal
+    /// included.
     pub cpu_s: f64,
+    /// Of those, the seconds the hypervisor took: the machine's CPUs had
+    /// work and did not run (0 on bare metal).
+    pub steal_s: f64,
     /// That as a share of every core's time (1.0: all cores busy throughout).
     pub cpu_share: f64,
     /// CPU seconds of the benchmark's own process, which holds the server
@@ -66,6 +77,7 @@ impl CpuSample {
         let all = later.all.saturating_sub(self.all);
         CpuUse {
             cpu_s: busy as f64 / hz,
+            steal_s: later.steal.saturating_sub(self.steal) as f64 / hz,
             cpu_share: if all == 0 { 0.0 } else { busy as f64 / all as f64 },
             server_cpu_s: Some(later.own.saturating_sub(self.own) as f64 / hz),
             server_loop_cpu_s: self.loop_ns.zip(later.loop_ns).filter(|(a, b)| b >= a).map(|(a, b)| (b - a) as f64 / 1e9),
@@ -111,7 +123,7 @@ fn parse(stat: &str, own: &str) -> Option<CpuSample> {
     let g: Vec<&str> = rest.split_whitespace().collect();
     let utime: u64 = g.get(11)?.parse().ok()?;
     let stime: u64 = g.get(12)?.parse().ok()?;
-    Some(CpuSample { busy, all, own: utime + stime, loop_ns: None })
+    Some(CpuSample { busy, all, steal: f[7], own: utime + stime, loop_ns: None })
 }
 
 #[cfg(test)]
@@ -124,18 +136,19 @@ mod tests {
     #[test]
     fn reads_the_machine_and_the_process() {
         let s = parse(STAT, OWN).expect("parses");
-        assert_eq!(s, CpuSample { busy: 100 + 5 + 50 + 3 + 2 + 10, all: 170 + 1000 + 20, own: 48, loop_ns: None });
+        assert_eq!(s, CpuSample { busy: 100 + 5 + 50 + 3 + 2 + 10, all: 170 + 1000 + 20, steal: 10, own: 48, loop_ns: None });
     }
 
     #[test]
     fn use_between_two_samples() {
-        let a = CpuSample { busy: 100, all: 1000, own: 10, loop_ns: Some(1_000) };
-        let b = CpuSample { busy: 400, all: 1400, own: 60, loop_ns: Some(2_501_000) };
+        let a = CpuSample { busy: 100, all: 1000, steal: 7, own: 10, loop_ns: Some(1_000) };
+        let b = CpuSample { busy: 400, all: 1400, steal: 47, own: 60, loop_ns: Some(2_501_000) };
         let u = a.until(&b);
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
         assert!((u.cpu_s - 300.0 / hz).abs() < 1e-12);
         assert!((u.cpu_share - 0.75).abs() < 1e-12);
+        assert!((u.steal_s - 40.0 / hz).abs() < 1e-12);
         assert!((u.server_cpu_s.expect("measured") - 50.0 / hz).abs() < 1e-12);
         assert!((u.server_loop_cpu_s.expect("measured") - 0.0025).abs() < 1e-12);
         // A loop that appeared or went away during the run says nothing.

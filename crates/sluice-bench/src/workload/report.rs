@@ -159,6 +159,11 @@ pub fn table(r: &Report) -> String {
             let cell = run.cpu.map_or("-".to_string(), |c| format!("{:.2} ({:.0}%)", c.cpu_s, c.cpu_share * 100.0));
             out += &format!(" {cell:>12}");
         }
+        out += &format!("\n{:<40}", "of which stolen by the hypervisor");
+        for run in &runs {
+            let cell = run.cpu.map_or("-".to_string(), |c| format!("{:.2}", c.steal_s));
+            out += &format!(" {cell:>12}");
+        }
         out += &format!("\n{:<40}", "CPU s of the server");
         for run in &runs {
             let cell = run.cpu.and_then(|c| c.server_cpu_s).map_or("-".to_string(), |s| format!("{s:.2}"));
