@@ -155,6 +155,9 @@ pub struct Row {
     /// The twin's median makespan with CPU that costs nothing, as before
     /// the CPU was modelled (seconds).
     pub sim_free_cpu_s: f64,
+    /// The twin's median makespan charging the CPU but not the steal, as
+    /// before session 30 (seconds).
+    pub sim_no_steal_s: f64,
 }
 
 /// The whole report (`--json`).
@@ -331,6 +334,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             };
             let sim = twin_runs(srv_ns.round() as u64, cli_ns.round() as u64)?;
             let free = twin_runs(0, 0)?;
+            let no_steal = twin_runs(cpu_ns.map_or(0, |c| c.round() as u64), client_ns.map_or(0, |c| c.round() as u64))?;
             let sim_runs: Vec<_> = sim.iter().collect();
             let r = median_by(&real_runs, |r| r.makespan_s);
             let s = median_by(&sim_runs, |s| s.makespan_s);
@@ -346,6 +350,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             row.pairs_s = real_runs.iter().zip(&sim).map(|(r, s)| (r.makespan_s, s.makespan_s)).collect();
             row.pair_error = pair_error(&row.pairs_s).unwrap_or(row.error);
             row.sim_free_cpu_s = median_by(&free.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s;
+            row.sim_no_steal_s = median_by(&no_steal.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s;
             rows.push(row);
         }
     }
@@ -465,6 +470,7 @@ fn row(workload: &str, r: &crate::workload::report::RunReport, s: &sluice_sim::R
         steal_ns: None,
         host_cores: 0,
         sim_free_cpu_s: s.makespan_s,
+        sim_no_steal_s: s.makespan_s,
     }
 }
 
@@ -517,8 +523,8 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>, seeks: Opti
 /// The report as a table.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
-        "{:<38} {:<7} {:>21} {:>21} {:>8} {:>9} {:>19} {:>14}  {}\n",
-        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "pair err", "cpu srv/cli/steal", "free cpu: err", "where the gap comes from"
+        "{:<38} {:<7} {:>21} {:>21} {:>8} {:>9} {:>19} {:>14} {:>14}  {}\n",
+        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "pair err", "cpu srv/cli/steal", "free cpu: err", "no steal: err", "where the gap comes from"
     );
     let cell = |m: f64, (lo, hi): (f64, f64)| format!("{m:.3} ({lo:.2}-{hi:.2})");
     for row in &r.rows {
@@ -526,8 +532,9 @@ pub fn table(r: &Report) -> String {
         let us = |c: Option<u64>| c.map_or("-".to_string(), |c| format!("{:.0}", c as f64 / 1e3));
         let cpu = format!("{}/{}/{} us", us(row.server_cpu_ns), us(row.client_cpu_ns), us(row.steal_ns));
         let free = (row.sim_free_cpu_s - row.real_s) / row.real_s.max(1e-9);
+        let no_steal = (row.sim_no_steal_s - row.real_s) / row.real_s.max(1e-9);
         out += &format!(
-            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}% {:>+8.1}% {:>19} {:>+13.1}%  {within}\n",
+            "{:<38} {:<7} {:>23} {:>22} {:>+7.1}% {:>+8.1}% {:>19} {:>+13.1}% {:>+13.1}%  {within}\n",
             row.workload,
             row.policy,
             cell(row.real_s, row.real_range_s),
@@ -535,7 +542,8 @@ pub fn table(r: &Report) -> String {
             row.error * 100.0,
             row.pair_error * 100.0,
             cpu,
-            free * 100.0
+            free * 100.0,
+            no_steal * 100.0
         );
     }
     if let (Some(m), Some(g)) = (r.device_model, r.device_gain) {
