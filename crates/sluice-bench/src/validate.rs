@@ -332,9 +332,12 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
                     })
                     .collect()
             };
-            let sim = twin_runs(srv_ns.round() as u64, cli_ns.round() as u64)?;
+            let (srv_cpu, cli_cpu) = (cpu_ns.map_or(0, |c| c.round() as u64), client_ns.map_or(0, |c| c.round() as u64));
+            let (srv_all, cli_all) = (srv_ns.round() as u64, cli_ns.round() as u64);
+            let sim = twin_runs(srv_all, cli_all)?;
             let free = twin_runs(0, 0)?;
-            let no_steal = twin_runs(cpu_ns.map_or(0, |c| c.round() as u64), client_ns.map_or(0, |c| c.round() as u64))?;
+            // Without steal to charge, the twin without it is `sim` itself.
+            let no_steal = if (srv_all, cli_all) == (srv_cpu, cli_cpu) { None } else { Some(twin_runs(srv_cpu, cli_cpu)?) };
             let sim_runs: Vec<_> = sim.iter().collect();
             let r = median_by(&real_runs, |r| r.makespan_s);
             let s = median_by(&sim_runs, |s| s.makespan_s);
@@ -343,14 +346,14 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             }
             let ranges = (range(real_runs.iter().map(|r| r.makespan_s)), range(sim_runs.iter().map(|s| s.makespan_s)));
             let mut row = row(&w.name, r, s, ranges, parallel);
-            row.server_cpu_ns = cpu_ns.map(|c| c.round() as u64);
-            row.client_cpu_ns = client_ns.map(|c| c.round() as u64);
+            row.server_cpu_ns = cpu_ns.map(|_| srv_cpu);
+            row.client_cpu_ns = client_ns.map(|_| cli_cpu);
             row.steal_ns = steal_ns.map(|c| c.round() as u64);
             row.host_cores = cores;
             row.pairs_s = real_runs.iter().zip(&sim).map(|(r, s)| (r.makespan_s, s.makespan_s)).collect();
             row.pair_error = pair_error(&row.pairs_s).unwrap_or(row.error);
             row.sim_free_cpu_s = median_by(&free.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s;
-            row.sim_no_steal_s = median_by(&no_steal.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s;
+            row.sim_no_steal_s = no_steal.map_or(s.makespan_s, |n| median_by(&n.iter().collect::<Vec<_>>(), |s| s.makespan_s).makespan_s);
             rows.push(row);
         }
     }
