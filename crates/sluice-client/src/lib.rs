@@ -45,10 +45,12 @@
 //! all; the rest go to the server as before. The page cache is coherent
 //! across descriptors, so a leased read sees every completed write.
 //! Writes of a writable handle (without O_APPEND) ask `WriteLease`
-//! likewise, which a server started with `--write-leases` answers with a
-//! write lease: the client then writes that write, and later ones inside
-//! the live lease, through the lent descriptor itself. A handle whose
-//! write the server carried out instead asks no more.
+//! likewise, without their data (protocol 12), which a server writing
+//! through the page cache answers with a write lease over the whole file
+//! (1 s by default): the client then writes that write, and later ones
+//! while the lease lives, through the lent descriptor itself. A handle
+//! refused asks no more; a session whose server grants none at all
+//! (`--direct`, an emulated device, `--no-write-leases`) asks no more.
 //!
 //! Invariant: no call waits on a silent server longer than `timeout`
 //! without saying so (hard) or failing (soft); a write is never sent twice.
@@ -67,7 +69,7 @@ pub use error::{ClientError, ClientErrorKind, Result};
 pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, CRED_GROUPS_MAX, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT};
 
 use conn::{Conn, Patience, Reply};
-use sluice_proto::{auth_mac, encode_request, Hello, Request, HEADER_BYTES, IO_BYTES_MAX, VERSION};
+use sluice_proto::{auth_mac, encode_request, Hello, Request, HEADER_BYTES, IO_BYTES_MAX, LEASE_ONLY_AT, NO_POST, VERSION};
 
 /// Environment variable naming the server address.
 pub const SERVER_ENV: &str = "SLUICE_SERVER";
@@ -110,9 +112,6 @@ pub struct Ticket {
     /// A read inside a live cache lease: done with `pread` on this lent
     /// descriptor at wait time, no message sent (`id` is 0).
     local: Option<Arc<Lent>>,
-    /// A write that may be answered with a write lease: its handle,
-    /// offset and length (its data is in `slot`).
-    write: Option<(Fd, u64, usize)>,
     /// A write done inside a live write lease when submitted (`id` is 0).
     done: Option<usize>,
 }
@@ -307,7 +306,7 @@ fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen
         r => return Err(unexpected("hello", &r)),
     };
     let shm = if opts.shm && addr.starts_with("unix:") { conn.attach_shm(shm::REGION_BYTES, opts.post, opts.ring)?.map(Arc::new) } else { None };
-    Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize, shm })
+    Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize, shm, write_leases_refused: AtomicBool::new(false) })
 }
 
 /// The `Auth` MAC for a server's challenge: the key file's key over the
@@ -337,6 +336,9 @@ struct Session {
     io_bytes_max: usize,
     /// The shared-memory data region, when the server granted one.
     shm: Option<Arc<shm::Region>>,
+    /// The server said it grants no write leases at all (EOPNOTSUPP to
+    /// one asked for): this session asks no more.
+    write_leases_refused: AtomicBool,
 }
 
 /// An open file as the caller knows it: a stable handle whose server
@@ -823,7 +825,7 @@ impl Client {
             }
             let (local, lease_ok) = self.leased(fd, s.gen, offset, len, false);
             if local.is_some() {
-                return Ok(Ticket { id: 0, session: Arc::clone(s), read: Some((fd, len, offset)), slot: None, local, write: None, done: None });
+                return Ok(Ticket { id: 0, session: Arc::clone(s), read: Some((fd, len, offset)), slot: None, local, done: None });
             }
             let slot = s.shm.as_ref().and_then(|r| r.take(len));
             let req = match &slot {
@@ -835,7 +837,7 @@ impl Client {
             let id = send_in(s, &req, slot.as_ref())?;
             // The session the request went out on, exactly: ids restart
             // with each connection.
-            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot, local: None, write: None, done: None })
+            Ok(Ticket { id, session: Arc::clone(s), read: Some((fd, len, offset)), slot, local: None, done: None })
         })
     }
 
@@ -952,19 +954,69 @@ impl Client {
         })
     }
 
-    /// Start a write; finish it with [`Client::wait_write`].
+    /// Write all of `data` at `offset` through the lent descriptor when a
+    /// write lease covers it, or when one asked for now is granted; `None`:
+    /// the server is to write it (this handle, or this server, grants no
+    /// write lease). The lease is asked without the data (`WriteLease` at
+    /// `LEASE_ONLY_AT`, protocol 12): a granted one then costs no copy
+    /// into the shared region, and covers the whole file for the time the
+    /// server gives. A refusal makes the handle ask no more; a server that
+    /// grants none at all (EOPNOTSUPP) makes the session ask no more.
+    fn write_leased(&self, fd: Fd, data: &[u8], offset: u64) -> Result<Option<usize>> {
+        let s = self.current();
+        let (local, ask) = self.leased(fd, s.gen, offset, data.len(), true);
+        if let Some(file) = local {
+            return local_pwrite(&file, data, offset, s.shm.as_ref()).map(Some);
+        }
+        // Without a region the client could not report what it writes
+        // (its doorbell's `leased_bytes`): it asks for no write lease.
+        if !ask || data.is_empty() || s.shm.is_none() || s.write_leases_refused.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let len = u32::try_from(data.len()).unwrap_or(u32::MAX).min(IO_BYTES_MAX);
+        // Asking changes nothing on disk: asked again after a break.
+        let granted = self.on_fd(fd, true, |s, server| {
+            self.note_send();
+            match s.conn.call(&Request::WriteLease { fd: server, offset, len, at: LEASE_ONLY_AT, post: NO_POST }) {
+                Ok(Reply::Lease(start, span, valid, lent)) => Ok(Some((s.gen, start, span, valid, lent))),
+                Ok(_) => Ok(None),
+                Err(e) if e.kind == ClientErrorKind::Server => {
+                    if e.errno == libc::EOPNOTSUPP {
+                        s.write_leases_refused.store(true, Ordering::Relaxed);
+                    }
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            }
+        })?;
+        match granted {
+            Some((gen, start, span, valid, lent)) => match self.keep_lease(fd, gen, start, span, valid, lent) {
+                Some(file) => local_pwrite(&file, data, offset, self.current().shm.as_ref()).map(Some),
+                // Rare (threads racing on a handle's first lease): the
+                // server writes this one.
+                None => Ok(None),
+            },
+            None => {
+                if let Some(h) = lock(&self.handles).get_mut(&fd.0) {
+                    h.leases_off = true;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Start a write; finish it with [`Client::wait_write`]. Under a write
+    /// lease (`write_leased`) it is done here, and the ticket only says so.
     pub fn submit_write(&self, fd: Fd, data: &[u8], offset: u64) -> Result<Ticket> {
         writable_range(offset, data.len())?;
         let s = self.current();
         if data.len() > s.io_bytes_max {
             return Err(ClientError::invalid(format!("write of {} bytes exceeds io_bytes_max ({})", data.len(), s.io_bytes_max)));
         }
+        if let Some(n) = self.write_leased(fd, data, offset)? {
+            return Ok(Ticket { id: 0, session: self.current(), read: None, slot: None, local: None, done: Some(n) });
+        }
         self.on_fd(fd, false, |s, server| {
-            let (local, lease_ok) = self.leased(fd, s.gen, offset, data.len(), true);
-            if let Some(file) = local {
-                let n = local_pwrite(&file, data, offset, s.shm.as_ref())?;
-                return Ok(Ticket { id: 0, session: Arc::clone(s), read: None, slot: None, local: None, write: None, done: Some(n) });
-            }
             // A small write rides the socket with its header, unless the
             // region rings its requests (then it costs no send at all).
             let small = data.len() < shm::WRITE_MIN_BYTES && !s.shm.as_ref().is_some_and(|r| r.rings());
@@ -972,54 +1024,26 @@ impl Client {
             let req = match &slot {
                 Some(sl) => {
                     sl.fill(data);
-                    let (len, at, post) = (data.len() as u32, sl.at(), sl.arm());
-                    if lease_ok {
-                        Request::WriteLease { fd: server, offset, len, at, post }
-                    } else {
-                        Request::WriteShm { fd: server, offset, len, at, post }
-                    }
+                    Request::WriteShm { fd: server, offset, len: data.len() as u32, at: sl.at(), post: sl.arm() }
                 }
                 None => Request::Write { fd: server, offset, data },
             };
             self.note_send();
             let id = send_in(s, &req, slot.as_ref())?;
-            let write = (lease_ok && slot.is_some()).then_some((fd, offset, data.len()));
-            Ok(Ticket { id, session: Arc::clone(s), read: None, slot, local: None, write, done: None })
+            Ok(Ticket { id, session: Arc::clone(s), read: None, slot, local: None, done: None })
         })
     }
 
     /// Bytes written; acknowledged only after the server's system call
     /// returned. A write whose connection broke fails with EIO (it may or
     /// may not have reached the disk) and is never sent twice.
-    /// A write answered with a write lease is written here, from its slot,
-    /// through the lent descriptor.
     pub fn wait_write(&self, mut t: Ticket) -> Result<usize> {
         if let Some(n) = t.done {
             return Ok(n);
         }
-        let r = match (t.session.conn.answer(t.id, t.slot.as_ref(), None), t.write) {
-            (Ok(Reply::Lease(start, len, valid, lent)), Some((fd, offset, n))) => {
-                let sl = t.slot.take().expect("a write that asks for a lease has its data in a slot");
-                let done = match self.keep_lease(fd, t.session.gen, start, len, valid, lent) {
-                    Some(file) => local_pwrite(&file, sl.contents(n), offset, t.session.shm.as_ref()),
-                    // Rare (threads racing on a handle's first lease): write
-                    // it through the socket.
-                    None => self.on_fd(fd, false, |s, server| self.written("write", s, s.conn.call(&Request::Write { fd: server, offset, data: sl.contents(n) }))),
-                };
-                sl.release();
-                return done;
-            }
-            (r, _) => r,
-        };
+        let r = t.session.conn.answer(t.id, t.slot.as_ref(), None);
         if let (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) = (t.slot.take(), &r) {
             sl.release();
-        }
-        if let (Some((fd, _, _)), Ok(Reply::Count(_))) = (t.write, &r) {
-            // Written by the server: it grants this handle no write lease
-            // (O_DIRECT, an emulated device, O_APPEND...), and will not.
-            if let Some(h) = lock(&self.handles).get_mut(&fd.0) {
-                h.leases_off = true;
-            }
         }
         self.written("write", &t.session, r)
     }
@@ -1245,28 +1269,12 @@ impl Client {
     }
 
     /// Write all of `data` at `offset`; large writes are split and pipelined.
-    /// Inside a live write lease, one local `pwrite`; a large write that
-    /// may get one sends its first slot's worth alone, so that the lease
-    /// its answer may bring covers the rest.
+    /// Under a write lease (held, or asked for now: `write_leased`), one
+    /// local `pwrite`.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
         writable_range(offset, data.len())?;
-        let s = self.current();
-        // A write within one slot: `submit_write` looks for the lease.
-        if data.len() <= shm::SLOT_BYTES || s.shm.is_none() {
-            return self.pwrite_chunks(fd, data, offset);
-        }
-        let (local, lease_ok) = self.leased(fd, s.gen, offset, data.len(), true);
-        if let Some(file) = local {
-            return local_pwrite(&file, data, offset, s.shm.as_ref());
-        }
-        if lease_ok {
-            let first = self.wait_write(self.submit_write(fd, &data[..shm::SLOT_BYTES], offset)?)?;
-            let (rest, at) = (&data[shm::SLOT_BYTES..], offset + shm::SLOT_BYTES as u64);
-            return Ok(first
-                + match self.leased(fd, s.gen, at, rest.len(), true).0 {
-                    Some(file) => local_pwrite(&file, rest, at, s.shm.as_ref())?,
-                    None => self.pwrite_chunks(fd, rest, at)?,
-                });
+        if let Some(n) = self.write_leased(fd, data, offset)? {
+            return Ok(n);
         }
         self.pwrite_chunks(fd, data, offset)
     }
@@ -1467,19 +1475,16 @@ impl Client {
     }
 
     /// The leading pieces of a list write that write leases cover, written
-    /// through the lent descriptor: each inside a live lease locally, else
-    /// (one large enough for a slot) with `pwrite`, whose answer may bring
-    /// a lease for those after it. `(bytes written, bytes of data used,
-    /// pieces done)`; the rest go as one list message.
+    /// through the lent descriptor (`write_leased`: the first asks for the
+    /// lease, which covers the whole file). `(bytes written, bytes of data
+    /// used, pieces done)`; the rest go as one list message.
     fn write_list_leased(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> Result<(usize, usize, usize)> {
-        let s = self.current();
         let (mut done, mut at) = (0usize, 0usize);
         for (i, &(offset, len)) in pieces.iter().enumerate() {
             let Some(part) = data.get(at..at.saturating_add(len as usize)) else { return Ok((done, at, i)) };
-            match self.leased(fd, s.gen, offset, part.len(), true) {
-                (Some(file), _) => done += local_pwrite(&file, part, offset, s.shm.as_ref())?,
-                (None, true) if s.shm.is_some() && part.len() >= shm::WRITE_MIN_BYTES && part.len() <= shm::SLOT_BYTES => done += self.pwrite(fd, part, offset)?,
-                _ => return Ok((done, at, i)),
+            match self.write_leased(fd, part, offset)? {
+                Some(n) => done += n,
+                None => return Ok((done, at, i)),
             }
             at += part.len();
         }

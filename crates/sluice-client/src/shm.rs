@@ -230,14 +230,6 @@ impl Slot {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.bytes(data.len()), data.len()) };
     }
 
-    /// The slot's first `len` bytes: a write's own data, which the server
-    /// never read (it answered with a write lease).
-    pub fn contents(&self, len: usize) -> &[u8] {
-        // SAFETY: the slot is ours and holds len bytes (checked in
-        // `bytes`); nobody writes it while we hold the slot.
-        unsafe { std::slice::from_raw_parts(self.bytes(len), len) }
-    }
-
     /// Copy a read's `n` bytes out, after its answer arrived.
     pub fn drain_into(&self, buf: &mut [u8], n: usize) {
         let n = n.min(buf.len());

@@ -59,7 +59,9 @@ pub use msg::{
 ///    are links to the mount and the interposer).
 /// 11: `Reserve` (`O_APPEND` writes from many clients never overlap);
 ///    `Symlink`; `SetAttr`; `Fd` carries the file's inode number.
-pub const VERSION: u16 = 11;
+/// 12: a write lease covers the whole file; a `WriteLease` at
+///    [`LEASE_ONLY_AT`] asks for one without its data.
+pub const VERSION: u16 = 12;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -73,6 +75,11 @@ pub const IO_BYTES_MAX: u32 = 64 << 20;
 pub const FRAME_BYTES_MAX: u32 = IO_BYTES_MAX + (64 << 10);
 /// `post` of a shared-memory request answered on the socket.
 pub const NO_POST: u32 = u32::MAX;
+/// `at` of a `WriteLease` that carries no data and asks only for the
+/// lease: granted, it is answered `Lease` as any; refused, with an error
+/// (EOPNOTSUPP: this server grants no write leases; EAGAIN: not for this
+/// handle), and nothing is written. The client then sends the write.
+pub const LEASE_ONLY_AT: u64 = u64::MAX;
 /// Bytes at the end of a shared-memory region that hold its post records
 /// (one page), and of one record (a cache line, so that two clients'
 /// threads waiting on neighbouring records do not share one).

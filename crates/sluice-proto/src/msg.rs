@@ -7,7 +7,7 @@ use crate::frame::{encode_header, Header, Opcode};
 use crate::wire::{put_checked, put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
 use crate::{
     APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, GROUP_PARTICIPANTS_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC,
-    MESSAGE_BYTES_MAX, NO_POST, PATH_BYTES_MAX, POSTS_MAX, STATS_APPS_MAX, VERSION,
+    LEASE_ONLY_AT, MESSAGE_BYTES_MAX, NO_POST, PATH_BYTES_MAX, POSTS_MAX, STATS_APPS_MAX, VERSION,
 };
 
 /// A caller's identity: user, group and supplementary groups, as the
@@ -473,7 +473,11 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
                 return Err(too_large("shared-memory transfer length", u64::from(len), u64::from(IO_BYTES_MAX)));
             }
             offset.checked_add(u64::from(len)).ok_or_else(|| invalid("offset + length overflows"))?;
-            at.checked_add(u64::from(len)).ok_or_else(|| invalid("region offset + length overflows"))?;
+            // A `WriteLease` at `LEASE_ONLY_AT` carries no data: no range
+            // of the region to check.
+            if !(h.opcode == Opcode::WriteLease && at == LEASE_ONLY_AT) {
+                at.checked_add(u64::from(len)).ok_or_else(|| invalid("region offset + length overflows"))?;
+            }
             if post != NO_POST && post >= POSTS_MAX {
                 return Err(invalid(&format!("post record {post} past the region's {POSTS_MAX}")));
             }

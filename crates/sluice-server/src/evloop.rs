@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{ClientId, Op, Request as CoreRequest, RequestId};
-use sluice_proto::{auth_verify, check_header, encode_request, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, NO_POST, POSTS_MAX, VERSION};
+use sluice_proto::{auth_verify, check_header, encode_request, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, LEASE_ONLY_AT, NO_POST, POSTS_MAX, VERSION};
 
 use crate::collective::{Arrival, CollectiveLimits, Collectives, Joined};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
@@ -1241,6 +1241,16 @@ impl EventLoop {
                         self.post_on_socket(c, post, id);
                         return Flow::Next;
                     }
+                    if at == LEASE_ONLY_AT {
+                        // Asked without its data: refused, nothing to write.
+                        let (errno, msg) = if self.grants_write_leases(c) {
+                            (libc::EAGAIN, "no write lease for this handle: send the write")
+                        } else {
+                            (libc::EOPNOTSUPP, "this server grants no write leases: send the write")
+                        };
+                        self.error_on_socket(c, id, post, errno, msg.into());
+                        return Flow::Next;
+                    }
                     Kind::Io(fd, vec![(offset, u64::from(len))], None, Some((at, post)), None)
                 }
                 Request::ShmAttach { bytes } => Kind::Attach(bytes),
@@ -1445,16 +1455,18 @@ impl EventLoop {
     /// - A read: on a read-only handle, when its range is in the page
     ///   cache (`lease::grant`).
     /// - A write (only with `ServerConfig::write_leases`): on a writable
-    ///   handle, for `max(len, lease_bytes_max)` bytes from the offset (the
-    ///   server never opens with O_APPEND, `ops::OPEN_FLAGS_ALLOWED`, so a
-    ///   lent descriptor's `pwrite` lands at its offset; the client asks
-    ///   for no write lease on its own O_APPEND handles). A buffered
-    ///   write only copies into the page cache, and what the device pays
-    ///   comes with the kernel's write-back, which no order of those
-    ///   copies changes.
+    ///   handle, over the whole file (`[0, u64::MAX)`) for
+    ///   `write_lease_valid_us` (the server never opens with O_APPEND,
+    ///   `ops::OPEN_FLAGS_ALLOWED`, so a lent descriptor's `pwrite` lands
+    ///   at its offset; the client asks for no write lease on its own
+    ///   O_APPEND handles). A buffered write only copies into the page
+    ///   cache, and what the device pays comes with the kernel's
+    ///   write-back, which no order of those copies changes: there is no
+    ///   range to check, so a narrower lease would only make a writer ask
+    ///   again (a cyclic writer's pieces lie far apart).
     fn lease(&mut self, c: &mut Conn, wire_id: u64, fd: u64, offset: u64, len: u32, op: Op) -> bool {
         let (l, cfg) = (&self.shared.config.limits, &self.shared.config);
-        if l.lease_bytes_max == 0 || cfg.direct || cfg.device != crate::DeviceKind::Real || !matches!(c.stream, crate::net::Stream::Unix(_)) {
+        if !self.leases_here(c) {
             return false;
         }
         if op == Op::Write {
@@ -1467,7 +1479,7 @@ impl EventLoop {
             return false;
         }
         // The span granted, and the bytes counted as leased.
-        let (granted, counted) = match op {
+        let (start, granted, counted, valid) = match op {
             Op::Read => {
                 if file.access != libc::O_RDONLY {
                     return false;
@@ -1490,14 +1502,15 @@ impl EventLoop {
                 if granted <= u64::from(len) && u64::from(len) < crate::lease::SHORT_BYTES_MIN && session.lent.contains(&fd) {
                     return false;
                 }
-                (granted, in_file)
+                (offset, granted, in_file, l.lease_valid_us)
             }
             Op::Write => {
                 if !cfg.write_leases || len == 0 || file.access == libc::O_RDONLY {
                     return false;
                 }
-                let granted = u64::from(len).max(l.lease_bytes_max);
-                (granted, granted)
+                // Counted: the write that asked (what the client writes
+                // under the lease reaches `bytes_written`, `fold_leased`).
+                (0, u64::MAX, u64::from(len), l.write_lease_valid_us)
             }
         };
         let lend = if session.lent.contains(&fd) {
@@ -1512,9 +1525,23 @@ impl EventLoop {
             session.lent.insert(fd);
         }
         lock(&self.shared.apps).record_lease(session.app, counted);
-        let out = Out::Lease(offset, granted, l.lease_valid_us, lend.is_some());
+        let out = Out::Lease(start, granted, valid, lend.is_some());
         c.push_with(wire_id, out, 0, &self.shared.reply_bytes, lend);
         true
+    }
+
+    /// Whether this server leases anything to connection `c`: leases on,
+    /// the page cache in use (not O_DIRECT, not an emulated device, which
+    /// must see every access), a client on this host.
+    fn leases_here(&self, c: &Conn) -> bool {
+        let cfg = &self.shared.config;
+        cfg.limits.lease_bytes_max != 0 && !cfg.direct && cfg.device == crate::DeviceKind::Real && matches!(c.stream, crate::net::Stream::Unix(_))
+    }
+
+    /// Whether this server grants `c` write leases at all (the handle
+    /// aside).
+    fn grants_write_leases(&self, c: &Conn) -> bool {
+        self.shared.config.write_leases && self.leases_here(c)
     }
 
     /// `ShmAttach`: map a region for this connection's data and send its

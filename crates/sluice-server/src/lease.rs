@@ -27,10 +27,13 @@
 //!   (`--device hdd7200`), whose cost must be paid by every read.
 //!
 //! Write leases (`WriteLease`, granted unless the server was started with
-//! `--no-write-leases`) are the same for a writable handle: "write this range
-//! yourself". They need no check: on a server writing through the page
-//! cache a buffered write only copies into it, and what the device pays
-//! comes with the kernel's write-back (`EventLoop::lease`).
+//! `--no-write-leases`) are the same for a writable handle: "write to this
+//! file yourself", over the whole file, for `write_lease_valid_us` (1 s).
+//! They need no check: on a server writing through the page cache a
+//! buffered write only copies into it, and what the device pays comes
+//! with the kernel's write-back (`EventLoop::lease`). The client asks for
+//! one without the write's data (`LEASE_ONLY_AT`), so a granted lease
+//! costs it no copy into the shared region.
 //!
 //! The check is `cachestat(2)` (Linux 6.5): one system call, no copy.
 //! Where the kernel lacks it, no lease is granted and reads take the

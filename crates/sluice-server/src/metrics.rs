@@ -229,7 +229,7 @@ fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {
     // (name, type, help, the figure of a row)
     type Simple = (&'static str, &'static str, &'static str, fn(&AppRow) -> u64);
     let simple: [Simple; 4] = [
-        ("sluice_app_leased_bytes_total", "counter", "Bytes a client read itself under a cache lease (the part inside the file), or might write itself under a write lease (the span granted)", |r| r.stats.bytes_leased),
+        ("sluice_app_leased_bytes_total", "counter", "Bytes a client read itself under a cache lease (the part inside the file), and the bytes of each write that asked for a write lease", |r| r.stats.bytes_leased),
         ("sluice_app_errors_total", "counter", "Requests answered with an error", |r| r.stats.errors),
         ("sluice_app_dispatches_total", "counter", "Dispatches that carried at least one request of the application", |r| r.stats.dispatches),
         ("sluice_app_connections", "gauge", "Connections open now", |r| u64::from(r.connections)),

@@ -276,36 +276,101 @@ fn no_lease_for_writable_handles_direct_servers_emulated_devices_or_leases_off()
 }
 
 /// Write leases (the default of a server writing through the page
-/// cache): a writable
-/// handle's write is answered with a lease and written by the client
-/// itself, through the lent descriptor; writes inside the live lease send
-/// nothing; every byte lands; reads of that read-write handle stay
-/// scheduled; a large write asks with its first slot only and the lease
-/// covers the rest.
+/// cache): a writable handle's write asks for a lease (without its data)
+/// and is written by the client itself, through the lent descriptor; the
+/// lease covers the whole file, so writes anywhere in it send nothing
+/// while it lives; every byte lands; reads of that read-write handle stay
+/// scheduled; a large write asks once, whole.
 #[test]
 fn a_writable_handle_writes_under_a_write_lease() {
+    use std::os::unix::fs::FileExt;
     let s = TestServer::start(|_| {});
     let c = client(&s, "wl", true);
     let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
-    let (a, b) = (pattern(256 << 10, 3), pattern(256 << 10, 4));
+    let (a, b, far) = (pattern(256 << 10, 3), pattern(256 << 10, 4), pattern(4096, 6));
     assert_eq!(c.pwrite(fd, &a, 0).unwrap(), a.len());
-    assert_eq!(counts(&c, "wl"), (0, 32 << 20), "leased (lease_bytes_max from the offset), not scheduled");
+    assert_eq!(counts(&c, "wl"), (0, 256 << 10), "leased (the asking write counted), not scheduled");
     assert_eq!(c.pwrite(fd, &b, 1 << 20).unwrap(), b.len());
-    assert_eq!(counts(&c, "wl"), (0, 32 << 20), "inside the lease: nothing sent");
-    let on_disk = std::fs::read(s.path("f")).unwrap();
-    assert_eq!((&on_disk[..256 << 10], &on_disk[1 << 20..]), (&a[..], &b[..]));
-    assert!(on_disk[256 << 10..1 << 20].iter().all(|&x| x == 0), "the hole between");
+    assert_eq!(c.pwrite(fd, &far, 100 << 20).unwrap(), far.len());
+    assert_eq!(counts(&c, "wl"), (0, 256 << 10), "the lease covers the whole file: nothing sent");
+    let on_disk = std::fs::File::open(s.path("f")).unwrap();
+    assert_eq!(on_disk.metadata().unwrap().len(), (100 << 20) + 4096);
+    let mut got = vec![0u8; (1 << 20) + (256 << 10)];
+    on_disk.read_exact_at(&mut got, 0).unwrap();
+    assert_eq!((&got[..256 << 10], &got[1 << 20..]), (&a[..], &b[..]));
+    assert!(got[256 << 10..1 << 20].iter().all(|&x| x == 0), "the hole between");
+    let mut tail = vec![0u8; 4096];
+    on_disk.read_exact_at(&mut tail, 100 << 20).unwrap();
+    assert_eq!(tail, far, "the write 100 MiB on");
     let mut buf = vec![0u8; 256 << 10];
     assert_eq!(c.pread(fd, &mut buf, 1 << 20).unwrap(), buf.len());
     assert_eq!((buf.as_slice(), counts(&c, "wl").0), (&b[..], 1), "a read of a read-write handle is scheduled");
     let g = c.open("g", libc::O_WRONLY | libc::O_CREAT, 0o644).unwrap();
     let big = pattern(4 << 20, 5);
     assert_eq!(c.pwrite(g, &big, 0).unwrap(), big.len());
-    assert_eq!(counts(&c, "wl"), (1, 64 << 20), "one lease for the 4 MiB write");
+    assert_eq!(counts(&c, "wl"), (1, (256 << 10) + (4 << 20)), "one lease for the 4 MiB write, asked once");
     assert_eq!(std::fs::read(s.path("g")).unwrap(), big);
     // The client reports what it wrote itself; `Stats` counts it written.
     let st = c.server_stats().unwrap();
-    assert_eq!(st.app("wl").unwrap().bytes_written, (a.len() + b.len() + big.len()) as u64, "leased writes are counted as written");
+    assert_eq!(st.app("wl").unwrap().bytes_written, (a.len() + b.len() + far.len() + big.len()) as u64, "leased writes are counted as written");
+}
+
+/// A write lease lasts `write_lease_valid_us`: writes inside it ask for
+/// nothing, and the first write after it asks again.
+#[test]
+fn a_write_lease_lasts_write_lease_valid_us() {
+    let s = TestServer::start(|c| c.limits.write_lease_valid_us = 300_000);
+    let c = client(&s, "timed", true);
+    let fd = c.open("f", libc::O_WRONLY | libc::O_CREAT, 0o644).unwrap();
+    let t0 = std::time::Instant::now();
+    assert_eq!(c.pwrite(fd, &pattern(4096, 1), 0).unwrap(), 4096);
+    assert_eq!(c.pwrite(fd, &pattern(8192, 2), 4096).unwrap(), 8192);
+    // (A machine so slow that two writes took most of the lease checks
+    // only what follows.)
+    let inside = t0.elapsed() < std::time::Duration::from_millis(250);
+    if inside {
+        assert_eq!(counts(&c, "timed"), (0, 4096), "inside the lease: asked once");
+    }
+    std::thread::sleep(std::time::Duration::from_millis(350));
+    assert_eq!(c.pwrite(fd, &pattern(16384, 3), 65536).unwrap(), 16384);
+    let leased = counts(&c, "timed").1;
+    assert!(leased >= 4096 + 16384, "past the lease: asked again ({leased})");
+    if inside {
+        assert_eq!(leased, 4096 + 16384, "past the lease: asked again");
+    }
+    assert_eq!(c.server_stats().unwrap().app("timed").unwrap().bytes_written, 4096 + 8192 + 16384);
+}
+
+/// On the wire: a `WriteLease` at `LEASE_ONLY_AT` carries no data. Granted,
+/// it is a lease over the whole file for `write_lease_valid_us`, lending
+/// the descriptor; refused, an error says why (EAGAIN for a handle that
+/// takes none, EOPNOTSUPP where the server grants none) and nothing is
+/// written.
+#[test]
+fn a_write_lease_asked_without_data_on_the_wire() {
+    let probe = |fd: u64| Request::WriteLease { fd, offset: 4096, len: 8192, at: LEASE_ONLY_AT, post: NO_POST };
+    let s = TestServer::start(|_| {});
+    std::fs::write(s.path("f"), b"keep").unwrap();
+    let mut sock = common::raw_session(&s, "f");
+    let ro = call(&mut sock, 3, &probe(3));
+    assert!(ro.starts_with("Error") && ro.contains(&format!("{}", libc::EAGAIN)), "a read-only handle takes no write lease: {ro}");
+    let fd = call(&mut sock, 4, &Request::Open { path: "f", flags: libc::O_WRONLY, mode: 0 });
+    assert!(fd.starts_with("Fd(4, "), "{fd}");
+    let granted = call(&mut sock, 5, &probe(4));
+    assert!(granted.contains(&format!("Lease {{ offset: 0, len: {}, valid_us: 1000000, lent: true }}", u64::MAX)), "{granted}");
+    let again = call(&mut sock, 6, &probe(4));
+    assert!(again.contains("lent: false"), "{again}");
+    // Data at `LEASE_ONLY_AT` is refused for any other request.
+    let bad = call(&mut sock, 7, &Request::WriteShm { fd: 4, offset: 0, len: 8192, at: LEASE_ONLY_AT, post: NO_POST });
+    assert!(bad.starts_with("Error"), "{bad}");
+    let s2 = TestServer::start(|c| c.direct = true);
+    std::fs::write(s2.path("f"), b"keep").unwrap();
+    let mut sock = common::raw_session(&s2, "f");
+    let fd = call(&mut sock, 3, &Request::Open { path: "f", flags: libc::O_WRONLY, mode: 0 });
+    assert!(fd.starts_with("Fd(4, "), "{fd}");
+    let refused = call(&mut sock, 4, &probe(4));
+    assert!(refused.starts_with("Error") && refused.contains(&format!("{}", libc::EOPNOTSUPP)), "an O_DIRECT server grants none: {refused}");
+    assert_eq!(std::fs::read(s2.path("f")).unwrap(), b"keep", "nothing written");
 }
 
 /// Leased writes reach the application's bytes written as the client
@@ -341,7 +406,7 @@ fn leased_writes_are_counted_as_their_client_reports_them() {
 /// one per piece, as for one list message).
 #[test]
 fn a_list_write_takes_write_leases_where_the_server_grants_them() {
-    for (grants, want) in [(true, (0, 32 << 20)), (false, (3, 0))] {
+    for (grants, want) in [(true, (0, 64 << 10)), (false, (3, 0))] {
         let s = TestServer::start(|c| c.write_leases = grants);
         let c = client(&s, "list", true);
         let fd = c.open("f", libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
