@@ -126,8 +126,9 @@ impl Dispatcher {
                 let seek = self.head != Some((d.file, d.offset));
                 self.head = Some((d.file, d.end()));
                 self.sent.insert(d.id, (d.len, seek, self.sched.inflight() as u32));
-                let items = d.members.iter().map(|m| self.pending.remove(&m.id).expect("every member is pending")).collect();
-                Ok(Job { dispatch: d, items, started: 0, service_ns: 0 })
+                let items: Vec<Pending> = d.members.iter().map(|m| self.pending.remove(&m.id).expect("every member is pending")).collect();
+                let populate = d.op == Op::Read && items.iter().all(|it| it.lease_after.is_some());
+                Ok(Job { dispatch: d, items, started: 0, service_ns: 0, populate })
             }
             Decision::WaitUntil(t) => Err(Some(t)),
             Decision::Idle => Err(None),

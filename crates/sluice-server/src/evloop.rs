@@ -43,12 +43,12 @@ use crate::collective::{Arrival, CollectiveLimits, Collectives, Joined};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
 use crate::conn::{Conn, Pause, Phase, Rx, SCRATCH_BYTES, SEND_BUFFER_BYTES};
 use crate::dispatch::Dispatcher;
-use crate::exec::{try_nowait, Job};
+use crate::exec::{populated_already, try_nowait, Job};
 use crate::ring::{Reaped, Ring};
 use crate::ident;
 use crate::meta::{MetaDone, MetaJob};
 use crate::ops::{runs_inline, Session};
-use crate::pending::{Buf, Delivery, ListInner, ListState, Out, Pending, Reply};
+use crate::pending::{Buf, Delivery, LeaseAfter, ListInner, ListState, Out, Pending, Reply};
 use crate::state::lock;
 use crate::Shared;
 use sluice_net::Listener;
@@ -1215,6 +1215,9 @@ impl EventLoop {
         let id = h.request_id;
         let op = if matches!(h.opcode, Opcode::Write | Opcode::WriteList | Opcode::WriteListGroup | Opcode::WriteShm | Opcode::WriteLease) { Op::Write } else { Op::Read };
         let list = matches!(h.opcode, Opcode::ReadList | Opcode::WriteList | Opcode::ReadListGroup | Opcode::WriteListGroup);
+        // A `ReadLease` not granted now: answered with a lease once its
+        // dispatch has brought the range into the page cache (`admit`).
+        let mut lease_after = false;
         let kind = {
             let req = match parse_request(&h, &body) {
                 Ok(r) => r,
@@ -1234,6 +1237,7 @@ impl EventLoop {
                         self.post_on_socket(c, post, id);
                         return Flow::Next;
                     }
+                    lease_after = self.leases_here(c) && u64::from(len) >= crate::lease::SHORT_BYTES_MIN;
                     Kind::Io(fd, vec![(offset, u64::from(len))], None, Some((at, post)), None)
                 }
                 Request::WriteLease { fd, offset, len, at, post } => {
@@ -1328,7 +1332,7 @@ impl EventLoop {
                 None => Place::Reply,
             },
         };
-        if let Err((errno, msg)) = self.admit(c, id, fd, op, list || group.is_some(), pieces, total, place, group) {
+        if let Err((errno, msg)) = self.admit(c, id, fd, op, list || group.is_some(), pieces, total, place, group, lease_after) {
             self.error_on_socket(c, id, post, errno, msg);
         }
         Flow::Next
@@ -1349,6 +1353,7 @@ impl EventLoop {
         total: u64,
         place: Place,
         group: Option<Group>,
+        lease_after: bool,
     ) -> Result<(), (i32, String)> {
         let max = self.shared.config.limits.inflight_per_connection_max;
         if c.inflight >= max {
@@ -1410,7 +1415,11 @@ impl EventLoop {
                 Some(l) => Reply::Piece(Arc::clone(l), pos),
                 None => Reply::Single(c.id, wire_id, reserved, post.clone()),
             };
-            items.push(Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0) });
+            // Only for what `lease` would lease: a read-only handle of a
+            // regular file (`lease_after` says the rest).
+            let lease_after = (lease_after && op == Op::Read && list.is_none() && file.regular && file.access == libc::O_RDONLY)
+                .then_some(LeaseAfter { handle: fd, valid_us: self.shared.config.limits.lease_valid_us });
+            items.push(Pending { req, file: Arc::clone(&file), buf, arrival_ns: now, reply, result: Ok(0), lease_after, populated: false });
         }
         let items = match group {
             None => items,
@@ -1577,9 +1586,25 @@ impl EventLoop {
 
     /// Queue an answered message on its connection (dropped when the
     /// connection is gone).
-    fn deliver(&mut self, d: Delivery) {
+    fn deliver(&mut self, mut d: Delivery) {
         let Some(c) = self.conns.get_mut(&d.conn) else { return };
         c.inflight -= 1;
+        // A lease answered after its dispatch populated the page cache: the
+        // handle's descriptor goes with its first lease, as in `lease`. A
+        // handle closed meanwhile lends nothing (the client then reads
+        // through the server).
+        let mut lend = None;
+        if let (Some(handle), Out::Lease(.., lent)) = (d.lend, &mut d.out) {
+            lend = c.session.as_mut().and_then(|s| {
+                if s.lent.contains(&handle) {
+                    return None;
+                }
+                let fd = s.file(handle).ok()?.fd.try_clone().ok()?;
+                s.lent.insert(handle);
+                Some(fd)
+            });
+            *lent = lend.is_some();
+        }
         match (d.post, d.out) {
             // Answered in the region: no frame. The connection is still
             // marked dirty so that a pause on its reply bytes is lifted.
@@ -1590,7 +1615,7 @@ impl EventLoop {
                 }
             }
             (post, out) => {
-                c.push(d.wire_id, out, d.reserved, &self.shared.reply_bytes);
+                c.push_with(d.wire_id, out, d.reserved, &self.shared.reply_bytes, lend);
                 if let Some((shm, k)) = post {
                     if shm.post(k, d.wire_id, None) {
                         self.wakes.push((shm, k));
@@ -1666,6 +1691,24 @@ impl EventLoop {
         loop {
             match self.disp.next(now) {
                 Ok(mut job) => {
+                    // Reads to answer with leases: cached already, settled
+                    // here; else populated by a worker (not the ring, whose
+                    // reads move data).
+                    if job.populate && self.inline {
+                        if populated_already(&mut job) {
+                            let done = self.shared.clock.now();
+                            job.started = now;
+                            job.service_ns = done.saturating_sub(now);
+                            now = done;
+                            for d in self.disp.done(job, now) {
+                                self.deliver(d);
+                            }
+                        } else {
+                            job.started = now;
+                            self.send_to_worker(job, now);
+                        }
+                        continue;
+                    }
                     if self.inline && try_nowait(&mut job) {
                         let done = self.shared.clock.now();
                         job.started = now;

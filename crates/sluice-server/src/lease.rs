@@ -35,6 +35,12 @@
 //! one without the write's data (`LEASE_ONLY_AT`), so a granted lease
 //! costs it no copy into the shared region.
 //!
+//! A `ReadLease` of at least `SHORT_BYTES_MIN` whose range is not cached
+//! is scheduled as a read that, once its dispatch has brought the range
+//! into the page cache without copying it (`exec::populate`), is answered
+//! with a lease too (`pending::LeaseAfter`): the device's work is still
+//! the scheduler's, and the client copies the data once.
+//!
 //! The check is `cachestat(2)` (Linux 6.5): one system call, no copy.
 //! Where the kernel lacks it, no lease is granted and reads take the
 //! scheduled path.

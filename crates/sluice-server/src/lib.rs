@@ -252,7 +252,10 @@ fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<e
     let c = &shared.config;
     let device = (c.device == DeviceKind::Hdd7200).then(|| Mutex::new(Hdd::hdd7200()));
     let storage = c.storage.as_ref().map_or_else(|| Arc::new(exec::Syscalls) as Arc<dyn exec::Storage>, |s| Arc::clone(&s.0));
-    let exec = Arc::new(Executor { storage, direct: c.direct, device, direct_writes: Arc::clone(&shared.direct_writes) });
+    // Populating the page cache for lease answers: only through the page
+    // cache of a real device, with the real system calls.
+    let null = if c.storage.is_none() && !c.direct && c.device == DeviceKind::Real { std::fs::OpenOptions::new().write(true).open("/dev/null").ok() } else { None };
+    let exec = Arc::new(Executor { storage, direct: c.direct, device, direct_writes: Arc::clone(&shared.direct_writes), null });
     let jobs = Arc::new(Mutex::new(jobs));
     (0..c.queue_depth)
         .map(|_| {

@@ -64,6 +64,9 @@ pub struct Delivery {
     /// The region's post record the answer goes to when it is a `Count`
     /// (`Shm::post`); otherwise the frame goes out and the record says so.
     pub post: Option<(Arc<Shm>, u32)>,
+    /// A `Lease` answer for this file handle of the connection: the loop
+    /// lends the handle's descriptor with it if it has not yet.
+    pub lend: Option<u64>,
 }
 
 /// A request's data.
@@ -142,7 +145,7 @@ impl ListState {
             None if self.counts => Out::Count(g.bytes),
             None => Out::Data(std::mem::take(&mut g.data)),
         };
-        Delivery { conn: self.conn, wire_id: self.wire_id, out, reserved: self.reserved, post: self.post.clone() }
+        Delivery { conn: self.conn, wire_id: self.wire_id, out, reserved: self.reserved, post: self.post.clone(), lend: None }
     }
 }
 
@@ -154,6 +157,19 @@ pub enum Reply {
     Piece(Arc<ListState>, usize),
 }
 
+/// A read that asked for a cache lease (`ReadLease`) of a range not in
+/// the page cache: scheduled as any read, but when its whole dispatch is
+/// such reads the dispatch only brings the range into the page cache
+/// (`exec::populate`) and each is answered with a lease, so the client
+/// copies the data once, from the page cache, as a plain `pread` would,
+/// instead of twice through its shared region.
+#[derive(Clone, Copy, Debug)]
+pub struct LeaseAfter {
+    /// The connection's handle of the file (the descriptor to lend).
+    pub handle: u64,
+    pub valid_us: u32,
+}
+
 /// One admitted read or write piece.
 pub struct Pending {
     pub req: Request,
@@ -163,6 +179,11 @@ pub struct Pending {
     pub reply: Reply,
     /// Set by the executor: bytes transferred, or an errno.
     pub result: Result<u64, i32>,
+    /// A lease to answer with once the range is in the page cache.
+    pub lease_after: Option<LeaseAfter>,
+    /// Set when its dispatch brought the range into the page cache and
+    /// moved no data (`exec::populate`): answered with `lease_after`.
+    pub populated: bool,
 }
 
 fn errno_message(errno: i32) -> String {
@@ -181,12 +202,16 @@ impl Pending {
     pub fn answer_with(self, result: Result<u64, (i32, String)>) -> Option<Delivery> {
         match self.reply {
             Reply::Single(conn, wire_id, reserved, post) => {
-                let out = match (result, self.buf) {
-                    (Err((errno, msg)), _) => Out::Error(errno, msg),
-                    (Ok(_), Buf::Read(b)) => Out::Data(b),
-                    (Ok(n), Buf::Write(..) | Buf::Shm(..)) => Out::Count(n),
+                let lease = self.lease_after.filter(|_| self.populated);
+                let out = match (result, self.buf, lease) {
+                    (Err((errno, msg)), ..) => Out::Error(errno, msg),
+                    // In the page cache now: read it yourself (a read that
+                    // crosses the end of the file reads short there too).
+                    (Ok(_), _, Some(l)) => Out::Lease(self.req.offset, self.req.len, l.valid_us, false),
+                    (Ok(_), Buf::Read(b), None) => Out::Data(b),
+                    (Ok(n), Buf::Write(..) | Buf::Shm(..), None) => Out::Count(n),
                 };
-                Some(Delivery { conn, wire_id, out, reserved, post })
+                Some(Delivery { conn, wire_id, out, reserved, post, lend: lease.map(|l| l.handle) })
             }
             Reply::Piece(list, pos) => {
                 let piece = match &self.buf {

@@ -238,10 +238,12 @@ mod tests {
                 arrival_ns: 0,
                 reply: Reply::Single(0, 0, 0, None),
                 result: Err(0),
+                lease_after: None,
+                populated: false,
             })
             .collect();
         let dispatch = Dispatch { id: DispatchId(0), file: FileId(1), op, offset: lo, len: hi - lo, members };
-        Job { dispatch, items, started: 0, service_ns: 0 }
+        Job { dispatch, items, started: 0, service_ns: 0, populate: false }
     }
 
     /// A scratch directory, an eventfd, a ring of `entries` and file `f`
