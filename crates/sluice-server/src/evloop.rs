@@ -1694,22 +1694,8 @@ impl EventLoop {
                     // Reads to answer with leases: cached already, settled
                     // here; else populated by a worker (not the ring, whose
                     // reads move data).
-                    if job.populate && self.inline {
-                        if populated_already(&mut job) {
-                            let done = self.shared.clock.now();
-                            job.started = now;
-                            job.service_ns = done.saturating_sub(now);
-                            now = done;
-                            for d in self.disp.done(job, now) {
-                                self.deliver(d);
-                            }
-                        } else {
-                            job.started = now;
-                            self.send_to_worker(job, now);
-                        }
-                        continue;
-                    }
-                    if self.inline && try_nowait(&mut job) {
+                    let populate = job.populate && self.inline;
+                    if self.inline && if populate { populated_already(&mut job) } else { try_nowait(&mut job) } {
                         let done = self.shared.clock.now();
                         job.started = now;
                         job.service_ns = done.saturating_sub(now);
@@ -1717,6 +1703,10 @@ impl EventLoop {
                         for d in self.disp.done(job, now) {
                             self.deliver(d);
                         }
+                        continue;
+                    }
+                    if populate {
+                        self.send_to_worker(job, now);
                         continue;
                     }
                     let job = match self.ring.as_mut() {
