@@ -622,6 +622,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn populate_brings_a_range_in_short_at_the_end_of_the_file_and_reports_errors() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::File::create(&path).unwrap().write_all(&vec![3u8; 3 << 20]).unwrap();
+        let f = std::fs::File::open(&path).unwrap();
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+        assert_eq!(populate(null.as_raw_fd(), f.as_raw_fd(), 0, 1 << 20), (1 << 20, None));
+        assert_eq!(populate(null.as_raw_fd(), f.as_raw_fd(), 2 << 20, 2 << 20), (1 << 20, None), "short at the end of the file");
+        assert_eq!(populate(null.as_raw_fd(), f.as_raw_fd(), 4 << 20, 4096), (0, None), "past the end: nothing");
+        if sluice_net::cache::all_cached(f.as_raw_fd(), 0, 4096).is_some() {
+            assert_eq!(sluice_net::cache::all_cached(f.as_raw_fd(), 0, 3 << 20), Some(true), "in the page cache");
+        }
+        // A descriptor not open for reading: the error, nothing counted.
+        let w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let (n, err) = populate(null.as_raw_fd(), w.as_raw_fd(), 0, 4096);
+        assert_eq!((n, err), (0, Some(libc::EBADF)));
+    }
+
+    #[test]
     fn an_emulating_worker_asks_for_exact_sleeps() {
         let slack = || {
             // SAFETY: PR_GET_TIMERSLACK reads this thread's slack.
