@@ -1269,13 +1269,10 @@ impl Client {
     }
 
     /// Write all of `data` at `offset`; large writes are split and pipelined.
-    /// Under a write lease (held, or asked for now: `write_leased`), one
-    /// local `pwrite`.
+    /// Under a write lease (held, or asked for by the first piece:
+    /// `submit_write`), each piece is a local `pwrite`.
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> Result<usize> {
         writable_range(offset, data.len())?;
-        if let Some(n) = self.write_leased(fd, data, offset)? {
-            return Ok(n);
-        }
         self.pwrite_chunks(fd, data, offset)
     }
 

@@ -1522,17 +1522,7 @@ impl EventLoop {
                 (0, u64::MAX, u64::from(len), l.write_lease_valid_us)
             }
         };
-        let lend = if session.lent.contains(&fd) {
-            None
-        } else {
-            match file.fd.try_clone() {
-                Ok(d) => Some(d),
-                Err(_) => return false,
-            }
-        };
-        if lend.is_some() {
-            session.lent.insert(fd);
-        }
+        let Ok(lend) = session.lend(fd) else { return false };
         lock(&self.shared.apps).record_lease(session.app, counted);
         let out = Out::Lease(start, granted, valid, lend.is_some());
         c.push_with(wire_id, out, 0, &self.shared.reply_bytes, lend);
@@ -1595,14 +1585,7 @@ impl EventLoop {
         // through the server).
         let mut lend = None;
         if let (Some(handle), Out::Lease(.., lent)) = (d.lend, &mut d.out) {
-            lend = c.session.as_mut().and_then(|s| {
-                if s.lent.contains(&handle) {
-                    return None;
-                }
-                let fd = s.file(handle).ok()?.fd.try_clone().ok()?;
-                s.lent.insert(handle);
-                Some(fd)
-            });
+            lend = c.session.as_mut().and_then(|s| s.lend(handle).ok().flatten());
             *lent = lend.is_some();
         }
         match (d.post, d.out) {

@@ -561,18 +561,14 @@ pub fn populate(null: RawFd, fd: RawFd, offset: u64, len: u64) -> (u64, Option<i
     (done, None)
 }
 
-/// A populating job whose range is all in the page cache already: settled
-/// here, no system call but a `cachestat` and an `fstat` (`true`), else
-/// left for a worker (`false`, nothing changed).
+/// A populating job whose range is all in the page cache already (what
+/// a lease is granted on, `lease::grant`, looking no further): settled
+/// here (`true`), else left for a worker (`false`, nothing changed; a
+/// range at or past the end of the file too, whose `populate` is empty).
 pub fn populated_already(job: &mut Job) -> bool {
     let d = &job.dispatch;
-    let fd = job.items[0].file.fd.as_raw_fd();
-    let Ok(st) = crate::root::fstat(fd) else { return false };
-    let end = d.end().min(st.size);
-    if d.offset < end && sluice_net::cache::all_cached(fd, d.offset, end - d.offset) != Some(true) {
-        return false;
-    }
-    settle(d, &mut job.items, end.saturating_sub(d.offset), None);
+    let Some((_, in_file)) = crate::lease::grant(job.items[0].file.fd.as_raw_fd(), d.offset, d.len, d.len) else { return false };
+    settle(d, &mut job.items, in_file, None);
     mark_populated(&mut job.items);
     true
 }

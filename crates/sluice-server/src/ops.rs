@@ -62,6 +62,18 @@ impl Session {
         self.files.get(&fd).ok_or_else(|| Error::new(ErrorKind::Invalid, libc::EBADF, format!("bad file handle {fd}")))
     }
 
+    /// The descriptor to send with a lease on handle `fd`: a duplicate the
+    /// first time (the handle is then marked lent), `None` once lent.
+    /// `Err`: a bad handle, or no duplicate to be had.
+    pub(crate) fn lend(&mut self, fd: u64) -> std::result::Result<Option<std::os::fd::OwnedFd>, ()> {
+        if self.lent.contains(&fd) {
+            return Ok(None);
+        }
+        let dup = self.files.get(&fd).ok_or(())?.fd.try_clone().map_err(|_| ())?;
+        self.lent.insert(fd);
+        Ok(Some(dup))
+    }
+
     /// Run one metadata request (on the pool, as the caller, unless
     /// `runs_inline`).
     pub(crate) fn metadata(&mut self, shared: &Shared, req: Request<'_>) -> Result<Out> {
