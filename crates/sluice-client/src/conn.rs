@@ -498,6 +498,7 @@ impl Conn {
                     if r == 0 || post.state.load(Ordering::Acquire) != POST_SLEEPING {
                         continue;
                     }
+                    crate::abandon::check("waiting for an answer")?;
                     if let Some(why) = self.gone() {
                         // Not waiting for a thread that reads the socket.
                         if let Ok(mut g) = self.read.try_lock() {

@@ -25,6 +25,9 @@ pub enum ClientErrorKind {
     /// The call was invalid before reaching the server (bad address, bad
     /// whence, buffer too small).
     Invalid,
+    /// The call was given up while it waited for the server, because its
+    /// thread's check said its caller is gone (`Abandon`): errno EINTR.
+    Interrupted,
 }
 
 /// An error from the client library.

@@ -55,6 +55,7 @@
 //! Invariant: no call waits on a silent server longer than `timeout`
 //! without saying so (hard) or failing (soft); a write is never sent twice.
 
+mod abandon;
 mod conn;
 mod error;
 mod shm;
@@ -65,6 +66,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+pub use abandon::{Abandon, CHECK_EVERY as ABANDON_CHECK_EVERY};
 pub use error::{ClientError, ClientErrorKind, Result};
 pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, CRED_GROUPS_MAX, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT};
 
@@ -699,7 +701,7 @@ impl Client {
                         }
                         self.patience.warn(&self.addr);
                     }
-                    std::thread::sleep(pause);
+                    abandon::sleep(pause, "waiting for the server")?;
                     pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
                 }
             }
@@ -1252,7 +1254,9 @@ impl Client {
             return Ok(Passthrough::Unsuitable);
         }
         match sluice_net::cache::all_cached(l.file.as_raw_fd(), 0, size) {
-            Some(true) => Ok(Passthrough::File(l.file.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("passthrough: {e}")))?)),
+            Some(true) => Ok(Passthrough::File(
+                l.file.try_clone().map_err(|e| ClientError::new(ClientErrorKind::Server, e.raw_os_error().unwrap_or(libc::EIO), format!("passthrough: {e}")))?,
+            )),
             _ => Ok(Passthrough::NotCached),
         }
     }

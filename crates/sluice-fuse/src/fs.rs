@@ -43,10 +43,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    BackingId, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use sluice_client::{ClientError, Fd, FileKind, Passthrough, Stat};
+use sluice_client::{Abandon, ClientError, Fd, FileKind, Passthrough, Stat};
 use sluice_remote::{Remote, RemoteKind};
 
 use crate::conns::{Caller, Conns, CONNECTIONS_MAX as CONNS_MAX};
@@ -366,6 +366,29 @@ fn kind(k: FileKind) -> FileType {
 }
 
 /// Count a client call and its failure.
+/// Give up the calls made for the caller of `req` once it is dying
+/// (`sluice_client::Abandon`): a process killed while the server is dead
+/// exits at once, while the mount keeps waiting for the server for every
+/// other caller.
+fn watch(req: &Request) -> Abandon {
+    Abandon::when(caller_dying, req.pid())
+}
+
+/// Whether thread `tid` is gone or has a fatal signal pending. The kernel
+/// marks a thread whose process is being killed (SIGKILL, or any signal
+/// whose default action ends it) with SIGKILL in its pending set; a
+/// caller in a FUSE request cannot run its handlers, so nothing else ends
+/// the wait. fuser answers `FUSE_INTERRUPT` itself (ENOSYS, after which
+/// the kernel sends no more), so the mount looks for itself.
+fn caller_dying(tid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return true };
+    let kill_bit = 1u64 << (libc::SIGKILL - 1);
+    status
+        .lines()
+        .filter_map(|l| l.strip_prefix("SigPnd:").or_else(|| l.strip_prefix("ShdPnd:")))
+        .any(|hex| u64::from_str_radix(hex.trim(), 16).is_ok_and(|set| set & kill_bit != 0))
+}
+
 fn counted<T>(r: Result<T, Errno>) -> Result<T, Errno> {
     STATS.calls.fetch_add(1, Ordering::Relaxed);
     if r.is_err() {
@@ -502,17 +525,19 @@ impl SluiceFs {
 
     /// Open `path` and learn its attributes; the fd and what was learnt.
     fn open_path(&self, c: &Remote, path: &str, flags: i32, mode: u32) -> Result<(Fd, Stat), Errno> {
-        counted((|| {
-            let fd = c.open(path, flags, mode)?;
-            match c.fstat(fd) {
-                Ok(st) => Ok((fd, st)),
-                Err(e) => {
-                    let _ = c.close(fd);
-                    Err(e)
+        counted(
+            (|| {
+                let fd = c.open(path, flags, mode)?;
+                match c.fstat(fd) {
+                    Ok(st) => Ok((fd, st)),
+                    Err(e) => {
+                        let _ = c.close(fd);
+                        Err(e)
+                    }
                 }
-            }
-        })()
-        .map_err(errno))
+            })()
+            .map_err(errno),
+        )
     }
 
     fn do_read(&self, fh: FileHandle, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
@@ -658,6 +683,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _abandon = watch(req);
         let r = (|| {
             let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
             self.entry(&c, &path)
@@ -673,6 +699,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _abandon = watch(req);
         let r = (|| {
             let (c, path) = (self.client(req)?, self.path(ino)?);
             counted(c.readlink(&path).map_err(errno))
@@ -684,6 +711,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _abandon = watch(req);
         match self.do_getattr(req, ino, fh) {
             Ok(a) => reply.attr(&TTL, &a),
             Err(e) => reply.error(e),
@@ -711,6 +739,7 @@ impl Filesystem for SluiceFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _abandon = watch(req);
         let r = self.do_chattr(req, ino, mode, atime, mtime, fh).and_then(|()| self.do_setattr(req, ino, size, fh));
         match r {
             Ok(a) => reply.attr(&TTL, &a),
@@ -719,6 +748,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        let _abandon = watch(req);
         let r = (|| {
             let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
             counted(c.mkdir(&path, mode & 0o7777).map_err(errno))?;
@@ -733,6 +763,7 @@ impl Filesystem for SluiceFs {
     /// `ln -s`: the target is stored as given; the kernel follows it (a
     /// relative one within the mount, an absolute one on this host).
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+        let _abandon = watch(req);
         let r = (|| {
             let (c, path) = (self.client(req)?, join(&self.path(parent)?, link_name)?);
             let target = target.to_str().ok_or(Errno::EINVAL)?;
@@ -746,6 +777,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _abandon = watch(req);
         match self.remove(req, parent, name, false) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -753,6 +785,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _abandon = watch(req);
         match self.remove(req, parent, name, true) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -760,6 +793,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn rename(&self, req: &Request, parent: INodeNo, name: &OsStr, newparent: INodeNo, newname: &OsStr, flags: RenameFlags, reply: ReplyEmpty) {
+        let _abandon = watch(req);
         let r = (|| {
             // RENAME_NOREPLACE and RENAME_EXCHANGE are not in the protocol.
             if !flags.is_empty() {
@@ -778,6 +812,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _abandon = watch(req);
         let flags = flags.0 & !(libc::O_CREAT | libc::O_EXCL);
         let r = (|| {
             let (c, path) = (self.client(req)?, self.path(ino)?);
@@ -806,6 +841,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, _umask: u32, flags: i32, reply: ReplyCreate) {
+        let _abandon = watch(req);
         let r = (|| {
             let (c, path) = (self.client(req)?, join(&self.path(parent)?, name)?);
             let (fd, st) = self.open_path(&c, &path, flags | libc::O_CREAT, mode & 0o7777)?;
@@ -831,14 +867,16 @@ impl Filesystem for SluiceFs {
         }
     }
 
-    fn read(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+    fn read(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, size: u32, _flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyData) {
+        let _abandon = watch(req);
         match self.do_read(fh, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(e),
         }
     }
 
-    fn write(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+    fn write(&self, req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, data: &[u8], _wf: WriteFlags, flags: OpenFlags, _lock: Option<LockOwner>, reply: ReplyWrite) {
+        let _abandon = watch(req);
         let since = Instant::now();
         // O_APPEND is the file system's to honour (the kernel's offset is
         // its own idea of the size, stale when another mount or client
@@ -862,7 +900,8 @@ impl Filesystem for SluiceFs {
         reply.ok();
     }
 
-    fn release(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+    fn release(&self, req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, _lock: Option<LockOwner>, _flush: bool, reply: ReplyEmpty) {
+        let _abandon = watch(req);
         let h = {
             let mut all = lock(&self.handles);
             let h = all.remove(&fh.0);
@@ -879,7 +918,8 @@ impl Filesystem for SluiceFs {
         }
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+        let _abandon = watch(req);
         let r = self.handle(fh).and_then(|(c, fd)| counted(if datasync { c.fdatasync(fd) } else { c.fsync(fd) }.map_err(errno)));
         match r {
             Ok(()) => reply.ok(),
@@ -895,6 +935,7 @@ impl Filesystem for SluiceFs {
     }
 
     fn readdir(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let _abandon = watch(req);
         match self.do_readdir(req, ino, fh, offset, &mut reply) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -906,7 +947,8 @@ impl Filesystem for SluiceFs {
         reply.ok();
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _abandon = watch(req);
         reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096);
     }
 }

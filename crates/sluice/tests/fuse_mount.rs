@@ -275,6 +275,55 @@ fn a_held_file_survives_a_server_restart_through_the_mount() {
     assert!(py.wait().unwrap().success());
 }
 
+/// Whether process `pid` sleeps in the kernel waiting for a FUSE answer.
+fn waits_for_fuse(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w == "request_wait_answer")
+}
+
+/// A reader through a hard mount waits for a dead server, as an NFS hard
+/// mount does, in the kernel's wait for the mount's answer, which only
+/// the answer ends once the mount has read the request. SIGKILL must still end it: the mount notices its caller dying
+/// and answers EINTR. Before, it stayed in state D until the server came
+/// back or the mount was killed. The mount itself keeps waiting for the
+/// server for everyone else: a read after the restart succeeds.
+#[test]
+fn a_reader_of_a_dead_server_through_a_hard_mount_dies_at_sigkill() {
+    let mut m = Mounted::start("killable");
+    // Read-write: neither passthrough nor a cache lease answers its reads
+    // without the server.
+    std::fs::write(m.root().join("f"), vec![3u8; 1 << 16]).unwrap();
+    let script = "import sys, os\nfd = os.open(sys.argv[1], os.O_RDWR)\nos.pread(fd, 4096, 0)\nprint('ready', flush=True)\nsys.stdin.readline()\nos.pread(fd, 4096, 8192)\n";
+    let mut py = Command::new("python3").args(["-c", script]).arg(m.mnt().join("f")).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    m.server.kill().unwrap();
+    m.server.wait().unwrap();
+    std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
+    wait_for(|| waits_for_fuse(py.id()), "the reader to wait for the dead server in the kernel");
+    // Still waiting a while later: the mount is hard.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(waits_for_fuse(py.id()), "a hard mount waits for its server");
+    let t = Instant::now();
+    py.kill().unwrap();
+    // Polled, not waited: an unkillable reader must fail the test, not
+    // hang it (dropping the mount then ends the reader).
+    let st = loop {
+        match py.try_wait().unwrap() {
+            Some(st) => break st,
+            None if t.elapsed() > Duration::from_secs(5) => panic!("the killed reader still lives after {:?}", t.elapsed()),
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let took = t.elapsed();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(libc::SIGKILL), "{st:?}");
+    assert!(took < Duration::from_secs(1), "the killed reader took {took:?} to exit");
+    assert!(is_mounted(&m.mnt()), "the mount outlives its killed caller");
+    m.server = m.spawn_server();
+    assert_eq!(std::fs::read(m.mnt().join("f")).unwrap().len(), 1 << 16, "the mount serves again once the server is back");
+}
+
 #[test]
 fn a_missing_server_is_refused_before_mounting() {
     let dir = std::env::temp_dir().join(format!("sluice-fuse-none-{}", std::process::id()));

@@ -1,0 +1,120 @@
+//! Giving up on a call whose caller is gone.
+//!
+//! A hard client waits for a dead or silent server for as long as it
+//! takes, as an NFS hard mount does. A front end that makes calls on
+//! behalf of other processes (the FUSE mount) must still let those
+//! processes die: the kernel keeps a process killed in the middle of a
+//! FUSE request in uninterruptible sleep until the mount answers it.
+//!
+//! So a thread may name a check for the call it is about to make
+//! (`Abandon::when`): a plain function and one argument (the caller's
+//! pid, for the mount). Wherever a call waits for the server (between
+//! reconnection attempts, between looks at a post record) the client
+//! runs the check at least every `CHECK_EVERY`; when it says yes, the
+//! call fails at once with `Interrupted` (EINTR). Nothing else changes:
+//! the connection and its recovery stay as they are for every other
+//! caller, and a call that is not waiting never runs the check.
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use crate::error::{ClientError, ClientErrorKind};
+
+/// Longest a waiting call goes without running its thread's check.
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// A check: `f(arg)` says whether the call should be given up.
+type Check = (fn(u32) -> bool, u32);
+
+thread_local! {
+    static CHECK: Cell<Option<Check>> = const { Cell::new(None) };
+}
+
+/// The check of this thread's calls while it lives; the previous one is
+/// back when it is dropped.
+#[must_use = "the check lasts as long as the guard"]
+pub struct Abandon {
+    previous: Option<Check>,
+}
+
+impl Abandon {
+    /// Give up this thread's waiting calls when `f(arg)` says so.
+    pub fn when(f: fn(u32) -> bool, arg: u32) -> Abandon {
+        Abandon { previous: CHECK.with(|c| c.replace(Some((f, arg)))) }
+    }
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        CHECK.with(|c| c.set(self.previous));
+    }
+}
+
+/// `Err(Interrupted)` when this thread's check says to give up.
+pub(crate) fn check(what: &str) -> Result<(), ClientError> {
+    match CHECK.with(Cell::get) {
+        Some((f, arg)) if f(arg) => Err(ClientError::new(ClientErrorKind::Interrupted, libc::EINTR, format!("{what}: given up, its caller is gone"))),
+        _ => Ok(()),
+    }
+}
+
+/// Sleep `pause`, in slices of at most `CHECK_EVERY`, running the check
+/// between them.
+pub(crate) fn sleep(pause: Duration, what: &str) -> Result<(), ClientError> {
+    let mut left = pause;
+    loop {
+        check(what)?;
+        if left.is_zero() {
+            return Ok(());
+        }
+        let slice = left.min(CHECK_EVERY);
+        std::thread::sleep(slice);
+        left -= slice;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::Instant;
+
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+
+    fn after_three(limit: u32) -> bool {
+        CALLS.fetch_add(1, Ordering::Relaxed) + 1 >= limit
+    }
+
+    fn never(_: u32) -> bool {
+        false
+    }
+
+    #[test]
+    fn no_check_never_gives_up() {
+        assert!(check("x").is_ok());
+        assert!(sleep(Duration::from_millis(1), "x").is_ok());
+    }
+
+    #[test]
+    fn a_sleep_is_cut_short_within_a_slice_of_the_check_saying_yes() {
+        CALLS.store(0, Ordering::Relaxed);
+        let _g = Abandon::when(after_three, 3);
+        let t = Instant::now();
+        let e = sleep(Duration::from_secs(10), "read").unwrap_err();
+        assert_eq!((e.kind, e.errno), (ClientErrorKind::Interrupted, libc::EINTR));
+        assert!(t.elapsed() < 3 * CHECK_EVERY + Duration::from_millis(500), "{:?}", t.elapsed());
+    }
+
+    #[test]
+    fn guards_nest_and_restore() {
+        {
+            let _outer = Abandon::when(never, 0);
+            {
+                let _inner = Abandon::when(|_| true, 0);
+                assert!(check("x").is_err());
+            }
+            assert!(check("x").is_ok());
+        }
+        assert!(CHECK.with(Cell::get).is_none());
+    }
+}
