@@ -46,7 +46,7 @@ use sluice_server::DeviceKind;
 
 use crate::median;
 use crate::workload::pattern::Dir;
-use crate::workload::runner::{run as run_workload, RunConfig};
+use crate::workload::runner::{run as run_workload, RunConfig, Via};
 use crate::workload::scenario::{self, Scenario};
 use crate::workload::WorkloadError;
 
@@ -322,6 +322,7 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         scale: cell.scale,
         granularity: None,
         progress: false,
+        via: Via::Library,
     };
     let modes = modes(cfg, cell.device);
     let mut runs_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();

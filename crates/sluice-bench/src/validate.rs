@@ -36,7 +36,7 @@ use sluice_sim::{AioliOverrides, App, Bounds, Client, Cluster, Network, OpName, 
 
 use crate::calibrate::ModelFile;
 use crate::workload::pattern::{AppSpec, Dir, Pattern};
-use crate::workload::runner::{self, RunConfig};
+use crate::workload::runner::{self, RunConfig, Via};
 use crate::workload::scenario::{self, Scenario};
 
 /// The link of one host (see the module documentation).
@@ -272,6 +272,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             scale: 1.0,
             granularity: None,
             progress: cfg.progress,
+            via: Via::Library,
         };
         let mut real = Vec::new();
         for i in 0..cfg.runs.max(1) {
@@ -527,7 +528,16 @@ pub fn cause(error: f64, device: Option<f64>, schedule: Option<f64>, seeks: Opti
 pub fn table(r: &Report) -> String {
     let mut out = format!(
         "{:<38} {:<7} {:>21} {:>21} {:>8} {:>9} {:>19} {:>14} {:>14}  {}\n",
-        "workload", "policy", "real (s): median, range", "sim (s): median, range", "error", "pair err", "cpu srv/cli/steal", "free cpu: err", "no steal: err", "where the gap comes from"
+        "workload",
+        "policy",
+        "real (s): median, range",
+        "sim (s): median, range",
+        "error",
+        "pair err",
+        "cpu srv/cli/steal",
+        "free cpu: err",
+        "no steal: err",
+        "where the gap comes from"
     );
     let cell = |m: f64, (lo, hi): (f64, f64)| format!("{m:.3} ({lo:.2}-{hi:.2})");
     for row in &r.rows {

@@ -7,6 +7,7 @@
 //! the seed's "POSIX" column) or a sluice server under a named policy.
 
 pub mod cpu;
+pub mod mount;
 pub mod pattern;
 pub mod replay;
 pub mod report;

@@ -97,6 +97,9 @@ pub struct Report {
     /// Whether the page cache was dropped before every run.
     pub caches_dropped: bool,
     pub scale: f64,
+    /// The path the processes' I/O took to the servers (`library`, `run`
+    /// or `mount`); the direct mode's never goes through one.
+    pub via: String,
     pub runs: Vec<RunReport>,
 }
 
@@ -114,12 +117,13 @@ pub fn jain(xs: &[f64]) -> f64 {
 /// then makespan and fairness.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
-        "{} on {} ({}, page cache {}, scale {})\n",
+        "{} on {} ({}, page cache {}, scale {}, servers reached via {})\n",
         r.scenario,
         r.device,
         if r.direct_io { "O_DIRECT" } else { "buffered" },
         if r.caches_dropped { "dropped before each run" } else { "NOT dropped" },
-        r.scale
+        r.scale,
+        r.via
     );
     let mut groups: Vec<Option<u64>> = r.runs.iter().map(|x| x.granularity).collect();
     groups.dedup();

@@ -18,6 +18,8 @@ use super::scenario::Scenario;
 use super::worker::{monotonic_ns, Target, WorkerResult, WorkerSpec, SPEC_ENV};
 use super::WorkloadError;
 
+/// The environment variable that tells the interposer its prefix.
+const PREFIX_ENV: &str = "SLUICE_PREFIX";
 /// How long workers may take to open their files and say `ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Chunk used to fill files before timing.
@@ -53,6 +55,34 @@ pub struct RunConfig {
     /// Set on runs of a granularity sweep.
     pub granularity: Option<u64>,
     pub progress: bool,
+    /// The path the ranks' I/O takes to a started server (`Via`).
+    pub via: Via,
+}
+
+/// The path a rank's I/O takes to the service: the path of a program
+/// written for sluice, or one of the two that unmodified programs take.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Via {
+    /// The client library, called by the rank itself.
+    #[default]
+    Library,
+    /// Plain `pread`/`pwrite` under the interposer (`sluice run`): the
+    /// preload library at this path.
+    Run(PathBuf),
+    /// Plain `pread`/`pwrite` on a real FUSE mount of the started server
+    /// (`sluice mount`, started as a child process).
+    Mount,
+}
+
+impl Via {
+    /// The name `--via` takes.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Via::Library => "library",
+            Via::Run(_) => "run",
+            Via::Mount => "mount",
+        }
+    }
 }
 
 /// Run every mode over the scenario.
@@ -79,7 +109,7 @@ pub fn run(cfg: &RunConfig) -> Result<Report, WorkloadError> {
         DeviceKind::Real => "real",
         DeviceKind::Hdd7200 => "hdd7200",
     };
-    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, runs })
+    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, via: cfg.via.name().into(), runs })
 }
 
 /// Create and fill every file (before any timing).
@@ -157,18 +187,20 @@ fn drop_caches() -> bool {
 /// One mode over `apps`, all started together.
 fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, WorkloadError> {
     let mut server = None;
+    let mut mounted = None;
     let target = match (mode, &cfg.server) {
         ("direct", _) => Target::Direct { root: cfg.root.clone(), direct_io: cfg.direct_io },
-        (_, Some(addr)) => Target::Service { addr: addr.clone() },
+        (_, Some(addr)) => via_target(cfg, addr, mode, &mut mounted)?,
         (policy, None) => {
             let handle = start_server(cfg, policy)?;
             let addr = handle.addr().to_string();
             server = Some(handle);
-            Target::Service { addr }
+            via_target(cfg, &addr, policy, &mut mounted)?
         }
     };
     let label = mode.to_string();
     let timed = run_workers(cfg, apps, &target, &label);
+    drop(mounted);
     let stats = server.as_mut().map(|s| s.stats());
     let started = server.is_some();
     let (mut device_model, mut dispatches, mut device_busy_s, mut seeks) = (None, None, None, None);
@@ -207,6 +239,25 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
     let jain = jain(&apps.iter().map(|a| a.mib_s).collect::<Vec<_>>());
     Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps, device_model, dispatches, device_busy_s, seeks, holds, windows, cpu })
 }
+
+/// The target of the ranks for a server at `addr`, as `cfg.via` says; a
+/// mount is started into `mounted` (and stopped when it is dropped).
+fn via_target(cfg: &RunConfig, addr: &str, mode: &str, mounted: &mut Option<super::mount::Mounted>) -> Result<Target, WorkloadError> {
+    Ok(match &cfg.via {
+        Via::Library => Target::Service { addr: addr.to_string() },
+        Via::Run(lib) => Target::Preload { addr: addr.to_string(), lib: lib.clone(), prefix: PathBuf::from(PRELOAD_PREFIX), direct_io: cfg.direct_io },
+        Via::Mount => {
+            let dir = std::env::temp_dir().join(format!("sluice-bench-mnt-{}-{mode}", std::process::id()));
+            let m = super::mount::Mounted::start(&cfg.exe, addr, &dir)?;
+            let root = m.dir().to_path_buf();
+            *mounted = Some(m);
+            Target::Direct { root, direct_io: cfg.direct_io }
+        }
+    })
+}
+
+/// Where the ranks under the interposer see the server's root.
+const PRELOAD_PREFIX: &str = "/sluice-bench";
 
 fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHandle, WorkloadError> {
     let config = sluice_core::PolicyConfig::from_name(policy)
@@ -269,14 +320,16 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
     for (ai, app) in apps.iter().enumerate() {
         for rank in 0..app.procs {
             let spec = WorkerSpec { app: app.clone(), rank, seed: cfg.seed, target: target.clone() };
-            let mut child = Command::new(&cfg.exe)
-                .args(["bench", "worker"])
-                .env(SPEC_ENV, serde_json::to_string(&spec).expect("spec serialises"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| WorkloadError::io(format!("start worker {}", cfg.exe.display()), e))?;
+            let mut cmd = Command::new(&cfg.exe);
+            cmd.args(["bench", "worker"]).env(SPEC_ENV, serde_json::to_string(&spec).expect("spec serialises"));
+            // The mount and the interposer name a process's application
+            // by the client's one rule, which reads SLUICE_APP first.
+            cmd.env(sluice_client::APP_ENV, &app.name);
+            if let Target::Preload { addr, lib, prefix, .. } = target {
+                cmd.env("LD_PRELOAD", lib).env(sluice_client::SERVER_ENV, addr).env(PREFIX_ENV, prefix);
+            }
+            let mut child =
+                cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| WorkloadError::io(format!("start worker {}", cfg.exe.display()), e))?;
             stdins.push(child.stdin.take().expect("piped"));
             watch(owner.len(), child.stdout.take().expect("piped"), child.stderr.take().expect("piped"), tx.clone());
             owner.push(ai);

@@ -24,6 +24,10 @@ pub enum Target {
     Direct { root: PathBuf, direct_io: bool },
     /// Through a sluice server.
     Service { addr: String },
+    /// pread/pwrite on `prefix` (O_DIRECT when `direct_io`), in a process
+    /// started with the interposer `lib` preloaded and pointed at `addr`
+    /// (what `sluice run` does).
+    Preload { addr: String, lib: PathBuf, prefix: PathBuf, direct_io: bool },
 }
 
 /// Everything a worker needs, passed as JSON in `SLUICE_BENCH_WORKER`.
@@ -121,7 +125,7 @@ impl Backend {
         // never gets.
         let write = spec.app.op == Dir::Write;
         match &spec.target {
-            Target::Direct { root, direct_io } => {
+            Target::Direct { root, direct_io } | Target::Preload { prefix: root, direct_io, .. } => {
                 let flags = if *direct_io { libc::O_DIRECT } else { 0 };
                 let f = OpenOptions::new().read(true).write(write).custom_flags(flags).open(root.join(&name));
                 Ok(Backend::File(f.map_err(|e| WorkloadError::io(format!("open {name}"), e))?))
@@ -233,7 +237,7 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
     used.dedup();
     let name = |f: u32| log.files[f as usize].0.clone();
     let files = match &spec.target {
-        Target::Direct { root, direct_io } => {
+        Target::Direct { root, direct_io } | Target::Preload { prefix: root, direct_io, .. } => {
             let flags = if *direct_io { libc::O_DIRECT } else { 0 };
             let open = |f: u32| {
                 OpenOptions::new()

@@ -7,7 +7,7 @@ use clap::Args;
 use sluice_bench::workload::pattern::{AppSpec, Dir, Pattern};
 use sluice_bench::workload::replay::ReplayLog;
 use sluice_bench::workload::report::{table, Report};
-use sluice_bench::workload::runner::{run, RunConfig};
+use sluice_bench::workload::runner::{run, RunConfig, Via};
 use sluice_bench::workload::scenario::{self, Scenario};
 use sluice_server::DeviceKind;
 
@@ -63,6 +63,12 @@ pub struct Common {
     /// Seed of the random patterns.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// The path the processes' I/O takes to each started server:
+    /// `library` (the client library), `run` (plain POSIX calls under the
+    /// interposer, as `sluice run` runs programs) or `mount` (plain POSIX
+    /// calls on a real FUSE mount of the server, as `sluice mount`).
+    #[arg(long, default_value = "library", value_parser = ["library", "run", "mount"])]
+    via: String,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -206,6 +212,12 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
         r.save(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
         scenarios.iter_mut().flat_map(|(s, _)| s.apps.iter_mut()).for_each(|a| a.replay = Some(path.clone()));
     }
+    let exe = std::env::current_exe().context("locating the sluice executable")?;
+    let via = match c.via.as_str() {
+        "run" => Via::Run(super::run::find_library(&exe, std::env::var_os(super::run::PRELOAD_ENV).map(PathBuf::from))?),
+        "mount" => Via::Mount,
+        _ => Via::Library,
+    };
     let mut report: Option<Report> = None;
     for (scenario, granularity) in scenarios {
         let cfg = RunConfig {
@@ -221,10 +233,11 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
             write_leases: c.write_leases || !c.no_write_leases,
             alone: c.alone,
             seed: c.seed,
-            exe: std::env::current_exe().context("locating the sluice executable")?,
+            exe: exe.clone(),
             scale: c.scale,
             granularity,
             progress: true,
+            via: via.clone(),
         };
         let r = run(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         match &mut report {
