@@ -72,6 +72,15 @@ pub const MAX_WRITE_BYTES: u32 = 1 << 20;
 /// receive buffer whose untouched pages are never resident; the kernel
 /// wakes one thread per request.
 pub const THREADS: usize = 128;
+/// How every open but a passthrough one is answered. Direct I/O: the
+/// kernel neither caches nor reshapes the data path, so the scheduler
+/// sees the application's own request sizes. Parallel direct writes: the
+/// kernel otherwise takes the inode's lock for each write until the mount
+/// answers it, so the writers of one file reached the server one at a
+/// time and were never aggregated; with the flag it takes the lock
+/// shared for a write inside the file (appends and writes past the end
+/// still go one at a time).
+const DIRECT: FopenFlags = FopenFlags::FOPEN_DIRECT_IO.union(FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES);
 /// How long the kernel may cache names and attributes. Short: other
 /// clients of the server change files too.
 const TTL: Duration = Duration::from_millis(200);
@@ -838,11 +847,11 @@ impl Filesystem for SluiceFs {
             }
             Ok((fh, OpenMode::Shared(id))) => {
                 STATS.shared_opens.fetch_add(1, Ordering::Relaxed);
-                reply.opened_passthrough(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
+                reply.opened_passthrough(FileHandle(fh), DIRECT, &id);
             }
             // Direct I/O: the kernel neither caches nor reshapes the data
             // path; the scheduler sees the application's own sizes.
-            Ok((fh, OpenMode::Plain)) => reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Ok((fh, OpenMode::Plain)) => reply.opened(FileHandle(fh), DIRECT),
             Err(e) => reply.error(e),
         }
     }
@@ -867,9 +876,9 @@ impl Filesystem for SluiceFs {
         match r {
             Ok((fh, a, OpenMode::Shared(id))) => {
                 STATS.shared_opens.fetch_add(1, Ordering::Relaxed);
-                reply.created_passthrough(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO, &id);
+                reply.created_passthrough(&TTL, &a, Generation(0), FileHandle(fh), DIRECT, &id);
             }
-            Ok((fh, a, _)) => reply.created(&TTL, &a, Generation(0), FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO),
+            Ok((fh, a, _)) => reply.created(&TTL, &a, Generation(0), FileHandle(fh), DIRECT),
             Err(e) => reply.error(e),
         }
     }

@@ -110,6 +110,18 @@ fn strided_readers_through_the_mount_reach_the_scheduler_together() {
     assert!(rpd(&v, "aioli") > 16.0, "the 32 readers' requests reach the scheduler together through the mount: {} a dispatch", rpd(&v, "aioli"));
 }
 
+/// The kernel took a FUSE inode's lock for each direct write until the
+/// mount answered it, so the writers of one shared file reached the
+/// scheduler one at a time: exactly one request a dispatch under aioli.
+/// With parallel direct writes they arrive together and are aggregated.
+#[test]
+fn strided_writers_through_the_mount_are_aggregated() {
+    let s = Scratch::new("via-mount-write");
+    let v = bench(&s.0, &["decomposition", "--write", "--procs", "32", "--granularity", "4K", "--direct", "--device", "hdd7200", "--scale", "0.0005", "--policies", "aioli", "--via", "mount"]);
+    check_shape(&v, &["aioli"], 1);
+    assert!(rpd(&v, "aioli") > 4.0, "the 32 writers' requests reach the scheduler together through the mount: {} a dispatch", rpd(&v, "aioli"));
+}
+
 /// The same processes under the interposer (`sluice run`): plain
 /// `pread`s, every one scheduled.
 #[test]
