@@ -77,6 +77,9 @@ pub struct MatrixConfig {
     /// the servers' default).
     pub write_leases: bool,
     pub progress: bool,
+    /// The interposer library, for the rows through `sluice run` (none
+    /// without it).
+    pub preload: Option<PathBuf>,
 }
 
 /// Runs per row unless told.
@@ -86,7 +89,7 @@ pub const RUNS_MAX: u32 = 15;
 
 impl MatrixConfig {
     pub fn new(quick: bool, exe: PathBuf, root: PathBuf) -> MatrixConfig {
-        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, write: false, write_leases: true, progress: true }
+        MatrixConfig { quick, exe, root, default_policy: DEFAULT_POLICY.into(), runs: RUNS_DEFAULT, only: None, write: false, write_leases: true, progress: true, preload: None }
     }
 }
 
@@ -169,6 +172,8 @@ struct Cell {
     device: DeviceKind,
     direct_io: bool,
     scale: f64,
+    /// The path the processes take to the servers.
+    via: Via,
 }
 
 /// The file for `g`-byte pieces, as a fraction of the seed's 4 GiB: 128
@@ -184,7 +189,26 @@ fn decomposition_scale(quick: bool, g: u64) -> f64 {
     }
 }
 
-fn cells(quick: bool, write: bool) -> Vec<Cell> {
+/// The shared-file strided rows (4 KiB pieces, 32 processes, O_DIRECT)
+/// through the two paths unmodified programs take: a real FUSE mount of
+/// each started server, and the interposer (`preload`, when the library
+/// was found); on the real disk and, through the mount, on the emulated
+/// disk (16 MiB: fifo alone takes about 21 s there; 4 MiB when quick).
+fn unmodified_cells(quick: bool, op: Dir, what: &str, preload: Option<&PathBuf>) -> Vec<Cell> {
+    let g = 4u64 << 10;
+    let scale = decomposition_scale(quick, g);
+    let mut vias = vec![Via::Mount];
+    vias.extend(preload.map(|lib| Via::Run(lib.clone())));
+    let mut out: Vec<Cell> = vias
+        .into_iter()
+        .map(|via| Cell { label: format!("{what} 4K x32 via {}", via.name()), scenario: scenario::decomposition(32, g, op, scale), device: DeviceKind::Real, direct_io: true, scale, via })
+        .collect();
+    let hscale = if quick { 1.0 / 1024.0 } else { 1.0 / 256.0 };
+    out.push(Cell { label: format!("{what} 4K x32 via mount (hdd7200)"), scenario: scenario::decomposition(32, g, op, hscale), device: DeviceKind::Hdd7200, direct_io: true, scale: hscale, via: Via::Mount });
+    out
+}
+
+fn cells(quick: bool, write: bool, preload: Option<&PathBuf>) -> Vec<Cell> {
     let procs: &[u32] = if quick { &[8, 32] } else { &[8, 32, 128] };
     let (op, what) = if write { (Dir::Write, "decomposition write") } else { (Dir::Read, "decomposition") };
     let mut out = Vec::new();
@@ -197,17 +221,18 @@ fn cells(quick: bool, write: bool) -> Vec<Cell> {
                     continue;
                 }
                 let label = format!("{what} {}K x{p}", g >> 10);
-                out.push(Cell { label, scenario: scenario::decomposition(p, g, op, scale), device: DeviceKind::Real, direct_io, scale });
+                out.push(Cell { label, scenario: scenario::decomposition(p, g, op, scale), device: DeviceKind::Real, direct_io, scale, via: Via::Library });
             }
         }
     }
+    out.extend(unmodified_cells(quick, op, what, preload));
     if write {
         return out;
     }
     let (ip, iscale) = if quick { (8, 1.0 / 64.0) } else { (32, 1.0 / 32.0) };
-    out.push(Cell { label: format!("interference 8K x{ip}"), scenario: scenario::interference(ip, 8 << 10, iscale), device: DeviceKind::Real, direct_io: true, scale: iscale });
+    out.push(Cell { label: format!("interference 8K x{ip}"), scenario: scenario::interference(ip, 8 << 10, iscale), device: DeviceKind::Real, direct_io: true, scale: iscale, via: Via::Library });
     let mscale = if quick { 1.0 / 256.0 } else { 1.0 / 64.0 };
-    out.push(Cell { label: "mix10".into(), scenario: scenario::mix10(mscale), device: DeviceKind::Hdd7200, direct_io: false, scale: mscale });
+    out.push(Cell { label: "mix10".into(), scenario: scenario::mix10(mscale), device: DeviceKind::Hdd7200, direct_io: false, scale: mscale, via: Via::Library });
     out
 }
 
@@ -322,7 +347,7 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         scale: cell.scale,
         granularity: None,
         progress: false,
-        via: Via::Library,
+        via: cell.via,
     };
     let modes = modes(cfg, cell.device);
     let mut runs_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -372,7 +397,7 @@ fn sim_row(cfg: &MatrixConfig) -> Result<MatrixRow, WorkloadError> {
 /// Run every row. See the module documentation.
 pub fn run(cfg: &MatrixConfig) -> Result<MatrixReport, WorkloadError> {
     let wanted = |label: &str| cfg.only.as_deref().is_none_or(|o| label.contains(o));
-    let cells: Vec<Cell> = cells(cfg.quick, cfg.write).into_iter().filter(|c| wanted(&c.label)).collect();
+    let cells: Vec<Cell> = cells(cfg.quick, cfg.write, cfg.preload.as_ref()).into_iter().filter(|c| wanted(&c.label)).collect();
     let sim = !cfg.write && wanted("sim --bench");
     if cells.is_empty() && !sim {
         return Err(WorkloadError::usage(format!("no row's workload contains {:?}", cfg.only.as_deref().unwrap_or(""))));
@@ -550,11 +575,19 @@ mod tests {
 
     #[test]
     fn the_quick_matrix_covers_every_workload_and_the_full_one_128_processes() {
-        let quick = cells(true, false);
+        let lib = PathBuf::from("/lib/libsluice_preload.so");
+        let quick = cells(true, false, Some(&lib));
         assert!(["decomposition 4K x32", "decomposition 1024K x8", "interference", "mix10"].iter().all(|w| quick.iter().any(|c| c.label.starts_with(w))));
         assert!(quick.iter().any(|c| !c.direct_io) && quick.iter().any(|c| c.direct_io));
-        let full = cells(false, false);
-        assert_eq!(full.iter().filter(|c| c.label.starts_with("decomposition")).count(), 18, "3 sizes x 3 process counts x 2 I/O modes");
+        let full = cells(false, false, Some(&lib));
+        assert_eq!(full.iter().filter(|c| c.label.starts_with("decomposition") && c.via == Via::Library).count(), 18, "3 sizes x 3 process counts x 2 I/O modes");
+        let unmodified: Vec<(&str, DeviceKind)> = full.iter().filter(|c| c.via != Via::Library).map(|c| (c.label.as_str(), c.device)).collect();
+        assert_eq!(
+            unmodified,
+            [("decomposition 4K x32 via mount", DeviceKind::Real), ("decomposition 4K x32 via run", DeviceKind::Real), ("decomposition 4K x32 via mount (hdd7200)", DeviceKind::Hdd7200)],
+            "the strided rows through the paths unmodified programs take"
+        );
+        assert!(cells(false, false, None).iter().all(|c| c.via.name() != "run"), "no interposer rows without its library");
         assert!(full.iter().all(|c| c.scenario.apps.iter().any(|a| a.op == Dir::Read)), "reads");
         assert!(full.iter().any(|c| c.label == "decomposition 4K x128"));
         assert_eq!(modes(&cfg(), DeviceKind::Hdd7200), ["fifo", "fifo-merge", "aioli"], "no direct mode on the emulated disk");
@@ -566,7 +599,7 @@ mod tests {
     #[test]
     fn the_write_matrix_is_the_decomposition_rows_as_writes() {
         for quick in [true, false] {
-            let (reads, writes) = (cells(quick, false), cells(quick, true));
+            let (reads, writes) = (cells(quick, false, None), cells(quick, true, None));
             let decomposition = reads.iter().filter(|c| c.label.starts_with("decomposition")).count();
             assert_eq!(writes.len(), decomposition, "no interference or mix10 row");
             for (r, w) in reads.iter().zip(&writes) {

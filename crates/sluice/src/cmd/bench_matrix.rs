@@ -51,6 +51,15 @@ pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
     cfg.only = a.only;
     cfg.write = a.write;
     cfg.write_leases = a.write_leases || !a.no_write_leases;
+    // The rows through `sluice run` need the interposer; without it they
+    // are left out (said on stderr).
+    cfg.preload = match super::run::find_library(&cfg.exe, std::env::var_os(super::run::PRELOAD_ENV).map(PathBuf::from)) {
+        Ok(lib) => Some(lib),
+        Err(e) => {
+            eprintln!("matrix: no rows through sluice run: {e}");
+            None
+        }
+    };
     let report = sluice_bench::matrix::run(&cfg);
     let _ = std::fs::remove_dir_all(&root);
     let report = report.map_err(|e| anyhow::anyhow!("{e}"))?;
