@@ -101,6 +101,9 @@ def collective(args) -> None:
         (Path(root) / "root").mkdir()
         sock = Path(root) / "s.sock"
         extra = ["--no-write-leases"] if args.no_write_leases else []
+        extra += ["--policy", args.policy] if args.policy else []
+        extra += ["--direct"] if args.direct else []
+        extra += ["--device", args.device] if args.device else []
         proc = subprocess.Popen([args.sluice, "serve", "--root", f"{root}/root", "--listen", f"unix:{sock}", *extra], stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
@@ -134,6 +137,9 @@ def collective(args) -> None:
         # same blocks written with one `pwrite` a contiguous run, and each
         # rank's bytes as one contiguous share (the most favourable layout).
         modes += [("posix", "same blocks"), ("posix", "contiguous")]
+        # The first row stays: every other is compared with it.
+        kept = set(args.modes.split(","))
+        modes = modes[:1] + [m for m in modes[1:] if m[0] in kept]
         src = memoryview(np.ascontiguousarray(local)).cast("B")
         share = (rank * src.nbytes, src.nbytes)
         block_runs = _coalesce(*_runs_of_type(sub))
@@ -241,6 +247,10 @@ def main() -> None:
     c.add_argument("--mount", action="store_true", help="also MPI-IO through `sluice mount` of the server")
     c.add_argument("--no-write-leases", action="store_true", help="start the server with --no-write-leases (every write scheduled; by default its clients write through the page cache themselves)")
     c.add_argument("--write-leases", action="store_true", help=argparse.SUPPRESS)  # the default; older command lines
+    c.add_argument("--policy", help="the server's policy (default: the server's own, aioli)")
+    c.add_argument("--direct", action="store_true", help="start the server with --direct (O_DIRECT on its files)")
+    c.add_argument("--device", help="the server's device (real, or hdd7200 for its emulated disk)")
+    c.add_argument("--modes", default="mpi-io,sluice,array,posix", help="which kinds of rows to run, of mpi-io, sluice, array, posix (default: all; MPI-IO on the local file system always runs first)")
     c.add_argument("--json")
     args = p.parse_args()
     if args.cmd == "collective":
