@@ -273,6 +273,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             granularity: None,
             progress: cfg.progress,
             via: Via::Library,
+            no_prior: false,
         };
         let mut real = Vec::new();
         for i in 0..cfg.runs.max(1) {

@@ -247,6 +247,11 @@ pub struct ServerConfig {
     /// the emulated disk's own figures with `device` hdd7200, else the
     /// learner's generic prior.
     pub device_model: Option<sluice_core::DeviceCost>,
+    /// Start the learner from its generic prior even on the emulated
+    /// disk, whose figures it is otherwise given: the disk is then one the
+    /// scheduler must learn from scratch, as any real device it has no
+    /// calibration for (`sluice serve --no-prior`).
+    pub no_prior: bool,
     pub limits: ServerLimits,
     /// The scheduler's bounds; `dispatches_inflight_max` is set from
     /// `queue_depth`.
@@ -304,6 +309,7 @@ impl ServerConfig {
             device: DeviceKind::Real,
             queue_depth: QUEUE_DEPTH_DEFAULT,
             device_model: None,
+            no_prior: false,
             limits: ServerLimits::default(),
             sched_limits: Limits::default(),
             squash: Squash::Root,

@@ -168,7 +168,7 @@ impl Server {
         let mut limits = config.sched_limits.clone();
         limits.dispatches_inflight_max = config.queue_depth;
         let limits = limits.clamped();
-        let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model.or_else(|| emulated_prior(config.device)));
+        let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model.or_else(|| emulated_prior(config.device).filter(|_| !config.no_prior)));
         let waker = Arc::new(Waker::new().map_err(|e| Error::io("eventfd", &e))?);
         let shared = Arc::new(Shared {
             root,

@@ -57,6 +57,9 @@ pub struct RunConfig {
     pub progress: bool,
     /// The path the ranks' I/O takes to a started server (`Via`).
     pub via: Via,
+    /// The started servers learn the emulated disk from scratch
+    /// (`ServerConfig::no_prior`).
+    pub no_prior: bool,
 }
 
 /// The path a rank's I/O takes to the service: the path of a program
@@ -270,6 +273,7 @@ fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHa
     sc.uring = cfg.uring;
     sc.sqpoll_idle_ms = cfg.sqpoll_idle_ms;
     sc.write_leases = cfg.write_leases;
+    sc.no_prior = cfg.no_prior;
     if let Some(q) = cfg.queue_depth {
         sc.queue_depth = q;
     }

@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// --out`); it is refined from every dispatch either way.
     #[arg(long)]
     device_model: Option<PathBuf>,
+    /// With --device hdd7200: start the device model from the learner's
+    /// generic prior instead of the emulated disk's own figures, so that
+    /// the scheduler must learn the disk from scratch.
+    #[arg(long, conflicts_with = "device_model")]
+    no_prior: bool,
     /// Which identities become nobody: root (uid 0 stated over TCP), all, none.
     #[arg(long, default_value = "root")]
     squash: String,
@@ -124,6 +129,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.queue_depth = a.queue_depth;
     cfg.uring = !a.no_uring;
     cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
+    cfg.no_prior = a.no_prior;
     if let Some(p) = &a.device_model {
         cfg.device_model = Some(sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?.cost());
     }

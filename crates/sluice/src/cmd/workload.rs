@@ -69,6 +69,10 @@ pub struct Common {
     /// calls on a real FUSE mount of the server, as `sluice mount`).
     #[arg(long, default_value = "library", value_parser = ["library", "run", "mount"])]
     via: String,
+    /// With --device hdd7200: the started servers learn the emulated disk
+    /// from scratch (`sluice serve --no-prior`).
+    #[arg(long)]
+    no_prior: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -238,6 +242,7 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
             granularity,
             progress: true,
             via: via.clone(),
+            no_prior: c.no_prior,
         };
         let r = run(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         match &mut report {
