@@ -319,7 +319,7 @@ fn judged_alike(makespan_s: &BTreeMap<String, f64>, default: &str) -> BTreeMap<S
 /// were made runs about 2% faster, averaged over sessions 28-29's four
 /// 9-run matrices) favours no mode over a whole number of pairs. Plain
 /// rotation ran the default after fifo-merge in 7 of 9 runs.
-fn run_order(modes: &[String], r: usize) -> Vec<String> {
+pub fn run_order(modes: &[String], r: usize) -> Vec<String> {
     let mut m = modes.to_vec();
     let n = m.len().max(1);
     m.rotate_left((r / 2) % n);

@@ -9,6 +9,7 @@
 pub mod cpu;
 pub mod mount;
 pub mod pattern;
+pub mod repeat;
 pub mod replay;
 pub mod report;
 pub mod runner;

@@ -73,6 +73,12 @@ pub struct Common {
     /// from scratch (`sluice serve --no-prior`).
     #[arg(long)]
     no_prior: bool,
+    /// Run the whole comparison this many times, the modes' order changing
+    /// from run to run, and summarise: each mode's makespans, and the
+    /// judged policy (the last of --policies) against every other mode run
+    /// by run. One scenario only (no granularity sweep).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(sluice_bench::workload::repeat::RUNS_MAX)))]
+    runs: u32,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -222,28 +228,28 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
         "mount" => Via::Mount,
         _ => Via::Library,
     };
+    if c.runs > 1 {
+        anyhow::ensure!(scenarios.len() == 1, "--runs takes one scenario: give one granularity");
+        let (scenario, granularity) = scenarios.pop().expect("one scenario");
+        let judged = modes.last().cloned().unwrap_or_default();
+        let mut reports = Vec::new();
+        for r in 0..c.runs as usize {
+            eprintln!("run {} of {}", r + 1, c.runs);
+            let cfg = run_config(c, scenario.clone(), granularity, (&root, &exe), &sluice_bench::matrix::run_order(&modes, r), &via, device);
+            reports.push(run(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?);
+        }
+        let repeated = sluice_bench::workload::repeat::summarise(reports, &judged);
+        print!("{}", table(&repeated.runs[0]));
+        print!("{}", sluice_bench::workload::repeat::table(&repeated));
+        if let Some(path) = &c.json {
+            write_json(path, &repeated)?;
+            println!("json: {}", path.display());
+        }
+        return Ok(());
+    }
     let mut report: Option<Report> = None;
     for (scenario, granularity) in scenarios {
-        let cfg = RunConfig {
-            scenario,
-            modes: modes.clone(),
-            direct_io: c.direct,
-            device,
-            root: root.clone(),
-            server: c.server.clone(),
-            queue_depth: c.queue_depth.or((device == DeviceKind::Hdd7200).then_some(1)),
-            uring: !c.no_uring,
-            sqpoll_idle_ms: c.sqpoll_idle_ms,
-            write_leases: c.write_leases || !c.no_write_leases,
-            alone: c.alone,
-            seed: c.seed,
-            exe: exe.clone(),
-            scale: c.scale,
-            granularity,
-            progress: true,
-            via: via.clone(),
-            no_prior: c.no_prior,
-        };
+        let cfg = run_config(c, scenario, granularity, (&root, &exe), &modes, &via, device);
         let r = run(&cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
         match &mut report {
             None => report = Some(r),
@@ -260,4 +266,29 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
         println!("json: {}", path.display());
     }
     Ok(())
+}
+
+/// The runner's configuration for one scenario.
+fn run_config(c: &Common, scenario: Scenario, granularity: Option<u64>, at: (&std::path::Path, &std::path::Path), modes: &[String], via: &Via, device: DeviceKind) -> RunConfig {
+    let (root, exe) = at;
+    RunConfig {
+        scenario,
+        modes: modes.to_vec(),
+        direct_io: c.direct,
+        device,
+        root: root.to_path_buf(),
+        server: c.server.clone(),
+        queue_depth: c.queue_depth.or((device == DeviceKind::Hdd7200 && !c.no_prior).then_some(1)),
+        uring: !c.no_uring,
+        sqpoll_idle_ms: c.sqpoll_idle_ms,
+        write_leases: c.write_leases || !c.no_write_leases,
+        alone: c.alone,
+        seed: c.seed,
+        exe: exe.to_path_buf(),
+        scale: c.scale,
+        granularity,
+        progress: true,
+        via: via.clone(),
+        no_prior: c.no_prior,
+    }
 }
