@@ -44,15 +44,24 @@
 //!   edge enters the fit once it has seen `EDGE_SAMPLES_MIN` dispatches
 //!   (that did not queue), and the fixed cost is at most the lowest edge
 //!   seen lately: no dispatch takes less than it;
-//! - `parallelism` from the throughput at each depth, Little's law: depth
-//!   over the mean slowdown (latency over the model's prediction) there;
-//!   the smallest depth that reaches `PARALLEL_GAIN_PCT` of the best one.
+//! - `parallelism` from the throughput at each depth against depth one's,
+//!   on the same dispatches: per depth and length class, the mean latency
+//!   of dispatches that continued the previous one. A serial device's
+//!   dispatch at depth d waits for others, so its throughput (depth over
+//!   the latency's growth) stays near one; a device that serves k at
+//!   once reaches k. The model does not enter (a seek cost not yet known
+//!   made every seeking dispatch look like a slowdown of its depth), and
+//!   a host delay lengthens every depth alike. Until some depth gains at least
+//!   `PARALLEL_GAIN_MIN` over depth one, the parallelism is one, the
+//!   safe choice on a disk; above one it is the smallest depth within
+//!   `PARALLEL_GAIN_PCT` of the best, and a smaller estimate replaces it
+//!   only once it falls below `PARALLEL_KEEP` of the best (hysteresis).
 //!   The scheduler probes one depth above it ([`CostLearner::depth_cap`]),
 //!   so a device that gains from more is found out, and one that does not
 //!   pays one extra dispatch in flight now and then.
 //!
 //! Bounds: one bucket per depth up to `DEPTH_MAX`, two edges per length
-//! class (`EDGE_CLASSES`); the fit is a fixed 2x2 system. Arithmetic is `f64`, deterministic for a given input.
+//! class (`EDGE_CLASSES`), one mean per depth and length class; the fit is a fixed 2x2 system. Arithmetic is `f64`, deterministic for a given input.
 
 use crate::types::{Dispatch, FileId, Nanos};
 
@@ -63,6 +72,23 @@ pub const DEPTH_MAX: u32 = 64;
 pub const PARALLEL_GAIN_PCT: u64 = 90;
 /// Observations a depth bucket needs before its throughput is believed.
 const DEPTH_SAMPLES_MIN: u32 = 16;
+/// A depth above one is believed to gain only when its throughput is at
+/// least this many times depth one's (the same dispatches compared): a
+/// busy host moves latencies by tens of percent, and a one-arm disk
+/// taken for a wider one is kept busy with dispatches it serves in its
+/// own order, seeking where the scheduler planned none. On a one-arm
+/// disk whose queue serves two dispatches in either order, a dispatch
+/// that left beside another waits for it half the time, so depth two
+/// looks 4/3 as fast as depth one: the bound sits above that, and below
+/// the 2 of a device that truly serves two at once.
+const PARALLEL_GAIN_MIN: f64 = 1.5;
+/// Observations a (depth, length class) bucket needs before its mean
+/// latency enters the comparison between depths.
+const CLASS_SAMPLES_MIN: u32 = 8;
+/// Once a parallelism above one is learned, it is kept while its
+/// throughput stays within this fraction of the best depth's (hysteresis:
+/// the estimate does not flap between neighbours on noise).
+const PARALLEL_KEEP: f64 = 0.8;
 /// Every `PROBE_PERIOD` observations the learner probes one depth above
 /// the learned parallelism for `PROBE_LEN` of them.
 const PROBE_PERIOD: u64 = 1_024;
@@ -297,7 +323,18 @@ pub struct CostLearner {
     model: DeviceCost,
     /// Per depth (index depth - 1): latency over the model's prediction.
     slowdown: Vec<Avg>,
+    /// Per depth and length class (index `class_index`), the mean
+    /// latency of dispatches that continued the previous one: depths are
+    /// compared on the same dispatches, so no seek (whose cost the model
+    /// may not know yet) reads as a depth's slowdown, and a host delay
+    /// lengthens every depth alike.
+    by_depth: Vec<Avg>,
     observed: u64,
+}
+
+/// Where (depth, length class) lives in `CostLearner::by_depth`.
+fn class_index(depth: u32, class: usize) -> usize {
+    (depth as usize - 1) * EDGE_CLASSES + class
 }
 
 impl Default for CostLearner {
@@ -311,7 +348,14 @@ impl CostLearner {
     /// [`GENERIC`].
     pub fn new(prior: Option<DeviceCost>) -> CostLearner {
         let start = prior.unwrap_or(GENERIC);
-        CostLearner { prior: start, edges: vec![[Edge::default(); 2]; EDGE_CLASSES], model: start, slowdown: vec![Avg::default(); DEPTH_MAX as usize], observed: 0 }
+        CostLearner {
+            prior: start,
+            edges: vec![[Edge::default(); 2]; EDGE_CLASSES],
+            model: start,
+            slowdown: vec![Avg::default(); DEPTH_MAX as usize],
+            by_depth: vec![Avg::default(); DEPTH_MAX as usize * EDGE_CLASSES],
+            observed: 0,
+        }
     }
 
     /// Dispatches observed so far.
@@ -325,9 +369,12 @@ impl CostLearner {
         let depth = o.depth.clamp(1, DEPTH_MAX);
         let predicted = self.model.service_ns(o.len, o.seek).max(1) as f64;
         self.slowdown[depth as usize - 1].add(o.latency_ns as f64 / predicted);
+        let class = (64 - o.len.leading_zeros() as usize).min(EDGE_CLASSES - 1);
+        if !o.seek {
+            self.by_depth[class_index(depth, class)].add(o.latency_ns as f64);
+        }
         // Only dispatches that did not queue in the device tell its costs.
         if depth <= self.model.parallelism {
-            let class = (64 - o.len.leading_zeros() as usize).min(EDGE_CLASSES - 1);
             self.edges.iter_mut().flatten().for_each(|e| e.weight *= DECAY);
             self.edges[class][usize::from(o.seek)].add(o.len as f64, o.latency_ns as f64);
             let clamp = |v: f64| if v.is_finite() { v.clamp(0.0, 1e12) as u64 } else { 0 };
@@ -392,17 +439,51 @@ impl CostLearner {
         (sum / weight).max(0.0)
     }
 
-    /// The smallest depth whose throughput (depth over slowdown) reaches
-    /// `PARALLEL_GAIN_PCT` of the best depth's, among depths with enough
-    /// samples.
+    /// Each depth's throughput relative to depth one's: the depth over
+    /// how much longer the same dispatches take there (the mean latencies
+    /// of continuing dispatches of one length class, geometric mean over
+    /// the classes both depths have seen enough of). A serial device
+    /// stays near 1 at every depth (a dispatch at depth d waits for
+    /// others); one that serves k at once reaches k. `None` where a depth
+    /// shares no class with depth one: no evidence, and the parallelism
+    /// then stays at the safe one, as on a disk.
+    fn throughput_by_depth(&self) -> [Option<f64>; DEPTH_MAX as usize] {
+        std::array::from_fn(|d| {
+            if d == 0 {
+                return Some(1.0);
+            }
+            let (mut log_sum, mut weight) = (0.0f64, 0.0f64);
+            for class in 0..EDGE_CLASSES {
+                let (one, here) = (self.by_depth[class_index(1, class)], self.by_depth[class_index(d as u32 + 1, class)]);
+                if one.n >= CLASS_SAMPLES_MIN && here.n >= CLASS_SAMPLES_MIN && one.value > 0.0 && here.value > 0.0 {
+                    let w = f64::from(one.n.min(here.n));
+                    log_sum += w * (here.value / one.value).ln();
+                    weight += w;
+                }
+            }
+            (weight > 0.0).then(|| (d + 1) as f64 / (log_sum / weight).exp())
+        })
+    }
+
+    /// The parallelism: one, unless some depth's throughput is at least
+    /// `PARALLEL_GAIN_MIN` times depth one's; then the smallest depth
+    /// that reaches `PARALLEL_GAIN_PCT` of the best. A smaller estimate
+    /// than the current parallelism replaces it only once the current
+    /// one falls below `PARALLEL_KEEP` of the best.
     fn parallelism_estimate(&self) -> u32 {
-        // Throughput at depth d + 1 (index d): depth over mean slowdown.
-        let tput: [Option<f64>; DEPTH_MAX as usize] = std::array::from_fn(|d| {
-            let a = self.slowdown[d];
-            (a.n >= DEPTH_SAMPLES_MIN).then(|| (d + 1) as f64 / a.value.max(1e-9))
-        });
-        let Some(best) = tput.iter().flatten().copied().max_by(f64::total_cmp) else { return self.model.parallelism };
-        tput.iter().position(|t| t.is_some_and(|t| t * 100.0 >= best * PARALLEL_GAIN_PCT as f64)).map_or(self.model.parallelism, |d| d as u32 + 1)
+        let tput = self.throughput_by_depth();
+        let best = tput.iter().flatten().copied().fold(1.0, f64::max);
+        if best < PARALLEL_GAIN_MIN {
+            return 1;
+        }
+        let estimate = tput.iter().position(|t| t.is_some_and(|t| t * 100.0 >= best * PARALLEL_GAIN_PCT as f64)).map_or(1, |d| d as u32 + 1);
+        let current = self.model.parallelism;
+        let keep = estimate < current && tput[current as usize - 1].is_some_and(|t| t >= best * PARALLEL_KEEP);
+        if keep {
+            current
+        } else {
+            estimate
+        }
     }
 
     /// The parallelism learned so far.
