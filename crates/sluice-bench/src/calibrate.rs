@@ -1,4 +1,4 @@
-//! `sluice calibrate`: measure a device's cost model (issue 11).
+//! `sluice calibrate`: measure a device's cost model.
 //!
 //! On a scratch file under the given directory it times, with real
 //! `pread` calls (O_DIRECT with `direct`):

@@ -1,5 +1,5 @@
 //! The striped client carries a request of many messages from the
-//! calling thread (issue 18): no thread per object or per call. Alone in
+//! calling thread: no thread per object or per call. Alone in
 //! its test binary, because it counts the process's threads while a read
 //! runs, and tests running beside it would start theirs.
 

@@ -1,5 +1,5 @@
 //! What the device charges, as numbers: the cost model the scheduler's
-//! decisions weigh (issue 11).
+//! decisions weigh.
 //!
 //! A [`DeviceCost`] says what one dispatch costs: a fixed part (system call,
 //! device latency, the server's hand-offs), a part per byte, an extra part

@@ -1,4 +1,4 @@
-//! The layering (issue 18), from `cargo metadata`: the code injected into
+//! The layering, from `cargo metadata`: the code injected into
 //! every program (the interposer) and the FUSE mount link neither the
 //! server nor the metadata database; and docs/architecture.md's code map
 //! names exactly the workspace's crates, with exactly their dependencies on

@@ -1,5 +1,5 @@
-//! `sluice array`: distributed arrays stored as Zarr v3 (Panda on sluice,
-//! issue 14). `write` and `read` run a collective of N ranks (threads, one
+//! `sluice array`: distributed arrays stored as Zarr v3 (Panda on sluice).
+//! `write` and `read` run a collective of N ranks (threads, one
 //! connection each) by the plan of `sluice-array`; `info`, `ls`, `cat` and
 //! `verify` read any Zarr v3 array through zarrs.
 
@@ -314,7 +314,9 @@ fn server_weights(remote: &Remote, addr: &str, arg: &[String], path: &str, unit_
         given if given.iter().all(|x| x.ends_with(".toml")) => {
             let w = given
                 .iter()
-                .map(|f| sluice_bench::calibrate::ModelFile::load(std::path::Path::new(f)).map(|m| model_bandwidth(&m, unit_bytes)).map_err(|e| anyhow!("--server-weights {f}: {e}")))
+                .map(|f| {
+                    sluice_bench::calibrate::ModelFile::load(std::path::Path::new(f)).map(|m| model_bandwidth(&m, unit_bytes)).map_err(|e| anyhow!("--server-weights {f}: {e}"))
+                })
                 .collect::<anyhow::Result<Vec<f64>>>()?;
             check_count(remote, &w)?;
             let shown: Vec<String> = w.iter().map(|b| format!("{:.0} MiB/s", b / (1 << 20) as f64)).collect();

@@ -1,4 +1,4 @@
-//! `sluice bench array` (issue 14): a 3-D BLOCK-distributed array written
+//! `sluice bench array`: a 3-D BLOCK-distributed array written
 //! and read collectively as Zarr v3 by N ranks, over 1 and 4 data servers
 //! of a local cluster, by each strategy; a cost model with measured
 //! parameters predicts each strategy's time and chooses one, and the table
