@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use sluice_bench::cluster::*;
 use sluice_client::ConnectOptions;
+use sluice_launch::*;
 use sluice_remote::*;
 
 fn pattern(len: u64) -> Vec<u8> {

@@ -82,6 +82,22 @@ pub struct DeviceCost {
     pub parallelism: u32,
 }
 
+/// The model for people: "50.0 us per dispatch, 1.000 ns per byte, seek
+/// 0.0 us, parallelism 8" (what `sluice serve` prints when it stops and
+/// `sluice calibrate` after measuring).
+impl std::fmt::Display for DeviceCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}",
+            self.dispatch_ns as f64 / 1e3,
+            self.byte_ps as f64 / 1e3,
+            self.seek_ns as f64 / 1e3,
+            self.parallelism
+        )
+    }
+}
+
 impl DeviceCost {
     /// A device with the given parts, parallelism forced into 1..=`DEPTH_MAX`.
     pub fn new(dispatch_ns: u64, byte_ps: u64, seek_ns: u64, parallelism: u32) -> DeviceCost {
@@ -432,6 +448,11 @@ impl CostLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cost_reads_in_microseconds_and_nanoseconds_per_byte() {
+        assert_eq!(DeviceCost::new(50_000, 1_000, 8_500_000, 8).to_string(), "50.0 us per dispatch, 1.000 ns per byte, seek 8500.0 us, parallelism 8");
+    }
 
     #[test]
     fn decision_rules_by_hand() {

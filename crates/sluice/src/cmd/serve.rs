@@ -131,7 +131,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
     cfg.no_prior = a.no_prior;
     if let Some(p) = &a.device_model {
-        cfg.device_model = Some(sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?.cost());
+        cfg.device_model = Some(sluice_device::ModelFile::load(p)?.cost());
     }
     cfg.squash = sluice_server::Squash::parse(&a.squash)?;
     cfg.key_file = a.key_file.clone();
@@ -185,7 +185,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         s.completed_requests, s.completed_dispatches, s.expired_dispatches
     );
     if let Some(m) = summary.device_model {
-        println!("sluice: device model learned: {}", sluice_bench::workload::report::DeviceModel::from(m));
+        println!("sluice: device model learned: {}", m);
     }
     Ok(())
 }
