@@ -322,7 +322,9 @@ impl ServerConfig {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// The checks `Server::start` makes before anything is opened: every
+    /// bound in its range (`sluice serve --check` runs them too).
+    pub fn validate(&self) -> Result<()> {
         if self.queue_depth == 0 || self.queue_depth > QUEUE_DEPTH_MAX {
             return Err(Error::config(format!("queue depth {} outside 1..={QUEUE_DEPTH_MAX}", self.queue_depth)));
         }
