@@ -2,7 +2,8 @@
 //! into every program (the interposer) and the FUSE mount link neither the
 //! server nor the metadata database; the server and the `sluice serve` and
 //! `sluice cluster` commands use no benchmark code; no crate but
-//! `sluice-proto` decodes a frame header or a length prefix; and
+//! `sluice-proto` decodes a frame header or a length prefix; no source file
+//! of `sluice-client` is over `CLIENT_FILE_LINES_MAX` lines; and
 //! docs/architecture.md's code map names exactly the workspace's crates,
 //! with exactly their dependencies on each other.
 
@@ -130,4 +131,19 @@ fn no_crate_but_the_protocol_reads_a_frame_header() {
         }
     }
     assert!(found.is_empty(), "frames are decoded by sluice-proto only (check_header, meta_body_len):\n{}", found.join("\n"));
+}
+
+/// The client library stays split by concern: no source file of
+/// `sluice-client` over this many lines.
+const CLIENT_FILE_LINES_MAX: usize = 600;
+
+#[test]
+fn no_client_source_file_is_over_its_bound() {
+    let mut files = Vec::new();
+    rust_sources(&Path::new(ROOT).join("crates/sluice-client/src"), &mut files);
+    assert!(files.len() > 5, "{files:?}");
+    for f in files {
+        let lines = std::fs::read_to_string(&f).unwrap().lines().count();
+        assert!(lines <= CLIENT_FILE_LINES_MAX, "{}: {lines} lines, over {CLIENT_FILE_LINES_MAX}: split it by concern", f.display());
+    }
 }
