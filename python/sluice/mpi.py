@@ -324,7 +324,7 @@ class File:
         MPI.MODE_RDWR``...). Rank 0 creates the file before the others open
         (``MODE_EXCL``: fails on every rank if it exists); ``MODE_APPEND``
         puts the file pointer at the end of the file; ``MODE_DELETE_ON_CLOSE``
-        removes the file at ``close``. (Until session 26 these three were
+        removes the file at ``close``. (Before commit 01a8436 these three were
         ignored: an append overwrote the file's start.)"""
         if scheme not in SCHEMES:
             raise ValueError(f"scheme {scheme!r}: one of {SCHEMES}")

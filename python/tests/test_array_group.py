@@ -1,4 +1,4 @@
-"""The Panda API in Python (issue 15): ``sluice.array.Array`` and
+"""The Panda API in Python: ``sluice.array.Array`` and
 ``ArrayGroup`` write timesteps that xarray opens as a Dataset with a time
 dimension, read steps back into the ranks' blocks, and checkpoint and
 restart; the heat example, killed mid-run by ``os._exit`` and restarted

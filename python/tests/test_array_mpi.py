@@ -1,4 +1,4 @@
-"""sluice.array (issue 14): MPI ranks write a distributed array as Zarr v3
+"""sluice.array: MPI ranks write a distributed array as Zarr v3
 through sluice, server-directed, independent or two-phase; zarr-python reads it
 without sluice; the ranks read it back under another distribution; and a
 rank that never comes leaves its group's file untouched while the others

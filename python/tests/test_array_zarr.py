@@ -1,4 +1,4 @@
-"""Arrays that sluice writes as Zarr v3 (`sluice array write`, issue 14)
+"""Arrays that sluice writes as Zarr v3 (`sluice array write`)
 are read by zarr-python 3 and xarray without sluice, and arrays that
 zarr-python writes (compressed) are read by sluice through zarrs."""
 

@@ -1,4 +1,4 @@
-//! `sluice calibrate`: measure a device's cost model (issue 11).
+//! `sluice calibrate`: measure a device's cost model.
 //!
 //! On a scratch file under the given directory it times, with real
 //! `pread` calls (O_DIRECT with `direct`):
@@ -13,7 +13,7 @@
 //! - random 64 KiB and 1 MiB reads at the server's default queue depth
 //!   (`AT_DEPTH`): with the 4 KiB cell of that depth, the time each
 //!   dispatch holds the device when it is kept busy, fixed and per byte
-//!   (`ModelFile::sim_device`: the simulator's parallel device).
+//!   (`sim_device`: the simulator's parallel device).
 //!
 //! Each cell runs for `cell_ms`; the whole run stays well under a minute.
 //! The result is a [`ModelFile`], written as TOML, that `sluice serve
@@ -26,7 +26,6 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use sluice_core::cost::PARALLEL_GAIN_PCT;
 use sluice_core::DeviceCost;
 use sluice_sim::Rng;
@@ -61,126 +60,34 @@ pub struct CalibrateConfig {
     pub cell_ms: u64,
 }
 
-/// One latency cell.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct LatencyCell {
-    pub bytes: u64,
-    pub random: bool,
-    pub mean_ns: u64,
-    pub ops: u64,
-}
+/// The model file's types live with the device models (`sluice serve`
+/// loads them too); calibration fills them in.
+pub use sluice_device::model_file::{DepthCell, LatencyCell, Measured, ModelFile, SizeDepthCell};
 
-/// One throughput cell.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct DepthCell {
-    pub depth: u32,
-    pub ops_per_s: f64,
-}
-
-/// One throughput cell of larger reads.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct SizeDepthCell {
-    pub bytes: u64,
-    pub depth: u32,
-    pub ops_per_s: f64,
-}
-
-/// The model file: the four numbers the scheduler weighs, and the
-/// measurements they came from.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ModelFile {
-    pub dispatch_ns: u64,
-    pub byte_ps: u64,
-    pub seek_ns: u64,
-    pub parallelism: u32,
-    #[serde(default)]
-    pub measured: Option<Measured>,
-}
-
-/// Where a model file came from.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct Measured {
-    pub root: String,
-    pub direct: bool,
-    pub latency: Vec<LatencyCell>,
-    pub depth: Vec<DepthCell>,
-    /// Random reads of `AT_DEPTH_SIZES` at `AT_DEPTH` (absent from files
-    /// written before them).
-    #[serde(default)]
-    pub at_depth: Vec<SizeDepthCell>,
-}
-
-impl ModelFile {
-    pub fn cost(&self) -> DeviceCost {
-        DeviceCost::new(self.dispatch_ns, self.byte_ps, self.seek_ns, self.parallelism)
+/// The device as the simulator serves it (`sluice sim
+/// --device-model`; `sluice sim --validate` keeps its one-channel
+/// twin, docs/sim.md) and its channel count. On a device that gains
+/// from parallelism (`parallelism` > 1) it has `min(parallelism,
+/// AT_DEPTH)` channels: each dispatch takes its measured latency, but
+/// holds the part of the device the channels share for the time per
+/// dispatch measured at `AT_DEPTH` (a fit over the 4 KiB, 64 KiB and
+/// 1 MiB cells there), so with `AT_DEPTH` channels busy the
+/// throughput is the measured one (with fewer, that figure still
+/// bounds it). A file without those cells shares the transfer only,
+/// on as many channels as the 4 KiB throughput grew from one in flight
+/// to that depth.
+pub fn sim_device(m: &ModelFile) -> (sluice_sim::ProfileFigures, u32) {
+    let mut p = sluice_sim::ProfileFigures { access_ns: m.dispatch_ns, bytes_per_s: m.bytes_per_s(), seek_ns: m.seek_ns, shared_ns: 0, shared_bytes_per_s: 0 };
+    let depth = m.parallelism.clamp(1, AT_DEPTH);
+    if depth == 1 {
+        return (p, 1);
     }
-
-    pub fn to_toml(&self) -> String {
-        toml::to_string(self).expect("a model file serialises")
-    }
-
-    pub fn from_toml(text: &str) -> Result<ModelFile, String> {
-        let m: ModelFile = toml::from_str(text).map_err(|e| format!("device model: {e}"))?;
-        if m.parallelism == 0 || m.parallelism > sluice_core::cost::DEPTH_MAX {
-            return Err(format!("device model: parallelism {} outside 1..={}", m.parallelism, sluice_core::cost::DEPTH_MAX));
+    match m.measured.as_ref().and_then(shared_fit) {
+        Some((ns, bytes_per_s)) => {
+            (p.shared_ns, p.shared_bytes_per_s) = (ns, bytes_per_s);
+            (p, depth)
         }
-        Ok(m)
-    }
-
-    /// The device as the simulator serves it (`sluice sim
-    /// --device-model`; `sluice sim --validate` keeps its one-channel
-    /// twin, docs/sim.md) and its channel count. On a device that gains
-    /// from parallelism (`parallelism` > 1) it has `min(parallelism,
-    /// AT_DEPTH)` channels: each dispatch takes its measured latency, but
-    /// holds the part of the device the channels share for the time per
-    /// dispatch measured at `AT_DEPTH` (a fit over the 4 KiB, 64 KiB and
-    /// 1 MiB cells there), so with `AT_DEPTH` channels busy the
-    /// throughput is the measured one (with fewer, that figure still
-    /// bounds it). A file without those cells shares the transfer only,
-    /// on as many channels as the 4 KiB throughput grew from one in flight
-    /// to that depth.
-    pub fn sim_device(&self) -> (sluice_sim::ProfileFigures, u32) {
-        let mut p = sluice_sim::ProfileFigures { access_ns: self.dispatch_ns, bytes_per_s: self.bytes_per_s(), seek_ns: self.seek_ns, shared_ns: 0, shared_bytes_per_s: 0 };
-        let depth = self.parallelism.clamp(1, AT_DEPTH);
-        if depth == 1 {
-            return (p, 1);
-        }
-        match self.measured.as_ref().and_then(shared_fit) {
-            Some((ns, bytes_per_s)) => {
-                (p.shared_ns, p.shared_bytes_per_s) = (ns, bytes_per_s);
-                (p, depth)
-            }
-            None => (p, (self.gain_at(depth).round() as u32).clamp(1, depth)),
-        }
-    }
-
-    /// The transfer rate, bytes per second (a model without a byte cost:
-    /// practically unbounded).
-    pub fn bytes_per_s(&self) -> u64 {
-        1_000_000_000_000u64.checked_div(self.byte_ps).unwrap_or(u64::MAX / 2)
-    }
-
-    /// How many times the 4 KiB throughput grew from one in flight to
-    /// `depth` (`depth` itself where nothing was measured: a device that
-    /// scales perfectly), at least 1.
-    pub fn gain_at(&self, depth: u32) -> f64 {
-        let p = f64::from(depth.max(1));
-        let Some(cells) = self.measured.as_ref().map(|x| &x.depth) else { return p };
-        let one = cells.iter().find(|c| c.depth == 1).map_or(0.0, |c| c.ops_per_s);
-        let at = cells.iter().filter(|c| c.depth <= depth).map(|c| c.ops_per_s).fold(0.0, f64::max);
-        if one > 0.0 && at > 0.0 {
-            (at / one).clamp(1.0, p)
-        } else {
-            p
-        }
-    }
-
-    /// Read a model file written by `sluice calibrate`.
-    pub fn load(path: &Path) -> Result<ModelFile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        ModelFile::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+        None => (p, (m.gain_at(depth).round() as u32).clamp(1, depth)),
     }
 }
 
@@ -360,7 +267,7 @@ pub fn table(m: &ModelFile) -> String {
             out += &format!("at depth {AT_DEPTH}: each dispatch holds the device {:.1} us + its bytes at {:.0} MB/s\n", ns as f64 / 1e3, bps as f64 / 1e6);
         }
     }
-    out += &format!("model: {}\n", crate::workload::report::DeviceModel::from(m.cost()));
+    out += &format!("model: {}\n", m.cost());
     out
 }
 
@@ -408,7 +315,7 @@ mod tests {
         // The simulator's device: a channel per dispatch in flight (the
         // server's queue depth of the model's 16), each with the latency.
         let model = ModelFile { dispatch_ns: 50_000, byte_ps: 1_000, seek_ns: 0, parallelism: 16, measured: Some(m.clone()) };
-        let (p, channels) = model.sim_device();
+        let (p, channels) = sim_device(&model);
         assert_eq!((p.access_ns, p.bytes_per_s, p.shared_ns, channels), (50_000, 1_000_000_000, ns, AT_DEPTH));
         // One cell is no line; a file written before the cells has none.
         let bare = Measured { at_depth: Vec::new(), ..m };
@@ -419,20 +326,11 @@ mod tests {
         let cell = |depth, ops_per_s| DepthCell { depth, ops_per_s };
         let depth = vec![cell(1, 10_000.0), cell(2, 18_000.0), cell(4, 25_000.0), cell(8, 40_000.0), cell(16, 90_000.0)];
         let old_file = ModelFile { measured: Some(Measured { depth, ..bare }), ..model };
-        let (p, channels) = old_file.sim_device();
+        let (p, channels) = sim_device(&old_file);
         assert_eq!((p.shared_ns, p.shared_bytes_per_s, channels), (0, 0, 4));
-        assert_eq!(ModelFile { parallelism: 1, ..old_file.clone() }.sim_device().1, 1);
-        assert_eq!(ModelFile { measured: None, ..old_file }.sim_device().1, AT_DEPTH);
+        assert_eq!(sim_device(&ModelFile { parallelism: 1, ..old_file.clone() }).1, 1);
+        assert_eq!(sim_device(&ModelFile { measured: None, ..old_file }).1, AT_DEPTH);
         let old = "dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 4\n[measured]\nroot = \"/\"\ndirect = true\nlatency = []\ndepth = []\n";
         assert_eq!(ModelFile::from_toml(old).unwrap().measured.unwrap().at_depth, Vec::new());
-    }
-
-    #[test]
-    fn model_files_round_trip_and_refuse_nonsense() {
-        let m = ModelFile { dispatch_ns: 1, byte_ps: 2, seek_ns: 3, parallelism: 4, measured: None };
-        assert_eq!(ModelFile::from_toml(&m.to_toml()), Ok(m));
-        assert!(ModelFile::from_toml("dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 0\n").is_err());
-        assert!(ModelFile::from_toml("dispatch_ns = 1\n").is_err());
-        assert!(ModelFile::from_toml("dispatch_ns = 1\nbyte_ps = 1\nseek_ns = 1\nparallelism = 1\nspeed = 3\n").is_err());
     }
 }

@@ -1,7 +1,7 @@
 //! `sluice bench connections`: what `count` idle connected clients cost the
 //! server (threads and resident memory it adds), and a 4 KiB round trip
-//! of one more client while they stay connected (issue 12's 10,000
-//! connections goal). With `stalled_writes`, it then measures issue 12's
+//! of one more client while they stay connected (the 10,000
+//! connections goal). With `stalled_writes`, it then measures the server's
 //! second memory bound: that many more connections each send the header of
 //! a `stalled_body_mib` write and `stalled_sent_mib` of its body, then
 //! stop; the server's resident memory may grow by at most its budget for

@@ -23,7 +23,6 @@ pub(crate) fn median(v: &[f64]) -> f64 {
     }
 }
 
-pub mod cluster;
 pub mod connections;
 pub mod matrix;
 pub mod scaleout;

@@ -1,5 +1,5 @@
-//! `sluice bench matrix`: the comparison issue 11 judges the default
-//! policy by, in one command.
+//! `sluice bench matrix`: the comparison the default policy is
+//! judged by, in one command.
 //!
 //! Rows: the seed's decomposition (4 KiB, 64 KiB, 1 MiB pieces x 8, 32,
 //! 128 processes) on the real disk with O_DIRECT and through the page
@@ -7,7 +7,7 @@
 //! applications on the emulated 7200 rpm disk; and the simulator's
 //! benchmark scenario. Each row runs `direct` (no service; real device
 //! only), `fifo`, `fifo-merge` and the default policy, and reports the
-//! default's makespan over the best of fifo and fifo-merge (issue 11's
+//! default's makespan over the best of fifo and fifo-merge (the
 //! target: at most 1.05) and, on the real device, its speed-up over
 //! direct POSIX. `quick` runs a smaller matrix at smaller sizes (under
 //! three minutes on two cores). `write` runs the decomposition rows as
@@ -54,7 +54,7 @@ use crate::workload::WorkloadError;
 pub const DEFAULT_POLICY: &str = "aioli";
 /// The baselines the default is held against.
 const BASELINES: [&str; 2] = ["fifo", "fifo-merge"];
-/// Issue 11's bound on the default's makespan over the best baseline.
+/// The bound on the default's makespan over the best baseline.
 pub const DEFAULT_RATIO_MAX: f64 = 1.05;
 
 /// What to run.
@@ -316,8 +316,8 @@ fn judged_alike(makespan_s: &BTreeMap<String, f64>, default: &str) -> BTreeMap<S
 /// odd run the even run before it reversed. Over each pair of runs every
 /// mode runs before every other once and every mode's positions sum to
 /// the same, so a drift within a run (the first mode after the files
-/// were made runs about 2% faster, averaged over sessions 28-29's four
-/// 9-run matrices) favours no mode over a whole number of pairs. Plain
+/// were made runs about 2% faster, averaged over four 9-run
+/// matrices of 2026-12-01 and 2026-12-02) favours no mode over a whole number of pairs. Plain
 /// rotation ran the default after fifo-merge in 7 of 9 runs.
 pub fn run_order(modes: &[String], r: usize) -> Vec<String> {
     let mut m = modes.to_vec();

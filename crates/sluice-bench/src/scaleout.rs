@@ -18,7 +18,7 @@ use sluice_server::DeviceKind;
 
 use sluice_remote::{Error, Result, StripedClient, StripedFile};
 
-use crate::cluster::{LocalCluster, LocalClusterConfig};
+use sluice_launch::{LocalCluster, LocalClusterConfig};
 use sluice_stripe::LayoutRequest;
 
 /// What to run.

@@ -60,7 +60,7 @@ pub struct Workload {
     pub direct_io: bool,
 }
 
-/// The three workloads of issue 17: mix10 on the emulated disk, the
+/// The three validation workloads: mix10 on the emulated disk, the
 /// decomposition with 64 KiB pieces on the real disk with O_DIRECT, and
 /// interference (decomposition plus `cat`) on the emulated disk. `scale`
 /// multiplies the sizes chosen to take seconds here.
@@ -156,7 +156,7 @@ pub struct Row {
     /// the CPU was modelled (seconds).
     pub sim_free_cpu_s: f64,
     /// The twin's median makespan charging the CPU but not the steal, as
-    /// before session 30 (seconds).
+    /// the twin did before the steal was modelled (seconds).
     pub sim_no_steal_s: f64,
 }
 
@@ -594,7 +594,7 @@ mod tests {
         assert_eq!(with_steal(0.0, 0.0, 50.0), (0.0, 0.0));
     }
 
-    /// Session 24's interference under fifo: two twins within 2% of their
+    /// Interference under fifo, as measured at commit 731bc7d (2026-11-25): two twins within 2% of their
     /// runs, one 23% off; the medians (9.76 real, 7.49 twin) are of
     /// different runs, the pairs' median error is that of the middle pair.
     #[test]

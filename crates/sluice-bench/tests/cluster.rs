@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use sluice_bench::cluster::*;
 use sluice_client::ConnectOptions;
+use sluice_launch::*;
 use sluice_meta::*;
 use sluice_remote::*;
 

@@ -1,12 +1,12 @@
 //! The striped client carries a request of many messages from the
-//! calling thread (issue 18): no thread per object or per call. Alone in
+//! calling thread: no thread per object or per call. Alone in
 //! its test binary, because it counts the process's threads while a read
 //! runs, and tests running beside it would start theirs.
 
 use std::time::Duration;
 
-use sluice_bench::cluster::*;
 use sluice_client::ConnectOptions;
+use sluice_launch::*;
 use sluice_remote::*;
 
 fn pattern(len: u64) -> Vec<u8> {

@@ -3,8 +3,8 @@
 //! rename, unlink/rmdir rules, open directories) behave alike on both.
 //! Plus the namespace's rename rules and bound, on the store itself.
 
-use sluice_bench::cluster::*;
 use sluice_client::{ClientErrorKind, Fd, FileKind};
+use sluice_launch::*;
 use sluice_meta::*;
 use sluice_remote::*;
 

@@ -1,5 +1,5 @@
 //! What the device charges, as numbers: the cost model the scheduler's
-//! decisions weigh (issue 11).
+//! decisions weigh.
 //!
 //! A [`DeviceCost`] says what one dispatch costs: a fixed part (system call,
 //! device latency, the server's hand-offs), a part per byte, an extra part
@@ -106,6 +106,22 @@ pub struct DeviceCost {
     pub seek_ns: u64,
     /// Dispatches the device serves at once with gain (1 = one at a time).
     pub parallelism: u32,
+}
+
+/// The model for people: "50.0 us per dispatch, 1.000 ns per byte, seek
+/// 0.0 us, parallelism 8" (what `sluice serve` prints when it stops and
+/// `sluice calibrate` after measuring).
+impl std::fmt::Display for DeviceCost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}",
+            self.dispatch_ns as f64 / 1e3,
+            self.byte_ps as f64 / 1e3,
+            self.seek_ns as f64 / 1e3,
+            self.parallelism
+        )
+    }
 }
 
 impl DeviceCost {
@@ -513,6 +529,11 @@ impl CostLearner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cost_reads_in_microseconds_and_nanoseconds_per_byte() {
+        assert_eq!(DeviceCost::new(50_000, 1_000, 8_500_000, 8).to_string(), "50.0 us per dispatch, 1.000 ns per byte, seek 8500.0 us, parallelism 8");
+    }
 
     #[test]
     fn decision_rules_by_hand() {

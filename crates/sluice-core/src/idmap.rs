@@ -10,7 +10,7 @@
 //! file records here, `Scheduler::complete` went from 14% to 8% of
 //! `sluice sim --bench --bench-procs 1000000 --policy fifo`; with aioli's
 //! tables too, aioli's cost per request in `sluice bench scheduler` fell
-//! by about a tenth (docs/results.md, *Session 23*). Larger ids (a daemon
+//! by about a tenth (docs/results.md, 2026-11-25, commit 96c785c). Larger ids (a daemon
 //! that has opened many files) go to a hash map. The vector grows to the
 //! largest dense id seen, at most `DENSE_IDS` slots.
 

@@ -183,7 +183,7 @@ impl Scheduler {
         &self.limits
     }
 
-    /// Tell the policies what the device charges (issue 11; see
+    /// Tell the policies what the device charges (see
     /// [`crate::cost`]). `None` restores the model-free behaviour.
     pub fn set_device_cost(&mut self, cost: Option<DeviceCost>) {
         self.cost = cost;

@@ -1,4 +1,4 @@
-//! The device cost model (issue 11): the learner converges on synthetic
+//! The device cost model: the learner converges on synthetic
 //! devices, and aioli's holds and windows obey it.
 
 mod common;
@@ -519,7 +519,8 @@ fn windows_follow_the_model_that_refused_them() {
             for (r, (offset, at)) in next.iter_mut().enumerate() {
                 if *at != u64::MAX && *at <= now {
                     id += 1;
-                    let req = Request { id: RequestId(id), app: AppId(r as u32 + 1), client: ClientId(0), file: FileId(r as u64 + 1), op: Op::Read, offset: *offset, len: 32 * 1024 };
+                    let req =
+                        Request { id: RequestId(id), app: AppId(r as u32 + 1), client: ClientId(0), file: FileId(r as u64 + 1), op: Op::Read, offset: *offset, len: 32 * 1024 };
                     s.enqueue(req, now).unwrap();
                     *offset += 32 * 1024;
                     *at = u64::MAX;

@@ -200,7 +200,7 @@ fn a_collective_reader_keeps_the_device_through_its_turn() {
     let mut streams = decomp;
     streams.push(busy(1_024, 100_000));
     let aioli = run("aioli", &streams, hdd());
-    // Without the file's windows (session 23's code, and this code with
+    // Without the file's windows (the code before them, and this code with
     // them turned off): 59 seeks, the decomposition done at 1.12 s (about
     // one 128 KiB round per turn, each turn a seek there and back); with
     // them, 15 seeks and 0.32 s.
@@ -220,8 +220,8 @@ fn a_reader_of_split_accesses_gets_windows() {
     let mut reader = sync_stream(0, 30_000, pieces);
     reader.depth = 2;
     let aioli = run("aioli", &[reader, busy(1_024, 100_000)], hdd());
-    // When the second piece reset the reader's evidence (session 23's
-    // code): 64 seeks, the reader done at 1.36 s; now 33 and 0.77 s.
+    // When the second piece reset the reader's evidence (an earlier
+    // version): 64 seeks, the reader done at 1.36 s; now 33 and 0.77 s.
     let (sa, done) = (seeks(&aioli), completion_of(&aioli, 1));
     assert!(sa <= 48, "aioli {sa} seeks");
     assert!(done < 1_100_000_000, "the reader finished at {done} ns");
@@ -248,7 +248,7 @@ fn a_reader_from_offset_zero_gets_a_window_at_once() {
 /// application that always has requests queued. Each file's window
 /// waits for a next piece that never comes, but only until the process's
 /// next request (to another file) ends it. The reader must not be slower
-/// than under fifo, nor the disk seek more. Session 23's code (no
+/// than under fifo, nor the disk seek more. The code before the file windows (no
 /// windows here, 512 KiB turns for the busy application): 127 seeks, the
 /// reader done at 2.35 s, later than fifo's 1.86 s; now 71 seeks, 1.03 s,
 /// everything done at 1.64 s against 2.38 s.

@@ -13,8 +13,17 @@
 //! assert!(first > next);
 //! ```
 //!
+//! [`model_file`] holds the format of a measured device's cost model
+//! (`sluice calibrate` writes it, `sluice serve` and `sluice sim` load it).
+//!
 //! Invariant: a model holds only the head position; it never sleeps, reads
-//! a clock or does I/O.
+//! a clock or does I/O. Only [`model_file::ModelFile::load`] reads a file.
+
+mod error;
+pub mod model_file;
+
+pub use error::{Error, ErrorKind};
+pub use model_file::ModelFile;
 
 /// One access as the device sees it: a file, a byte offset, a length.
 /// Files are laid out apart from each other, so moving between files is a

@@ -5,7 +5,7 @@
 //! it over the metadata protocol (`sluice_remote::proto`) on a Unix or TCP
 //! socket (TCP clients prove the shared key first). Clients are in
 //! `sluice-remote`; a whole cluster in one process is
-//! `sluice_bench::cluster::LocalCluster`.
+//! `sluice_launch::LocalCluster`.
 
 mod server;
 mod store;

@@ -22,7 +22,7 @@ use sluice_net::Listen;
 
 use crate::store::MetaStore;
 use sluice_net::{Listener as MetaListener, Stream as MetaStream};
-use sluice_remote::proto::{hex, parse, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, META_AUTH_CONTEXT, META_FRAME_BYTES_MAX};
+use sluice_remote::proto::{hex, meta_body_len, parse, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, META_AUTH_CONTEXT, META_LENGTH_BYTES};
 use sluice_remote::{Error, Result};
 
 /// Connections the metadata role serves at once; one more is answered
@@ -335,10 +335,10 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
 fn recv_within(stream: &mut MetaStream, wait: Duration, stall: Duration) -> std::io::Result<Option<Vec<u8>>> {
     use std::io::ErrorKind;
     let timed_out = |what: &str| std::io::Error::new(ErrorKind::TimedOut, what.to_string());
-    let mut len = [0u8; 4];
+    let mut prefix = [0u8; META_LENGTH_BYTES];
     stream.set_read_timeout(Some(wait.max(Duration::from_millis(1))))?;
     let n = loop {
-        match stream.read(&mut len[..1]) {
+        match stream.read(&mut prefix[..1]) {
             Ok(n) => break n,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => return Err(timed_out("no request in time")),
@@ -367,11 +367,9 @@ fn recv_within(stream: &mut MetaStream, wait: Duration, stall: Duration) -> std:
         }
         Ok(())
     };
-    read_by(&mut len[1..])?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > META_FRAME_BYTES_MAX {
-        return Err(std::io::Error::new(ErrorKind::InvalidData, format!("metadata frame of {len} bytes exceeds {META_FRAME_BYTES_MAX} (META_FRAME_BYTES_MAX)")));
-    }
+    read_by(&mut prefix[1..])?;
+    // The prefix is decoded, and its bound checked, by the protocol crate.
+    let len = meta_body_len(prefix).map_err(|e| std::io::Error::new(ErrorKind::InvalidData, e.detail))?;
     let mut body = Vec::new();
     while body.len() < len {
         let at = body.len();

@@ -129,6 +129,19 @@ pub fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
     Some(out)
 }
 
+/// Bytes of a metadata frame's length prefix.
+pub const META_LENGTH_BYTES: usize = 4;
+
+/// The body length a metadata frame's prefix announces, refused past
+/// [`META_FRAME_BYTES_MAX`] (before the caller allocates anything).
+pub fn meta_body_len(prefix: [u8; META_LENGTH_BYTES]) -> Result<usize, ProtoError> {
+    let len = u32::from_le_bytes(prefix) as usize;
+    if len > META_FRAME_BYTES_MAX {
+        return Err(ProtoError::new(ProtoErrorKind::TooLarge, format!("metadata frame of {len} bytes exceeds {META_FRAME_BYTES_MAX} (META_FRAME_BYTES_MAX)")));
+    }
+    Ok(len)
+}
+
 /// Write one frame.
 pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> std::io::Result<()> {
     let body = serde_json::to_vec(msg).expect("protocol messages always serialise");
@@ -144,17 +157,13 @@ pub fn send<T: Serialize>(w: &mut impl Write, msg: &T) -> std::io::Result<()> {
 /// past [`META_FRAME_BYTES_MAX`] is `InvalidData`, refused before anything
 /// is allocated.
 pub fn recv_body(r: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len) {
+    let mut prefix = [0u8; META_LENGTH_BYTES];
+    match r.read_exact(&mut prefix) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let len = u32::from_le_bytes(len) as usize;
-    if len > META_FRAME_BYTES_MAX {
-        let msg = format!("metadata frame of {len} bytes exceeds {META_FRAME_BYTES_MAX} (META_FRAME_BYTES_MAX)");
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, msg));
-    }
+    let len = meta_body_len(prefix).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.detail))?;
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
     Ok(Some(body))
@@ -189,6 +198,13 @@ pub fn refuse_sluice_hello(w: &mut impl Write, request_id: u64) -> std::io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_length_prefix_is_bounded_at_n_and_n_plus_one() {
+        let max = META_FRAME_BYTES_MAX as u32;
+        assert_eq!(meta_body_len(max.to_le_bytes()), Ok(META_FRAME_BYTES_MAX));
+        assert_eq!(meta_body_len((max + 1).to_le_bytes()).unwrap_err().kind, ProtoErrorKind::TooLarge);
+    }
 
     #[test]
     fn frame_bound_at_n_and_n_plus_one() {

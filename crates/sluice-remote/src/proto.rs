@@ -4,7 +4,9 @@
 use std::io::Read;
 
 use serde::de::DeserializeOwned;
-pub use sluice_proto::meta::{hex, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, CLUSTER_ERRNO, META_AUTH_CONTEXT, META_FRAME_BYTES_MAX};
+pub use sluice_proto::meta::{
+    hex, meta_body_len, refuse_sluice_hello, send, sluice_hello, unhex, MetaReply, MetaRequest, CLUSTER_ERRNO, META_AUTH_CONTEXT, META_FRAME_BYTES_MAX, META_LENGTH_BYTES,
+};
 
 use crate::error::{Error, ErrorKind, Result};
 

@@ -108,7 +108,7 @@ pub struct ServerLimits {
     /// others' rung requests are taken when they nudge, which they do
     /// for every request. 512: every rank of a large node; each watched
     /// doorbell costs the loop one load a turn and two stores a sleep.
-    /// With 64 (before session 21), a 4 KiB O_DIRECT decomposition of 384
+    /// With 64 (the bound before commit 95663e8), a 4 KiB O_DIRECT decomposition of 384
     /// processes took 0.57-0.62 s under aioli, with 512 0.47-0.51 s (128
     /// processes: 0.30-0.39 against 0.27-0.28 s); a client's 4 KiB round
     /// trip beside 500 idle watched connections did not change (medians
@@ -322,7 +322,9 @@ impl ServerConfig {
         }
     }
 
-    pub(crate) fn validate(&self) -> Result<()> {
+    /// The checks `Server::start` makes before anything is opened: every
+    /// bound in its range (`sluice serve --check` runs them too).
+    pub fn validate(&self) -> Result<()> {
         if self.queue_depth == 0 || self.queue_depth > QUEUE_DEPTH_MAX {
             return Err(Error::config(format!("queue depth {} outside 1..={QUEUE_DEPTH_MAX}", self.queue_depth)));
         }

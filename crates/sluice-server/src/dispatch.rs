@@ -2,7 +2,7 @@
 //! loop. The loop passes `now` (read once per turn) to the core, submits
 //! admitted requests, asks for every dispatch the policy allows, and
 //! reports each one's completion with its service time; the dispatcher
-//! learns the device cost model from those times (issue 11).
+//! learns the device cost model from those times.
 //!
 //! Invariant: at shutdown the scheduler is empty, its invariants hold, and
 //! every admitted request got exactly one answer.

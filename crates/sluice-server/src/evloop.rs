@@ -1,5 +1,5 @@
 //! The event loop: one thread that owns every connection and the
-//! scheduler (issue 12's event-driven core).
+//! scheduler: the server's event-driven core.
 //!
 //! Per wake-up (`epoll_wait`, level-triggered) it accepts new connections,
 //! reads every ready one until it would block (many frames per system

@@ -1,4 +1,4 @@
-//! Live metrics (issue 16): `sluice serve --metrics HOST:PORT` serves the
+//! Live metrics: `sluice serve --metrics HOST:PORT` serves the
 //! Prometheus text exposition format (version 0.0.4) at `/metrics`, and the
 //! dashboard page at `/`.
 //!

@@ -1,4 +1,4 @@
-//! Shared-memory data regions (issue 12's same-host data path).
+//! Shared-memory data regions (the same-host data path).
 //!
 //! A client on the same host asks for a region (`ShmAttach`); the server
 //! creates a memfd of the size granted, maps it, and sends the descriptor

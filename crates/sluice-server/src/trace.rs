@@ -1,4 +1,4 @@
-//! The live trace (issue 16): `sluice serve --trace PATH` writes every
+//! The live trace: `sluice serve --trace PATH` writes every
 //! dispatch and every request it carried as Chrome/Perfetto trace-event
 //! JSON, the document shape `sluice sim --trace` writes, so a real run and
 //! its simulated twin open side by side in `ui.perfetto.dev`.

@@ -1,4 +1,4 @@
-//! Server-directed collectives (issue 14): list messages tagged with a
+//! Server-directed collectives: list messages tagged with a
 //! group are held until every participant's has come, then served
 //! together in disk order as one application's work; an incomplete group
 //! times out for every participant and nothing of it is done, while other

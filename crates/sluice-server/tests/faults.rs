@@ -1,4 +1,4 @@
-//! Storage faults in the middle of an aggregate (issue 18): a `Storage`
+//! Storage faults in the middle of an aggregate: a `Storage`
 //! that moves part of an aggregated dispatch and then fails. The members it
 //! wrote (or read) whole are answered with their bytes; the members the
 //! error cut or never reached get its errno; no byte that was not written

@@ -1,4 +1,4 @@
-//! Structure-aware fuzzing of a live server (issue 13): seeded, valid
+//! Structure-aware fuzzing of a live server: seeded, valid
 //! sessions (a `Hello` and a run of real requests on real paths), then
 //! mutated as a hostile or broken client would (bytes flipped, frames cut,
 //! duplicated or swapped, lengths that lie, a half-close mid-frame), sent

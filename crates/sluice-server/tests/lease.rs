@@ -1,4 +1,4 @@
-//! Cache leases (issue 12): a local client's read of a range already in
+//! Cache leases: a local client's read of a range already in
 //! the page cache is answered "read it yourself" with a descriptor lent
 //! once per handle and connection; reads inside the lease send nothing.
 //! Never for a writable handle, an O_DIRECT server, an emulated device, or

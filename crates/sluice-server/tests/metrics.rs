@@ -1,4 +1,4 @@
-//! Live metrics and the live trace (issue 16), against a real server and
+//! Live metrics and the live trace, against a real server and
 //! real clients: a scrape counts exactly what the clients did; the
 //! endpoint's bounds (request head, stalled client, labelled applications)
 //! hold at N and N+1; the trace holds every answered request, and a paused

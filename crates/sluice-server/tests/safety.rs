@@ -147,7 +147,7 @@ fn malformed_frames_close_only_their_connection() {
     encode_header(Opcode::Read, 2, 3, &mut short_body);
     short_body.extend_from_slice(&[1, 2, 3]);
     check_refused(&s, &short_body, false, libc::EPROTO);
-    // Issue 13: a body cut short by a half-close is answered too.
+    // Regression: a body cut short by a half-close is answered too.
     let mut cut = Vec::new();
     encode_header(Opcode::Read, 4, 100, &mut cut);
     cut.extend_from_slice(&[0; 10]);
@@ -315,7 +315,7 @@ fn apps_max_at_n_and_n_plus_1() {
     let a3 = || Client::connect_with(&s.addr(), ConnectOptions { app: Some("a3".into()), ..ConnectOptions::default() });
     let e = a3().err().unwrap();
     assert!(e.message.contains("apps_max = 2"), "{e}");
-    // Issue 13: the bound counts applications connected at once, not ever.
+    // Regression: the bound counts applications connected at once, not ever.
     drop(held.1);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let c = loop {
@@ -328,7 +328,7 @@ fn apps_max_at_n_and_n_plus_1() {
     drop((c, held.0, held.2));
 }
 
-/// Issue 13: 20 `sluice cp` runs used to leave 21 entries, and after
+/// Regression: 20 `sluice cp` runs used to leave 21 entries, and after
 /// `apps_max` distinct names every new application was refused for good.
 #[test]
 fn five_thousand_short_lived_applications_are_all_admitted() {
@@ -340,7 +340,7 @@ fn five_thousand_short_lived_applications_are_all_admitted() {
     }
 }
 
-/// Issue 13: paths longer than PATH_BYTES_MAX were cut by the encoder, so
+/// Regression: paths longer than PATH_BYTES_MAX were cut by the encoder, so
 /// unlink/mkdir/rename acted on a shorter name.
 #[test]
 fn long_paths_are_enametoolong_and_touch_nothing() {
@@ -531,7 +531,7 @@ fn connect_raw(s: &TestServer) -> UnixStream {
     sock
 }
 
-/// Issue 12: 1,024 silent sockets locked everyone out. A socket that says
+/// Regression: 1,024 silent sockets locked everyone out. A socket that says
 /// nothing is told so and closed after `handshake_timeout_ms`.
 #[test]
 fn handshake_timeout_frees_the_slots_of_silent_sockets() {
@@ -596,7 +596,7 @@ fn wait_partial(s: &TestServer, ok: impl Fn(u64) -> bool, what: &str) {
     }
 }
 
-/// Issue 12: a header announcing 64 MiB made the server allocate 64 MiB at
+/// Regression: a header announcing 64 MiB made the server allocate 64 MiB at
 /// once, and a stalled body pinned it forever.
 #[test]
 fn a_body_is_held_as_it_arrives_and_a_stalled_one_times_out() {
@@ -634,7 +634,7 @@ fn a_stalled_frame_header_times_out() {
     expect_error_then_close(&mut sock, libc::ETIMEDOUT, "header stalled");
 }
 
-/// Issue 12: 60 stalled 16 MiB bodies pinned 1 GB. Each body reserves its
+/// Regression: 60 stalled 16 MiB bodies pinned 1 GB. Each body reserves its
 /// length from the server-wide budget when its header arrives (allocating
 /// as bytes come): N bodies fit; the N+1st is not read until one drains;
 /// whole small frames need no budget and are served meanwhile.
@@ -668,7 +668,7 @@ fn partial_bytes_max_at_n_and_n_plus_1() {
     wait_partial(&s, |h| h == 0, "all given back");
 }
 
-/// Issue 12: a client that did not read its replies grew the server to
+/// Regression: a client that did not read its replies grew the server to
 /// 2.45 GB. Now its connection stops being read at `reply_bytes_max`, and
 /// every reply still arrives once it reads.
 #[test]

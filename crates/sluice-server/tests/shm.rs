@@ -1,4 +1,4 @@
-//! The shared-memory data path (issue 12): a local client's reads and
+//! The shared-memory data path: a local client's reads and
 //! writes travel through a region the server maps for its connection;
 //! the region's size and the total of all regions are bounded; a request
 //! naming bytes outside its region is refused.

@@ -1,5 +1,5 @@
-//! The event-driven server's threads do not grow with its connections
-//! (issue 12): 300 connected clients, each with a file open and a read
+//! The event-driven server's threads do not grow with its connections:
+//! 300 connected clients, each with a file open and a read
 //! answered, and the process has the same threads as with one. Alone in
 //! its test binary, so no other test's threads are counted.
 

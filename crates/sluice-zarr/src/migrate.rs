@@ -1,5 +1,5 @@
 //! Migration of finished output to a slower tier (Panda's migration, seed
-//! `001`; issue 14): `sluice array migrate`.
+//! `001`): `sluice array migrate`.
 //!
 //! A group (a timestep) or an array is copied, file by file, to another
 //! path on the same server or to another server or cluster, through
@@ -229,7 +229,13 @@ pub fn migrate(src: &Remote, path: &str, dst: &Remote, target: &Target, keep: bo
         return Err(Error::new(format!("{to} and {path} overlap: the target must lie outside the source on the same server")));
     }
     let meta_path = zarr_json_path(&path);
-    let meta_bytes = read_all(src, &meta_path).map_err(|e| if e.errno == Some(libc::ENOENT) { Error { message: format!("{path}: no zarr.json (not a Zarr v3 group or array)"), ..e } } else { e })?;
+    let meta_bytes = read_all(src, &meta_path).map_err(|e| {
+        if e.errno == Some(libc::ENOENT) {
+            Error { message: format!("{path}: no zarr.json (not a Zarr v3 group or array)"), ..e }
+        } else {
+            e
+        }
+    })?;
     let meta = parse_json(&meta_path, &meta_bytes)?;
     if !meta["attributes"][MIGRATED_ATTRIBUTE].is_null() {
         return Err(Error::new(format!("{path} was already migrated to {}", meta["attributes"][MIGRATED_ATTRIBUTE])));

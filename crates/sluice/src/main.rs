@@ -4,7 +4,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// A global I/O scheduling service for clusters.
 #[derive(Parser)]
@@ -48,6 +48,9 @@ enum Cmd {
     /// Distributed arrays stored as Zarr v3: collective write and read, info, ls, cat, verify.
     #[command(subcommand)]
     Array(cmd::array::ArrayCmd),
+    /// Write the manual pages (sluice.1, sluice-serve.1, ...) into a directory.
+    #[command(hide = true)]
+    Man(cmd::man::ManArgs),
 }
 
 fn main() {
@@ -68,6 +71,7 @@ fn main() {
         Cmd::Meta(a) => cmd::cluster::run_meta(a),
         Cmd::Setstripe(a) => cmd::stripe::set(a),
         Cmd::Getstripe(a) => cmd::stripe::get(a),
+        Cmd::Man(a) => cmd::man::run(a, Cli::command()),
     };
     if let Err(e) = result {
         eprintln!("sluice: {e:#}");

@@ -1,4 +1,4 @@
-//! `sluice array` end to end (issue 14): distributed arrays written and
+//! `sluice array` end to end: distributed arrays written and
 //! read collectively as Zarr v3 through a real server and a real
 //! three-server cluster, every element checked, the fixed-offset layout
 //! checked on disk, and bad input refused with a clear message.
@@ -239,7 +239,8 @@ fn uneven_data_gen_block_and_small_arrays_are_balanced_over_the_servers() {
     let c = Cluster::start(dir.path(), 3);
     // GEN_BLOCK: rank 0 holds 20 of 24 rows, ranks 1 and 2 two each, rank 3
     // none; written and read back under another distribution.
-    let out = ok(c.sluice(&["array", "write", ":amr/t0/rho", "--shape", "24,8", "--chunks", "4,8", "--grid", "4,1", "--dist", "gen_block(20:2:2:0),*", "--strategy", "server-directed"]));
+    let out =
+        ok(c.sluice(&["array", "write", ":amr/t0/rho", "--shape", "24,8", "--chunks", "4,8", "--grid", "4,1", "--dist", "gen_block(20:2:2:0),*", "--strategy", "server-directed"]));
     assert!(out.contains("GEN_BLOCK(20:2:2:0)") && out.contains("6 files"), "{out}");
     assert!(ok(c.sluice(&["array", "read", ":amr/t0/rho", "--grid", "2,1", "--dist", "gen_block(3:21),*"])).contains("every rank's data matches"));
     assert!(ok(c.sluice(&["array", "verify", ":amr/t0/rho"])).contains("every element matches"));

@@ -253,7 +253,7 @@ fn a_killed_server_gives_a_soft_mount_an_error_not_a_hang() {
     assert!(t.elapsed() < Duration::from_secs(8), "the error took {:?}", t.elapsed());
 }
 
-/// Issue 13: a process holding a file through the mount when the server
+/// Regression: a process holding a file through the mount when the server
 /// restarted got EIO forever; now its fd is reopened by path.
 #[test]
 fn a_held_file_survives_a_server_restart_through_the_mount() {
@@ -335,7 +335,7 @@ fn a_missing_server_is_refused_before_mounting() {
 }
 
 /// fio, 4 psync jobs, write then read back with crc32c verification,
-/// buffered and O_DIRECT, through the mount (issue 6's fio test).
+/// buffered and O_DIRECT, through the mount (the FUSE mount's fio acceptance test).
 #[test]
 fn fio_psync_four_jobs_verify_through_the_mount() {
     assert!(sh("fio --version").status.success(), "fio is missing: `make test` installs it");

@@ -1,4 +1,4 @@
-//! Hostile local users against a `sluice serve` run as root (issue 13):
+//! Hostile local users against a `sluice serve` run as root:
 //! each test reproduces one finding of the security probe as the attacker
 //! would, as `nobody` through `setpriv`, over Unix and TCP, through the
 //! CLI, the interposer, the FUSE mount and the client library.
@@ -336,7 +336,7 @@ fn the_socket_is_0666_and_the_key_file_0600() {
 }
 
 /// The cluster's metadata role on TCP: no namespace request is answered
-/// before the shared key is proven (issue 13's model, on the MDS too).
+/// before the shared key is proven (the data server's model, on the MDS too).
 #[test]
 fn a_tcp_metadata_role_refuses_clients_without_the_key() {
     let v = Victim::start(false, &[]);

@@ -1,4 +1,4 @@
-//! Issue 7's multi-host test on one machine: three server hosts and two
+//! The multi-host test on one machine: three server hosts and two
 //! client hosts, each its own network namespace with its own address on a
 //! bridge (in a sixth, switch namespace). Data servers are `sluice serve`
 //! over TCP, the metadata role `sluice meta` on server host 0. Two clients

@@ -903,7 +903,7 @@ fn a_server_that_goes_away_gives_a_soft_client_etimedout_not_a_hang() {
     assert!(took < Duration::from_secs(5), "took {took:?}");
 }
 
-/// Issue 13: a process running when the server restarted got EIO forever.
+/// Regression: a process running when the server restarted got EIO forever.
 #[test]
 fn a_held_fd_survives_a_server_restart() {
     let mut f = Fixture::new();
@@ -922,7 +922,7 @@ fn fio_terse(out: &Output) -> (u64, u64, u64) {
 }
 
 /// fio, 4 psync jobs, write then read back with crc32c verification,
-/// buffered and O_DIRECT, through `sluice run` (issue 6's fio test). Its
+/// buffered and O_DIRECT, through `sluice run` (the interposer's fio acceptance test). Its
 /// `mkdir -p` of the directory also checks that the prefix itself answers
 /// EEXIST like an existing directory.
 #[test]

@@ -152,7 +152,7 @@ fn killed_server_fails_a_soft_clients_reads_with_etimedout_not_a_hang() {
     assert_eq!(c.stat("f").unwrap_err().errno, libc::ETIMEDOUT);
 }
 
-/// Issue 13: processes running when the server restarted got EIO forever.
+/// Regression: processes running when the server restarted got EIO forever.
 #[test]
 fn a_restarted_server_is_reconnected_reads_retried_writes_failed_handles_reopened() {
     let mut s = Serve::start(&["--device", "hdd7200"]);
@@ -218,7 +218,7 @@ fn a_file_gone_or_replaced_across_a_restart_is_estale_and_others_still_work() {
     c.close(gone).unwrap();
 }
 
-/// Issue 13: a SIGSTOPped server hung every client with no message.
+/// Regression: a SIGSTOPped server hung every client with no message.
 #[test]
 fn a_stopped_server_is_reported_once_then_ok_and_a_soft_client_times_out() {
     let s = Serve::start(&[]);
@@ -264,12 +264,12 @@ fn cp_and_ls_copy_byte_identically_and_refuse_escapes() {
     assert_eq!(String::from_utf8_lossy(&ls.stdout), "in.dat\n");
     check_cmd(&s.cmd(&["cp", ":../outside", "x"]), false, "sluice: cp: ../outside: path escapes the server root");
     check_cmd(&s.cmd(&["cp", ":/etc/passwd", "x"]), false, "absolute paths are refused");
-    // Issue 13: a destination `:/abs` was silently made relative.
+    // Regression: a destination `:/abs` was silently made relative.
     check_cmd(&s.cmd(&["cp", "in.dat", ":/abs.dat"]), false, "absolute paths are refused");
     assert!(!s.root().join("abs.dat").exists());
     check_cmd(&s.cmd(&["cp", "in.dat", ":"]), true, "");
     same_file(&src, &s.root().join("in.dat"));
-    // Issue 13: striping commands pointed at a data server say so.
+    // Regression: striping commands pointed at a data server say so.
     check_cmd(&s.cmd(&["setstripe", "-S", "1M", "-c", "2", "x"]), false, "is a sluice data server, not a cluster's metadata role");
     check_cmd(&s.cmd(&["ls", ":.."]), false, "escapes the server root");
     check_cmd(&s.cmd(&["cp", "a", "b"]), false, "neither");
@@ -277,7 +277,7 @@ fn cp_and_ls_copy_byte_identically_and_refuse_escapes() {
     check_cmd(&absent, false, "cannot connect to sluice server at unix:/nonexistent.sock");
 }
 
-/// Issue 12's probe: 60 connections each send 16 MiB of a 64 MiB write and
+/// The stalled-writes probe: 60 connections each send 16 MiB of a 64 MiB write and
 /// stall. Before the budget this added 1 GB to the server; now at most
 /// `partial_bytes_max` (512 MiB by default) plus the chunks in flight.
 /// Measured by `sluice bench connections --stalled-writes`, on a `sluice
@@ -296,7 +296,7 @@ fn sixty_stalled_64_mib_writes_add_at_most_the_partial_budget_to_rss() {
 }
 
 /// `sluice bench service` measures the IPC floor in the same run and
-/// reports the service's ratio to it (issue 12's measuring stick).
+/// reports the service's ratio to it (the service's measuring stick).
 #[test]
 fn bench_service_reports_the_floor_and_the_ratio_to_it() {
     let (out, v) = common::bench_json(&["service", "--size-mib", "4", "--rounds", "1", "--rtt-requests", "300"], "svc.json");
@@ -307,7 +307,7 @@ fn bench_service_reports_the_floor_and_the_ratio_to_it() {
 }
 
 /// `sluice bench matrix --quick`: every workload row, each judged, JSON
-/// as docs/bench.md says, scratch removed (issue 11's yardstick).
+/// as docs/bench.md says, scratch removed (the default policy's yardstick).
 #[test]
 fn bench_matrix_quick_judges_every_row_and_writes_json() {
     let (out, v) = common::bench_json(&["matrix", "--quick"], "m.json");
@@ -328,7 +328,7 @@ fn bench_matrix_quick_judges_every_row_and_writes_json() {
 }
 
 /// `sluice bench connections`: the server's threads and memory for idle
-/// clients (today two threads per connection; issue 12 wants a bound).
+/// clients (the event loop keeps them flat as connections grow).
 #[test]
 fn bench_connections_reports_threads_and_memory_per_idle_client() {
     let (_, v) = common::bench_json(&["connections", "--count", "50", "--rtt-requests", "100"], "c.json");

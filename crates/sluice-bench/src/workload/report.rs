@@ -77,14 +77,7 @@ impl From<sluice_core::DeviceCost> for DeviceModel {
 
 impl std::fmt::Display for DeviceModel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {}",
-            self.dispatch_ns as f64 / 1e3,
-            self.byte_ps as f64 / 1e3,
-            self.seek_ns as f64 / 1e3,
-            self.parallelism
-        )
+        sluice_core::DeviceCost::new(self.dispatch_ns, self.byte_ps, self.seek_ns, self.parallelism).fmt(f)
     }
 }
 

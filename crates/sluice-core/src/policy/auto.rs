@@ -1,6 +1,6 @@
 //! `auto`: aioli or fifo-merge, whichever would have served the recent
-//! requests sooner on this device (issue 11, item 3: "a default that is
-//! never worse").
+//! requests sooner on this device: a default that is never
+//! worse than either.
 //!
 //! aioli wins where a separate access is costly (seeks, a large fixed
 //! cost per dispatch) and can lose where the device serves many small

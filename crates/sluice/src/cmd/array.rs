@@ -1,5 +1,5 @@
-//! `sluice array`: distributed arrays stored as Zarr v3 (Panda on sluice,
-//! issue 14). `write` and `read` run a collective of N ranks (threads, one
+//! `sluice array`: distributed arrays stored as Zarr v3 (Panda on sluice).
+//! `write` and `read` run a collective of N ranks (threads, one
 //! connection each) by the plan of `sluice-array`; `info`, `ls`, `cat` and
 //! `verify` read any Zarr v3 array through zarrs.
 
@@ -314,7 +314,7 @@ fn server_weights(remote: &Remote, addr: &str, arg: &[String], path: &str, unit_
         given if given.iter().all(|x| x.ends_with(".toml")) => {
             let w = given
                 .iter()
-                .map(|f| sluice_bench::calibrate::ModelFile::load(std::path::Path::new(f)).map(|m| model_bandwidth(&m, unit_bytes)).map_err(|e| anyhow!("--server-weights {f}: {e}")))
+                .map(|f| sluice_device::ModelFile::load(std::path::Path::new(f)).map(|m| model_bandwidth(&m, unit_bytes)).map_err(|e| anyhow!("--server-weights {f}: {e}")))
                 .collect::<anyhow::Result<Vec<f64>>>()?;
             check_count(remote, &w)?;
             let shown: Vec<String> = w.iter().map(|b| format!("{:.0} MiB/s", b / (1 << 20) as f64)).collect();
@@ -340,7 +340,7 @@ fn check_count(remote: &Remote, w: &[f64]) -> anyhow::Result<()> {
 /// Bytes per second a device of model `m` moves in transfers of `bytes`,
 /// its `parallelism` at once (the scheduling issue's cost model: a fixed
 /// cost per dispatch plus a cost per byte).
-fn model_bandwidth(m: &sluice_bench::calibrate::ModelFile, bytes: u64) -> f64 {
+fn model_bandwidth(m: &sluice_device::ModelFile, bytes: u64) -> f64 {
     let ns = m.dispatch_ns as f64 + bytes as f64 * m.byte_ps as f64 / 1e3;
     bytes as f64 * 1e9 / ns.max(1.0) * f64::from(m.parallelism.max(1))
 }

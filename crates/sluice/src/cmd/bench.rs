@@ -25,7 +25,7 @@ pub enum BenchCmd {
     Service(super::bench_service::ServiceArgs),
     /// Striping scale-out: one striped file read by several clients with 1, 2, 4 data servers.
     Scaleout(super::bench_scaleout::ScaleoutArgs),
-    /// The default policy against fifo, fifo-merge and direct POSIX over every workload (issue 11).
+    /// The default policy against fifo, fifo-merge and direct POSIX over every workload, judged against the default's ratio bound.
     Matrix(super::bench_matrix::MatrixArgs),
     /// What N idle connected clients cost the server (threads, memory), and a round trip meanwhile.
     Connections(super::bench_service::ConnectionsArgs),

@@ -1,4 +1,4 @@
-//! `sluice bench array` (issue 14): a 3-D BLOCK-distributed array written
+//! `sluice bench array`: a 3-D BLOCK-distributed array written
 //! and read collectively as Zarr v3 by N ranks, over 1 and 4 data servers
 //! of a local cluster, by each strategy; a cost model with measured
 //! parameters predicts each strategy's time and chooses one, and the table
@@ -15,8 +15,8 @@ use clap::Args;
 use serde::Serialize;
 use serde_json::json;
 use sluice_array::{Distribution, Dtype, Layout, Plan};
-use sluice_bench::cluster::{LocalCluster, LocalClusterConfig};
 use sluice_core::PolicyConfig;
+use sluice_launch::{LocalCluster, LocalClusterConfig};
 use sluice_remote::Remote;
 use sluice_zarr::collective::{self, pattern_local, ArraySpec, Strategy};
 use sluice_zarr::model::{self, CalibrateOptions, Params};

@@ -71,7 +71,7 @@ pub struct ConnectionsArgs {
     rtt_requests: u32,
     /// Then this many more connections each stall in one write's body,
     /// and the server's added memory is checked against its budget for
-    /// partial frames (issue 12: 60 writes of 64 MiB, 16 MiB sent each).
+    /// partial frames (the probe: 60 writes of 64 MiB, 16 MiB sent each).
     #[arg(long, default_value_t = 0)]
     stalled_writes: u32,
     /// Body of each stalled write, MiB (at most the frame bound, 64 MiB

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use sluice_bench::cluster::{LocalCluster, LocalClusterConfig};
+use sluice_launch::{LocalCluster, LocalClusterConfig};
 use sluice_server::DeviceKind;
 
 #[derive(Args)]

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod cp;
 pub mod darshan;
 pub mod ls;
+pub mod man;
 pub mod mount;
 pub mod output;
 pub mod remote;

@@ -95,6 +95,11 @@ pub struct ServeArgs {
     /// Bytes the trace may grow to; past it tracing stops with a message.
     #[arg(long, default_value_t = sluice_server::ServerLimits::default().trace_bytes_max)]
     trace_bytes_max: u64,
+    /// Parse and validate the configuration (the device model file
+    /// included), print it and exit 0, without listening: for a service
+    /// manager's unit or a configuration change.
+    #[arg(long)]
+    check: bool,
 }
 
 /// Set by the signal handler; polled by the main thread.
@@ -121,6 +126,15 @@ fn install_signal_handlers() {
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    let cfg = config(&a)?;
+    if a.check {
+        return check(&a, &cfg);
+    }
+    serve(&a, cfg)
+}
+
+/// The server's configuration from the command line.
+fn config(a: &ServeArgs) -> anyhow::Result<ServerConfig> {
     let mut cfg = ServerConfig::new(&a.root, Listen::parse(&a.listen)?);
     cfg.policy = sluice_core::PolicyConfig::from_name(&a.policy).with_context(|| format!("unknown policy {:?} (known: {})", a.policy, sluice_core::POLICY_NAMES.join(", ")))?;
     cfg.direct = a.direct;
@@ -131,7 +145,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
     cfg.no_prior = a.no_prior;
     if let Some(p) = &a.device_model {
-        cfg.device_model = Some(sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?.cost());
+        cfg.device_model = Some(sluice_device::ModelFile::load(p)?.cost());
     }
     cfg.squash = sluice_server::Squash::parse(&a.squash)?;
     cfg.key_file = a.key_file.clone();
@@ -141,6 +155,39 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     cfg.limits.metrics_apps_max = a.metrics_apps_max;
     cfg.trace = a.trace.clone();
     cfg.limits.trace_bytes_max = a.trace_bytes_max;
+    Ok(cfg)
+}
+
+/// `--check`: what `Server::start` checks before it binds (the root a
+/// directory, the bounds), then the configuration, one setting a line.
+fn check(a: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<()> {
+    cfg.validate()?;
+    anyhow::ensure!(a.root.is_dir(), "--root {}: not a directory", a.root.display());
+    let key = match &a.key_file {
+        Some(k) if k.exists() => format!("{} (exists)", k.display()),
+        Some(k) => format!("{} (created at start)", k.display()),
+        None => "default ($SLUICE_KEY_FILE, else ~/.config/sluice/key)".to_string(),
+    };
+    println!("sluice: configuration ok (not listening: --check)");
+    println!("root: {}", a.root.display());
+    println!("listen: {}", a.listen);
+    println!("policy: {}", a.policy);
+    println!(
+        "device: {}{}",
+        a.device,
+        a.device_model.as_ref().map_or(String::new(), |p| format!(", model from {}: {}", p.display(), cfg.device_model.expect("loaded with the path")))
+    );
+    println!("queue depth: {}", a.queue_depth);
+    println!("direct: {}", if a.direct { "on" } else { "off" });
+    println!("squash: {}", a.squash);
+    println!("key file: {key}");
+    println!("clients max: {}", a.clients_max);
+    println!("metrics: {}", a.metrics.as_deref().unwrap_or("off"));
+    println!("trace: {}", a.trace.as_ref().map_or("off".to_string(), |t| t.display().to_string()));
+    Ok(())
+}
+
+fn serve(a: &ServeArgs, cfg: ServerConfig) -> anyhow::Result<()> {
     sluice_server::raise_fd_limit();
     install_signal_handlers();
     let mut server = Server::start(cfg)?;
@@ -185,7 +232,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         s.completed_requests, s.completed_dispatches, s.expired_dispatches
     );
     if let Some(m) = summary.device_model {
-        println!("sluice: device model learned: {}", sluice_bench::workload::report::DeviceModel::from(m));
+        println!("sluice: device model learned: {}", m);
     }
     Ok(())
 }

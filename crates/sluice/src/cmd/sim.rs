@@ -39,7 +39,7 @@ pub struct SimArgs {
     /// Simulate the servers' device as this calibrated model (`sluice
     /// calibrate --out`) instead of the scenario's: on a device that gains
     /// from parallelism, with channels up to the server's queue depth
-    /// (`ModelFile::sim_device`; `--validate` keeps one channel).
+    /// (`sluice_bench::calibrate::sim_device`; `--validate` keeps one channel).
     #[arg(long)]
     device_model: Option<PathBuf>,
     /// Replace the scenario's applications by a Darshan log's (its DXT
@@ -113,7 +113,16 @@ fn validate(a: &SimArgs) -> anyhow::Result<()> {
             calibrate::run(&cfg).map_err(anyhow::Error::msg)?
         }
     };
-    let cfg = validate::Config { workloads: validate::workloads(a.validate_scale), policies, root: root.0.clone(), exe, model: Some(model), seed: 1, runs: a.validate_runs, progress: true };
+    let cfg = validate::Config {
+        workloads: validate::workloads(a.validate_scale),
+        policies,
+        root: root.0.clone(),
+        exe,
+        model: Some(model),
+        seed: 1,
+        runs: a.validate_runs,
+        progress: true,
+    };
     let report = validate::run(&cfg).map_err(anyhow::Error::msg)?;
     drop(root);
     print!("{}", validate::table(&report));
@@ -146,7 +155,7 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     }
     if let Some(p) = &a.device_model {
         let m = sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?;
-        let (profile, channels) = m.sim_device();
+        let (profile, channels) = sluice_bench::calibrate::sim_device(&m);
         scenario.server.device = "profile".into();
         scenario.server.profile = Some(profile);
         (scenario.server.channels, scenario.server.dispatches_inflight) = (channels, 0);

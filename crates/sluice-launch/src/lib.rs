@@ -1,8 +1,26 @@
-//! `LocalCluster`: a metadata role and N data servers in one process, each
-//! data server with its own sub-directory and Unix socket under one root
-//! (what `sluice cluster` runs, and what the tests use). Layout of `ROOT`:
-//! `meta.sock`, `meta/meta.redb`, and per server `data-<i>/` (its root,
-//! with `objects/`) and `data-<i>.sock`.
+//! # sluice-launch: a local cluster in one process
+//!
+//! [`LocalCluster`]: a metadata role and N data servers in one process,
+//! each data server with its own sub-directory and Unix socket under one
+//! root (what `sluice cluster` runs, and what the benchmarks and tests
+//! use). Layout of `ROOT`: `meta.sock`, `meta/meta.redb`, and per server
+//! `data-<i>/` (its root, with `objects/`) and `data-<i>.sock`.
+//!
+//! ```
+//! use sluice_launch::{LocalCluster, LocalClusterConfig};
+//! let root = std::env::temp_dir().join(format!("sluice-launch-doc-{}", std::process::id()));
+//! let mut cluster = LocalCluster::start(LocalClusterConfig::new(&root, 2)).unwrap();
+//! assert!(cluster.addr().ends_with("meta.sock"));
+//! cluster.shutdown().unwrap();
+//! std::fs::remove_dir_all(&root).unwrap();
+//! ```
+//!
+//! Its errors are the cluster library's ([`sluice_remote::Error`]):
+//! starting or stopping a role fails as a cluster call does, with the same
+//! kinds and errno, so a caller handles one error type for both.
+//!
+//! Invariant: the launcher holds no data path of its own; clients reach
+//! the roles through their sockets only.
 
 use std::path::{Path, PathBuf};
 
