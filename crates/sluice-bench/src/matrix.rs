@@ -349,6 +349,7 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         progress: false,
         via: cell.via,
         no_prior: false,
+        durable: true,
     };
     let modes = modes(cfg, cell.device);
     let mut runs_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();

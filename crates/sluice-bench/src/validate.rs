@@ -274,6 +274,7 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             progress: cfg.progress,
             via: Via::Library,
             no_prior: false,
+            durable: false,
         };
         let mut real = Vec::new();
         for i in 0..cfg.runs.max(1) {

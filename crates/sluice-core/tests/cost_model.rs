@@ -114,19 +114,19 @@ fn seeks_of_lone_dispatches_are_not_taken_for_parallelism() {
 /// left beside d - 1 others waits for a random number of them, so deeper
 /// depths look faster than depth one per dispatch (4/3 at depth two).
 /// Not a second arm: the parallelism stays one; and a device that truly
-/// serves two at once, in order, is still found.
+/// serves four at once, in order, is still found.
 #[test]
 fn a_disk_that_serves_its_queue_in_any_order_has_one_arm() {
     let disk = DeviceCost::new(60_000, 10_000, 8_000_000, 1);
-    for (arms, want) in [(1u32, 1u32), (2, 2)] {
+    for (arms, want) in [(1u32, 1u32), (4, 4)] {
         let mut l = CostLearner::default();
         let mut rng = Rng(0xa110_0de5 + u64::from(arms));
         for _ in 0..6_000 {
             let depth = 1 + (rng.next() % u64::from(l.depth_cap())) as u32;
             let len = [65_536u64, 131_072][(rng.next() % 2) as usize];
             let own = disk.service_ns(len, false);
-            // One arm: served after a random number of the others; two:
-            // in order, two at a time.
+            // One arm: served after a random number of the others; four:
+            // in order, four at a time.
             let before = if arms == 1 { (rng.next() % u64::from(depth)) as u32 } else { (depth - 1) / arms };
             l.observe(Observation { len, seek: false, depth, latency_ns: own * u64::from(before + 1) });
         }

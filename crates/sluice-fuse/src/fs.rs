@@ -381,7 +381,6 @@ fn kind(k: FileKind) -> FileType {
     }
 }
 
-/// Count a client call and its failure.
 /// Give up the calls made for the caller of `req` once it is dying
 /// (`sluice_client::Abandon`): a process killed while the server is dead
 /// exits at once, while the mount keeps waiting for the server for every
@@ -405,6 +404,7 @@ fn caller_dying(tid: u32) -> bool {
         .any(|hex| u64::from_str_radix(hex.trim(), 16).is_ok_and(|set| set & kill_bit != 0))
 }
 
+/// Count a client call and its failure.
 fn counted<T>(r: Result<T, Errno>) -> Result<T, Errno> {
     STATS.calls.fetch_add(1, Ordering::Relaxed);
     if r.is_err() {

@@ -139,6 +139,11 @@ fn decomposition_sweep_and_writes() {
     let v = bench(&s.0, &["decomposition", "--procs", "4", "--granularity", "8K,64K", "--write", "--scale", "0.0002", "--policies", "fifo,aioli"]);
     let gs: Vec<u64> = v["runs"].as_array().unwrap().iter().map(|r| r["granularity"].as_u64().unwrap()).collect();
     assert_eq!(gs, vec![8192, 8192, 65536, 65536]);
+    assert_eq!(v["durable"], true, "buffered writes are timed until fsync'd");
+    let v = bench(&s.0, &["decomposition", "--procs", "4", "--granularity", "8K", "--write", "--scale", "0.0002", "--policies", "aioli", "--no-fsync"]);
+    assert_eq!(v["durable"], false);
+    let v = bench(&s.0, &["decomposition", "--procs", "4", "--granularity", "8K", "--write", "--direct", "--scale", "0.0002", "--policies", "aioli"]);
+    assert_eq!(v["durable"], false, "O_DIRECT writes are on the device already");
 }
 
 #[test]

@@ -313,7 +313,9 @@ fn bench_matrix_quick_judges_every_row_and_writes_json() {
     let (out, v) = common::bench_json(&["matrix", "--quick"], "m.json");
     assert!(out.contains("rows where aioli is over 1.05x"));
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 12, "{v}");
+    assert_eq!(rows.len(), 15, "12 library rows and 3 through the mount or the interposer: {v}");
+    let via: Vec<&str> = rows.iter().filter_map(|r| r["workload"].as_str()).filter(|w| w.contains(" via ")).collect();
+    assert_eq!(via, ["decomposition 4K x32 via mount", "decomposition 4K x32 via run", "decomposition 4K x32 via mount (hdd7200)"], "{v}");
     for r in rows {
         let m = r["makespan_s"].as_object().unwrap();
         assert!(["fifo", "fifo-merge", "aioli"].iter().all(|k| m[*k].as_f64().unwrap() > 0.0), "{r}");

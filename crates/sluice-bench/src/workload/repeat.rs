@@ -120,7 +120,7 @@ mod tests {
                 cpu: None,
             })
             .collect();
-        Report { scenario: "s".into(), device: "hdd7200".into(), direct_io: true, caches_dropped: true, scale: 1.0, via: "library".into(), runs }
+        Report { scenario: "s".into(), device: "hdd7200".into(), direct_io: true, caches_dropped: true, scale: 1.0, via: "library".into(), durable: false, runs }
     }
 
     #[test]

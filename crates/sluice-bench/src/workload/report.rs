@@ -93,6 +93,9 @@ pub struct Report {
     /// The path the processes' I/O took to the servers (`library`, `run`
     /// or `mount`); the direct mode's never goes through one.
     pub via: String,
+    /// Writes through a page cache were made durable (`fsync`) before
+    /// each process finished: the times include the flush.
+    pub durable: bool,
     pub runs: Vec<RunReport>,
 }
 
@@ -110,13 +113,14 @@ pub fn jain(xs: &[f64]) -> f64 {
 /// then makespan and fairness.
 pub fn table(r: &Report) -> String {
     let mut out = format!(
-        "{} on {} ({}, page cache {}, scale {}, servers reached via {})\n",
+        "{} on {} ({}, page cache {}, scale {}, servers reached via {}{})\n",
         r.scenario,
         r.device,
         if r.direct_io { "O_DIRECT" } else { "buffered" },
         if r.caches_dropped { "dropped before each run" } else { "NOT dropped" },
         r.scale,
-        r.via
+        r.via,
+        if r.durable { "; buffered writes timed until fsync'd" } else { "" }
     );
     let mut groups: Vec<Option<u64>> = r.runs.iter().map(|x| x.granularity).collect();
     groups.dedup();

@@ -60,6 +60,9 @@ pub struct RunConfig {
     /// The started servers learn the emulated disk from scratch
     /// (`ServerConfig::no_prior`).
     pub no_prior: bool,
+    /// Ranks that write through a page cache (`direct_io` off) `fsync`
+    /// before they report, so the makespan is the time to durable data.
+    pub durable: bool,
 }
 
 /// The path a rank's I/O takes to the service: the path of a program
@@ -112,7 +115,7 @@ pub fn run(cfg: &RunConfig) -> Result<Report, WorkloadError> {
         DeviceKind::Real => "real",
         DeviceKind::Hdd7200 => "hdd7200",
     };
-    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, via: cfg.via.name().into(), runs })
+    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, via: cfg.via.name().into(), durable: cfg.durable && !cfg.direct_io, runs })
 }
 
 /// Create and fill every file (before any timing).
@@ -323,7 +326,7 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
     let mut owner = Vec::new();
     for (ai, app) in apps.iter().enumerate() {
         for rank in 0..app.procs {
-            let spec = WorkerSpec { app: app.clone(), rank, seed: cfg.seed, target: target.clone() };
+            let spec = WorkerSpec { app: app.clone(), rank, seed: cfg.seed, target: target.clone(), durable: cfg.durable && !cfg.direct_io };
             let mut cmd = Command::new(&cfg.exe);
             cmd.args(["bench", "worker"]).env(SPEC_ENV, serde_json::to_string(&spec).expect("spec serialises"));
             // The mount and the interposer name a process's application

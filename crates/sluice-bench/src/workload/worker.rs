@@ -37,6 +37,12 @@ pub struct WorkerSpec {
     pub rank: u32,
     pub seed: u64,
     pub target: Target,
+    /// The rank makes what it wrote durable before it reports (`fsync`),
+    /// so the time counted is the time until the data is on the device;
+    /// asked of ranks whose writes go through a page cache (not O_DIRECT,
+    /// and not to an O_DIRECT server).
+    #[serde(default)]
+    pub durable: bool,
 }
 
 /// The environment variable carrying the spec.
@@ -155,6 +161,14 @@ impl Backend {
         }
     }
 
+    /// Make what this rank wrote durable (`fsync`).
+    fn sync(&self) -> Result<(), WorkloadError> {
+        match self {
+            Backend::File(f) => f.sync_all().map_err(|e| WorkloadError::io("fsync".into(), e)),
+            Backend::Service(c, fd) => c.fsync(*fd).map_err(WorkloadError::client),
+        }
+    }
+
     fn access(&self, op: Dir, buf: &mut [u8], offset: u64) -> Result<usize, WorkloadError> {
         match (self, op) {
             (Backend::File(f), Dir::Read) => f.read_at(buf, offset).map_err(|e| WorkloadError::io("pread".into(), e)),
@@ -218,8 +232,17 @@ pub fn run_worker() -> Result<(), WorkloadError> {
         result.bytes += len;
         result.requests += 1;
     }
+    if durable_here(&spec) && spec.app.op == Dir::Write {
+        backend.sync()?;
+    }
     result.cpu_ns = process_cpu_ns().saturating_sub(cpu0);
     report(&result)
+}
+
+/// Whether this rank makes its writes durable before reporting (the
+/// runner asks it of ranks that write through a page cache).
+fn durable_here(spec: &WorkerSpec) -> bool {
+    spec.durable
 }
 
 /// Files one replaying rank has open, on its target.
@@ -286,6 +309,15 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
         }
         result.bytes += a.len;
         result.requests += 1;
+    }
+    if durable_here(spec) && mine.iter().any(|a| a.write) {
+        let written: Vec<u32> = used.iter().copied().filter(|f| mine.iter().any(|a| a.write && a.file == *f)).collect();
+        for f in written {
+            match &files {
+                ReplayFiles::Direct(m) => m[&f].sync_all().map_err(|e| WorkloadError::io("fsync".into(), e))?,
+                ReplayFiles::Service(c, m) => c.fsync(m[&f]).map_err(WorkloadError::client)?,
+            }
+        }
     }
     result.cpu_ns = process_cpu_ns().saturating_sub(cpu0);
     report(&result)

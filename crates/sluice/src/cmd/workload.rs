@@ -73,6 +73,12 @@ pub struct Common {
     /// from scratch (`sluice serve --no-prior`).
     #[arg(long)]
     no_prior: bool,
+    /// Time buffered writes only until they are in the page cache: by
+    /// default each process that wrote without O_DIRECT calls `fsync`
+    /// before it finishes, so the times include putting the data on the
+    /// device.
+    #[arg(long)]
+    no_fsync: bool,
     /// Run the whole comparison this many times, the modes' order changing
     /// from run to run, and summarise: each mode's makespans, and the
     /// judged policy (the last of --policies) against every other mode run
@@ -290,5 +296,6 @@ fn run_config(c: &Common, scenario: Scenario, granularity: Option<u64>, at: (&st
         progress: true,
         via: via.clone(),
         no_prior: c.no_prior,
+        durable: !c.no_fsync,
     }
 }
