@@ -22,7 +22,11 @@ def test_collective_benchmark_runs_every_mode(comm):
     # With the server's write leases (its default): the schemes' writes
     # then go through the lent descriptors, and the read-back check still
     # holds.
-    collective(argparse.Namespace(n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, json=path))
+    collective(
+        argparse.Namespace(
+            n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, policy=None, direct=False, device=None, modes="mpi-io,sluice,array,posix", json=path
+        )
+    )
     if comm.Get_rank() == 0:
         rows = json.loads(Path(path).read_text())["rows"]
         labels = [(r["mode"], r["scheme"]) for r in rows]
@@ -32,5 +36,20 @@ def test_collective_benchmark_runs_every_mode(comm):
         assert all(r["write_mib_s"] > 0 and r["read_mib_s"] > 0 for r in rows), rows
         # The scratch root is removed; only the JSON is left.
         assert sorted(os.listdir(out)) == ["coll.json"], os.listdir(out)
+        shutil.rmtree(out)
+    comm.Barrier()
+
+
+def test_collective_benchmark_runs_only_the_rows_asked_for(comm):
+    from sluice.bench import collective
+
+    out = comm.bcast(tempfile.mkdtemp(prefix="sluice-bench-test-") if comm.Get_rank() == 0 else None, root=0)
+    path = f"{out}/coll.json"
+    # The server the bench starts takes a policy and O_DIRECT; only the
+    # sluice.mpi rows run beside MPI-IO's reference row.
+    collective(argparse.Namespace(n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, policy="fifo", direct=True, device=None, modes="sluice", json=path))
+    if comm.Get_rank() == 0:
+        modes = {r["mode"] for r in json.loads(Path(path).read_text())["rows"]}
+        assert modes == {"mpi-io", "sluice"}, modes
         shutil.rmtree(out)
     comm.Barrier()
