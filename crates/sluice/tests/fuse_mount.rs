@@ -253,6 +253,17 @@ fn a_killed_server_gives_a_soft_mount_an_error_not_a_hang() {
     assert!(t.elapsed() < Duration::from_secs(8), "the error took {:?}", t.elapsed());
 }
 
+/// Start `python3 -c script file`, piped, and wait for its `ready` line;
+/// the process and its output.
+fn python_ready(script: &str, file: &std::path::Path) -> (Child, std::io::BufReader<std::process::ChildStdout>) {
+    let mut py = Command::new("python3").args(["-c", script]).arg(file).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    (py, out)
+}
+
 /// Regression: a process holding a file through the mount when the server
 /// restarted got EIO forever; now its fd is reopened by path.
 #[test]
@@ -260,11 +271,8 @@ fn a_held_file_survives_a_server_restart_through_the_mount() {
     let mut m = Mounted::start("restart");
     std::fs::write(m.root().join("f"), b"0123456789").unwrap();
     let script = "import sys, os\nf = open(sys.argv[1], 'rb')\nf.read(3)\nprint('ready', flush=True)\nsys.stdin.readline()\nprint(f.read(4).decode(), flush=True)\n";
-    let mut py = Command::new("python3").args(["-c", script]).arg(m.mnt().join("f")).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
+    let (mut py, mut out) = python_ready(script, &m.mnt().join("f"));
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line, "ready\n");
     m.server.kill().unwrap();
     m.server.wait().unwrap();
     m.server = m.spawn_server();
@@ -293,11 +301,7 @@ fn a_reader_of_a_dead_server_through_a_hard_mount_dies_at_sigkill() {
     // without the server.
     std::fs::write(m.root().join("f"), vec![3u8; 1 << 16]).unwrap();
     let script = "import sys, os\nfd = os.open(sys.argv[1], os.O_RDWR)\nos.pread(fd, 4096, 0)\nprint('ready', flush=True)\nsys.stdin.readline()\nos.pread(fd, 4096, 8192)\n";
-    let mut py = Command::new("python3").args(["-c", script]).arg(m.mnt().join("f")).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
-    let mut out = std::io::BufReader::new(py.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line, "ready\n");
+    let (mut py, _out) = python_ready(script, &m.mnt().join("f"));
     m.server.kill().unwrap();
     m.server.wait().unwrap();
     std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
