@@ -289,7 +289,7 @@ pub struct ServerConfig {
 
 /// A shared `Storage`, as `ServerConfig` holds it.
 #[derive(Clone)]
-pub struct StorageRef(pub std::sync::Arc<dyn crate::exec::Storage>);
+pub struct StorageRef(pub std::sync::Arc<dyn crate::storage::Storage>);
 
 impl std::fmt::Debug for StorageRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

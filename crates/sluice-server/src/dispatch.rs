@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 use sluice_core::{AppId, CostLearner, Decision, DeviceCost, DispatchId, ErrorKind as CoreKind, FileId, Observation, Op, RequestId, Scheduler};
 
 use crate::exec::Job;
-use crate::metrics::{DeviceCounters, View};
 use crate::pending::{Delivery, Pending};
-use crate::state::{lock, AppTable};
+use crate::state::AppTable;
+use crate::sync::lock;
 use crate::trace::{Member, Record, Tracer};
+use crate::view::{DeviceCounters, View};
 
 /// The learned model reaches the scheduler every this many dispatches
 /// (the depth at every one).
@@ -264,7 +265,12 @@ impl Dispatcher {
         self.sched.check_invariants();
         assert!(self.pending.is_empty(), "{} requests pending at shutdown", self.pending.len());
         assert_eq!(self.admitted, self.answered, "admitted and answered requests differ at shutdown");
-        Ended { scheduler: self.sched.stats(), device_model: (self.learner.observed() > 0).then(|| self.learner.model()), device_busy_ns: self.device.busy_ns, device_seeks: self.device.seeks }
+        Ended {
+            scheduler: self.sched.stats(),
+            device_model: (self.learner.observed() > 0).then(|| self.learner.model()),
+            device_busy_ns: self.device.busy_ns,
+            device_seeks: self.device.seeks,
+        }
     }
 }
 

@@ -37,20 +37,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_core::{ClientId, Op, Request as CoreRequest, RequestId};
-use sluice_proto::{auth_verify, check_header, encode_request, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, LEASE_ONLY_AT, NO_POST, POSTS_MAX, VERSION};
+use sluice_proto::{
+    auth_verify, check_header, encode_request, parse_request, Group, Header, HelloOk, Opcode, Request, HEADER_BYTES, IO_BYTES_MAX, LEASE_ONLY_AT, NO_POST, POSTS_MAX, VERSION,
+};
 
 use crate::collective::{Arrival, CollectiveLimits, Collectives, Joined};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
 use crate::conn::{Conn, Pause, Phase, Rx, SCRATCH_BYTES, SEND_BUFFER_BYTES};
 use crate::dispatch::Dispatcher;
 use crate::exec::{populated_already, try_nowait, Job};
-use crate::ring::{Reaped, Ring};
 use crate::ident;
 use crate::meta::{MetaDone, MetaJob};
 use crate::ops::{runs_inline, Session};
 use crate::pending::{Buf, Delivery, LeaseAfter, ListInner, ListState, Out, Pending, Reply};
-use crate::state::lock;
-use crate::Shared;
+use crate::ring::{Reaped, Ring};
+use crate::shared::Shared;
+use crate::sync::lock;
+use crate::waker::Waker;
 use sluice_net::Listener;
 
 /// Bytes a body takes from the budget, and is read, at a time (1 MiB): a
@@ -118,35 +121,6 @@ const ACCEPT_REST: Duration = Duration::from_millis(100);
 const TOKEN_LISTENER: u64 = 0;
 const TOKEN_WAKER: u64 = 1;
 const FIRST_CONN: u64 = 2;
-
-/// Wakes the loop from another thread (an eventfd in the loop's epoll set).
-pub struct Waker {
-    fd: OwnedFd,
-}
-
-impl Waker {
-    pub fn new() -> io::Result<Waker> {
-        // SAFETY: plain system call; the descriptor is owned from here on.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        Ok(Waker { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
-    }
-
-    pub fn wake(&self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a live u64.
-        unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-    }
-
-    fn drain(&self) {
-        let mut n = 0u64;
-        // SAFETY: reads 8 bytes into a live u64.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
-    }
-}
 
 /// The partial-frame budget: every body being received reserves its whole
 /// length here when its header arrives (so bodies never wait for each
@@ -288,17 +262,16 @@ impl EventLoop {
         let collective_limits = CollectiveLimits { groups_max: l.collectives_max as usize, bytes_max: l.collective_bytes_max, wait_ms_max: l.collective_wait_ms_max };
         listener.set_nonblocking()?;
         epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, listener.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)?;
-        epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd.as_raw_fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
+        epoll_ctl(&epoll, libc::EPOLL_CTL_ADD, waker.fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
         let c = &shared.config;
         let inline = !c.direct && c.device == crate::DeviceKind::Real && c.storage.is_none();
         // The ring serves the real device's calls; an emulated disk (which
         // holds a worker for the modelled time) or a test's storage keep
         // the workers. Where the kernel refuses io_uring, workers serve.
         // With O_DIRECT, whole-block writes hold shares of the workers'
-        // order of writes (`exec::DirectOrder`).
+        // order of writes (`order::DirectOrder`).
         let order = c.direct.then(|| Arc::clone(&shared.direct_writes));
-        let ring =
-            (c.uring && c.device == crate::DeviceKind::Real && c.storage.is_none()).then(|| Ring::new(c.queue_depth, waker.fd.as_raw_fd(), order, c.sqpoll_idle_ms).ok()).flatten();
+        let ring = (c.uring && c.device == crate::DeviceKind::Real && c.storage.is_none()).then(|| Ring::new(c.queue_depth, waker.fd(), order, c.sqpoll_idle_ms).ok()).flatten();
         let budget = Budget { held: 0, max: c.limits.partial_bytes_max, allocated: 0 };
         Ok(EventLoop {
             shared,

@@ -19,8 +19,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ident::Identity;
 use crate::pending::Out;
 use crate::root::fstat;
-use crate::state::{lock, OpenFile};
-use crate::Shared;
+use crate::shared::Shared;
+use crate::state::OpenFile;
+use crate::sync::lock;
 
 /// Open flags a client may pass; the rest (`O_APPEND`, `O_DIRECT`,
 /// `O_ASYNC`, ...) are dropped: the server positions every write itself
@@ -209,7 +210,7 @@ fn times(atime_ns: i64, mtime_ns: i64) -> Option<[libc::timespec; 2]> {
 /// such a write reads the size, writes whole blocks and cuts the file back
 /// to the size it read, so a truncate between the two came undone (its
 /// bytes back, or an acknowledged extension cut off).
-fn size_change_alone(shared: &Shared) -> Option<crate::exec::AloneGuard<'_>> {
+fn size_change_alone(shared: &Shared) -> Option<crate::order::AloneGuard<'_>> {
     shared.config.direct.then(|| shared.direct_writes.alone())
 }
 
