@@ -54,7 +54,7 @@ pub mod trace;
 mod view;
 mod waker;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -70,13 +70,11 @@ pub use storage::{Storage, Syscalls};
 
 pub use meta::META_THREADS;
 
-use clock::Clock;
 use dispatch::Dispatcher;
 use evloop::{EventLoop, Workers};
 use exec::Executor;
 use shared::Shared;
 use sluice_net::Listener;
-use state::{AppTable, FileTable};
 use sync::lock;
 use waker::Waker;
 
@@ -137,33 +135,7 @@ impl Server {
         let limits = limits.clamped();
         let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model.or_else(|| emulated_prior(config.device).filter(|_| !config.no_prior)));
         let waker = Arc::new(Waker::new().map_err(|e| Error::io("eventfd", &e))?);
-        let shared = Arc::new(Shared {
-            root,
-            clock: Clock::new(),
-            files: Arc::new(Mutex::new(FileTable::new(config.limits.files_open_max))),
-            apps: Arc::new(Mutex::new({
-                let mut t = AppTable::new(apps_max);
-                // Before the first connection, so every application has its detail.
-                t.set_detailed(config.metrics.is_some(), config.limits.metrics_apps_max);
-                t
-            })),
-            stopping: AtomicBool::new(false),
-            key,
-            server_uid: ident::server_uid(),
-            partial_held: AtomicU64::new(0),
-            reply_bytes: AtomicU64::new(0),
-            conns_open: AtomicUsize::new(0),
-            shm_bytes: Arc::new(AtomicU64::new(0)),
-            shm_refused: AtomicU64::new(0),
-            handshakes_evicted: AtomicU64::new(0),
-            shm_tapered: AtomicU64::new(0),
-            rung: AtomicU64::new(0),
-            nudges: AtomicU64::new(0),
-            doorbells_watched: AtomicUsize::new(0),
-            direct_writes: Arc::default(),
-            view: view::ViewSlot::default(),
-            config,
-        });
+        let shared = Arc::new(Shared::new(config, root, key, apps_max));
         let (jobs, jobs_rx) = mpsc::channel();
         let (done, done_rx) = mpsc::channel();
         let (meta, meta_rx) = mpsc::channel();

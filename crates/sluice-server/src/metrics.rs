@@ -119,6 +119,13 @@ fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {
             e.sample("sluice_app_waiting_requests", &[("app", &label(r))], sum(&v.waiting, r) as f64);
         }
     }
+    app_latency(e, rows);
+}
+
+/// The applications' latency families: queue wait, service, arrival to
+/// answer.
+fn app_latency(e: &mut Expo, rows: &[AppRow]) {
+    let label = |r: &AppRow| r.stats.name.clone();
     e.family("sluice_app_queue_wait_seconds", "histogram", "Arrival to the start of the dispatch's system call");
     for r in rows {
         e.log2_histogram("sluice_app_queue_wait_seconds", ("app", &label(r)), &r.detail.wait_us_log2, r.detail.wait_ns_sum);

@@ -55,3 +55,37 @@ pub(crate) struct Shared {
     /// Where a metrics scrape asks the event loop for its view.
     pub view: ViewSlot,
 }
+
+impl Shared {
+    /// The shared state of a server over `root`, before its first
+    /// connection; `apps_max`: the scheduler's bound on applications.
+    pub fn new(config: ServerConfig, root: Root, key: Option<[u8; sluice_net::key::KEY_BYTES]>, apps_max: u32) -> Shared {
+        Shared {
+            root,
+            clock: Clock::new(),
+            files: Arc::new(Mutex::new(FileTable::new(config.limits.files_open_max))),
+            apps: Arc::new(Mutex::new({
+                let mut t = AppTable::new(apps_max);
+                // Before the first connection, so every application has its detail.
+                t.set_detailed(config.metrics.is_some(), config.limits.metrics_apps_max);
+                t
+            })),
+            stopping: AtomicBool::new(false),
+            key,
+            server_uid: crate::ident::server_uid(),
+            partial_held: AtomicU64::new(0),
+            reply_bytes: AtomicU64::new(0),
+            conns_open: AtomicUsize::new(0),
+            shm_bytes: Arc::new(AtomicU64::new(0)),
+            shm_refused: AtomicU64::new(0),
+            handshakes_evicted: AtomicU64::new(0),
+            shm_tapered: AtomicU64::new(0),
+            rung: AtomicU64::new(0),
+            nudges: AtomicU64::new(0),
+            doorbells_watched: AtomicUsize::new(0),
+            direct_writes: Arc::default(),
+            view: ViewSlot::default(),
+            config,
+        }
+    }
+}

@@ -11,19 +11,12 @@
 
 use std::time::Duration;
 
-use super::doorbells::SPIN_DISPATCH_NS;
+use super::queue::Completion;
+use super::watched::SPIN_DISPATCH_NS;
 use super::{EventLoop, Inline};
 use crate::exec::{populated_already, try_nowait, Job};
 use crate::pending::{Delivery, Out};
 use crate::ring::Reaped;
-
-/// What comes back to the loop.
-pub enum Completion {
-    /// A dispatch carried out: its members hold their results.
-    Dispatch(Job),
-    /// A message answered without a dispatch of its own.
-    Answer(Delivery),
-}
 
 impl EventLoop {
     /// Deliver everything queued.

@@ -20,7 +20,7 @@ impl EventLoop {
         if matches!(c.phase, Phase::Ready) {
             self.ready_conns -= 1;
         }
-        super::view::fold_leased(&self.shared, &mut c);
+        c.fold_leased(&self.shared.apps);
         if c.registered {
             self.poll.delete(c.fd(), id);
         }

@@ -5,7 +5,7 @@
 
 use sluice_core::Op;
 
-use super::completion::Completion;
+use super::queue::Completion;
 use super::EventLoop;
 use crate::collective::{Arrival, Joined};
 use crate::pending::Pending;

@@ -38,7 +38,7 @@ impl EventLoop {
         }
         if op == Op::Write {
             // What the client wrote under its last lease counts now.
-            super::view::fold_leased(&self.shared, c);
+            c.fold_leased(&self.shared.apps);
         }
         // The span granted, the bytes counted as leased, for how long.
         let span = match op {
@@ -99,7 +99,7 @@ impl EventLoop {
     /// must see every access), a client on this host.
     pub(super) fn leases_here(&self, c: &Conn) -> bool {
         let cfg = &self.shared.config;
-        cfg.limits.lease_bytes_max != 0 && !cfg.direct && cfg.device == crate::DeviceKind::Real && matches!(c.stream, crate::net::Stream::Unix(_))
+        cfg.limits.lease_bytes_max != 0 && !cfg.direct && cfg.device == crate::config::DeviceKind::Real && matches!(c.stream, crate::net::Stream::Unix(_))
     }
 
     /// Whether this server grants `c` write leases at all (the handle

@@ -48,8 +48,10 @@ mod handshake;
 mod input;
 mod leases;
 mod poll;
+mod queue;
 mod request;
 mod view;
+mod watched;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -73,9 +75,9 @@ use crate::shm::Shm;
 use crate::waker::Waker;
 
 use budget::Budget;
-use completion::Completion;
-use doorbells::Doorbells;
 use poll::{Poll, TOKEN_LISTENER, TOKEN_WAKER};
+use queue::Completion;
+use watched::Doorbells;
 
 /// Bytes a body takes from the budget, and is read, at a time (1 MiB): a
 /// 64 MiB write holds no more than it has received plus one chunk.
@@ -167,7 +169,7 @@ impl EventLoop {
         listener.set_nonblocking()?;
         poll.add(listener.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)?;
         poll.add(waker.fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
-        let real = c.device == crate::DeviceKind::Real && c.storage.is_none();
+        let real = c.device == crate::config::DeviceKind::Real && c.storage.is_none();
         let inline = if real && !c.direct { Inline::PageCache } else { Inline::No };
         // The ring serves the real device's calls; an emulated disk (which
         // holds a worker for the modelled time) or a test's storage keep

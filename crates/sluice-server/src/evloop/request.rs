@@ -11,7 +11,7 @@ use sluice_core::{Op, Request as CoreRequest, RequestId};
 use sluice_proto::{parse_request, Header, Request, NO_POST};
 
 use super::admission::{admit, decode, Admission, Asked, Io, Seen};
-use super::completion::Completion;
+use super::queue::Completion;
 use super::{EventLoop, Flow};
 use crate::collective::Arrival;
 use crate::conn::{Conn, Pause};
@@ -137,7 +137,7 @@ impl EventLoop {
     fn inline(&mut self, c: &mut Conn, h: &Header, body: &[u8]) -> Flow {
         let Ok(req) = parse_request(h, body) else { unreachable!("parsed before") };
         if matches!(req, Request::Stats) {
-            super::view::fold_leased(&self.shared, c);
+            c.fold_leased(&self.shared.apps);
             self.fold_leased_all();
         }
         let session = c.session.as_mut().expect("a ready connection holds its session");
