@@ -8,6 +8,7 @@
 //! every admitted request got exactly one answer.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sluice_core::{AppId, CostLearner, Decision, DeviceCost, DispatchId, ErrorKind as CoreKind, FileId, Observation, Op, RequestId, Scheduler};
@@ -18,6 +19,16 @@ use crate::state::AppTable;
 use crate::sync::lock;
 use crate::trace::{Member, Record, Tracer};
 use crate::view::{DeviceCounters, View};
+
+/// Requests answered by every dispatcher of this process since it
+/// started (`requests_answered`).
+static ANSWERED: AtomicU64 = AtomicU64::new(0);
+
+/// Requests answered by every server of this process since it started,
+/// refusals included: what a benchmark divides the servers' CPU time by.
+pub fn requests_answered() -> u64 {
+    ANSWERED.load(Ordering::Relaxed)
+}
 
 /// The learned model reaches the scheduler every this many dispatches
 /// (the depth at every one).
@@ -113,6 +124,7 @@ impl Dispatcher {
             }
             Err(e) => {
                 self.answered += 1;
+                ANSWERED.fetch_add(1, Ordering::Relaxed);
                 lock(&self.apps).record(p.req.app, p.req.op == Op::Write, None, 0, None);
                 p.answer_with(Err(refusal(e)))
             }
@@ -157,6 +169,7 @@ impl Dispatcher {
             panic!("completion of {id:?} refused: {e}");
         }
         self.answered += job.items.len() as u64;
+        ANSWERED.fetch_add(job.items.len() as u64, Ordering::Relaxed);
         if job.dispatch.op == Op::Write {
             for it in &job.items {
                 // An append's range is written: a truncate no longer has

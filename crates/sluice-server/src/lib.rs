@@ -64,6 +64,7 @@ use sluice_device::Hdd;
 use sluice_proto::AppStats;
 
 pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, StorageRef, DIRECT_ALIGN_BYTES, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX, SQPOLL_IDLE_MS_MAX};
+pub use dispatch::requests_answered;
 pub use error::{Error, ErrorKind, Result};
 pub use ident::{Squash, ANON_ID};
 pub use storage::{Storage, Syscalls};

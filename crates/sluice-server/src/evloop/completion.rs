@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::queue::Completion;
 use super::watched::SPIN_DISPATCH_NS;
 use super::{EventLoop, Inline};
-use crate::exec::{populated_already, try_nowait, Job};
+use crate::exec::{populated_already, settle_null, try_nowait, Job};
 use crate::pending::{Delivery, Out};
 use crate::ring::Reaped;
 
@@ -141,7 +141,7 @@ impl EventLoop {
         }
     }
 
-    /// Carry out `job` here when the page cache has it (reads to answer
+    /// Carry out `job` here when the null device or the page cache has it (reads to answer
     /// with leases: cached already, settled here; else populated by a
     /// worker, not the ring, whose reads move data), else on the ring,
     /// else by a worker.
@@ -149,6 +149,10 @@ impl EventLoop {
         if !*fresh && (self.inline != Inline::No || self.ring.is_some()) {
             self.now = self.shared.clock.read();
             *fresh = true;
+        }
+        if self.inline == Inline::Null {
+            settle_null(&mut job);
+            return self.done_here(job);
         }
         let populate = job.populate && self.inline == Inline::PageCache;
         if self.inline == Inline::PageCache && if populate { populated_already(&mut job) } else { try_nowait(&mut job) } {

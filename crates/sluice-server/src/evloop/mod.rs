@@ -15,7 +15,8 @@
 //! 3. **completion** (`completion.rs`): the executors', the ring's and the
 //!    metadata pool's finished work comes back; one scheduler pass
 //!    dispatches what the policy allows (on the loop when the page cache
-//!    serves it without blocking, else on the ring or a worker); every completion enters one queue, and one function
+//!    or the null device serves it without blocking, else on the ring or
+//!    a worker); every completion enters one queue, and one function
 //!    answers it;
 //! 4. replies are written in batches (`conns.rs`);
 //! 5. **deadlines** (`deadlines.rs`), and the metrics **view**
@@ -108,6 +109,8 @@ enum Inline {
     No,
     /// When the page cache has it (`RWF_NOWAIT`).
     PageCache,
+    /// Always, touching no file: the null device (`DeviceKind::Null`).
+    Null,
 }
 
 pub(crate) struct EventLoop {
@@ -170,7 +173,11 @@ impl EventLoop {
         poll.add(listener.fd(), libc::EPOLLIN as u32, TOKEN_LISTENER)?;
         poll.add(waker.fd(), libc::EPOLLIN as u32, TOKEN_WAKER)?;
         let real = c.device == crate::config::DeviceKind::Real && c.storage.is_none();
-        let inline = if real && !c.direct { Inline::PageCache } else { Inline::No };
+        let inline = match c.device {
+            crate::config::DeviceKind::Null => Inline::Null,
+            _ if real && !c.direct => Inline::PageCache,
+            _ => Inline::No,
+        };
         // The ring serves the real device's calls; an emulated disk (which
         // holds a worker for the modelled time) or a test's storage keep
         // the workers. Where the kernel refuses io_uring, workers serve.
