@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use sluice_core::{AppId, CostLearner, Decision, DeviceCost, DispatchId, ErrorKind as CoreKind, FileId, Observation, Op, RequestId, Scheduler};
 
 use crate::exec::Job;
+use crate::idhash::IdMap;
 use crate::pending::{Delivery, Pending};
 use crate::state::AppTable;
 use crate::sync::lock;
@@ -48,13 +49,13 @@ pub struct Ended {
 pub struct Dispatcher {
     pub sched: Scheduler,
     apps: Arc<Mutex<AppTable>>,
-    pending: HashMap<RequestId, Pending>,
+    pending: IdMap<RequestId, Pending>,
     /// The device cost model, learned from every dispatch.
     learner: CostLearner,
     /// Dispatches in flight: each one's length, whether it continued the
     /// previous one, and the depth it left at. Bounded by the scheduler's
     /// `dispatches_inflight_max`.
-    sent: HashMap<DispatchId, (u64, bool, u32)>,
+    sent: IdMap<DispatchId, (u64, bool, u32)>,
     /// Where the previous dispatch ended.
     head: Option<(FileId, u64)>,
     answered: u64,
@@ -64,6 +65,9 @@ pub struct Dispatcher {
     /// has named (cleared past `TRACE_NAMED_MAX`, which names them again).
     tracer: Option<Tracer>,
     named: HashSet<AppId>,
+    /// The applications of the dispatch `done` looks at (kept to reuse
+    /// its allocation).
+    seen: Vec<AppId>,
 }
 
 /// Applications the trace remembers having named.
@@ -101,15 +105,16 @@ impl Dispatcher {
         Dispatcher {
             sched,
             apps,
-            pending: HashMap::new(),
+            pending: IdMap::default(),
             learner,
-            sent: HashMap::new(),
+            sent: IdMap::default(),
             head: None,
             answered: 0,
             admitted: 0,
             device: DeviceCounters::default(),
             tracer,
             named: HashSet::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -150,8 +155,8 @@ impl Dispatcher {
 
     /// Job `job` is done (its members carry their results): learn from its
     /// service time, tell the scheduler, count it in the application table;
-    /// its replies.
-    pub fn done(&mut self, job: Job, now: u64) -> Vec<Delivery> {
+    /// its replies go to `replies`.
+    pub fn done(&mut self, job: Job, now: u64, replies: &mut Vec<Delivery>) {
         let id = job.dispatch.id;
         // A failed or short transfer (a read past the end of the file)
         // says nothing of what the device charges for its length.
@@ -180,7 +185,8 @@ impl Dispatcher {
             }
         }
         let mut table = lock(&self.apps);
-        let mut seen: Vec<AppId> = Vec::new();
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.clear();
         for it in &job.items {
             if !seen.contains(&it.req.app) {
                 seen.push(it.req.app);
@@ -202,9 +208,9 @@ impl Dispatcher {
             t.send(Record::Dispatch { id: d.id.0, op: d.op, file: d.file.0, offset: d.offset, len: d.len, started: job.started, service: job.service_ns, answered: now, members });
         }
         drop(table);
-        let replies = job.items.into_iter().filter_map(Pending::answer).collect();
+        self.seen = seen;
+        replies.extend(job.items.into_iter().filter_map(Pending::answer));
         self.sched.recycle(job.dispatch);
-        replies
     }
 
     /// The learned service time of a dispatch of `len` bytes that does not

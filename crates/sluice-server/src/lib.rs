@@ -36,6 +36,7 @@ mod error;
 mod evloop;
 mod exec;
 pub mod ident;
+mod idhash;
 mod lease;
 mod meta;
 pub mod metrics;

@@ -19,7 +19,7 @@ const FN_LINES_MAX: usize = 70;
 /// The modules, bottom layer first. A module imports only from layers
 /// below its own; modules of one layer do not import each other.
 const LAYERS: &[&[&str]] = &[
-    &["error", "clock", "sync", "waker", "storage", "order", "net", "shm", "collective"],
+    &["error", "clock", "sync", "waker", "storage", "order", "net", "shm", "collective", "idhash"],
     &["root", "ident", "view", "trace"],
     &["config", "lease", "state"],
     &["pending", "shared"],

@@ -24,9 +24,12 @@ impl EventLoop {
         while let Some(done) = self.completed.pop_front() {
             match done {
                 Completion::Dispatch(job) => {
-                    for d in self.disp.done(job, self.now.ns) {
+                    let mut replies = std::mem::take(&mut self.replies);
+                    self.disp.done(job, self.now.ns, &mut replies);
+                    for d in replies.drain(..) {
                         self.deliver(d);
                     }
+                    self.replies = replies;
                 }
                 Completion::Answer(d) => self.deliver(d),
             }
@@ -146,13 +149,16 @@ impl EventLoop {
     /// worker, not the ring, whose reads move data), else on the ring,
     /// else by a worker.
     fn carry_out(&mut self, mut job: Job, fresh: &mut bool) {
-        if !*fresh && (self.inline != Inline::No || self.ring.is_some()) {
+        if !*fresh && (self.inline == Inline::PageCache || self.ring.is_some()) {
             self.now = self.shared.clock.read();
             *fresh = true;
         }
         if self.inline == Inline::Null {
+            // No device, no time: the null device is not timed.
             settle_null(&mut job);
-            return self.done_here(job);
+            job.started = self.now.ns;
+            self.completed.push_back(Completion::Dispatch(job));
+            return self.complete();
         }
         let populate = job.populate && self.inline == Inline::PageCache;
         if self.inline == Inline::PageCache && if populate { populated_already(&mut job) } else { try_nowait(&mut job) } {

@@ -24,9 +24,12 @@
 //!
 //! The clock is read once per turn, after the sleep (`EventLoop::now`),
 //! and passed down. Two places read it again, on purpose: the scheduler
-//! pass, after each dispatch carried out on the loop (its service time
-//! feeds the learner, and the turn's `now` moves on by it), and the spin
-//! before a sleep, which waits on the clock.
+//! pass (`completion.rs`), before the first dispatch it times itself (on
+//! the loop or the ring: its service time must not count the turn's
+//! input) and after each one carried out on the loop (its service time
+//! feeds the learner, and the turn's `now` moves on by it; the null
+//! device is not timed); and the spin before a sleep, which waits on the
+//! clock.
 //!
 //! Bounds in time (`ServerLimits`): `handshake_timeout_ms`,
 //! `idle_timeout_s`, `frame_stall_ms` plus one millisecond per
@@ -54,7 +57,7 @@ mod request;
 mod view;
 mod watched;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
@@ -68,6 +71,7 @@ use crate::collective::{CollectiveLimits, Collectives};
 use crate::conn::{Conn, SCRATCH_BYTES};
 use crate::dispatch::{Dispatcher, Ended};
 use crate::exec::Job;
+use crate::idhash::IdMap;
 use crate::meta::{MetaDone, MetaJob};
 use crate::pending::Pending;
 use crate::ring::{Reaped, Ring};
@@ -119,7 +123,7 @@ pub(crate) struct EventLoop {
     listener: Option<Listener>,
     accept_rest_until: Option<Instant>,
     waker: Arc<Waker>,
-    conns: HashMap<u64, Conn>,
+    conns: IdMap<u64, Conn>,
     /// Connections whose handshake is done (`Phase::Ready`): at most
     /// `clients_max`. The others, at most as many again, wait for theirs.
     ready_conns: usize,
@@ -136,6 +140,9 @@ pub(crate) struct EventLoop {
     /// The one completion queue: dispatches done and messages answered,
     /// delivered by `complete` whenever no connection is out of the table.
     completed: VecDeque<Completion>,
+    /// A dispatch's replies, on their way from the dispatcher to `deliver`
+    /// (kept to reuse its allocation).
+    replies: Vec<crate::pending::Delivery>,
     /// Post records answered this turn whose clients sleep on them: woken
     /// at the end of the turn, with the socket replies (`flush_dirty`).
     wakes: Vec<(Arc<Shm>, u32)>,
@@ -190,7 +197,7 @@ impl EventLoop {
             listener: Some(listener),
             accept_rest_until: None,
             waker,
-            conns: HashMap::new(),
+            conns: IdMap::default(),
             ready_conns: 0,
             conn_next: poll::FIRST_CONN,
             disp,
@@ -201,6 +208,7 @@ impl EventLoop {
             scratch: vec![0u8; SCRATCH_BYTES],
             dirty: Vec::new(),
             completed: VecDeque::new(),
+            replies: Vec::new(),
             wakes: Vec::new(),
             doorbells: Doorbells::default(),
             request_next: 0,

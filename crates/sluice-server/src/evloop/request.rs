@@ -167,34 +167,33 @@ impl EventLoop {
     fn enter(&mut self, c: &mut Conn, a: Admitted) {
         c.take(a.reserved, &self.shared.reply_bytes);
         c.inflight += 1;
-        let live = live_pieces(&a.io.pieces);
-        let list = (a.io.list || a.io.group.is_some() || live.is_empty()).then(|| {
+        let live = a.io.pieces.iter().filter(|p| p.1 > 0).count();
+        let list = (a.io.list || a.io.group.is_some() || live == 0).then(|| {
             let bytes = if a.io.op == Op::Read { vec![0u8; a.total as usize] } else { Vec::new() };
-            let inner = ListInner { remaining: live.len(), data: bytes, bytes: 0, error: None };
+            let inner = ListInner { remaining: live, data: bytes, bytes: 0, error: None };
             // Shared-memory messages, like writes, answer with a count.
             let counts = a.io.op == Op::Write || matches!(a.place, Place::Shm(..));
             Arc::new(ListState { conn: c.id, wire_id: a.wire_id, counts, reserved: a.reserved, post: a.post.clone(), inner: std::sync::Mutex::new(inner) })
         });
-        if live.is_empty() {
+        if live == 0 {
             let list = list.as_ref().expect("built for an empty message");
             let d = list.reply_now(&mut lock(&list.inner));
             self.completed.push_back(Completion::Answer(d));
         }
-        let items: Vec<Pending> = live.into_iter().map(|piece| self.pending(c, &a, piece, list.as_ref())).collect();
-        match a.io.group {
-            None => {
-                for p in items {
-                    if let Some(d) = self.disp.submit(p, self.now.ns) {
-                        self.completed.push_back(Completion::Answer(d));
-                    }
+        let Some(group) = a.io.group else {
+            // Straight into the scheduler, no list of them built.
+            for piece in live_pieces(&a.io.pieces) {
+                let p = self.pending(c, &a, piece, list.as_ref());
+                if let Some(d) = self.disp.submit(p, self.now.ns) {
+                    self.completed.push_back(Completion::Answer(d));
                 }
             }
-            Some(group) => {
-                let bytes = if a.io.op == Op::Write { a.total } else { 0 };
-                let app = c.session.as_ref().expect("a ready connection holds its session").app;
-                self.join(Arrival { key: (a.file.id, group.id), group, op: a.io.op, app, items, bytes });
-            }
-        }
+            return;
+        };
+        let items = live_pieces(&a.io.pieces).map(|piece| self.pending(c, &a, piece, list.as_ref())).collect();
+        let bytes = if a.io.op == Op::Write { a.total } else { 0 };
+        let app = c.session.as_ref().expect("a ready connection holds its session").app;
+        self.join(Arrival { key: (a.file.id, group.id), group, op: a.io.op, app, items, bytes });
     }
 
     /// The core request of one piece (`pos`: where its bytes lie in the
@@ -225,16 +224,15 @@ impl EventLoop {
 
 /// The non-empty pieces of a message: where each one's bytes lie in its
 /// data, its offset in the file, its length.
-fn live_pieces(pieces: &[(u64, u64)]) -> Vec<(usize, u64, u64)> {
-    let mut at = 0usize;
-    let mut live = Vec::with_capacity(pieces.len());
-    for &(offset, len) in pieces {
-        if len > 0 {
-            live.push((at, offset, len));
-        }
-        at += len as usize;
-    }
-    live
+fn live_pieces(pieces: &[(u64, u64)]) -> impl Iterator<Item = (usize, u64, u64)> + '_ {
+    pieces
+        .iter()
+        .scan(0usize, |at, &(offset, len)| {
+            let piece = (*at, offset, len);
+            *at += len as usize;
+            Some(piece)
+        })
+        .filter(|p| p.2 > 0)
 }
 
 #[cfg(test)]
@@ -243,7 +241,7 @@ mod tests {
 
     #[test]
     fn empty_pieces_are_skipped_but_keep_their_place() {
-        assert_eq!(live_pieces(&[(10, 4), (0, 0), (20, 2)]), vec![(0, 10, 4), (4, 20, 2)]);
-        assert!(live_pieces(&[(0, 0)]).is_empty());
+        assert_eq!(live_pieces(&[(10, 4), (0, 0), (20, 2)]).collect::<Vec<_>>(), vec![(0, 10, 4), (4, 20, 2)]);
+        assert_eq!(live_pieces(&[(0, 0)]).count(), 0);
     }
 }
