@@ -142,7 +142,7 @@ pub fn admit<T>(io: &Io, seen: &Seen<'_, T>) -> Admission {
     if let Some((at, post)) = io.shm_at {
         match seen.region {
             Some((len, false)) if post != NO_POST => return refuse(libc::EINVAL, format!("post record {post} on a shared region of {len} bytes, too small for a post area")),
-            Some((len, _)) if !at.checked_add(total).is_some_and(|end| end <= len) => {
+            Some((len, _)) if at.checked_add(total).is_none_or(|end| end > len) => {
                 return refuse(libc::EINVAL, format!("region range {at}+{total} outside the shared region of {len} bytes"))
             }
             Some(_) => {}

@@ -63,7 +63,7 @@ impl EventLoop {
             }
             Asked::Nudge => self.nudged(c),
             Asked::Inline => self.inline(c, &h, &body),
-            Asked::Pool => self.to_pool(c, h, body),
+            Asked::Pool => self.pool(c, h, body),
             Asked::Close(errno, msg) => self.refuse(c, id, errno, msg),
         }
     }
@@ -148,7 +148,7 @@ impl EventLoop {
 
     /// A metadata call that may block: to the pool, with the session; the
     /// connection is not read until it comes back.
-    fn to_pool(&mut self, c: &mut Conn, h: Header, body: Cow<'_, [u8]>) -> Flow {
+    fn pool(&mut self, c: &mut Conn, h: Header, body: Cow<'_, [u8]>) -> Flow {
         let session = c.session.take().expect("a ready connection holds its session");
         let job = MetaJob { conn: c.id, session, header: h, body: body.into_owned() };
         let workers = self.workers.as_ref().expect("workers live while the loop runs");
