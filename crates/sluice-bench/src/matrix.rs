@@ -256,6 +256,7 @@ fn judge(cfg: &MatrixConfig, label: String, device: DeviceKind, direct_io: bool,
     let device = match device {
         DeviceKind::Real => "real",
         DeviceKind::Hdd7200 => "hdd7200",
+        DeviceKind::Null => "null",
     };
     MatrixRow {
         workload: label,

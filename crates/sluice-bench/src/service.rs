@@ -12,8 +12,17 @@
 //!   processes over a Unix socket pair with bare `read`/`write`, measured
 //!   in the same run, so the ratio holds on any machine.
 //!
+//! - The server's CPU per request: the CPU time of its threads
+//!   (`sluice-loop`, `sluice-exec`, `sluice-meta`, from each one's
+//!   `schedstat`) over the requests its scheduler answered
+//!   (`sluice_server::requests_answered`), during the round trips and
+//!   during `PIPELINE_4K_WINDOW` 4 KiB reads kept in flight; the second
+//!   gives the requests a second one server core carries.
+//!
 //! With `direct`, the server runs `--direct` and the baseline opens the
 //! file with O_DIRECT too, so both read the device rather than the cache.
+//! With `device` null (`DeviceKind::Null`) the server touches no disk:
+//! what it costs itself.
 //!
 //! Two clients measure the service: the default one, which asks for cache
 //! leases (a cached range is read by the client itself from a lent
@@ -30,7 +39,7 @@ use std::time::Instant;
 use serde::Serialize;
 use sluice_client::{Client, ConnectOptions};
 
-use sluice_server::{Error, ErrorKind, Listen, Result, Server, ServerConfig, DIRECT_ALIGN_BYTES};
+use sluice_server::{DeviceKind, Error, ErrorKind, Listen, Result, Server, ServerConfig, DIRECT_ALIGN_BYTES};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -51,7 +60,13 @@ pub struct ServiceBenchConfig {
     pub metrics: bool,
     /// Record the live trace into the scratch directory: what tracing costs.
     pub trace: bool,
+    /// The server's device (`DeviceKind::Null`: none at all).
+    pub device: DeviceKind,
 }
+
+/// 4 KiB reads kept in flight by the pass that measures the server's CPU
+/// per request under load.
+pub const PIPELINE_4K_WINDOW: usize = 32;
 
 /// How often the bench scrapes its server's metrics when `metrics` is on
 /// (the dashboard's rate).
@@ -69,6 +84,7 @@ impl Default for ServiceBenchConfig {
             direct: false,
             metrics: false,
             trace: false,
+            device: DeviceKind::Real,
         }
     }
 }
@@ -102,6 +118,18 @@ pub struct ServiceBenchReport {
     pub floor_4k_us: f64,
     /// `rtt_4k_us / floor_4k_us`: what the service adds over the floor.
     pub rtt_ratio_to_floor: f64,
+    /// The server's device (`real`, `hdd7200`, `null`).
+    pub device: String,
+    /// CPU microseconds of the server's threads per request: during the
+    /// blocking 4 KiB round trips, and with `PIPELINE_4K_WINDOW` 4 KiB
+    /// reads in flight. None where `/proc` cannot be read.
+    pub rtt_server_us_per_request: Option<f64>,
+    pub pipelined_server_us_per_request: Option<f64>,
+    /// `1e6 / pipelined_server_us_per_request`: 4 KiB requests a second one
+    /// server core carries.
+    pub requests_per_s_per_core: Option<f64>,
+    /// Wall-clock 4 KiB requests a second of the pipelined pass.
+    pub pipelined_requests_per_s: f64,
     /// Whether metrics were served and scraped, how many scrapes were
     /// answered, and the trace's size (0 without `trace`).
     pub metrics: bool,
@@ -194,6 +222,48 @@ fn rtt(c: &Client, fd: sluice_client::Fd, f: &File, cfg: &ServiceBenchConfig) ->
     Ok((service, t.elapsed().as_secs_f64() * 1e6 / f64::from(cfg.rtt_requests)))
 }
 
+/// CPU nanoseconds of this process's server threads so far (each one's
+/// `schedstat`); None where `/proc` cannot be read.
+fn server_threads_ns() -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if matches!(comm.trim_end(), "sluice-loop" | "sluice-exec" | "sluice-meta") {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            total += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+        }
+    }
+    Some(total)
+}
+
+/// The server's CPU microseconds per request answered while `f` runs.
+fn server_us_per_request<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, Option<f64>)> {
+    let (ns0, n0) = (server_threads_ns(), sluice_server::requests_answered());
+    let out = f()?;
+    let (ns1, n1) = (server_threads_ns(), sluice_server::requests_answered());
+    let per = ns0.zip(ns1).filter(|_| n1 > n0).map(|(a, b)| b.saturating_sub(a) as f64 / 1e3 / (n1 - n0) as f64);
+    Ok((out, per))
+}
+
+/// Requests a second of `requests` 4 KiB reads, `window` in flight.
+fn pipelined_4k(c: &Client, fd: sluice_client::Fd, file_bytes: u64, requests: u32, window: usize) -> Result<f64> {
+    let (mut v, skip) = aligned(4096);
+    let buf = &mut v[skip..skip + 4096];
+    let span = (file_bytes / 4096).max(1);
+    let t = Instant::now();
+    let mut inflight = std::collections::VecDeque::new();
+    for i in 0..u64::from(requests) {
+        inflight.push_back(c.submit_read(fd, 4096, (i % span) * 4096).map_err(client_err)?);
+        if inflight.len() >= window {
+            c.wait_read(inflight.pop_front().expect("non-empty"), buf).map_err(client_err)?;
+        }
+    }
+    for tk in inflight {
+        c.wait_read(tk, buf).map_err(client_err)?;
+    }
+    Ok(f64::from(requests) / t.elapsed().as_secs_f64())
+}
+
 /// Bytes of the floor's request: a `Read` frame (16-byte header, fd,
 /// offset, length).
 const FLOOR_REQUEST_BYTES: usize = 36;
@@ -281,6 +351,7 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
     make_file(&scratch.0.join("root/seq.dat"), cfg.file_bytes)?;
     let mut sc = ServerConfig::new(scratch.0.join("root"), Listen::Unix(scratch.0.join("s.sock")));
     sc.direct = cfg.direct;
+    sc.device = cfg.device;
     sc.metrics = cfg.metrics.then(|| "127.0.0.1:0".to_string());
     let trace_path = scratch.0.join("trace.json");
     sc.trace = cfg.trace.then(|| trace_path.clone());
@@ -308,7 +379,8 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
         best.iter_mut().zip(pass).for_each(|(b, p)| *b = b.min(p));
     }
     let [best_pread, best_service, best_blocking, best_unleased, best_unleased_blocking] = best;
-    let (rtt_4k_us, pread_4k_us) = rtt(&u, ufd, &f, cfg)?;
+    let ((rtt_4k_us, pread_4k_us), rtt_server_us_per_request) = server_us_per_request(|| rtt(&u, ufd, &f, cfg))?;
+    let (pipelined_requests_per_s, pipelined_server_us_per_request) = server_us_per_request(|| pipelined_4k(&u, ufd, cfg.file_bytes, cfg.rtt_requests, PIPELINE_4K_WINDOW))?;
     let (leased_4k_us, _) = rtt(&c, fd, &f, cfg)?;
     let bytes_leased = c.server_stats().map_err(client_err)?.app("bench-service").map_or(0, |a| a.bytes_leased);
     drop((c, u));
@@ -334,6 +406,16 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
         pread_4k_us,
         floor_4k_us,
         rtt_ratio_to_floor: rtt_4k_us / floor_4k_us,
+        device: match cfg.device {
+            DeviceKind::Real => "real",
+            DeviceKind::Hdd7200 => "hdd7200",
+            DeviceKind::Null => "null",
+        }
+        .into(),
+        rtt_server_us_per_request,
+        pipelined_server_us_per_request,
+        requests_per_s_per_core: pipelined_server_us_per_request.map(|us| 1e6 / us),
+        pipelined_requests_per_s,
         metrics: cfg.metrics,
         scrapes,
         trace: cfg.trace,
@@ -389,6 +471,8 @@ pub fn table(r: &ServiceBenchReport) -> String {
          4 KiB read, leased:           {:>8.1} us\n\
          4 KiB read round trip:        {:>8.1} us (direct pread {:.1} us)\n\
          IPC floor, same bytes:        {:>8.1} us (service {:.2}x the floor)\n\
+         server CPU per request:       {} us blocking, {} us with {} in flight (device {})\n\
+         4 KiB requests a second:      {:>8.0} ({} per server core)\n\
          metrics: {} ({} scrapes), trace: {} ({} KiB)\n",
         r.file_bytes >> 20,
         if r.direct { "on" } else { "off" },
@@ -407,6 +491,12 @@ pub fn table(r: &ServiceBenchReport) -> String {
         r.pread_4k_us,
         r.floor_4k_us,
         r.rtt_ratio_to_floor,
+        r.rtt_server_us_per_request.map_or("-".into(), |us| format!("{us:.1}")),
+        r.pipelined_server_us_per_request.map_or("-".into(), |us| format!("{us:.1}")),
+        PIPELINE_4K_WINDOW,
+        r.device,
+        r.pipelined_requests_per_s,
+        r.requests_per_s_per_core.map_or("-".into(), |n| format!("{n:.0}")),
         if r.metrics { "on" } else { "off" },
         r.scrapes,
         if r.trace { "on" } else { "off" },

@@ -176,7 +176,7 @@ pub struct Report {
 fn queue_depth(w: &Workload) -> u32 {
     match w.device {
         DeviceKind::Hdd7200 => 1,
-        DeviceKind::Real => sluice_server::QUEUE_DEPTH_DEFAULT,
+        DeviceKind::Real | DeviceKind::Null => sluice_server::QUEUE_DEPTH_DEFAULT,
     }
 }
 
@@ -194,6 +194,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
     let apps = w.scenario.apps.iter().map(twin_app).collect::<Result<Vec<_>, _>>()?;
     let (device, profile) = match w.device {
         DeviceKind::Hdd7200 => ("hdd7200".to_string(), None),
+        DeviceKind::Null => return Err(format!("{}: the null device has no simulated twin", w.name)),
         DeviceKind::Real => {
             let m = model.ok_or_else(|| format!("{}: the real disk needs its calibrated model (sluice calibrate --direct)", w.name))?;
             let gain = m.gain_at(twin_depth(w, m));
@@ -576,7 +577,15 @@ mod tests {
     /// falls back to the machine's busy time less the server's.
     #[test]
     fn the_processes_cpu_is_the_workers_own() {
-        let c = crate::workload::cpu::CpuUse { cpu_s: 9.0, steal_s: 0.0, cpu_share: 0.5, server_cpu_s: Some(1.0), server_loop_cpu_s: None, workers_cpu_s: Some(0.25) };
+        let c = crate::workload::cpu::CpuUse {
+            cpu_s: 9.0,
+            steal_s: 0.0,
+            cpu_share: 0.5,
+            server_cpu_s: Some(1.0),
+            server_loop_cpu_s: None,
+            server_us_per_request: None,
+            workers_cpu_s: Some(0.25),
+        };
         assert_eq!(client_cpu_s(c), Some(0.25));
         assert_eq!(client_cpu_s(crate::workload::cpu::CpuUse { workers_cpu_s: None, ..c }), Some(8.0));
         assert_eq!(client_cpu_s(crate::workload::cpu::CpuUse { workers_cpu_s: None, server_cpu_s: None, ..c }), None);

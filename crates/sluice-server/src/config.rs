@@ -35,6 +35,12 @@ pub enum DeviceKind {
     /// The real file system, but each dispatch completes no sooner than a
     /// 7200 rpm disk would serve it (`sluice_device::Hdd::hdd7200`).
     Hdd7200,
+    /// No device: the event loop completes every read and write at once
+    /// without touching a disk (a read returns zeros of the asked length,
+    /// a write reports its length). What the server itself costs per
+    /// request, with nothing underneath (`sluice bench service --device
+    /// null`).
+    Null,
 }
 
 impl DeviceKind {
@@ -42,7 +48,8 @@ impl DeviceKind {
         match s {
             "real" => Ok(DeviceKind::Real),
             "hdd7200" => Ok(DeviceKind::Hdd7200),
-            _ => Err(Error::config(format!("unknown device {s:?} (known: real, hdd7200)"))),
+            "null" => Ok(DeviceKind::Null),
+            _ => Err(Error::config(format!("unknown device {s:?} (known: real, hdd7200, null)"))),
         }
     }
 }
@@ -289,7 +296,7 @@ pub struct ServerConfig {
 
 /// A shared `Storage`, as `ServerConfig` holds it.
 #[derive(Clone)]
-pub struct StorageRef(pub std::sync::Arc<dyn crate::exec::Storage>);
+pub struct StorageRef(pub std::sync::Arc<dyn crate::storage::Storage>);
 
 impl std::fmt::Debug for StorageRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -3,7 +3,7 @@
 //! not being read (a metadata call, the partial-frame budget, its own
 //! reply bytes), and its queue of replies not yet written.
 //!
-//! Nothing here blocks or owns a thread: `evloop.rs` drives it.
+//! Nothing here blocks or owns a thread: the event loop drives it.
 //!
 //! Invariant: a connection holds at most `reply_bytes_max` bytes of
 //! admitted reads and writes and of read replies not yet written to its
@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::AppId;
@@ -27,6 +27,8 @@ use crate::net::Stream;
 use crate::ops::Session;
 use crate::pending::{response, Out};
 use crate::shm::Shm;
+use crate::state::AppTable;
+use crate::sync::lock;
 
 /// Bytes one read of a connection between frames takes in (the event
 /// loop's scratch buffer): many small frames per system call.
@@ -125,7 +127,7 @@ pub struct Conn {
     /// Its doorbell is on the loop's watched list (rung requests).
     pub watched: bool,
     /// The region's `leased_bytes` when last added to the application's
-    /// bytes written (`EventLoop::fold_leased`).
+    /// bytes written (`Conn::fold_leased`).
     pub leased_seen: u64,
 }
 
@@ -305,6 +307,20 @@ impl Conn {
         }
         if self.out.is_empty() {
             self.out_stalled = None;
+        }
+    }
+
+    /// Add what the client reports it wrote itself under write leases
+    /// since the last look (the doorbell's `leased_bytes`,
+    /// `sluice_proto::post`) to its application's bytes written. A count
+    /// that went down (a client writing its own word) adds nothing until
+    /// it passes what was seen.
+    pub fn fold_leased(&mut self, apps: &Mutex<AppTable>) {
+        let (Some(shm), Some(app)) = (self.shm.as_ref(), self.app) else { return };
+        let now = shm.leased_bytes();
+        if now > self.leased_seen {
+            lock(apps).record_leased_write(app, now - self.leased_seen);
+            self.leased_seen = now;
         }
     }
 

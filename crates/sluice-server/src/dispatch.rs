@@ -8,15 +8,28 @@
 //! every admitted request got exactly one answer.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sluice_core::{AppId, CostLearner, Decision, DeviceCost, DispatchId, ErrorKind as CoreKind, FileId, Observation, Op, RequestId, Scheduler};
 
 use crate::exec::Job;
-use crate::metrics::{DeviceCounters, View};
+use crate::idhash::IdMap;
 use crate::pending::{Delivery, Pending};
-use crate::state::{lock, AppTable};
+use crate::state::AppTable;
+use crate::sync::lock;
 use crate::trace::{Member, Record, Tracer};
+use crate::view::{DeviceCounters, View};
+
+/// Requests answered by every dispatcher of this process since it
+/// started (`requests_answered`).
+static ANSWERED: AtomicU64 = AtomicU64::new(0);
+
+/// Requests answered by every server of this process since it started,
+/// refusals included: what a benchmark divides the servers' CPU time by.
+pub fn requests_answered() -> u64 {
+    ANSWERED.load(Ordering::Relaxed)
+}
 
 /// The learned model reaches the scheduler every this many dispatches
 /// (the depth at every one).
@@ -36,13 +49,13 @@ pub struct Ended {
 pub struct Dispatcher {
     pub sched: Scheduler,
     apps: Arc<Mutex<AppTable>>,
-    pending: HashMap<RequestId, Pending>,
+    pending: IdMap<RequestId, Pending>,
     /// The device cost model, learned from every dispatch.
     learner: CostLearner,
     /// Dispatches in flight: each one's length, whether it continued the
     /// previous one, and the depth it left at. Bounded by the scheduler's
     /// `dispatches_inflight_max`.
-    sent: HashMap<DispatchId, (u64, bool, u32)>,
+    sent: IdMap<DispatchId, (u64, bool, u32)>,
     /// Where the previous dispatch ended.
     head: Option<(FileId, u64)>,
     answered: u64,
@@ -52,6 +65,9 @@ pub struct Dispatcher {
     /// has named (cleared past `TRACE_NAMED_MAX`, which names them again).
     tracer: Option<Tracer>,
     named: HashSet<AppId>,
+    /// The applications of the dispatch `done` looks at (kept to reuse
+    /// its allocation).
+    seen: Vec<AppId>,
 }
 
 /// Applications the trace remembers having named.
@@ -89,15 +105,16 @@ impl Dispatcher {
         Dispatcher {
             sched,
             apps,
-            pending: HashMap::new(),
+            pending: IdMap::default(),
             learner,
-            sent: HashMap::new(),
+            sent: IdMap::default(),
             head: None,
             answered: 0,
             admitted: 0,
             device: DeviceCounters::default(),
             tracer,
             named: HashSet::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -112,6 +129,7 @@ impl Dispatcher {
             }
             Err(e) => {
                 self.answered += 1;
+                ANSWERED.fetch_add(1, Ordering::Relaxed);
                 lock(&self.apps).record(p.req.app, p.req.op == Op::Write, None, 0, None);
                 p.answer_with(Err(refusal(e)))
             }
@@ -137,8 +155,8 @@ impl Dispatcher {
 
     /// Job `job` is done (its members carry their results): learn from its
     /// service time, tell the scheduler, count it in the application table;
-    /// its replies.
-    pub fn done(&mut self, job: Job, now: u64) -> Vec<Delivery> {
+    /// its replies go to `replies`.
+    pub fn done(&mut self, job: Job, now: u64, replies: &mut Vec<Delivery>) {
         let id = job.dispatch.id;
         // A failed or short transfer (a read past the end of the file)
         // says nothing of what the device charges for its length.
@@ -156,6 +174,7 @@ impl Dispatcher {
             panic!("completion of {id:?} refused: {e}");
         }
         self.answered += job.items.len() as u64;
+        ANSWERED.fetch_add(job.items.len() as u64, Ordering::Relaxed);
         if job.dispatch.op == Op::Write {
             for it in &job.items {
                 // An append's range is written: a truncate no longer has
@@ -166,7 +185,8 @@ impl Dispatcher {
             }
         }
         let mut table = lock(&self.apps);
-        let mut seen: Vec<AppId> = Vec::new();
+        let mut seen = std::mem::take(&mut self.seen);
+        seen.clear();
         for it in &job.items {
             if !seen.contains(&it.req.app) {
                 seen.push(it.req.app);
@@ -188,9 +208,9 @@ impl Dispatcher {
             t.send(Record::Dispatch { id: d.id.0, op: d.op, file: d.file.0, offset: d.offset, len: d.len, started: job.started, service: job.service_ns, answered: now, members });
         }
         drop(table);
-        let replies = job.items.into_iter().filter_map(Pending::answer).collect();
+        self.seen = seen;
+        replies.extend(job.items.into_iter().filter_map(Pending::answer));
         self.sched.recycle(job.dispatch);
-        replies
     }
 
     /// The learned service time of a dispatch of `len` bytes that does not
@@ -264,7 +284,12 @@ impl Dispatcher {
         self.sched.check_invariants();
         assert!(self.pending.is_empty(), "{} requests pending at shutdown", self.pending.len());
         assert_eq!(self.admitted, self.answered, "admitted and answered requests differ at shutdown");
-        Ended { scheduler: self.sched.stats(), device_model: (self.learner.observed() > 0).then(|| self.learner.model()), device_busy_ns: self.device.busy_ns, device_seeks: self.device.seeks }
+        Ended {
+            scheduler: self.sched.stats(),
+            device_model: (self.learner.observed() > 0).then(|| self.learner.model()),
+            device_busy_ns: self.device.busy_ns,
+            device_seeks: self.device.seeks,
+        }
     }
 }
 

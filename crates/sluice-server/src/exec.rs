@@ -15,18 +15,19 @@ use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::{Dispatch, Op};
 use sluice_device::{Access, DeviceModel, Hdd};
 
+use crate::clock::Clock;
 use crate::config::DIRECT_ALIGN_BYTES;
+use crate::order::DirectOrder;
 use crate::pending::{Buf, Pending};
-use crate::state::lock;
-
-/// Most iovecs per system call (Linux's `IOV_MAX`).
-const IOV_MAX: usize = 1024;
+use crate::storage::{Storage, IOV_MAX};
+use crate::sync::lock;
+use crate::waker::Waker;
 
 /// A dispatch and its members, in the dispatch's member order.
 pub struct Job {
@@ -41,35 +42,6 @@ pub struct Job {
     /// (`Pending::lease_after`): the dispatch only brings its range into
     /// the page cache (`populate`), where the executor can.
     pub populate: bool,
-}
-
-/// How dispatches reach the backing files: the system calls, or a
-/// stand-in that tests use to inject faults (`ServerConfig::storage`).
-pub trait Storage: Send + Sync {
-    /// One vectored read or write at `offset` (`preadv`/`pwritev`): the
-    /// bytes moved (0 at end of file for a read), or an errno.
-    fn transfer_once(&self, fd: RawFd, op: Op, iov: &[libc::iovec], offset: u64) -> Result<usize, i32>;
-}
-
-/// The real thing: `preadv64`/`pwritev64`.
-pub struct Syscalls;
-
-impl Storage for Syscalls {
-    fn transfer_once(&self, fd: RawFd, op: Op, iov: &[libc::iovec], offset: u64) -> Result<usize, i32> {
-        let n = iov.len().min(IOV_MAX) as libc::c_int;
-        // SAFETY: every iovec points into a live buffer of its length, owned
-        // by the job for the duration of the call.
-        let r = unsafe {
-            match op {
-                Op::Read => libc::preadv64(fd, iov.as_ptr(), n, offset as libc::off64_t),
-                Op::Write => libc::pwritev64(fd, iov.as_ptr(), n, offset as libc::off64_t),
-            }
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO));
-        }
-        Ok(r as usize)
-    }
 }
 
 /// How the workers reach the backing store.
@@ -87,112 +59,6 @@ pub struct Executor {
     /// page cache, with the real system calls. `None`: every read moves
     /// its data.
     pub null: Option<std::fs::File>,
-}
-
-/// The order of O_DIRECT writes. A write that reads back an edge block,
-/// or fixes the file's size after writing whole blocks past its end,
-/// runs alone, so that no write to the same blocks and no write past the
-/// end races with it. A write of whole blocks at both ends does neither
-/// and runs shared, side by side with others (the scheduler never has two
-/// overlapping writes out). Unlike a `RwLock`, a share can be taken
-/// without waiting and given back from another turn of the event loop
-/// (`try_share` / `unshare`): the ring holds one from a write's
-/// submission to its completion, and never blocks the loop. A write
-/// waiting to run alone stops new shares, so it is not starved.
-#[derive(Default)]
-pub struct DirectOrder {
-    state: Mutex<OrderState>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct OrderState {
-    shares: usize,
-    alone: bool,
-    waiting_alone: usize,
-}
-
-/// A share of a `DirectOrder` held until dropped.
-pub struct ShareGuard<'a>(&'a DirectOrder);
-
-/// A `DirectOrder` held alone until dropped.
-pub struct AloneGuard<'a>(&'a DirectOrder);
-
-impl DirectOrder {
-    fn state(&self) -> MutexGuard<'_, OrderState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn wait<'a>(&self, g: MutexGuard<'a, OrderState>) -> MutexGuard<'a, OrderState> {
-        self.changed.wait(g).unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Wait for a share (while a write runs alone or waits to).
-    pub fn shared(&self) -> ShareGuard<'_> {
-        let mut s = self.state();
-        while s.alone || s.waiting_alone > 0 {
-            s = self.wait(s);
-        }
-        s.shares += 1;
-        ShareGuard(self)
-    }
-
-    /// Wait to run alone (until every share is given back).
-    pub fn alone(&self) -> AloneGuard<'_> {
-        let mut s = self.state();
-        s.waiting_alone += 1;
-        while s.alone || s.shares > 0 {
-            s = self.wait(s);
-        }
-        s.waiting_alone -= 1;
-        s.alone = true;
-        AloneGuard(self)
-    }
-
-    /// Take a share now if one is free; `false`: a write runs alone or
-    /// waits to. Give it back with `unshare`.
-    pub fn try_share(&self) -> bool {
-        let mut s = self.state();
-        if s.alone || s.waiting_alone > 0 {
-            return false;
-        }
-        s.shares += 1;
-        true
-    }
-
-    /// Give back a share `try_share` took.
-    pub fn unshare(&self) {
-        let mut s = self.state();
-        s.shares = s.shares.checked_sub(1).expect("unshare without a share");
-        if s.shares == 0 {
-            self.changed.notify_all();
-        }
-    }
-
-    /// Shares held now (tests).
-    #[cfg(test)]
-    pub fn shares(&self) -> usize {
-        self.state().shares
-    }
-
-    /// Writes waiting to run alone now (tests).
-    #[cfg(test)]
-    pub fn waiting_alone(&self) -> usize {
-        self.state().waiting_alone
-    }
-}
-
-impl Drop for ShareGuard<'_> {
-    fn drop(&mut self) {
-        self.0.unshare();
-    }
-}
-
-impl Drop for AloneGuard<'_> {
-    fn drop(&mut self) {
-        self.0.state().alone = false;
-        self.0.changed.notify_all();
-    }
 }
 
 impl Executor {
@@ -486,7 +352,7 @@ fn direct_write(st: &dyn Storage, fd: RawFd, d: &Dispatch, items: &mut [Pending]
 
 /// Run jobs from `jobs` until the channel closes, handing each back to the
 /// event loop (`done`, then a wake-up through `waker`).
-pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<Receiver<Job>>>, clock: crate::state::Clock, done: Sender<Job>, waker: Arc<crate::evloop::Waker>) {
+pub fn worker(exec: Arc<Executor>, jobs: Arc<Mutex<Receiver<Job>>>, clock: Clock, done: Sender<Job>, waker: Arc<Waker>) {
     if exec.device.is_some() {
         exact_sleeps();
     }
@@ -578,6 +444,18 @@ fn mark_populated(items: &mut [Pending]) {
     for it in items.iter_mut() {
         it.populated = it.result.is_ok();
     }
+}
+
+/// Settle a job on the null device (`DeviceKind::Null`), touching no
+/// file: every member moved its whole length; a read into the shared
+/// region finds zeros there (a read into its own buffer has them already).
+pub fn settle_null(job: &mut Job) {
+    for it in job.items.iter_mut() {
+        if let Buf::Shm(_, _, _, false) = it.buf {
+            it.buf.read_buf().fill(0);
+        }
+    }
+    settle_whole(job);
 }
 
 /// Settle a job whose whole range was moved by one call (`ring.rs`).

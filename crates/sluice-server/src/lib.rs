@@ -27,6 +27,7 @@
 //! every queue and table has a named bound ([`ServerLimits`], the core's
 //! `Limits`) and going past one is an error reply, never a silent drop.
 
+mod clock;
 mod collective;
 mod config;
 mod conn;
@@ -35,19 +36,26 @@ mod error;
 mod evloop;
 mod exec;
 pub mod ident;
+mod idhash;
 mod lease;
 mod meta;
 pub mod metrics;
 mod net;
 mod ops;
+mod order;
 mod pending;
 mod ring;
 pub mod root;
+mod shared;
 mod shm;
 mod state;
+mod storage;
+mod sync;
 pub mod trace;
+mod view;
+mod waker;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -57,17 +65,20 @@ use sluice_device::Hdd;
 use sluice_proto::AppStats;
 
 pub use config::{DeviceKind, Listen, ServerConfig, ServerLimits, StorageRef, DIRECT_ALIGN_BYTES, QUEUE_DEPTH_DEFAULT, QUEUE_DEPTH_MAX, SQPOLL_IDLE_MS_MAX};
+pub use dispatch::requests_answered;
 pub use error::{Error, ErrorKind, Result};
-pub use exec::{Storage, Syscalls};
 pub use ident::{Squash, ANON_ID};
+pub use storage::{Storage, Syscalls};
 
 pub use meta::META_THREADS;
 
 use dispatch::Dispatcher;
-use evloop::{EventLoop, Waker, Workers};
+use evloop::{EventLoop, Workers};
 use exec::Executor;
+use shared::Shared;
 use sluice_net::Listener;
-use state::{lock, AppTable, Clock, FileTable};
+use sync::lock;
+use waker::Waker;
 
 /// Where the cost learner starts when no calibrated model is given: on the
 /// emulated disk, the figures it emulates (the server knows that device
@@ -78,50 +89,6 @@ fn emulated_prior(device: DeviceKind) -> Option<sluice_core::DeviceCost> {
         let c = sluice_device::DeviceModel::cost_parts(&Hdd::hdd7200());
         sluice_core::DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)
     })
-}
-
-/// State every server thread shares.
-pub(crate) struct Shared {
-    pub config: ServerConfig,
-    pub root: root::Root,
-    pub clock: Clock,
-    pub files: Arc<Mutex<FileTable>>,
-    pub apps: Arc<Mutex<AppTable>>,
-    pub stopping: AtomicBool,
-    /// The shared key connections prove (see `ident`); `None`: no
-    /// connection can prove one, so TCP is refused.
-    pub key: Option<[u8; sluice_net::key::KEY_BYTES]>,
-    /// The server's effective uid: 0 takes callers' identities.
-    pub server_uid: u32,
-    /// Bytes held in partial frames, all connections together (the event
-    /// loop keeps the count; this is its copy for `ServerHandle`).
-    pub partial_held: AtomicU64,
-    /// Bytes connections hold in admitted requests and unsent replies,
-    /// all together (each is bounded by `reply_bytes_max`).
-    pub reply_bytes: AtomicU64,
-    /// Connections open now.
-    pub conns_open: AtomicUsize,
-    /// Bytes of all shared-memory regions (`shm_total_bytes_max`).
-    pub shm_bytes: Arc<AtomicU64>,
-    /// `ShmAttach`es refused at `shm_total_bytes_max` since the start.
-    pub shm_refused: AtomicU64,
-    /// Connections closed before their handshake to make room for newer
-    /// ones (the table full at twice `clients_max`), since the start.
-    pub handshakes_evicted: AtomicU64,
-    /// `ShmAttach`es granted less than asked (and than `shm_bytes_max`)
-    /// because the budget was filling (`shm::taper`).
-    pub shm_tapered: AtomicU64,
-    /// Requests taken from doorbells (rung, not sent), and `Nudge` frames
-    /// received, since the start; doorbells watched now (at most
-    /// `doorbells_watched_max`).
-    pub rung: AtomicU64,
-    pub nudges: AtomicU64,
-    pub doorbells_watched: AtomicUsize,
-    /// The order of `--direct` writes, shared by the executor's workers
-    /// and the event loop's ring (`exec::DirectOrder`).
-    pub direct_writes: Arc<exec::DirectOrder>,
-    /// Where a metrics scrape asks the event loop for its view.
-    pub view: metrics::ViewSlot,
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].
@@ -170,33 +137,7 @@ impl Server {
         let limits = limits.clamped();
         let (policy, apps_max, prior) = (config.policy.clone(), limits.apps_max, config.device_model.or_else(|| emulated_prior(config.device).filter(|_| !config.no_prior)));
         let waker = Arc::new(Waker::new().map_err(|e| Error::io("eventfd", &e))?);
-        let shared = Arc::new(Shared {
-            root,
-            clock: Clock::new(),
-            files: Arc::new(Mutex::new(FileTable::new(config.limits.files_open_max))),
-            apps: Arc::new(Mutex::new({
-                let mut t = AppTable::new(apps_max);
-                // Before the first connection, so every application has its detail.
-                t.set_detailed(config.metrics.is_some(), config.limits.metrics_apps_max);
-                t
-            })),
-            stopping: AtomicBool::new(false),
-            key,
-            server_uid: ident::server_uid(),
-            partial_held: AtomicU64::new(0),
-            reply_bytes: AtomicU64::new(0),
-            conns_open: AtomicUsize::new(0),
-            shm_bytes: Arc::new(AtomicU64::new(0)),
-            shm_refused: AtomicU64::new(0),
-            handshakes_evicted: AtomicU64::new(0),
-            shm_tapered: AtomicU64::new(0),
-            rung: AtomicU64::new(0),
-            nudges: AtomicU64::new(0),
-            doorbells_watched: AtomicUsize::new(0),
-            direct_writes: Arc::default(),
-            view: metrics::ViewSlot::default(),
-            config,
-        });
+        let shared = Arc::new(Shared::new(config, root, key, apps_max));
         let (jobs, jobs_rx) = mpsc::channel();
         let (done, done_rx) = mpsc::channel();
         let (meta, meta_rx) = mpsc::channel();
@@ -251,7 +192,7 @@ fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) 
 fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<exec::Job>, waker: &Arc<Waker>) -> Result<Vec<JoinHandle<()>>> {
     let c = &shared.config;
     let device = (c.device == DeviceKind::Hdd7200).then(|| Mutex::new(Hdd::hdd7200()));
-    let storage = c.storage.as_ref().map_or_else(|| Arc::new(exec::Syscalls) as Arc<dyn exec::Storage>, |s| Arc::clone(&s.0));
+    let storage = c.storage.as_ref().map_or_else(|| Arc::new(storage::Syscalls) as Arc<dyn storage::Storage>, |s| Arc::clone(&s.0));
     // Populating the page cache for lease answers: only through the page
     // cache of a real device, with the real system calls.
     let null = if c.storage.is_none() && !c.direct && c.device == DeviceKind::Real { std::fs::OpenOptions::new().write(true).open("/dev/null").ok() } else { None };

@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex};
 
 use sluice_proto::{parse_request, Cred, Header};
 
-use crate::evloop::Waker;
 use crate::ops::Session;
 use crate::pending::Out;
-use crate::state::lock;
-use crate::Shared;
+use crate::shared::Shared;
+use crate::sync::lock;
+use crate::waker::Waker;
 
 /// Threads running metadata calls. Four: a slow `fsync` or `open` on one
 /// connection leaves three for everybody else.

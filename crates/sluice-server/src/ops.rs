@@ -19,8 +19,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ident::Identity;
 use crate::pending::Out;
 use crate::root::fstat;
-use crate::state::{lock, OpenFile};
-use crate::Shared;
+use crate::shared::Shared;
+use crate::state::OpenFile;
+use crate::sync::lock;
 
 /// Open flags a client may pass; the rest (`O_APPEND`, `O_DIRECT`,
 /// `O_ASYNC`, ...) are dropped: the server positions every write itself
@@ -126,20 +127,7 @@ impl Session {
             Request::Rename { from, to } => root.rename(from, to).map(|()| Out::Ok)?,
             Request::Symlink { target, path } => root.symlink(target, path).map(|()| Out::Ok)?,
             Request::SetAttr { fd, path, mode, atime_ns, mtime_ns, nofollow } => {
-                let t = times(atime_ns, mtime_ns);
-                if fd == sluice_proto::SETATTR_BY_PATH {
-                    root.set_attr(path, mode, t, nofollow)?;
-                } else {
-                    let raw = self.file(fd)?.fd.as_raw_fd();
-                    if mode != sluice_proto::SETATTR_MODE_KEEP {
-                        // SAFETY: plain system call on a descriptor we hold.
-                        check(unsafe { libc::fchmod(raw, mode & 0o7777) }, "fchmod")?;
-                    }
-                    if let Some(t) = t {
-                        // SAFETY: as above; the timespecs outlive the call.
-                        check(unsafe { libc::futimens(raw, t.as_ptr()) }, "futimens")?;
-                    }
-                }
+                self.set_attr(root, fd, path, mode, times(atime_ns, mtime_ns), nofollow)?;
                 Out::Ok
             }
             Request::Mkdir { path, mode } => root.mkdir(path, crate::ident::create_mode(&self.ident, mode)).map(|()| Out::Ok)?,
@@ -151,6 +139,23 @@ impl Session {
             Request::Stats => Out::Stats(lock(&shared.apps).snapshot()),
             _ => return Err(Error::invalid("not a metadata request")),
         })
+    }
+
+    /// `SetAttr`: by path, or on handle `fd`.
+    fn set_attr(&self, root: &crate::root::Root, fd: u64, path: &str, mode: u32, t: Option<[libc::timespec; 2]>, nofollow: bool) -> Result<()> {
+        if fd == sluice_proto::SETATTR_BY_PATH {
+            return root.set_attr(path, mode, t, nofollow);
+        }
+        let raw = self.file(fd)?.fd.as_raw_fd();
+        if mode != sluice_proto::SETATTR_MODE_KEEP {
+            // SAFETY: plain system call on a descriptor we hold.
+            check(unsafe { libc::fchmod(raw, mode & 0o7777) }, "fchmod")?;
+        }
+        if let Some(t) = t {
+            // SAFETY: as above; the timespecs outlive the call.
+            check(unsafe { libc::futimens(raw, t.as_ptr()) }, "futimens")?;
+        }
+        Ok(())
     }
 
     /// Open `path`: the handle and the file's inode number.
@@ -209,7 +214,7 @@ fn times(atime_ns: i64, mtime_ns: i64) -> Option<[libc::timespec; 2]> {
 /// such a write reads the size, writes whole blocks and cuts the file back
 /// to the size it read, so a truncate between the two came undone (its
 /// bytes back, or an acknowledged extension cut off).
-fn size_change_alone(shared: &Shared) -> Option<crate::exec::AloneGuard<'_>> {
+fn size_change_alone(shared: &Shared) -> Option<crate::order::AloneGuard<'_>> {
     shared.config.direct.then(|| shared.direct_writes.alone())
 }
 

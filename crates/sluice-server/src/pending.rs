@@ -12,7 +12,8 @@ use sluice_core::Request;
 use sluice_proto::{AppStats, DirEntry, HelloOk, Response, WireStat};
 
 use crate::shm::Shm;
-use crate::state::{lock, OpenFile};
+use crate::state::OpenFile;
+use crate::sync::lock;
 
 /// A reply as the event loop sends it; owns its data.
 #[derive(Debug)]

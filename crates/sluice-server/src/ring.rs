@@ -32,7 +32,8 @@ use sluice_core::Op;
 
 use std::sync::Arc;
 
-use crate::exec::{settle_whole, whole_iovecs, DirectOrder, Job};
+use crate::exec::{settle_whole, whole_iovecs, Job};
+use crate::order::DirectOrder;
 
 /// A submitted job and the iovecs the kernel reads until it completes.
 struct InFlight {

@@ -105,19 +105,14 @@ impl Shm {
         self.len
     }
 
-    /// Whether `[at, at + len)` lies inside the region.
-    pub fn holds(&self, at: u64, len: u64) -> bool {
-        at.checked_add(len).is_some_and(|end| end <= self.len as u64)
-    }
-
-    /// The bytes at `[at, at + len)`, which `holds` accepted.
+    /// The bytes at `[at, at + len)`, which admission checked lie inside.
     pub fn bytes(&self, at: usize, len: usize) -> &[u8] {
         assert!(at + len <= self.len, "a checked range");
         // SAFETY: inside the live mapping (asserted).
         unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
     }
 
-    /// The bytes at `[at, at + len)` to fill, which `holds` accepted.
+    /// The bytes at `[at, at + len)` to fill, which admission checked lie inside.
     #[allow(clippy::mut_from_ref)]
     pub fn bytes_mut(&self, at: usize, len: usize) -> &mut [u8] {
         assert!(at + len <= self.len, "a checked range");

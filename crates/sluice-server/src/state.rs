@@ -1,41 +1,18 @@
-//! State shared by every thread of the server: the clock, the table of
-//! open backing files (one `FileId` per inode, whoever opened it), and the
+//! State shared by every thread of the server: the table of open
+//! backing files (one `FileId` per inode, whoever opened it), and the
 //! table of applications with their counters.
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
 
 use sluice_core::{AppId, FileId};
 use sluice_proto::{AppStats, LATENCY_BUCKETS};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::metrics::{AppRow, Detail, OTHER_APPS};
-
-/// The monotonic clock the scheduler is driven by: nanoseconds since the
-/// server started. Only drivers read it; the core gets `now` passed in.
-#[derive(Clone, Copy, Debug)]
-pub struct Clock {
-    start: Instant,
-}
-
-impl Clock {
-    pub fn new() -> Clock {
-        Clock { start: Instant::now() }
-    }
-
-    pub fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
-    }
-}
-
-/// Lock a mutex, recovering the data if a panicking thread poisoned it: the
-/// tables stay consistent because every update is a single insert/remove.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::sync::lock;
+use crate::view::{AppRow, Detail, OTHER_APPS};
 
 /// Ranges reserved at a file's end and not yet written, kept per file
 /// (`OpenFile::reserve`); past it the oldest is forgotten (its writer may

@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use sluice_core::{AppId, Op};
 
 use crate::error::{Error, Result};
-use crate::state::lock;
+use crate::sync::lock;
 
 /// Dispatch records waiting for the writer; past it they are dropped (and
 /// counted in the document's `otherData.records_dropped`). 65,536: 20 ms

@@ -441,3 +441,19 @@ fn an_append_after_a_truncate_keeps_clear_of_one_not_yet_written() {
     t.ftruncate(ft, 0).unwrap();
     assert_eq!(a.reserve(fa, 4).unwrap(), 0, "everything written: appends start at the new size");
 }
+
+#[test]
+fn the_null_device_answers_at_once_and_touches_no_file() {
+    let s = TestServer::start(|c| c.device = DeviceKind::Null);
+    let before = pattern(1 << 20, 7);
+    std::fs::write(s.path("n.dat"), &before).unwrap();
+    let c = s.client("null");
+    let fd = c.open("n.dat", libc::O_RDWR, 0).unwrap();
+    for (off, len) in [(12_345u64, 100_000usize), (0, 4096), (10 << 20, 4096)] {
+        let mut buf = vec![1u8; len];
+        assert_eq!(c.pread(fd, &mut buf, off).unwrap(), len, "the asked length, past the end of the file too");
+        assert!(buf.iter().all(|&b| b == 0), "zeros at {off}");
+    }
+    assert_eq!(c.pwrite(fd, &pattern(5000, 1), 0).unwrap(), 5000, "a write reports its length");
+    assert_eq!(std::fs::read(s.path("n.dat")).unwrap(), before, "no byte of the file changed");
+}

@@ -28,6 +28,9 @@ pub struct CpuSample {
     /// Nanoseconds the threads named `LOOP_THREAD` of this process ran;
     /// None where there is none.
     loop_ns: Option<u64>,
+    /// Requests the servers of this process had answered
+    /// (`sluice_server::requests_answered`).
+    requests: u64,
 }
 
 /// The name of a started server's event-loop thread.
@@ -53,6 +56,10 @@ pub struct CpuUse {
     /// the device). None where no started server's loop ran throughout.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_loop_cpu_s: Option<f64>,
+    /// `server_cpu_s` per request the started servers answered, in
+    /// microseconds. None where no server of this process answered one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_us_per_request: Option<f64>,
     /// CPU seconds the workers (the applications' ranks) used, each one
     /// measured in its own process from the start to its last access:
     /// unlike `cpu_s` less the server's, no other activity on the machine
@@ -66,7 +73,7 @@ impl CpuSample {
     pub fn now() -> Option<CpuSample> {
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         let own = std::fs::read_to_string("/proc/self/stat").ok()?;
-        Some(CpuSample { loop_ns: loop_ns(), ..parse(&stat, &own)? })
+        Some(CpuSample { loop_ns: loop_ns(), requests: sluice_server::requests_answered(), ..parse(&stat, &own)? })
     }
 
     /// What was used from `self` to `later`.
@@ -75,12 +82,15 @@ impl CpuSample {
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
         let busy = later.busy.saturating_sub(self.busy);
         let all = later.all.saturating_sub(self.all);
+        let server_cpu_s = later.own.saturating_sub(self.own) as f64 / hz;
+        let requests = later.requests.saturating_sub(self.requests);
         CpuUse {
             cpu_s: busy as f64 / hz,
             steal_s: later.steal.saturating_sub(self.steal) as f64 / hz,
             cpu_share: if all == 0 { 0.0 } else { busy as f64 / all as f64 },
-            server_cpu_s: Some(later.own.saturating_sub(self.own) as f64 / hz),
+            server_cpu_s: Some(server_cpu_s),
             server_loop_cpu_s: self.loop_ns.zip(later.loop_ns).filter(|(a, b)| b >= a).map(|(a, b)| (b - a) as f64 / 1e9),
+            server_us_per_request: (requests > 0).then(|| server_cpu_s * 1e6 / requests as f64),
             workers_cpu_s: None,
         }
     }
@@ -123,7 +133,7 @@ fn parse(stat: &str, own: &str) -> Option<CpuSample> {
     let g: Vec<&str> = rest.split_whitespace().collect();
     let utime: u64 = g.get(11)?.parse().ok()?;
     let stime: u64 = g.get(12)?.parse().ok()?;
-    Some(CpuSample { busy, all, steal: f[7], own: utime + stime, loop_ns: None })
+    Some(CpuSample { busy, all, steal: f[7], own: utime + stime, loop_ns: None, requests: 0 })
 }
 
 #[cfg(test)]
@@ -136,13 +146,13 @@ mod tests {
     #[test]
     fn reads_the_machine_and_the_process() {
         let s = parse(STAT, OWN).expect("parses");
-        assert_eq!(s, CpuSample { busy: 100 + 5 + 50 + 3 + 2 + 10, all: 170 + 1000 + 20, steal: 10, own: 48, loop_ns: None });
+        assert_eq!(s, CpuSample { busy: 100 + 5 + 50 + 3 + 2 + 10, all: 170 + 1000 + 20, steal: 10, own: 48, loop_ns: None, requests: 0 });
     }
 
     #[test]
     fn use_between_two_samples() {
-        let a = CpuSample { busy: 100, all: 1000, steal: 7, own: 10, loop_ns: Some(1_000) };
-        let b = CpuSample { busy: 400, all: 1400, steal: 47, own: 60, loop_ns: Some(2_501_000) };
+        let a = CpuSample { busy: 100, all: 1000, steal: 7, own: 10, loop_ns: Some(1_000), requests: 5 };
+        let b = CpuSample { busy: 400, all: 1400, steal: 47, own: 60, loop_ns: Some(2_501_000), requests: 25 };
         let u = a.until(&b);
         // SAFETY: sysconf has no preconditions.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
@@ -151,6 +161,8 @@ mod tests {
         assert!((u.steal_s - 40.0 / hz).abs() < 1e-12);
         assert!((u.server_cpu_s.expect("measured") - 50.0 / hz).abs() < 1e-12);
         assert!((u.server_loop_cpu_s.expect("measured") - 0.0025).abs() < 1e-12);
+        assert!((u.server_us_per_request.expect("20 answered") - 50.0 / hz * 1e6 / 20.0).abs() < 1e-9);
+        assert_eq!(a.until(&CpuSample { requests: 5, ..b }).server_us_per_request, None, "none answered");
         // A loop that appeared or went away during the run says nothing.
         let c = CpuSample { loop_ns: None, ..b };
         assert_eq!((a.until(&c).server_loop_cpu_s, c.until(&b).server_loop_cpu_s), (None, None));

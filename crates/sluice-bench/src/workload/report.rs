@@ -170,6 +170,11 @@ pub fn table(r: &Report) -> String {
             let cell = run.cpu.and_then(|c| c.server_cpu_s).map_or("-".to_string(), |s| format!("{s:.2}"));
             out += &format!(" {cell:>12}");
         }
+        out += &format!("\n{:<40}", "CPU us of the server per request");
+        for run in &runs {
+            let cell = run.cpu.and_then(|c| c.server_us_per_request).map_or("-".to_string(), |s| format!("{s:.1}"));
+            out += &format!(" {cell:>12}");
+        }
         out += "\n";
         for run in runs.iter().filter(|r| r.device_model.is_some()) {
             out += &format!("device model learned under {}: {}\n", run.mode, run.device_model.expect("filtered"));

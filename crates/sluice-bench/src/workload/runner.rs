@@ -114,6 +114,7 @@ pub fn run(cfg: &RunConfig) -> Result<Report, WorkloadError> {
     let device = match cfg.device {
         DeviceKind::Real => "real",
         DeviceKind::Hdd7200 => "hdd7200",
+        DeviceKind::Null => "null",
     };
     Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, via: cfg.via.name().into(), durable: cfg.durable && !cfg.direct_io, runs })
 }

@@ -35,6 +35,10 @@ pub struct ServiceArgs {
     /// Record the live trace during the run.
     #[arg(long)]
     trace: bool,
+    /// The server's device: real, hdd7200, or null (no device: what the
+    /// server itself costs per request).
+    #[arg(long, default_value = "real")]
+    device: String,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -50,6 +54,7 @@ pub fn run(a: ServiceArgs) -> anyhow::Result<()> {
         direct: a.direct,
         metrics: a.metrics,
         trace: a.trace,
+        device: sluice_server::DeviceKind::parse(&a.device)?,
         ..ServiceBenchConfig::default()
     };
     let report = bench::run(&cfg)?;

@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// Write leases (the default; kept so that older command lines run).
     #[arg(long, hide = true, conflicts_with = "no_write_leases")]
     write_leases: bool,
-    /// real, or hdd7200 (an emulated 7200 rpm disk).
+    /// real, hdd7200 (an emulated 7200 rpm disk), or null (no device:
+    /// every read and write completes at once, reads return zeros).
     #[arg(long, default_value = "real")]
     device: String,
     /// Most dispatches in flight to the device; the scheduler keeps as many
