@@ -19,7 +19,7 @@ use sluice_server::{Storage, StorageRef, Syscalls};
 const PIECE: usize = 4096;
 const PLUG_AT: u64 = 1 << 20;
 
-/// Call 1 (the plug): held 300 ms, so the others queue behind it and are
+/// Call 1 (the plug): held 1 s, so the others queue behind it and are
 /// aggregated; call 2 (the aggregate): moves only its first `PIECE` bytes;
 /// call 3: fails with `errno`. Later calls go through.
 struct Faulty {
@@ -31,7 +31,7 @@ impl Storage for Faulty {
     fn transfer_once(&self, fd: RawFd, op: Op, iov: &[libc::iovec], offset: u64) -> Result<usize, i32> {
         match self.calls.fetch_add(1, Ordering::SeqCst) {
             0 => {
-                std::thread::sleep(Duration::from_millis(300));
+                std::thread::sleep(Duration::from_millis(1_000));
                 Syscalls.transfer_once(fd, op, iov, offset)
             }
             1 => {
