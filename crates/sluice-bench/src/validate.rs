@@ -671,20 +671,11 @@ mod tests {
         let (decomp, cat) = (&w.scenario.apps[0], &w.scenario.apps[1]);
         let starts: Vec<u64> = (0..u64::from(decomp.procs)).rev().map(|r| r * 1_000).collect();
         let run = RunReport {
-            mode: "aioli".into(),
-            granularity: None,
-            makespan_s: 1.0,
-            jain: 1.0,
             // A start list of the wrong length (a worker that reported
             // none) leaves the twin's jitter.
             apps: vec![app(decomp, starts.clone()), app(cat, vec![5, 6])],
             device_model: Some(DeviceModel { dispatch_ns: 40_000, byte_ps: 10_000, seek_ns: 6_000_000, parallelism: 8 }),
-            dispatches: None,
-            device_busy_s: None,
-            seeks: None,
-            holds: None,
-            windows: None,
-            cpu: None,
+            ..RunReport::bare("aioli", 1.0)
         };
         // Divided by the device's gain (2), not by the learned depth (8).
         as_run(&mut sc, &run, 2.0);

@@ -103,23 +103,7 @@ mod tests {
     use crate::workload::report::RunReport;
 
     fn report(times: &[(&str, f64)]) -> Report {
-        let runs = times
-            .iter()
-            .map(|&(mode, t)| RunReport {
-                mode: mode.into(),
-                granularity: None,
-                makespan_s: t,
-                jain: 1.0,
-                apps: Vec::new(),
-                device_model: None,
-                dispatches: None,
-                device_busy_s: None,
-                seeks: None,
-                holds: None,
-                windows: None,
-                cpu: None,
-            })
-            .collect();
+        let runs = times.iter().map(|&(mode, t)| RunReport::bare(mode, t)).collect();
         Report { scenario: "s".into(), device: "hdd7200".into(), direct_io: true, caches_dropped: true, scale: 1.0, via: "library".into(), durable: false, runs }
     }
 

@@ -60,6 +60,27 @@ pub struct RunReport {
     pub cpu: Option<super::cpu::CpuUse>,
 }
 
+#[cfg(test)]
+impl RunReport {
+    /// A run of `mode` with only its makespan (tests).
+    pub(crate) fn bare(mode: &str, makespan_s: f64) -> RunReport {
+        RunReport {
+            mode: mode.into(),
+            granularity: None,
+            makespan_s,
+            jain: 1.0,
+            apps: Vec::new(),
+            device_model: None,
+            dispatches: None,
+            device_busy_s: None,
+            seeks: None,
+            holds: None,
+            windows: None,
+            cpu: None,
+        }
+    }
+}
+
 /// A device cost model (`sluice_core::DeviceCost`), as reported.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
 pub struct DeviceModel {
