@@ -98,6 +98,9 @@ use sluice_proto::{auth_mac, encode_request, Hello, Request, HEADER_BYTES, IO_BY
 pub const SERVER_ENV: &str = "SLUICE_SERVER";
 /// Environment variable naming the application.
 pub const APP_ENV: &str = "SLUICE_APP";
+/// Environment variable: the local directory that stands for the server
+/// root under the interposer (`sluice run --prefix`).
+pub const PREFIX_ENV: &str = "SLUICE_PREFIX";
 /// Environment variable: seconds before a silent server is reported (or,
 /// soft, fails the call).
 pub const TIMEOUT_ENV: &str = "SLUICE_TIMEOUT";

@@ -70,7 +70,8 @@ pub const DEPTH_MAX: u32 = 64;
 /// A depth counts as gaining when its throughput reaches this percentage of
 /// the best depth's: below it, more in flight only queues in the device.
 pub const PARALLEL_GAIN_PCT: u64 = 90;
-/// Observations a depth bucket needs before its throughput is believed.
+/// Observations at the depth above the learned parallelism before it stops
+/// being probed all the time (`CostLearner::depth_cap`).
 const DEPTH_SAMPLES_MIN: u32 = 16;
 /// A depth above one is believed to gain only when its throughput is at
 /// least this many times depth one's (the same dispatches compared): a
@@ -342,8 +343,9 @@ pub struct CostLearner {
     /// Lower edges per (length class, seek).
     edges: Vec<[Edge; 2]>,
     model: DeviceCost,
-    /// Per depth (index depth - 1): latency over the model's prediction.
-    slowdown: Vec<Avg>,
+    /// Per depth (index depth - 1): dispatches observed there, which
+    /// tell `depth_cap` whether the depth above is still to be probed.
+    at_depth: Vec<u32>,
     /// Per depth and length class (index `class_index`), the mean
     /// latency of dispatches that continued the previous one: depths are
     /// compared on the same dispatches, so no seek (whose cost the model
@@ -373,7 +375,7 @@ impl CostLearner {
             prior: start,
             edges: vec![[Edge::default(); 2]; EDGE_CLASSES],
             model: start,
-            slowdown: vec![Avg::default(); DEPTH_MAX as usize],
+            at_depth: vec![0; DEPTH_MAX as usize],
             by_depth: vec![Avg::default(); DEPTH_MAX as usize * EDGE_CLASSES],
             observed: 0,
         }
@@ -388,8 +390,8 @@ impl CostLearner {
     pub fn observe(&mut self, o: Observation) {
         self.observed += 1;
         let depth = o.depth.clamp(1, DEPTH_MAX);
-        let predicted = self.model.service_ns(o.len, o.seek).max(1) as f64;
-        self.slowdown[depth as usize - 1].add(o.latency_ns as f64 / predicted);
+        let seen = &mut self.at_depth[depth as usize - 1];
+        *seen = seen.saturating_add(1);
         let class = (64 - o.len.leading_zeros() as usize).min(EDGE_CLASSES - 1);
         if !o.seek {
             self.by_depth[class_index(depth, class)].add(o.latency_ns as f64);
@@ -520,7 +522,7 @@ impl CostLearner {
     /// of the time).
     pub fn depth_cap(&self) -> u32 {
         let above = self.model.parallelism as usize;
-        let unknown = above < DEPTH_MAX as usize && self.slowdown[above].n < DEPTH_SAMPLES_MIN;
+        let unknown = above < DEPTH_MAX as usize && self.at_depth[above] < DEPTH_SAMPLES_MIN;
         let probing = unknown || self.observed % PROBE_PERIOD < PROBE_LEN;
         (self.model.parallelism + u32::from(probing)).min(DEPTH_MAX)
     }

@@ -23,9 +23,7 @@ pub const DIRS_MAX: usize = 1024;
 /// Service stdio streams (`fopen`) open at once; past it EMFILE.
 pub const FILES_MAX: usize = 1024;
 
-/// Environment variable naming the local directory that stands for the
-/// server root.
-pub const PREFIX_ENV: &str = "SLUICE_PREFIX";
+pub use sluice_client::PREFIX_ENV;
 
 /// What `sluice run` passed in the environment.
 #[derive(Debug)]

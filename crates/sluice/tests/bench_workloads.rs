@@ -27,9 +27,14 @@ impl Drop for Scratch {
 
 /// Run `sluice bench ARGS --root DIR --json FILE` and return the JSON.
 fn bench(dir: &Path, args: &[&str]) -> Value {
+    bench_env(dir, args, &[])
+}
+
+/// `bench` with `env` set for the command.
+fn bench_env(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Value {
     let json = dir.join("report.json");
     let root = dir.join("data");
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice")).arg("bench").args(args).arg("--root").arg(&root).arg("--json").arg(&json).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice")).arg("bench").args(args).arg("--root").arg(&root).arg("--json").arg(&json).envs(env.iter().copied()).output().unwrap();
     assert!(out.status.success(), "sluice bench {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
 }
@@ -39,10 +44,8 @@ fn bench(dir: &Path, args: &[&str]) -> Value {
 /// carried. The largest dispatch, not the mean, says how many requests
 /// could reach the scheduler at once, whatever the machine's load.
 fn bench_traced(dir: &Path, args: &[&str]) -> (Value, u64) {
-    let (json, traces) = (dir.join("report.json"), dir.join("traces"));
-    let out = Command::new(env!("CARGO_BIN_EXE_sluice")).arg("bench").args(args).arg("--root").arg(dir.join("data")).arg("--json").arg(&json).env("SLUICE_BENCH_TRACE", &traces).output().unwrap();
-    assert!(out.status.success(), "sluice bench {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let traces = dir.join("traces");
+    let v = bench_env(dir, args, &[("SLUICE_BENCH_TRACE", &traces)]);
     let policy = v["runs"].as_array().unwrap().last().unwrap()["mode"].as_str().unwrap().to_string();
     let t: Value = serde_json::from_str(&std::fs::read_to_string(traces.join(format!("{policy}.json"))).unwrap()).unwrap();
     let largest = t["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "dispatch" && e["ph"] == "b").filter_map(|e| e["args"]["requests"].as_u64()).max().unwrap_or(0);

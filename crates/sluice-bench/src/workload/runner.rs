@@ -18,8 +18,6 @@ use super::scenario::Scenario;
 use super::worker::{monotonic_ns, Target, WorkerResult, WorkerSpec, SPEC_ENV};
 use super::WorkloadError;
 
-/// The environment variable that tells the interposer its prefix.
-const PREFIX_ENV: &str = "SLUICE_PREFIX";
 /// How long workers may take to open their files and say `ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Chunk used to fill files before timing.
@@ -61,8 +59,17 @@ pub struct RunConfig {
     /// (`ServerConfig::no_prior`).
     pub no_prior: bool,
     /// Ranks that write through a page cache (`direct_io` off) `fsync`
-    /// before they report, so the makespan is the time to durable data.
+    /// before they report, so the makespan is the time to durable data
+    /// (`RunConfig::fsyncs`).
     pub durable: bool,
+}
+
+impl RunConfig {
+    /// Whether the ranks' writes are followed by an `fsync`: asked for,
+    /// and not O_DIRECT (whose writes are on the device already).
+    fn fsyncs(&self) -> bool {
+        self.durable && !self.direct_io
+    }
 }
 
 /// The path a rank's I/O takes to the service: the path of a program
@@ -116,7 +123,7 @@ pub fn run(cfg: &RunConfig) -> Result<Report, WorkloadError> {
         DeviceKind::Hdd7200 => "hdd7200",
         DeviceKind::Null => "null",
     };
-    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, via: cfg.via.name().into(), durable: cfg.durable && !cfg.direct_io, runs })
+    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, via: cfg.via.name().into(), durable: cfg.fsyncs(), runs })
 }
 
 /// Create and fill every file (before any timing).
@@ -327,14 +334,14 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
     let mut owner = Vec::new();
     for (ai, app) in apps.iter().enumerate() {
         for rank in 0..app.procs {
-            let spec = WorkerSpec { app: app.clone(), rank, seed: cfg.seed, target: target.clone(), durable: cfg.durable && !cfg.direct_io };
+            let spec = WorkerSpec { app: app.clone(), rank, seed: cfg.seed, target: target.clone(), durable: cfg.fsyncs() };
             let mut cmd = Command::new(&cfg.exe);
             cmd.args(["bench", "worker"]).env(SPEC_ENV, serde_json::to_string(&spec).expect("spec serialises"));
             // The mount and the interposer name a process's application
             // by the client's one rule, which reads SLUICE_APP first.
             cmd.env(sluice_client::APP_ENV, &app.name);
             if let Target::Preload { addr, lib, prefix, .. } = target {
-                cmd.env("LD_PRELOAD", lib).env(sluice_client::SERVER_ENV, addr).env(PREFIX_ENV, prefix);
+                cmd.env("LD_PRELOAD", lib).env(sluice_client::SERVER_ENV, addr).env(sluice_client::PREFIX_ENV, prefix);
             }
             let mut child =
                 cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().map_err(|e| WorkloadError::io(format!("start worker {}", cfg.exe.display()), e))?;

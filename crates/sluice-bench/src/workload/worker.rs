@@ -232,18 +232,13 @@ pub fn run_worker() -> Result<(), WorkloadError> {
         result.bytes += len;
         result.requests += 1;
     }
-    if durable_here(&spec) && spec.app.op == Dir::Write {
+    if spec.durable && spec.app.op == Dir::Write {
         backend.sync()?;
     }
     result.cpu_ns = process_cpu_ns().saturating_sub(cpu0);
     report(&result)
 }
 
-/// Whether this rank makes its writes durable before reporting (the
-/// runner asks it of ranks that write through a page cache).
-fn durable_here(spec: &WorkerSpec) -> bool {
-    spec.durable
-}
 
 /// Files one replaying rank has open, on its target.
 enum ReplayFiles {
@@ -310,7 +305,7 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
         result.bytes += a.len;
         result.requests += 1;
     }
-    if durable_here(spec) && mine.iter().any(|a| a.write) {
+    if spec.durable && mine.iter().any(|a| a.write) {
         let written: Vec<u32> = used.iter().copied().filter(|f| mine.iter().any(|a| a.write && a.file == *f)).collect();
         for f in written {
             match &files {

@@ -16,7 +16,7 @@ pub const PRELOAD_LIB: &str = "libsluice_preload.so";
 /// Environment variable overriding where the library is.
 pub const PRELOAD_ENV: &str = "SLUICE_PRELOAD";
 /// Environment variable carrying the prefix to the library.
-pub const PREFIX_ENV: &str = "SLUICE_PREFIX";
+pub use sluice_client::PREFIX_ENV;
 /// The prefix when none is given.
 pub const PREFIX_DEFAULT: &str = "/sluice";
 
