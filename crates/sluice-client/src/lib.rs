@@ -87,7 +87,7 @@ pub use env::{app_id, default_app, own_cred, server_addr};
 pub use error::{ClientError, ClientErrorKind, Result};
 pub use lent::lent_held;
 pub use passthrough::Passthrough;
-pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, CRED_GROUPS_MAX, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT};
+pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, WireStatfs as Statfs, CRED_GROUPS_MAX, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT};
 
 use conn::{Conn, Patience, Reply};
 use lent::local_pread;

@@ -51,6 +51,15 @@ impl Client {
         }
     }
 
+    /// The capacity and free space of the served file system that holds
+    /// `path` (`statvfs(3)`).
+    pub fn statfs(&self, path: &str) -> Result<Statfs> {
+        match self.with_session(true, |s| s.conn.call(&Request::Statfs { path }))? {
+            Reply::Statfs(f) => Ok(f),
+            r => Err(unexpected("statfs", &r)),
+        }
+    }
+
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {
         match self.on_fd(fd, true, |s, server| s.conn.call(&Request::Fstat { fd: server }))? {
             Reply::Stat(st) => Ok(st),

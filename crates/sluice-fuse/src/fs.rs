@@ -963,9 +963,18 @@ impl Filesystem for SluiceFs {
         reply.ok();
     }
 
-    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    /// The served file system's figures (a cluster's: summed over its data
+    /// servers), so `df` and programs that check for free space see them.
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
         let _abandon = watch(req);
-        reply.statfs(0, 0, 0, 0, 0, 4096, 255, 4096);
+        let r = (|| {
+            let (c, path) = (self.client(req)?, self.path(ino)?);
+            counted(c.statfs(&path).map_err(errno))
+        })();
+        match r {
+            Ok(f) => reply.statfs(f.blocks, f.blocks_free, f.blocks_avail, f.files, f.files_free, f.io_bytes, f.name_max, f.block_bytes),
+            Err(e) => reply.error(e),
+        }
     }
 }
 

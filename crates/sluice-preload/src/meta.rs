@@ -848,3 +848,93 @@ xattr_fd_exports! {
     fsetxattr(name: *const c_char, value: *const libc::c_void, size: libc::size_t, flags: c_int) -> c_int;
     fremovexattr(name: *const c_char) -> c_int;
 }
+
+/// `f_type` of a service path: FUSE's, as the mount reports it, so a
+/// program that picks a driver by file system type (ROMIO does) takes the
+/// plain POSIX one on either path.
+const SERVICE_FS_TYPE: i64 = 0x6573_5546;
+
+/// The served file system's figures for a service path or descriptor.
+fn svc_statfs(path: &str) -> Result<sluice_client::Statfs, Errno> {
+    Ok(client()?.statfs(path)?)
+}
+
+fn to_statfs(f: &sluice_client::Statfs) -> libc::statfs {
+    // SAFETY: an all-zero statfs is a valid value (spare fields stay 0).
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    s.f_type = SERVICE_FS_TYPE as _;
+    s.f_bsize = f.io_bytes as _;
+    s.f_frsize = f.block_bytes as _;
+    s.f_blocks = f.blocks as _;
+    s.f_bfree = f.blocks_free as _;
+    s.f_bavail = f.blocks_avail as _;
+    s.f_files = f.files as _;
+    s.f_ffree = f.files_free as _;
+    s.f_namelen = f.name_max as _;
+    s
+}
+
+fn to_statvfs(f: &sluice_client::Statfs) -> libc::statvfs {
+    // SAFETY: an all-zero statvfs is a valid value.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    s.f_bsize = f.io_bytes as _;
+    s.f_frsize = f.block_bytes as _;
+    s.f_blocks = f.blocks as _;
+    s.f_bfree = f.blocks_free as _;
+    s.f_bavail = f.blocks_avail as _;
+    s.f_files = f.files as _;
+    s.f_ffree = f.files_free as _;
+    s.f_favail = f.files_free as _;
+    s.f_namemax = f.name_max as _;
+    s
+}
+
+/// On the 64-bit targets sluice builds for, the `64` variants of these
+/// structures are the same structures.
+const _: () = assert!(std::mem::size_of::<libc::statfs>() == std::mem::size_of::<libc::statfs64>());
+const _: () = assert!(std::mem::size_of::<libc::statvfs>() == std::mem::size_of::<libc::statvfs64>());
+
+macro_rules! statfs_path_exports {
+    ($($name:ident($buf:ty) => $conv:ident;)*) => {$(
+        /// Interposed: a service path answers with the served file
+        /// system's figures.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut $buf) -> c_int {
+            // SAFETY: the caller's path string.
+            match unsafe { service_path(libc::AT_FDCWD, path) } {
+                // SAFETY: the caller's buffer, of the structure's size.
+                Some((_g, p)) => unsafe { store(svc_statfs(&p).map(|f| $conv(&f)), buf.cast()) },
+                // SAFETY: forwarding the caller's arguments.
+                None => unsafe { real!($name, fn(*const c_char, *mut $buf) -> c_int)(path, buf) },
+            }
+        }
+    )*};
+}
+statfs_path_exports! {
+    statfs(libc::statfs) => to_statfs;
+    statfs64(libc::statfs64) => to_statfs;
+    statvfs(libc::statvfs) => to_statvfs;
+    statvfs64(libc::statvfs64) => to_statvfs;
+}
+
+macro_rules! statfs_fd_exports {
+    ($($name:ident($buf:ty) => $conv:ident;)*) => {$(
+        /// Interposed: a service descriptor answers with the served file
+        /// system's figures.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fd: c_int, buf: *mut $buf) -> c_int {
+            match service_fd(fd) {
+                // SAFETY: the caller's buffer, of the structure's size.
+                Some((_g, open)) => unsafe { store(svc_statfs(&open.path).map(|f| $conv(&f)), buf.cast()) },
+                // SAFETY: forwarding the caller's arguments.
+                None => unsafe { real!($name, fn(c_int, *mut $buf) -> c_int)(fd, buf) },
+            }
+        }
+    )*};
+}
+statfs_fd_exports! {
+    fstatfs(libc::statfs) => to_statfs;
+    fstatfs64(libc::statfs64) => to_statfs;
+    fstatvfs(libc::statvfs) => to_statvfs;
+    fstatvfs64(libc::statvfs64) => to_statvfs;
+}

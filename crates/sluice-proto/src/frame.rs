@@ -59,6 +59,9 @@ pub enum Opcode {
     Symlink = 0x1f,
     /// Change a file's mode or times (answered `Ok`).
     SetAttr = 0x20,
+    /// The served file system's capacity and free space, as `statvfs(3)`
+    /// gives it (answered `StatfsOk`).
+    Statfs = 0x21,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -73,10 +76,12 @@ pub enum Opcode {
     Lease = 0x8a,
     /// A symbolic link's target, as `readlink(2)` gives it.
     Link = 0x8b,
+    /// The figures of `statvfs(3)` (see [`crate::WireStatfs`]).
+    StatfsOk = 0x8c,
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 44] = [
+const OPCODES: [Opcode; 46] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -109,6 +114,7 @@ const OPCODES: [Opcode; 44] = [
     Opcode::Reserve,
     Opcode::Symlink,
     Opcode::SetAttr,
+    Opcode::Statfs,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,
@@ -120,6 +126,7 @@ const OPCODES: [Opcode; 44] = [
     Opcode::Challenge,
     Opcode::Lease,
     Opcode::Link,
+    Opcode::StatfsOk,
     Opcode::Error,
 ];
 

@@ -39,7 +39,7 @@ pub use error::{ProtoError, ProtoErrorKind};
 pub use frame::{check_header, encode_header, hello_after_length, request_id_of, Header, Opcode};
 pub use msg::{
     encode_request, encode_request_head, encode_response, encode_response_head, parse_request, parse_response, AppStats, Cred, DirEntry, FileKind, Group, Hello, HelloOk, Request,
-    Response, WireStat, SETATTR_BY_PATH, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT,
+    Response, WireStat, WireStatfs, SETATTR_BY_PATH, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT,
 };
 
 /// Protocol version spoken by this crate; the handshake refuses others.
@@ -61,7 +61,9 @@ pub use msg::{
 ///    `Symlink`; `SetAttr`; `Fd` carries the file's inode number.
 /// 12: a write lease covers the whole file; a `WriteLease` at
 ///    [`LEASE_ONLY_AT`] asks for one without its data.
-pub const VERSION: u16 = 12;
+/// 13: `Statfs` and the `StatfsOk` response (`statfs(2)` through the
+///    mount and the interposer gives the served file system's figures).
+pub const VERSION: u16 = 13;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.

@@ -127,6 +127,10 @@ pub enum Request<'a> {
     Readlink {
         path: &'a str,
     },
+    /// The capacity and free space of the file system holding `path`.
+    Statfs {
+        path: &'a str,
+    },
     Fstat {
         fd: u64,
     },
@@ -254,6 +258,23 @@ pub struct WireStat {
     pub ctime_ns: i64,
 }
 
+/// A file system's capacity and free space, as `statvfs(3)` reports it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WireStatfs {
+    /// The unit of the block counts (`f_frsize`).
+    pub block_bytes: u32,
+    /// The preferred I/O size (`f_bsize`).
+    pub io_bytes: u32,
+    pub blocks: u64,
+    pub blocks_free: u64,
+    /// Free blocks an unprivileged user may take (`f_bavail`).
+    pub blocks_avail: u64,
+    pub files: u64,
+    pub files_free: u64,
+    /// Longest file name (`f_namemax`).
+    pub name_max: u32,
+}
+
 /// A directory entry's type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {
@@ -316,6 +337,7 @@ pub enum Response<'a> {
     Stat(WireStat),
     /// A symbolic link's target (at most `PATH_BYTES_MAX` bytes).
     Link(String),
+    Statfs(WireStatfs),
     Dir {
         entries: Vec<DirEntry>,
         done: bool,
@@ -446,6 +468,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Ftruncate => Request::Ftruncate { fd: r.u64("fd")?, len: r.u64("len")? },
         Opcode::Stat => Request::Stat { path: r.path("path")? },
         Opcode::Lstat => Request::Lstat { path: r.path("path")? },
+        Opcode::Statfs => Request::Statfs { path: r.path("path")? },
         Opcode::Readlink => Request::Readlink { path: r.path("path")? },
         Opcode::Fstat => Request::Fstat { fd: r.u64("fd")? },
         Opcode::Reserve => Request::Reserve { fd: r.u64("fd")?, len: r.u64("len")? },
@@ -627,6 +650,7 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usiz
         }
         Request::Stat { path } => return path_only(Opcode::Stat, path, out),
         Request::Lstat { path } => return path_only(Opcode::Lstat, path, out),
+        Request::Statfs { path } => return path_only(Opcode::Statfs, path, out),
         Request::Readlink { path } => return path_only(Opcode::Readlink, path, out),
         Request::Fstat { fd } => fd_only(Opcode::Fstat, fd, out),
         Request::Reserve { fd, len } => {
@@ -753,6 +777,15 @@ fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
             put_str(out, target, PATH_BYTES_MAX);
             (Opcode::Link, 0)
         }
+        Response::Statfs(f) => {
+            put_u32(out, f.block_bytes);
+            put_u32(out, f.io_bytes);
+            for v in [f.blocks, f.blocks_free, f.blocks_avail, f.files, f.files_free] {
+                put_u64(out, v);
+            }
+            put_u32(out, f.name_max);
+            (Opcode::StatfsOk, 0)
+        }
         Response::Dir { entries, done } => {
             out.push(u8::from(*done));
             put_u32(out, entries.len().min(DIR_ENTRIES_MAX) as u32);
@@ -878,6 +911,16 @@ pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, Pr
         Opcode::Count => Response::Count(r.u64("count")?),
         Opcode::StatOk => Response::Stat(parse_stat(&mut r)?),
         Opcode::Link => Response::Link(r.str(PATH_BYTES_MAX, "link target")?.to_string()),
+        Opcode::StatfsOk => Response::Statfs(WireStatfs {
+            block_bytes: r.u32("block_bytes")?,
+            io_bytes: r.u32("io_bytes")?,
+            blocks: r.u64("blocks")?,
+            blocks_free: r.u64("blocks_free")?,
+            blocks_avail: r.u64("blocks_avail")?,
+            files: r.u64("files")?,
+            files_free: r.u64("files_free")?,
+            name_max: r.u32("name_max")?,
+        }),
         Opcode::Dir => parse_dir(&mut r)?,
         Opcode::StatsOk => Response::Stats(parse_apps(&mut r)?),
         Opcode::Challenge => Response::Challenge { nonce: r.array("nonce")? },

@@ -28,7 +28,7 @@ fn pieces() -> impl Strategy<Value = Vec<(u64, u64)>> {
 type Parts = (u8, String, String, u64, u64, Vec<(u64, u64)>, Vec<u8>);
 
 fn request() -> impl Strategy<Value = Parts> {
-    (0u8..33, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
+    (0u8..34, path(), path(), any::<u64>(), any::<u32>().prop_map(u64::from), pieces(), prop::collection::vec(any::<u8>(), 0..64))
 }
 
 /// A valid post: the socket, or one of the records.
@@ -86,6 +86,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
         30 => Request::Reserve { fd, len: b },
         31 => Request::Symlink { target: p, path: q },
         32 => Request::SetAttr { fd: a, path: p, mode: b as u32, atime_ns: a as i64, mtime_ns: b as i64, nofollow: a & 1 == 0 },
+        33 => Request::Statfs { path: p },
         _ => Request::Stats,
     }
 }
@@ -132,6 +133,7 @@ proptest! {
         for resp in [Response::Ok, Response::Fd(n, n ^ 1), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello),
                      Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg },
                      Response::Challenge { nonce: [n as u8; AUTH_BYTES] }, Response::Link(msg.clone()),
+                     Response::Statfs(WireStatfs { block_bytes: 4096, io_bytes: n as u32, blocks: n, blocks_free: n >> 1, blocks_avail: n >> 2, files: !n, files_free: 7, name_max: 255 }),
                      Response::Lease { offset: n >> 1, len: n >> 2, valid_us: n as u32, lent: n % 2 == 0 }] {
             let mut wire = Vec::new();
             encode_response(id, &resp, &mut wire);

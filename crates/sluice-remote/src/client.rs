@@ -15,7 +15,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd, Group, Stat};
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, Fd, Group, Stat, Statfs};
 use sluice_stripe::{chunk, file_size, group, object_size_for, Layout, LayoutRequest, ObjectList};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -70,6 +70,26 @@ pub struct ObjectInfo {
     pub path: String,
     /// Its size, or the error of the server holding it.
     pub size: std::result::Result<u64, String>,
+}
+
+/// The figures of several file systems as one: block counts in the first
+/// one's unit (each converted through bytes), the smallest name limit.
+pub fn sum_statfs(each: &[Statfs]) -> Statfs {
+    let unit = each.first().map_or(4096, |f| u64::from(f.block_bytes.max(1)));
+    let blocks = |f: &Statfs, n: u64| (u128::from(n) * u128::from(f.block_bytes) / u128::from(unit)).min(u128::from(u64::MAX)) as u64;
+    let mut out = Statfs { block_bytes: unit as u32, io_bytes: each.first().map_or(4096, |f| f.io_bytes), name_max: u32::MAX, ..Statfs::default() };
+    for f in each {
+        out.blocks = out.blocks.saturating_add(blocks(f, f.blocks));
+        out.blocks_free = out.blocks_free.saturating_add(blocks(f, f.blocks_free));
+        out.blocks_avail = out.blocks_avail.saturating_add(blocks(f, f.blocks_avail));
+        out.files = out.files.saturating_add(f.files);
+        out.files_free = out.files_free.saturating_add(f.files_free);
+        out.name_max = out.name_max.min(f.name_max);
+    }
+    if each.is_empty() {
+        out.name_max = 255;
+    }
+    out
 }
 
 /// `each(0..n)`, one thread per index (none for a single one), results in
@@ -453,6 +473,17 @@ impl StripedClient {
         })
         .into_iter()
         .collect()
+    }
+
+    /// The cluster's capacity and free space: the sum over its data
+    /// servers (in the first one's block unit), the shortest name limit.
+    pub fn statfs(&self) -> Result<Statfs> {
+        let each = in_parallel(self.servers.len(), |k| {
+            let server = k as u32;
+            self.data(server).and_then(|c| c.statfs(".").map_err(|err| self.data_error(server, "statfs", err)))
+        });
+        let each = each.into_iter().collect::<Result<Vec<Statfs>>>()?;
+        Ok(sum_statfs(&each))
     }
 
     /// The file size: one past the highest byte any object holds.

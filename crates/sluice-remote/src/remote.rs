@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Group, Stat};
+use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Group, Stat, Statfs};
 use sluice_stripe::{file_size, Layout};
 
 use crate::ahead::{Budget, OpenFile, READ_AHEAD_TOTAL_MAX};
@@ -429,6 +429,18 @@ impl Remote {
         match self {
             Remote::Server(c) => c.lstat(path),
             Remote::Cluster(_) => self.stat(path),
+        }
+    }
+
+    /// The capacity and free space of what `path` is served from: its
+    /// server's file system, or the sum of a cluster's data servers.
+    pub fn statfs(&self, path: &str) -> RemoteResult<Statfs> {
+        match self {
+            Remote::Server(c) => c.statfs(path),
+            Remote::Cluster(k) => {
+                k.client.lookup(path)?;
+                Ok(k.client.statfs()?)
+            }
         }
     }
 

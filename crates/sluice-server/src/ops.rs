@@ -122,6 +122,7 @@ impl Session {
             Request::Stat { path } => Out::Stat(root.stat(path)?),
             Request::Lstat { path } => Out::Stat(root.lstat(path)?),
             Request::Readlink { path } => Out::Link(root.readlink(path)?),
+            Request::Statfs { path } => Out::Statfs(root.statfs(path)?),
             Request::Fstat { fd } => Out::Stat(fstat(self.file(fd)?.fd.as_raw_fd())?),
             Request::Unlink { path } => root.unlink(path).map(|()| Out::Ok)?,
             Request::Rename { from, to } => root.rename(from, to).map(|()| Out::Ok)?,

@@ -170,6 +170,30 @@ impl Root {
         fstat(fd.as_raw_fd()).map_err(|e| Error::new(e.kind, e.errno, format!("{path}: {}", e.message)))
     }
 
+    /// The capacity and free space of the file system holding `path`, as
+    /// `statvfs(3)` gives them.
+    pub fn statfs(&self, path: &str) -> Result<sluice_proto::WireStatfs> {
+        let fd = self.open_beneath(path, libc::O_PATH, 0)?;
+        // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+        let mut v: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatvfs on a descriptor we hold, into a struct we own.
+        if unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut v) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(Error::new(ErrorKind::Io, e.raw_os_error().unwrap_or(libc::EIO), format!("{path}: statfs: {e}")));
+        }
+        let clamp = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+        Ok(sluice_proto::WireStatfs {
+            block_bytes: clamp(v.f_frsize as u64),
+            io_bytes: clamp(v.f_bsize as u64),
+            blocks: v.f_blocks as u64,
+            blocks_free: v.f_bfree as u64,
+            blocks_avail: v.f_bavail as u64,
+            files: v.f_files as u64,
+            files_free: v.f_ffree as u64,
+            name_max: clamp(v.f_namemax as u64),
+        })
+    }
+
     /// The target of the symbolic link at `path`, as `readlink(2)` gives
     /// it (the text; what it names is the caller's to resolve). EINVAL
     /// when `path` is not a link.

@@ -145,6 +145,23 @@ fn modes_and_times_through_the_mount() {
     assert_eq!(std::fs::metadata(m.root().join("c.sh")).unwrap().permissions().mode() & 0o7777, 0o755);
 }
 
+/// `statvfs` and `fstatvfs` through the mount give the served file
+/// system's figures (the mount answered zeros, and `df` hid it).
+#[test]
+fn statfs_through_the_mount_gives_the_served_file_systems_figures() {
+    let m = Mounted::start("statfs");
+    let (root, mnt) = (m.root(), m.mnt());
+    std::fs::write(root.join("a"), b"x").unwrap();
+    let py =
+        "import os, sys\nfor s in (os.statvfs(sys.argv[1]), os.fstatvfs(os.open(sys.argv[2], os.O_RDONLY))):\n    print(s.f_frsize, s.f_blocks, s.f_bfree, s.f_files, s.f_namemax)";
+    let run = |d: &std::path::Path| {
+        let out = Command::new("python3").args(["-c", py]).arg(d).arg(d.join("a")).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    common::same_statfs(&run(&mnt), &run(&root));
+}
+
 /// `ln -s` through the mount makes a link on the server, its target as
 /// given (the mount answered ENOSYS before).
 #[test]

@@ -961,3 +961,20 @@ fn mpi_io_collective_four_ranks_through_sluice_run() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("OK 1048576"), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(read(f.root().join("m.dat")), read(&local));
 }
+
+/// `statvfs`, `fstatvfs` and `df` of service paths give the served file
+/// system's figures (the interposer answered EINVAL, and an MPI program
+/// warned at every start). Free counts move while other tests write, so
+/// they are compared within 1%; sizes and limits exactly.
+#[test]
+fn statfs_of_service_paths_gives_the_served_file_systems_figures() {
+    let f = Fixture::new();
+    std::fs::write(f.root().join("a"), b"x").unwrap();
+    let py =
+        "import os, sys\nfor s in (os.statvfs(sys.argv[1]), os.fstatvfs(os.open(sys.argv[2], os.O_RDONLY))):\n    print(s.f_frsize, s.f_blocks, s.f_bfree, s.f_files, s.f_namemax)";
+    let via = String::from_utf8(f.run(&["python3", "-c", py, &f.prefix(), &f.svc("a")]).stdout).unwrap();
+    let plain = String::from_utf8(direct(&f, &["python3", "-c", py, f.root().to_str().unwrap(), f.root().join("a").to_str().unwrap()]).stdout).unwrap();
+    common::same_statfs(&via, &plain);
+    let df = f.run(&["df", "-k", &f.prefix()]);
+    assert!(String::from_utf8_lossy(&df.stdout).lines().count() == 2, "df of the prefix: {}", String::from_utf8_lossy(&df.stdout));
+}

@@ -55,6 +55,19 @@ pub fn ok(cmd: &str) {
     assert!(out.status.success(), "`{cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// Two listings of `f_frsize f_blocks f_bfree f_files f_namemax`, a line
+/// per file system call: sizes and limits equal, free blocks within 1%
+/// (other processes write meanwhile).
+pub fn same_statfs(via: &str, plain: &str) {
+    let rows = |s: &str| s.lines().map(|l| l.split_whitespace().map(|v| v.parse::<u64>().unwrap()).collect::<Vec<u64>>()).collect::<Vec<_>>();
+    let (via, plain) = (rows(via), rows(plain));
+    assert!(!plain.is_empty() && via.len() == plain.len(), "statfs lines: {via:?} against {plain:?}");
+    for (v, p) in via.iter().zip(&plain) {
+        assert_eq!((v[0], v[1], v[3], v[4]), (p[0], p[1], p[3], p[4]), "block size, blocks, files, name limit: {v:?} against {p:?}");
+        assert!(v[2].abs_diff(p[2]) <= p[2] / 100 + 16, "free blocks {} against {}", v[2], p[2]);
+    }
+}
+
 pub fn same(a: &Path, b: &Path) {
     assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap(), "{} differs from {}", a.display(), b.display());
 }
