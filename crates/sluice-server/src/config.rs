@@ -65,6 +65,28 @@ pub struct ServerLimits {
     /// to be answered EBUSY; a socket past twice `clients_max` is answered
     /// EBUSY and closed at once.
     pub clients_max: u32,
+    /// Of `clients_max`, the slots only root and the server's own user may
+    /// take: another user finds the table full this many slots early. 16:
+    /// an operator's `sluice ls` and a mount always find room.
+    pub clients_reserved: u32,
+    /// Connections one user (by uid, after squash) may hold at once; one
+    /// more is refused EBUSY. Root and the server's user have no such
+    /// limit. 512, half of `clients_max`: a node's ranks, twice over,
+    /// and never the whole table (`evloop/fair.rs`).
+    pub conns_per_uid_max: u32,
+    /// Bytes one user's connections may hold together: admitted reads and
+    /// writes, replies not yet read, and frames being received. Past it
+    /// that user's connections are not read until bytes drain
+    /// (backpressure). Root and the server's user have no such limit.
+    /// 512 MiB: half of `held_bytes_max`, so one user never holds it all.
+    pub uid_bytes_max: u64,
+    /// Bytes held for all clients together: admitted reads and writes
+    /// (collectives' data among them), replies not yet read, and frames
+    /// being received. Past it no connection takes more until bytes drain.
+    /// 1 GiB. Shared-memory regions are bounded apart
+    /// (`shm_total_bytes_max`): their pages are the clients' as much as
+    /// the server's, and are charged as touched.
+    pub held_bytes_max: u64,
     /// Largest frame a client may send, header included, in bytes.
     pub frame_bytes_max: u32,
     /// Reads and writes a connection may have in flight; past it a request
@@ -198,6 +220,10 @@ impl Default for ServerLimits {
     fn default() -> ServerLimits {
         ServerLimits {
             clients_max: 1024,
+            clients_reserved: 16,
+            conns_per_uid_max: 512,
+            uid_bytes_max: 512 << 20,
+            held_bytes_max: 1 << 30,
             frame_bytes_max: sluice_proto::FRAME_BYTES_MAX,
             inflight_per_connection_max: 256,
             fds_per_connection_max: 1024,
@@ -348,6 +374,15 @@ impl ServerConfig {
         if l.partial_bytes_max < u64::from(l.frame_bytes_max) {
             return Err(Error::config("partial_bytes_max must hold at least one frame of frame_bytes_max"));
         }
+        if l.clients_reserved >= l.clients_max || l.conns_per_uid_max == 0 {
+            return Err(Error::config("clients_reserved must leave other users a slot, and conns_per_uid_max be at least 1"));
+        }
+        // A message must fit a user's and the server's budgets whole, or
+        // it would wait for ever.
+        let message = u64::from(l.frame_bytes_max).max(u64::from(sluice_proto::IO_BYTES_MAX)) + (sluice_proto::HEADER_BYTES + 8 + sluice_proto::MESSAGE_BYTES_MAX) as u64;
+        if l.uid_bytes_max < message || l.held_bytes_max < l.uid_bytes_max {
+            return Err(Error::config(format!("uid_bytes_max must hold one whole message ({message} bytes) and held_bytes_max at least uid_bytes_max")));
+        }
         if (l.frame_bytes_max as usize) < sluice_proto::HEADER_BYTES + 64 {
             return Err(Error::config("frame_bytes_max is too small for any request"));
         }
@@ -379,5 +414,23 @@ mod tests {
         let e = with(&|c| c.sqpoll_idle_ms = Some(SQPOLL_IDLE_MS_MAX + 1)).unwrap_err();
         assert!(e.to_string().contains("sqpoll idle time 1001 ms outside 1..=1000"), "{e}");
         assert!(with(&|c| c.sqpoll_idle_ms = Some(0)).is_err());
+    }
+
+    #[test]
+    fn fair_share_bounds_at_n_and_n_plus_one() {
+        let with = |f: &dyn Fn(&mut ServerLimits)| {
+            let mut c = config();
+            f(&mut c.limits);
+            c.validate()
+        };
+        assert!(with(&|l| l.clients_reserved = l.clients_max - 1).is_ok(), "one slot left for other users");
+        assert!(with(&|l| l.clients_reserved = l.clients_max).is_err(), "none left");
+        assert!(with(&|l| l.conns_per_uid_max = 0).is_err());
+        let message =
+            u64::from(sluice_proto::FRAME_BYTES_MAX).max(u64::from(sluice_proto::IO_BYTES_MAX)) + (sluice_proto::HEADER_BYTES + 8 + sluice_proto::MESSAGE_BYTES_MAX) as u64;
+        assert!(with(&|l| l.uid_bytes_max = message).is_ok(), "a user's share holds one whole message");
+        assert!(with(&|l| l.uid_bytes_max = message - 1).is_err(), "one byte less would wait for ever");
+        assert!(with(&|l| l.held_bytes_max = l.uid_bytes_max).is_ok());
+        assert!(with(&|l| l.held_bytes_max = l.uid_bytes_max - 1).is_err(), "the budget holds at least one user's share");
     }
 }

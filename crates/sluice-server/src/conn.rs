@@ -74,6 +74,10 @@ pub enum Pause {
     /// Its reply bytes are at `reply_bytes_max`: it resumes once this
     /// many more fit (or none are held).
     Bytes(u64),
+    /// Its user's share (`uid_bytes_max`) or the server's budget
+    /// (`held_bytes_max`) has no room: it resumes once this many bytes
+    /// fit (`evloop/fair.rs`).
+    Room(u64),
 }
 
 /// A reply frame being written: its encoded head, then its payload.
@@ -110,6 +114,12 @@ pub struct Conn {
     pub inflight: u32,
     /// Bytes held against `reply_bytes_max`.
     pub held: u64,
+    /// Its user (after squash), once the handshake is done, and the
+    /// counter of that user's bytes (`None`: root or the server's user,
+    /// who have no per-user share), which `take`, `give`, `uid_take` and
+    /// `uid_give` keep.
+    pub uid: Option<u32>,
+    uid_held: Option<Arc<AtomicU64>>,
     out: VecDeque<OutFrame>,
     /// The last flush left bytes unsent; since when nothing moved.
     pub out_stalled: Option<Instant>,
@@ -149,6 +159,8 @@ impl Conn {
             broken: false,
             inflight: 0,
             held: 0,
+            uid: None,
+            uid_held: None,
             out: VecDeque::new(),
             out_stalled: None,
             accepted: now,
@@ -201,12 +213,48 @@ impl Conn {
     pub fn take(&mut self, n: u64, total: &AtomicU64) {
         self.held += n;
         total.fetch_add(n, Ordering::Relaxed);
+        self.uid_take(n);
     }
 
     /// Give `n` reply bytes back.
     pub fn give(&mut self, n: u64, total: &AtomicU64) {
         self.held -= n;
         total.fetch_sub(n, Ordering::Relaxed);
+        self.uid_give(n);
+    }
+
+    /// The handshake named its user: from now on its bytes count in
+    /// `counter` too (`None`: a privileged user, counted nowhere), the
+    /// bytes it holds already included.
+    pub fn join_user(&mut self, uid: u32, counter: Option<Arc<AtomicU64>>) {
+        self.uid = Some(uid);
+        self.uid_held = counter;
+        self.uid_take(self.held);
+    }
+
+    /// `n` bytes against its user's share only (a frame being received).
+    pub fn uid_take(&mut self, n: u64) {
+        if let Some(u) = &self.uid_held {
+            u.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn uid_give(&mut self, n: u64) {
+        if let Some(u) = &self.uid_held {
+            u.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Its user's bytes now (`None`: no share, a privileged user or no
+    /// handshake yet).
+    pub fn uid_held(&self) -> Option<u64> {
+        self.uid_held.as_ref().map(|u| u.load(Ordering::Relaxed))
+    }
+
+    /// Ready, and nothing in flight, unsent, waiting or half-received: it
+    /// can be closed without losing anything acknowledged.
+    pub fn idle(&self) -> bool {
+        self.ready() && self.inflight == 0 && self.out.is_empty() && self.blocked.is_none() && self.pause.is_none() && matches!(self.rx, Rx::Idle)
     }
 
     /// Queue a reply; `counted`: payload bytes to give back once written.

@@ -147,12 +147,18 @@ fn app_latency(e: &mut Expo, rows: &[AppRow]) {
 }
 
 fn server(e: &mut Expo, shared: &Shared) {
-    let gauges: [(&str, &str, f64); 7] = [
+    let gauges: [(&str, &str, f64); 9] = [
         ("sluice_connections", "Connections open now", shared.conns_open.load(Ordering::Relaxed) as f64),
         ("sluice_doorbells_watched", "Doorbells the loop looks at every turn (bounded by doorbells_watched_max)", shared.doorbells_watched.load(Ordering::Relaxed) as f64),
         ("sluice_files_open", "Distinct backing files open now", lock(&shared.files).len() as f64),
         ("sluice_partial_frame_bytes", "Bytes held in partial frames now (bounded by partial_bytes_max)", shared.partial_held.load(Ordering::Relaxed) as f64),
         ("sluice_reply_bytes", "Bytes held in admitted requests and unsent replies now", shared.reply_bytes.load(Ordering::Relaxed) as f64),
+        (
+            "sluice_held_bytes",
+            "Bytes held for clients now: admitted requests, unsent replies and partial frames (bounded by held_bytes_max)",
+            (shared.reply_bytes.load(Ordering::Relaxed) + shared.partial_held.load(Ordering::Relaxed)) as f64,
+        ),
+        ("sluice_held_bytes_max", "The server's budget of bytes held for clients (held_bytes_max)", shared.config.limits.held_bytes_max as f64),
         ("sluice_shm_bytes", "Bytes of shared-memory regions mapped now", shared.shm_bytes.load(Ordering::Relaxed) as f64),
         ("sluice_uptime_seconds", "Seconds since the server started", shared.clock.now() as f64 / 1e9),
     ];
@@ -160,12 +166,14 @@ fn server(e: &mut Expo, shared: &Shared) {
         e.family(name, "gauge", help);
         e.sample(name, &[], v);
     }
-    let counters: [(&str, &str, u64); 5] = [
+    let counters: [(&str, &str, u64); 7] = [
         ("sluice_rung_requests_total", "Requests taken from shared-memory doorbells instead of the socket", shared.rung.load(Ordering::Relaxed)),
         ("sluice_nudges_total", "Nudge frames received (a rung request while its doorbell was not watched)", shared.nudges.load(Ordering::Relaxed)),
         ("sluice_shm_refused_total", "Shared-memory regions refused at shm_total_bytes_max (those clients use the socket)", shared.shm_refused.load(Ordering::Relaxed)),
         ("sluice_shm_tapered_total", "Shared-memory regions granted smaller than asked, the budget filling (shm_taper_shares)", shared.shm_tapered.load(Ordering::Relaxed)),
         ("sluice_handshakes_evicted_total", "Connections closed before their handshake, making room for newer ones", shared.handshakes_evicted.load(Ordering::Relaxed)),
+        ("sluice_connections_evicted_total", "Idle connections of the user holding the most closed to make room for another user", shared.conns_evicted.load(Ordering::Relaxed)),
+        ("sluice_connections_refused_per_user_total", "Handshakes refused because their user held conns_per_uid_max connections", shared.uid_refused.load(Ordering::Relaxed)),
     ];
     for (name, help, n) in counters {
         e.family(name, "counter", help);

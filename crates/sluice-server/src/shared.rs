@@ -40,6 +40,11 @@ pub(crate) struct Shared {
     /// Connections closed before their handshake to make room for newer
     /// ones (the table full at twice `clients_max`), since the start.
     pub handshakes_evicted: AtomicU64,
+    /// Idle connections closed to make room for another user
+    /// (`evloop/fair.rs`).
+    pub conns_evicted: AtomicU64,
+    /// Handshakes refused because their user held `conns_per_uid_max`.
+    pub uid_refused: AtomicU64,
     /// `ShmAttach`es granted less than asked (and than `shm_bytes_max`)
     /// because the budget was filling (`shm::taper`).
     pub shm_tapered: AtomicU64,
@@ -79,6 +84,8 @@ impl Shared {
             shm_bytes: Arc::new(AtomicU64::new(0)),
             shm_refused: AtomicU64::new(0),
             handshakes_evicted: AtomicU64::new(0),
+            conns_evicted: AtomicU64::new(0),
+            uid_refused: AtomicU64::new(0),
             shm_tapered: AtomicU64::new(0),
             rung: AtomicU64::new(0),
             nudges: AtomicU64::new(0),

@@ -28,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
     // The event loop's leaves: its readiness interface, the partial-frame
     // budget, admission's pure decisions, the completion queue, the
     // watched doorbells.
-    &["evloop::poll", "evloop::budget", "evloop::admission", "evloop::queue", "evloop::watched"],
+    &["evloop::poll", "evloop::budget", "evloop::admission", "evloop::queue", "evloop::watched", "evloop::fair"],
     // The loop's state, and the turn that walks the stages.
     &["evloop"],
     // The stages.

@@ -167,6 +167,40 @@ fn helper() {
             let fd = c.open("public.txt", libc::O_RDONLY, 0).unwrap();
             assert_eq!(c.fset_attr(fd, 0o777, SETATTR_TIME_OMIT, SETATTR_TIME_OMIT).unwrap_err().errno, libc::EPERM, "fchmod");
         }
+        // Hold as many connections as the server grants, each past its
+        // Hello and then silent; print how many, and wait to be killed.
+        "hold-slots" => {
+            let want: usize = std::env::var("HOSTILE_CONNS").unwrap().parse().unwrap();
+            let mut held = Vec::new();
+            for _ in 0..want {
+                match raw_hello(&addr) {
+                    Ok(s) => held.push(s),
+                    Err(_) => continue,
+                }
+            }
+            println!("HELD {}", held.len());
+            println!("HELPER-OK");
+            std::thread::sleep(Duration::from_secs(600));
+        }
+        // Pipeline 8 MiB reads of a large file on many connections and
+        // never read an answer; wait to be killed.
+        "unread-replies" => {
+            let mut held = Vec::new();
+            for _ in 0..24 {
+                let Ok(mut s) = raw_hello(&addr) else { continue };
+                let fd = raw_open(&mut s, "big.bin");
+                let mut frames = Vec::new();
+                for k in 0..32u64 {
+                    sluice_proto::encode_request(100 + k, &sluice_proto::Request::Read { fd, offset: (k % 8) << 23, len: 8 << 20 }, &mut frames).unwrap();
+                }
+                s.set_nonblocking(true).unwrap();
+                let _ = std::io::Write::write(&mut s, &frames);
+                held.push(s);
+            }
+            println!("PIPELINED {}", held.len());
+            println!("HELPER-OK");
+            std::thread::sleep(Duration::from_secs(600));
+        }
         other => panic!("unknown helper action {other}"),
     }
     println!("HELPER-OK");
@@ -361,4 +395,152 @@ fn a_tcp_metadata_role_refuses_clients_without_the_key() {
     assert!(out.status.success(), "{}", text(&out));
     let _ = meta.kill();
     let _ = meta.wait();
+}
+
+/// A raw Unix connection past its `Hello`, as a client that will say
+/// nothing more would hold it.
+fn raw_hello(addr: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
+    let path = addr.strip_prefix("unix:").expect("a Unix server");
+    let mut s = std::os::unix::net::UnixStream::connect(path)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let hello = sluice_proto::Hello { version: sluice_proto::VERSION, app: "hog", weight: 1, client_id: std::process::id(), cred: None };
+    let mut frame = Vec::new();
+    sluice_proto::encode_request(1, &sluice_proto::Request::Hello(hello), &mut frame).unwrap();
+    std::io::Write::write_all(&mut s, &frame)?;
+    match raw_reply(&mut s)? {
+        (sluice_proto::Opcode::HelloOk, _) => Ok(s),
+        (op, body) => Err(std::io::Error::other(format!("{op:?}: {}", String::from_utf8_lossy(&body)))),
+    }
+}
+
+/// One reply frame: its opcode and body.
+fn raw_reply(s: &mut std::os::unix::net::UnixStream) -> std::io::Result<(sluice_proto::Opcode, Vec<u8>)> {
+    let mut head = [0u8; sluice_proto::HEADER_BYTES];
+    std::io::Read::read_exact(s, &mut head)?;
+    let h = sluice_proto::check_header(&head, sluice_proto::FRAME_BYTES_MAX).map_err(std::io::Error::other)?.expect("a whole header");
+    let mut body = vec![0u8; h.body_len as usize];
+    std::io::Read::read_exact(s, &mut body)?;
+    Ok((h.opcode, body))
+}
+
+/// `open(path, O_RDONLY)` on a raw connection: the server's handle.
+fn raw_open(s: &mut std::os::unix::net::UnixStream, path: &str) -> u64 {
+    let mut frame = Vec::new();
+    sluice_proto::encode_request(2, &sluice_proto::Request::Open { path, flags: libc::O_RDONLY, mode: 0 }, &mut frame).unwrap();
+    std::io::Write::write_all(s, &frame).unwrap();
+    let (op, body) = raw_reply(s).unwrap();
+    assert_eq!(op, sluice_proto::Opcode::Fd, "{}", String::from_utf8_lossy(&body));
+    u64::from_le_bytes(body[..8].try_into().unwrap())
+}
+
+/// Start `hostile-helper` doing `what` as `uid` in the background; wait
+/// for its `HELPER-OK` and return it with the line before.
+fn helper_running_as(v: &Victim, uid: u32, what: &str, env: &[(&str, &str)]) -> (Child, String) {
+    let mut c = Command::new("setpriv");
+    c.args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into(), "--".into()]);
+    c.arg(v.bin("hostile-helper")).args(["--exact", "helper", "--nocapture", "--test-threads=1"]);
+    c.env(HELPER_ENV, what).env("SLUICE_SERVER", &v.addr).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let (mut line, mut last) = (String::new(), String::new());
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the helper ended before HELPER-OK; last line {last:?}");
+        if line.trim() == "HELPER-OK" {
+            return (child, last);
+        }
+        // libtest writes "test helper ... " before the first line.
+        last = line.trim().rsplit("... ").next().unwrap_or_default().to_string();
+    }
+}
+
+/// `sluice ls` of the root as `uid` (root: none): it succeeds, and how
+/// long it took, the program's start included.
+fn ls_as(v: &Victim, uid: Option<u32>) -> Duration {
+    let since = Instant::now();
+    let out = match uid {
+        None => Command::new(v.bin("sluice")).args(["ls", ":"]).env("SLUICE_SERVER", &v.addr).output().unwrap(),
+        Some(u) => Command::new("setpriv")
+            .args([format!("--reuid={u}"), format!("--regid={u}"), "--clear-groups".into(), "--".into(), v.bin("sluice"), "ls".into(), ":".into()])
+            .env("SLUICE_SERVER", &v.addr)
+            .output()
+            .unwrap(),
+    };
+    let took = since.elapsed();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("public.txt"), "ls as {uid:?}: {}", text(&out));
+    took
+}
+
+/// A third user, besides root and the attacker nobody.
+const THIRD: u32 = 65_533;
+
+/// Kills a background helper even when the test fails.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One user holding every slot it can, each silent after its Hello (the
+/// table was 1,024 connections, and everyone, root included, was refused
+/// EBUSY): root and a third user still list the root. Timed loosely
+/// (the figure is printed; a loaded CI machine starts programs slowly).
+#[test]
+fn a_user_holding_every_slot_it_can_leaves_root_and_others_served() {
+    let v = Victim::start(false, &[]);
+    let (hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "1100")]);
+    let _hog = Killed(hog);
+    let held: usize = held.strip_prefix("HELD ").unwrap().parse().unwrap();
+    assert_eq!(held, 512, "conns_per_uid_max connections, not one more");
+    let (root, third) = (ls_as(&v, None), ls_as(&v, Some(THIRD)));
+    eprintln!("with nobody holding {held} connections: root's ls {root:?}, a third user's {third:?}");
+    assert!(root < Duration::from_secs(2) && third < Duration::from_secs(2), "root {root:?}, third {third:?}");
+}
+
+/// The reserved slots at N and N+1: with 8 slots, 2 kept, a user holds 6
+/// and the 7th is refused though its per-user limit allows 7; a third
+/// user then finds the table full for users and takes the idle slot of
+/// the user holding the most; root takes one of its own.
+#[test]
+fn a_full_table_keeps_root_s_slots_and_makes_room_for_another_user() {
+    let v = Victim::start(false, &["--clients-max", "8", "--clients-reserved", "2", "--conns-per-uid-max", "7"]);
+    let (hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "7")]);
+    let _hog = Killed(hog);
+    assert_eq!(held, "HELD 6", "clients_max - clients_reserved for a user; the 7th refused");
+    ls_as(&v, Some(THIRD));
+    ls_as(&v, None);
+}
+
+/// Server RSS (`VmRSS`), in bytes.
+fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).unwrap().trim().trim_end_matches(" kB").trim().parse().unwrap();
+    kb << 10
+}
+
+/// 24 connections pipelining 8 MiB reads whose answers are never read
+/// (the server grew from 112 MiB to 2,960 MiB): its RSS stays under the
+/// 1 GiB budget, and root still lists the root meanwhile.
+#[test]
+fn replies_nobody_reads_stay_within_the_server_s_budget() {
+    let v = Victim::start(false, &[]);
+    let big = v.root().join("big.bin");
+    std::fs::write(&big, vec![7u8; 64 << 20]).unwrap();
+    std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let pid = v.child.as_ref().unwrap().id();
+    let (hog, n) = helper_running_as(&v, NOBODY, "unread-replies", &[]);
+    let _hog = Killed(hog);
+    assert_eq!(n, "PIPELINED 24");
+    let mut peak = 0;
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(4) {
+        peak = peak.max(rss_bytes(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ls = ls_as(&v, None);
+    eprintln!("server RSS peak {} MiB with 24 connections not reading; root's ls {ls:?}", peak >> 20);
+    assert!(peak < 1 << 30, "server RSS {} MiB", peak >> 20);
 }

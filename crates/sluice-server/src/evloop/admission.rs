@@ -101,6 +101,9 @@ pub struct Seen<'a, T> {
     /// Reply bytes the connection holds now, and their bound.
     pub held: u64,
     pub reply_bytes_max: u64,
+    /// Bytes its user's share and the server's budget both leave
+    /// (`fair::room`).
+    pub room: u64,
     /// Messages the connection has in flight, and their bound.
     pub inflight: u32,
     pub inflight_max: u32,
@@ -125,6 +128,9 @@ pub enum Admission {
     /// Not now: the connection holds too many reply bytes. The frame waits
     /// until `need` more fit (or none are held).
     Wait { need: u64 },
+    /// Not now: its user's share or the server's budget has no room for
+    /// `need` bytes; the frame waits until they fit.
+    Starve { need: u64 },
     /// Answered at once with an error (and its post record says so).
     Refuse { errno: i32, msg: String },
 }
@@ -137,6 +143,9 @@ pub fn admit<T>(io: &Io, seen: &Seen<'_, T>) -> Admission {
     let reserved = REPLY_FRAME_BYTES + if io.shm_at.is_some() { 0 } else { total };
     if seen.held > 0 && seen.held + reserved > seen.reply_bytes_max {
         return Admission::Wait { need: reserved };
+    }
+    if reserved > seen.room {
+        return Admission::Starve { need: reserved };
     }
     let refuse = |errno: i32, msg: String| Admission::Refuse { errno, msg };
     if let Some((at, post)) = io.shm_at {
@@ -177,7 +186,7 @@ mod tests {
     const MAX: u64 = 1 << 20;
 
     fn seen(c: &Collectives<()>) -> Seen<'_, ()> {
-        Seen { held: 0, reply_bytes_max: MAX, inflight: 0, inflight_max: 4, region: None, file: Ok((FileId(1), libc::O_RDWR)), collectives: c, ready: (0, 0) }
+        Seen { held: 0, reply_bytes_max: MAX, room: u64::MAX, inflight: 0, inflight_max: 4, region: None, file: Ok((FileId(1), libc::O_RDWR)), collectives: c, ready: (0, 0) }
     }
 
     fn table() -> Collectives<()> {
@@ -207,6 +216,19 @@ mod tests {
         assert_eq!(at(MAX - reserved + 1), Admission::Wait { need: reserved }, "N+1: waits");
         // A message larger than the bound is admitted alone.
         assert!(matches!(admit(&read(2 * MAX), &seen(&c)), Admission::Schedule { .. }));
+    }
+
+    #[test]
+    fn the_user_s_and_server_s_room_at_n_and_n_plus_one() {
+        let c = table();
+        let io = read(4096);
+        let reserved = REPLY_FRAME_BYTES + 4096;
+        let at = |room| admit(&io, &Seen { room, ..seen(&c) });
+        assert!(matches!(at(reserved), Admission::Schedule { .. }), "N: exactly the room left");
+        assert_eq!(at(reserved - 1), Admission::Starve { need: reserved }, "N+1: waits for room");
+        // Unlike its own bound, a connection holding nothing waits too:
+        // the budgets are never passed.
+        assert_eq!(admit(&io, &Seen { held: 0, room: 0, ..seen(&c) }), Admission::Starve { need: reserved });
     }
 
     #[test]

@@ -39,6 +39,11 @@ impl Budget {
         n > 0 && !self.waiting.is_empty()
     }
 
+    /// Bytes reserved by bodies in progress.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
     /// Bytes allocated by bodies changed by `delta`; the new total.
     pub fn allocate(&mut self, delta: i64) -> u64 {
         self.allocated = self.allocated.checked_add_signed(delta).expect("allocations balance");

@@ -27,6 +27,12 @@ impl EventLoop {
         self.abandon_frame(&mut c);
         let held = c.held;
         c.give(held, &self.shared.reply_bytes);
+        if let Some(uid) = c.uid {
+            self.uids.leave(uid);
+        }
+        if matches!(c.pause, Some(Pause::Room(_))) {
+            self.starved.retain(|&s| s != id);
+        }
         if let Some(app) = c.app {
             if lock(&self.shared.apps).disconnect(app, self.now.ns) {
                 self.disp.forget(app);
@@ -82,8 +88,49 @@ impl EventLoop {
             }
             self.resume_if_drained(id);
         }
+        self.wake_starved();
         for (shm, k) in self.wakes.drain(..) {
             shm.wake(k);
+        }
+    }
+
+    /// Bytes `c` may still take: what its user's share and the server's
+    /// budget both leave (`fair::room`).
+    pub(super) fn room(&self, c: &Conn) -> u64 {
+        let l = &self.shared.config.limits;
+        let all = self.shared.reply_bytes.load(Ordering::Relaxed) + self.budget.held();
+        super::fair::room(c.uid_held(), l.uid_bytes_max, all, l.held_bytes_max)
+    }
+
+    /// Pause `c` until `need` bytes fit its room (`wake_starved`).
+    pub(super) fn starve(&mut self, c: &mut Conn, need: u64) {
+        c.pause = Some(Pause::Room(need));
+        if !self.starved.contains(&c.id) {
+            self.starved.push(c.id);
+        }
+    }
+
+    /// Resume the starved connections whose bytes now fit, in the order
+    /// they came; the rest wait on.
+    fn wake_starved(&mut self) {
+        if self.starved.is_empty() {
+            return;
+        }
+        for id in std::mem::take(&mut self.starved) {
+            let fits = match self.conns.get(&id).map(|c| (c.pause, c)) {
+                Some((Some(Pause::Room(need)), c)) => need <= self.room(c),
+                _ => continue,
+            };
+            if !fits {
+                self.starved.push(id);
+                continue;
+            }
+            let mut c = self.conns.remove(&id).expect("present");
+            c.pause = None;
+            if !self.stopping {
+                self.resume(&mut c);
+            }
+            self.put_back(c);
         }
     }
 

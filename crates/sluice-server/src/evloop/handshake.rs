@@ -8,12 +8,13 @@
 //! more is refused `EBUSY`.
 
 use std::borrow::Cow;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice_core::ClientId;
 use sluice_proto::{auth_verify, parse_request, Header, HelloOk, Request, IO_BYTES_MAX, VERSION};
 
-use super::{EventLoop, Flow};
+use super::{fair, EventLoop, Flow};
 use crate::conn::{Conn, Pause, Phase};
 use crate::ident;
 use crate::ops::Session;
@@ -32,6 +33,13 @@ impl EventLoop {
             c.pause = Some(Pause::Bytes(0));
             return Flow::Paused;
         }
+        // Nothing at all is taken in while the user's share or the
+        // server's budget is spent (a metadata reply takes bytes too).
+        if self.room(c) == 0 {
+            c.blocked = Some((h, body.into_owned()));
+            self.starve(c, 1);
+            return Flow::Paused;
+        }
         match c.phase {
             Phase::Hello => self.hello(c, h, body),
             Phase::Auth { .. } => self.auth(c, h, &body),
@@ -46,10 +54,49 @@ impl EventLoop {
     }
 
     /// Why a handshake cannot finish now: `clients_max` connections have
-    /// finished theirs.
+    /// finished theirs (a first look, before the identity is known; the
+    /// fair placement comes at `welcome`).
     fn full(&self) -> Option<String> {
         let max = self.shared.config.limits.clients_max;
-        (self.ready_conns >= max as usize).then(|| format!("server full (clients_max = {max})"))
+        (self.ready_conns >= max as usize && self.uids.busiest(0, |u| self.privileged(u)).is_none()).then(|| format!("server full (clients_max = {max})"))
+    }
+
+    /// Root and the server's own user: no per-user limits, and the
+    /// reserved slots.
+    pub(super) fn privileged(&self, uid: u32) -> bool {
+        uid == 0 || uid == self.shared.server_uid
+    }
+
+    /// A slot for a newcomer of `uid` (`fair::place`): free, taken from the
+    /// busiest user's idle connection that has been silent longest, or
+    /// refused with the reason.
+    fn seat(&mut self, uid: u32) -> Result<(), String> {
+        let l = &self.shared.config.limits;
+        let privileged = self.privileged(uid);
+        let mine = self.uids.conns(uid);
+        let t = fair::Table { ready: self.ready_conns, clients_max: l.clients_max, clients_reserved: l.clients_reserved, conns_per_uid_max: l.conns_per_uid_max, mine, privileged };
+        match fair::place(&t) {
+            fair::Place::Free => Ok(()),
+            fair::Place::Refuse(msg) => {
+                self.shared.uid_refused.fetch_add(1, Ordering::Relaxed);
+                Err(msg)
+            }
+            fair::Place::Evict => {
+                let than = if privileged { 0 } else { mine + 1 };
+                let victim = self
+                    .uids
+                    .busiest(than, |u| self.privileged(u))
+                    .and_then(|busy| self.conns.values().filter(|c| c.uid == Some(busy) && c.idle()).min_by_key(|c| (c.last_frame, c.id)).map(|c| c.id));
+                let Some(victim) = victim else { return Err(fair::full(&t)) };
+                if let Some(c) = self.conns.get(&victim) {
+                    let msg = format!("closed, idle, to make room for another user (this user held the most connections; clients_max = {})", l.clients_max);
+                    fair::send_reason(&c.stream, libc::EBUSY, &msg);
+                }
+                self.shared.conns_evicted.fetch_add(1, Ordering::Relaxed);
+                self.remove(victim);
+                Ok(())
+            }
+        }
     }
 
     /// The first frame must be a `Hello`; where the identity needs the key
@@ -103,15 +150,15 @@ impl EventLoop {
     /// `answer_id`.
     fn welcome(&mut self, c: &mut Conn, answer_id: u64, h: Header, body: &[u8]) -> Flow {
         let Ok(Request::Hello(hello)) = parse_request(&h, body) else { unreachable!("parsed before") };
-        // Checked again: others may have finished theirs since the Hello.
-        if let Some(msg) = self.full() {
-            return self.refuse(c, answer_id, libc::EBUSY, msg);
-        }
         let peer = c.peer.as_ref().ok().and_then(|p| p.as_ref());
         let identity = match ident::identify(peer, hello.cred.as_ref(), self.shared.config.squash, self.shared.server_uid) {
             Ok(i) => i,
             Err(e) => return self.refuse(c, answer_id, e.errno, e.message),
         };
+        let uid = identity.cred.uid;
+        if let Err(msg) = self.seat(uid) {
+            return self.refuse(c, answer_id, libc::EBUSY, msg);
+        }
         let name = if hello.app.is_empty() { "anonymous" } else { hello.app };
         let connected = lock(&self.shared.apps).connect(name, hello.weight, self.now.ns);
         let app = match connected {
@@ -123,6 +170,8 @@ impl EventLoop {
         c.session = Some(Box::new(Session::new(app, ClientId(hello.client_id), identity)));
         c.phase = Phase::Ready;
         self.ready_conns += 1;
+        let counter = self.uids.join(uid);
+        c.join_user(uid, (!self.privileged(uid)).then_some(counter));
         let l = &self.shared.config.limits;
         let ok = HelloOk { version: VERSION, frame_bytes_max: l.frame_bytes_max, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: l.inflight_per_connection_max };
         c.push(answer_id, Out::HelloOk(ok), 0, &self.shared.reply_bytes);

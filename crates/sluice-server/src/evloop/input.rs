@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use sluice_net::Listener;
 use sluice_proto::{check_header, Header, Opcode, HEADER_BYTES};
 
+use super::fair::send_reason;
 use super::poll::TOKEN_LISTENER;
 use super::{EventLoop, Flow, BODY_CHUNK_BYTES};
 use crate::config::FRAME_RATE_MIN_BYTES_PER_MS;
@@ -265,12 +266,17 @@ impl EventLoop {
             c.pause = Some(Pause::Bytes(u64::from(header.body_len)));
             return false;
         }
+        if n as u64 > self.room(c) {
+            self.starve(c, n as u64);
+            return false;
+        }
         if !self.budget.take(n as u64) {
             c.pause = Some(Pause::Budget(self.now.at));
             self.budget.wait(c.id);
             return false;
         }
         // The whole body is reserved now, allocated a chunk at a time.
+        c.uid_take(n as u64);
         let mut body = Vec::with_capacity(n.min(BODY_CHUNK_BYTES).max(tail.len()));
         body.extend_from_slice(tail);
         self.allocated(body.capacity() as i64);
@@ -319,6 +325,7 @@ impl EventLoop {
         let Rx::Body { header, body, held, .. } = std::mem::replace(&mut c.rx, Rx::Idle) else { unreachable!() };
         self.allocated(-(body.capacity() as i64));
         self.give_budget(held);
+        c.uid_give(held);
         matches!(self.frame(c, header, Cow::Owned(body)), Flow::Next)
     }
 
@@ -346,6 +353,7 @@ impl EventLoop {
         if let Rx::Body { held, body, .. } = std::mem::replace(&mut c.rx, Rx::Idle) {
             self.allocated(-(body.capacity() as i64));
             self.give_budget(held);
+            c.uid_give(held);
         }
         c.stash = Vec::new();
     }
@@ -412,12 +420,4 @@ unsafe fn recv_raw(fd: RawFd, buf: *mut u8, len: usize) -> Recv {
             },
         }
     }
-}
-
-/// Tell a socket that is not kept why, under request id 0, without
-/// waiting (what its buffer does not take is lost; it is closed next).
-fn send_reason(stream: &crate::net::Stream, errno: i32, msg: &str) {
-    let mut out = Vec::new();
-    sluice_proto::encode_response(0, &sluice_proto::Response::Error { errno, message: msg }, &mut out);
-    let _ = stream.send_nonblocking(&out);
 }

@@ -47,6 +47,7 @@ mod completion;
 mod conns;
 mod deadlines;
 mod doorbells;
+mod fair;
 mod gather;
 mod handshake;
 mod input;
@@ -127,6 +128,12 @@ pub(crate) struct EventLoop {
     /// Connections whose handshake is done (`Phase::Ready`): at most
     /// `clients_max`. The others, at most as many again, wait for theirs.
     ready_conns: usize,
+    /// Each user's connections and bytes (`fair.rs`).
+    uids: fair::Uids,
+    /// Connections paused for room in their user's share or the server's
+    /// budget (`Pause::Room`), looked at when bytes drain: at most one
+    /// entry per connection.
+    starved: Vec<u64>,
     conn_next: u64,
     disp: Dispatcher,
     workers: Option<Workers>,
@@ -199,6 +206,8 @@ impl EventLoop {
             waker,
             conns: IdMap::default(),
             ready_conns: 0,
+            uids: fair::Uids::default(),
+            starved: Vec::new(),
             conn_next: poll::FIRST_CONN,
             disp,
             workers: Some(workers),
@@ -330,6 +339,7 @@ impl EventLoop {
             self.put_back(c);
         }
         self.budget.forget_all();
+        self.starved.clear();
         // Rung requests are no longer taken: their clients nudge, and are
         // answered when the drain closes their connections.
         for id in self.doorbells.unwatch_all() {

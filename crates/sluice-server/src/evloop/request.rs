@@ -76,6 +76,7 @@ impl EventLoop {
         let seen = Seen {
             held: c.held,
             reply_bytes_max: l.reply_bytes_max,
+            room: self.room(c),
             inflight: c.inflight,
             inflight_max: l.inflight_per_connection_max,
             region: c.shm.as_ref().map(|s| (s.len() as u64, s.posts())),
@@ -87,6 +88,11 @@ impl EventLoop {
             Admission::Wait { need } => {
                 c.blocked = Some((h, body.into_owned()));
                 c.pause = Some(Pause::Bytes(need));
+                Flow::Paused
+            }
+            Admission::Starve { need } => {
+                c.blocked = Some((h, body.into_owned()));
+                self.starve(c, need);
                 Flow::Paused
             }
             Admission::Refuse { errno, msg } => {

@@ -74,6 +74,25 @@ pub struct ServeArgs {
     /// (EBUSY). The server's threads do not grow with it.
     #[arg(long, default_value_t = sluice_server::ServerLimits::default().clients_max)]
     clients_max: u32,
+    /// Of --clients-max, the slots only root and the server's own user may
+    /// take.
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().clients_reserved)]
+    clients_reserved: u32,
+    /// Connections one user may hold at once (root and the server's user
+    /// excepted); one more is refused (EBUSY). When the table is full, the
+    /// idle connection silent longest of the user holding the most is
+    /// closed for a newcomer of another user.
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().conns_per_uid_max)]
+    conns_per_uid_max: u32,
+    /// Bytes one user's connections may hold together (admitted requests,
+    /// unread replies, frames being received); past it that user waits.
+    /// Root and the server's user excepted.
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().uid_bytes_max)]
+    uid_bytes_max: u64,
+    /// Bytes the server holds for all clients together; past it every
+    /// connection waits until bytes drain.
+    #[arg(long, default_value_t = sluice_server::ServerLimits::default().held_bytes_max)]
+    held_bytes_max: u64,
     /// Bytes a cache lease may cover: a local client's read whose range is
     /// in the page cache is answered "read it yourself" (the client reads
     /// from a descriptor the server lends it). 0 turns leases off. Never
@@ -151,6 +170,10 @@ fn config(a: &ServeArgs) -> anyhow::Result<ServerConfig> {
     cfg.squash = sluice_server::Squash::parse(&a.squash)?;
     cfg.key_file = a.key_file.clone();
     cfg.limits.clients_max = a.clients_max;
+    cfg.limits.clients_reserved = a.clients_reserved;
+    cfg.limits.conns_per_uid_max = a.conns_per_uid_max;
+    cfg.limits.uid_bytes_max = a.uid_bytes_max;
+    cfg.limits.held_bytes_max = a.held_bytes_max;
     cfg.limits.lease_bytes_max = a.lease_bytes_max;
     cfg.metrics = a.metrics.clone();
     cfg.limits.metrics_apps_max = a.metrics_apps_max;
@@ -182,7 +205,8 @@ fn check(a: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<()> {
     println!("direct: {}", if a.direct { "on" } else { "off" });
     println!("squash: {}", a.squash);
     println!("key file: {key}");
-    println!("clients max: {}", a.clients_max);
+    println!("clients max: {} ({} kept for root and the server's user; {} a user)", a.clients_max, a.clients_reserved, a.conns_per_uid_max);
+    println!("bytes held: {} a user, {} in all", a.uid_bytes_max, a.held_bytes_max);
     println!("metrics: {}", a.metrics.as_deref().unwrap_or("off"));
     println!("trace: {}", a.trace.as_ref().map_or("off".to_string(), |t| t.display().to_string()));
     Ok(())
