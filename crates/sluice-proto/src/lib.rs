@@ -34,7 +34,7 @@ pub mod meta;
 mod msg;
 mod wire;
 
-pub use auth::{auth_mac, auth_verify};
+pub use auth::{auth_mac, auth_verify, proof_mac, proof_verify};
 pub use error::{ProtoError, ProtoErrorKind};
 pub use frame::{check_header, encode_header, hello_after_length, request_id_of, Header, Opcode};
 pub use msg::{
@@ -63,7 +63,10 @@ pub use msg::{
 ///    [`LEASE_ONLY_AT`] asks for one without its data.
 /// 13: `Statfs` and the `StatfsOk` response (`statfs(2)` through the
 ///    mount and the interposer gives the served file system's figures).
-pub const VERSION: u16 = 13;
+/// 14: the key proof runs both ways: `Auth` carries the client's nonce,
+///    and the `HelloOk` that answers it the server's proof
+///    ([`proof_mac`]).
+pub const VERSION: u16 = 14;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
