@@ -203,3 +203,18 @@ pub const STATS_APPS_MAX: usize = 4096;
 /// Latency histogram buckets: bucket i counts latencies in
 /// `[2^i, 2^(i+1))` microseconds (bucket 0 also holds < 1 us).
 pub const LATENCY_BUCKETS: usize = 32;
+
+#[cfg(test)]
+mod doc_tests {
+    /// docs/protocol.md states the version a `Hello` must carry, in its
+    /// title and in the `Hello`'s fields: both must be `VERSION`.
+    #[test]
+    fn the_protocol_document_states_this_version() {
+        let doc = include_str!("../../../docs/protocol.md");
+        let title = doc.lines().next().unwrap_or("");
+        assert_eq!(title, format!("# The sluice wire protocol (version {})", super::VERSION), "docs/protocol.md's title");
+        let hello = format!("`version: u16 = {}` (`sluice_proto::VERSION`)", super::VERSION);
+        assert!(doc.contains(&hello), "docs/protocol.md's Hello must say {hello}");
+        assert_eq!(doc.matches("`version: u16 = ").count(), 1, "the Hello's version is stated once");
+    }
+}
