@@ -177,6 +177,16 @@ impl Conn {
         Ok(())
     }
 
+    /// Refuse a server on a Unix socket that runs as neither root nor
+    /// `expected` (default: this process's euid), before anything is sent.
+    pub(crate) fn check_server(&self, expected: Option<u32>) -> Result<()> {
+        lock(&self.output).check_server(expected).map_err(|e| {
+            let errno = e.raw_os_error().unwrap_or(libc::EACCES);
+            let hint = format!("pass --server-uid UID or set {}=UID to trust that user's server", crate::SERVER_UID_ENV);
+            ClientError::new(ClientErrorKind::Connect, errno, format!("sluice server at {} is not trusted: {e}; {hint}", self.addr))
+        })
+    }
+
     /// Whether the connection is TCP (the server then wants the key).
     pub(crate) fn is_tcp(&self) -> bool {
         self.addr.starts_with("tcp:")

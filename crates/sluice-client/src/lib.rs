@@ -109,6 +109,10 @@ pub const SOFT_ENV: &str = "SLUICE_SOFT";
 /// Environment variable: `0` turns cache leases off (every read goes
 /// through the server).
 pub const LEASES_ENV: &str = "SLUICE_LEASES";
+/// Environment variable: the uid a server on a Unix socket may run as
+/// besides root (default: this process's effective uid); a server of any
+/// other uid is refused before anything is sent (`sluice_net::Stream::check_server`).
+pub const SERVER_UID_ENV: &str = "SLUICE_SERVER_UID";
 /// Environment variable: the application's QoS weight (default 1; 0 is
 /// the background class, served when the device has nothing else to do).
 pub const WEIGHT_ENV: &str = "SLUICE_WEIGHT";
@@ -189,6 +193,10 @@ pub struct ConnectOptions {
     /// The key file to prove when the server asks; `None`:
     /// `sluice_net::key::default_path()`.
     pub key_file: Option<std::path::PathBuf>,
+    /// The uid a server on a Unix socket may run as besides root; `None`:
+    /// `SLUICE_SERVER_UID`, else this process's effective uid. A server of
+    /// another uid is refused (EACCES) before the client sends anything.
+    pub server_uid: Option<u32>,
     /// After a break or a silence: default `Hard`, `Soft` when
     /// `SLUICE_SOFT=1`.
     pub recovery: Recovery,
@@ -220,6 +228,7 @@ impl Default for ConnectOptions {
             client_id: None,
             cred: None,
             key_file: None,
+            server_uid: std::env::var(SERVER_UID_ENV).ok().and_then(|v| v.trim().parse().ok()),
             recovery: if soft { Recovery::Soft } else { Recovery::Hard },
             timeout: Duration::from_secs(timeout_s),
             shm: std::env::var(shm::SHM_ENV).map_or(true, |v| v != "0"),

@@ -6,9 +6,13 @@
 use super::*;
 
 /// Dial `addr` and perform the handshake as `opts` says, proving the key
-/// when the server asks: session number `gen`.
+/// when the server asks: session number `gen`. The server is checked
+/// first: on a Unix socket its uid before anything is sent
+/// (`sluice_net::Stream::check_server`), on TCP its own proof of the key
+/// before its `HelloOk` is believed (`prove_key`).
 fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen: u64) -> Result<Session> {
     let conn = Conn::open(addr, Arc::clone(patience))?;
+    conn.check_server(opts.server_uid)?;
     let app = opts.app.as_deref().unwrap_or("");
     let cred = opts.cred.clone().or_else(|| conn.is_tcp().then(own_cred));
     let hello = Request::Hello(Hello { version: VERSION, app, weight: opts.weight, client_id: opts.client_id.unwrap_or_else(std::process::id), cred });
@@ -17,11 +21,16 @@ fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen
         _ => ClientError::new(ClientErrorKind::Connect, e.errno, format!("sluice server at {addr} refused the connection: {}", e.message)),
     };
     let ok = match conn.call(&hello).map_err(refused)? {
+        // Every sluice server challenges a TCP client: one that does not
+        // cannot prove it holds the key.
+        Reply::HelloOk(_) if conn.is_tcp() => return Err(impostor(addr, "it answered without asking for the key, which a sluice server on TCP always does")),
         Reply::HelloOk(ok) => ok,
         Reply::Challenge(nonce) => {
-            let mac = prove_key(addr, &hello, &nonce, opts.key_file.as_deref())?;
-            match conn.call(&Request::Auth { mac }).map_err(refused)? {
-                Reply::HelloOk(ok) => ok,
+            let key = load_key(addr, opts.key_file.as_deref())?;
+            let proof = Proof::new(&key, &hello, nonce)?;
+            match conn.call(&Request::Auth { mac: proof.mac, nonce: proof.mine }).map_err(refused)? {
+                Reply::HelloOk(ok) if ok.proof.is_some_and(|p| proof.checks(&key, &p)) => ok,
+                Reply::HelloOk(_) => return Err(impostor(addr, "its answer does not prove it holds the key")),
                 r => return Err(unexpected("auth", &r)),
             }
         }
@@ -31,16 +40,43 @@ fn open_session(addr: &str, opts: &ConnectOptions, patience: &Arc<Patience>, gen
     Ok(Session { conn, gen, io_bytes_max: ok.io_bytes_max.min(IO_BYTES_MAX) as usize, shm, write_leases_refused: AtomicBool::new(false) })
 }
 
-/// The `Auth` MAC for a server's challenge: the key file's key over the
-/// nonce and the `Hello` body as sent.
-fn prove_key(addr: &str, hello: &Request<'_>, nonce: &[u8; sluice_proto::AUTH_BYTES], key_file: Option<&std::path::Path>) -> Result<[u8; sluice_proto::AUTH_BYTES]> {
+/// A server that did not prove the key: nothing it says is believed.
+fn impostor(addr: &str, why: &str) -> ClientError {
+    ClientError::new(ClientErrorKind::Connect, libc::EACCES, format!("sluice server at {addr} is not trusted: {why} (another program may hold its address)"))
+}
+
+/// The key of the key file, for a server's challenge.
+fn load_key(addr: &str, key_file: Option<&std::path::Path>) -> Result<[u8; sluice_net::key::KEY_BYTES]> {
     let denied = |why: String| ClientError::new(ClientErrorKind::Connect, libc::EACCES, format!("sluice server at {addr} wants its key proven: {why}"));
     let path =
         key_file.map(std::path::Path::to_path_buf).or_else(sluice_net::key::default_path).ok_or_else(|| denied(format!("no key file (set {})", sluice_net::key::KEY_ENV)))?;
-    let key = sluice_net::key::load(&path).map_err(|e| denied(e.to_string()))?;
-    let mut frame = Vec::new();
-    encode_request(0, hello, &mut frame).map_err(|e| ClientError::invalid(e.to_string()))?;
-    Ok(auth_mac(&key, nonce, &frame[HEADER_BYTES..]))
+    sluice_net::key::load(&path).map_err(|e| denied(e.to_string()))
+}
+
+/// Both sides of the key proof for a server's challenge: the `Auth` MAC
+/// (the key over the server's nonce and the `Hello` body as sent), and the
+/// client's own fresh nonce, which the server's `HelloOk` must prove the
+/// key over (`sluice_proto::proof_mac`).
+struct Proof {
+    mac: [u8; sluice_proto::AUTH_BYTES],
+    mine: [u8; sluice_proto::AUTH_BYTES],
+    theirs: [u8; sluice_proto::AUTH_BYTES],
+    hello_body: Vec<u8>,
+}
+
+impl Proof {
+    fn new(key: &[u8], hello: &Request<'_>, theirs: [u8; sluice_proto::AUTH_BYTES]) -> Result<Proof> {
+        let mut frame = Vec::new();
+        encode_request(0, hello, &mut frame).map_err(|e| ClientError::invalid(e.to_string()))?;
+        let hello_body = frame.split_off(HEADER_BYTES);
+        let mine = sluice_net::key::random::<{ sluice_proto::AUTH_BYTES }>().map_err(|e| ClientError::new(ClientErrorKind::Connect, libc::EIO, format!("getrandom: {e}")))?;
+        Ok(Proof { mac: auth_mac(key, &theirs, &hello_body), mine, theirs, hello_body })
+    }
+
+    /// Whether the server's `proof` shows it holds `key`.
+    fn checks(&self, key: &[u8], proof: &[u8; sluice_proto::AUTH_BYTES]) -> bool {
+        sluice_proto::proof_verify(key, &self.mine, &self.theirs, &self.hello_body, proof)
+    }
 }
 
 /// Whether `e`, met while reconnecting, means the server is not there

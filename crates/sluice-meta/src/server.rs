@@ -305,7 +305,7 @@ fn serve(shared: &Shared, mut stream: MetaStream) {
             match authenticate(shared, req, &mut nonce) {
                 Ok(reply) => {
                     shared.stats.record(op, true, since);
-                    proven = matches!(reply, MetaReply::Authenticated);
+                    proven = matches!(reply, MetaReply::Authenticated { .. });
                     if send(&mut stream, &reply).is_err() {
                         return;
                     }
@@ -380,7 +380,8 @@ fn recv_within(stream: &mut MetaStream, wait: Duration, stall: Duration) -> std:
 }
 
 /// The key proof of a TCP connection: `AuthStart` gets a fresh nonce,
-/// `Auth` must carry its MAC; anything else is refused.
+/// `Auth` must carry its MAC, and is answered with the role's own proof
+/// over the client's nonce; anything else is refused.
 fn authenticate(shared: &Shared, req: MetaRequest, nonce: &mut Option<[u8; sluice_proto::AUTH_BYTES]>) -> std::result::Result<MetaReply, String> {
     let key = shared.key.expect("authentication only where a key is set");
     match (req, *nonce) {
@@ -389,8 +390,10 @@ fn authenticate(shared: &Shared, req: MetaRequest, nonce: &mut Option<[u8; sluic
             *nonce = Some(n);
             Ok(MetaReply::Challenge { nonce: hex(&n) })
         }
-        (MetaRequest::Auth { mac }, Some(n)) => match unhex::<{ sluice_proto::AUTH_BYTES }>(&mac) {
-            Some(mac) if sluice_proto::auth_verify(&key, &n, META_AUTH_CONTEXT, &mac) => Ok(MetaReply::Authenticated),
+        (MetaRequest::Auth { mac, nonce: theirs }, Some(n)) => match (unhex::<{ sluice_proto::AUTH_BYTES }>(&mac), unhex::<{ sluice_proto::AUTH_BYTES }>(&theirs)) {
+            (Some(mac), Some(theirs)) if sluice_proto::auth_verify(&key, &n, META_AUTH_CONTEXT, &mac) => {
+                Ok(MetaReply::Authenticated { proof: hex(&sluice_proto::proof_mac(&key, &theirs, &n, META_AUTH_CONTEXT)) })
+            }
             _ => Err("authentication failed: the client's key is not this metadata role's".into()),
         },
         _ => Err("this metadata role listens on TCP: prove the shared key first (see --key-file)".into()),

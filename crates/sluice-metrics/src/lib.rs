@@ -5,31 +5,67 @@
 //! text format (version 0.0.4), [`Endpoint`] serves it over HTTP on one
 //! thread, and [`parse`] reads it back strictly (tests, `sluice top`).
 //!
-//! Bounds of the endpoint: one request at a time; a request head of at most
-//! [`REQUEST_BYTES_MAX`] bytes (431 past it); a client silent for
-//! [`IO_TIMEOUT`] is dropped; only `GET` (405).
+//! Bounds of the endpoint: it serves many clients at once from one thread
+//! (a `poll(2)` loop over nonblocking sockets), at most [`CONNS_MAX`] of
+//! them (one more closes the one held longest); a request head of at most
+//! [`REQUEST_BYTES_MAX`] bytes (431 past it); a client gets [`IO_TIMEOUT`]
+//! in all to send its request and take the answer, then is closed; only
+//! `GET` (405). A route is asked at most once per path per turn of the
+//! loop, however many clients asked for it in that turn. The thread runs
+//! at a lower priority ([`NICE`]): a flood of scrapes takes CPU time from
+//! the endpoint, not from the role it reports on.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes of an HTTP request head the endpoint reads; a longer one is
 /// answered 431 and closed.
 pub const REQUEST_BYTES_MAX: usize = 8 << 10;
 /// A scrape client gets this long, in all, to send its request and take
-/// the answer; then it is dropped (one trickling byte at a time holds the
-/// endpoint no longer).
+/// the answer; then it is closed (one trickling byte at a time holds a
+/// place no longer).
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Clients held at once. One more closes the one held longest (as the
+/// newest is accepted): a scrape takes milliseconds, so it loses its place
+/// only if this many connections arrive meanwhile, while slow or silent
+/// clients, which hold theirs longest, go first. 64: a few Prometheus
+/// servers and dashboards many times over, at most 64 request heads of
+/// `REQUEST_BYTES_MAX` held.
+pub const CONNS_MAX: usize = 64;
+/// Longest the loop sleeps in `poll(2)` with nothing to do, in ms (it
+/// wakes sooner for a deadline or a client).
+const POLL_MS_MAX: u64 = 1_000;
+/// The endpoint thread's nice value (Linux sets it per thread): scrapes
+/// yield the CPU to the role's own threads.
+pub const NICE: i32 = 10;
 
 /// What a route answers: content type and body.
 pub type Page = (&'static str, String);
 
 /// The content type of the text format.
 pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The endpoint's bounds; [`Endpoint::start`] uses the constants above.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Clients held at once ([`CONNS_MAX`]).
+    pub conns_max: usize,
+    /// Each client's time in all ([`IO_TIMEOUT`]).
+    pub io_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { conns_max: CONNS_MAX, io_timeout: IO_TIMEOUT }
+    }
+}
 
 /// The endpoint's thread; stopped (and joined) on drop.
 pub struct Endpoint {
@@ -43,12 +79,23 @@ impl Endpoint {
     /// serve: `route` gets the path of each `GET` and answers, or `None`
     /// for 404.
     pub fn start(addr: &str, route: impl Fn(&str) -> Option<Page> + Send + 'static) -> std::io::Result<Endpoint> {
+        Endpoint::start_with(addr, Limits::default(), route)
+    }
+
+    /// `start` with other bounds (tests).
+    pub fn start_with(addr: &str, limits: Limits, route: impl Fn(&str) -> Option<Page> + Send + 'static) -> std::io::Result<Endpoint> {
+        assert!(limits.conns_max > 0, "an endpoint holds at least one client");
         let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
         let l = TcpListener::bind(addr).map_err(|e| std::io::Error::new(e.kind(), format!("bind the metrics endpoint {addr}: {e}")))?;
+        l.set_nonblocking(true)?;
         let local = l.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let st = Arc::clone(&stop);
-        let thread = std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || serve(l, route, st))?;
+        let thread = std::thread::Builder::new().name("sluice-metrics".into()).spawn(move || {
+            // SAFETY: setpriority on this thread's own id (Linux: per thread).
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, NICE) };
+            serve(&l, limits, route, &st)
+        })?;
         Ok(Endpoint { addr: local, stop, thread: Some(thread) })
     }
 
@@ -60,7 +107,7 @@ impl Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept.
+        // Wake the loop's poll.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -68,54 +115,115 @@ impl Drop for Endpoint {
     }
 }
 
-fn serve(l: TcpListener, route: impl Fn(&str) -> Option<Page>, stop: Arc<AtomicBool>) {
-    for s in l.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            return;
+/// One client: its request head as read so far, then its answer.
+struct Scrape {
+    s: TcpStream,
+    deadline: Instant,
+    head: Vec<u8>,
+    /// The whole answer once the head is in, and how much of it was sent.
+    out: Option<(Vec<u8>, usize)>,
+}
+
+/// The loop: clients in the order they came (the oldest first out when
+/// full), each closed when answered, gone, or past its deadline.
+fn serve(l: &TcpListener, limits: Limits, route: impl Fn(&str) -> Option<Page>, stop: &AtomicBool) {
+    let mut held: VecDeque<Scrape> = VecDeque::with_capacity(limits.conns_max);
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(limits.conns_max + 1);
+    while !stop.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        held.retain(|c| c.deadline > now);
+        fds.clear();
+        fds.push(libc::pollfd { fd: l.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        fds.extend(held.iter().map(|c| libc::pollfd { fd: c.s.as_raw_fd(), events: if c.out.is_some() { libc::POLLOUT } else { libc::POLLIN }, revents: 0 }));
+        let soonest = held.iter().map(|c| c.deadline.saturating_duration_since(now).as_millis() as u64 + 1).min().unwrap_or(POLL_MS_MAX);
+        // SAFETY: fds is a valid array of fds.len() pollfd structs.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, soonest.min(POLL_MS_MAX) as libc::c_int) };
+        if n <= 0 {
+            continue;
         }
-        let Ok(mut s) = s else { continue };
-        let deadline = std::time::Instant::now() + IO_TIMEOUT;
-        let (status, ctype, body) = match read_head(&mut s, deadline) {
-            Ok(head) => answer(&head, &route),
-            Err(HeadError::TooLarge) => (431, "text/plain", format!("request head over {REQUEST_BYTES_MAX} bytes\n")),
-            Err(HeadError::Gone) => continue,
+        // One rendering per path per turn, shared by every client that
+        // asked for it in this turn.
+        let mut pages: Vec<(String, Option<Page>)> = Vec::new();
+        let mut render = |path: &str| match pages.iter().find(|(p, _)| p == path) {
+            Some((_, page)) => page.clone(),
+            None => {
+                let page = route(path);
+                pages.push((path.to_string(), page.clone()));
+                page
+            }
         };
-        let reason = match status {
-            200 => "OK",
-            404 => "Not Found",
-            405 => "Method Not Allowed",
-            431 => "Request Header Fields Too Large",
-            _ => "Bad Request",
-        };
-        let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n", body.len());
-        let _ = write_by(&mut s, head.as_bytes(), deadline).and_then(|()| write_by(&mut s, body.as_bytes(), deadline));
-    }
-}
-
-/// Time left before `deadline`; an error once it has passed (so a client
-/// that trickles bytes is dropped after `IO_TIMEOUT` in all).
-fn left(deadline: std::time::Instant) -> std::io::Result<Duration> {
-    let d = deadline.saturating_duration_since(std::time::Instant::now());
-    if d.is_zero() {
-        return Err(std::io::ErrorKind::TimedOut.into());
-    }
-    Ok(d)
-}
-
-/// Write all of `bytes` before `deadline`.
-fn write_by(s: &mut TcpStream, mut bytes: &[u8], deadline: std::time::Instant) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        s.set_write_timeout(Some(left(deadline)?))?;
-        let n = s.write(bytes)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::WriteZero.into());
+        let mut kept = VecDeque::with_capacity(limits.conns_max);
+        for (mut c, fd) in held.drain(..).zip(&fds[1..]) {
+            if fd.revents == 0 || step(&mut c, &mut render) {
+                kept.push_back(c);
+            }
         }
-        bytes = &bytes[n..];
+        held = kept;
+        if fds[0].revents != 0 {
+            accept(l, limits, &mut held);
+        }
     }
-    Ok(())
 }
 
-fn answer(head: &str, route: &impl Fn(&str) -> Option<Page>) -> (u16, &'static str, String) {
+/// Take every waiting connection; past `conns_max` held, the oldest goes.
+fn accept(l: &TcpListener, limits: Limits, held: &mut VecDeque<Scrape>) {
+    while let Ok((s, _)) = l.accept() {
+        if s.set_nonblocking(true).is_err() {
+            continue;
+        }
+        if held.len() >= limits.conns_max {
+            held.pop_front();
+        }
+        held.push_back(Scrape { s, deadline: Instant::now() + limits.io_timeout, head: Vec::new(), out: None });
+    }
+}
+
+/// Move `c` on as far as its socket allows; false when it is done (answered
+/// or gone).
+fn step(c: &mut Scrape, render: &mut impl FnMut(&str) -> Option<Page>) -> bool {
+    if c.out.is_none() {
+        let mut buf = [0u8; 4096];
+        let room = (REQUEST_BYTES_MAX + 1 - c.head.len()).min(buf.len());
+        match c.s.read(&mut buf[..room]) {
+            Ok(0) => return false,
+            Ok(n) => c.head.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return true,
+            Err(_) => return false,
+        }
+        let (status, ctype, body) = match head_of(&c.head) {
+            Head::Partial => return true,
+            Head::Whole(head) => answer(&head, render),
+            Head::TooLarge => (431, "text/plain", format!("request head over {REQUEST_BYTES_MAX} bytes\n")),
+            Head::Bad => return false,
+        };
+        c.out = Some((response(status, ctype, &body), 0));
+    }
+    let Some((out, sent)) = &mut c.out else { return false };
+    while *sent < out.len() {
+        match c.s.write(&out[*sent..]) {
+            Ok(0) => return false,
+            Ok(n) => *sent += n,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return true,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// An HTTP/1.1 answer, whole.
+fn response(status: u16, ctype: &str, body: &str) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        _ => "Bad Request",
+    };
+    let head = format!("HTTP/1.1 {status} {reason}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n", body.len());
+    [head.as_bytes(), body.as_bytes()].concat()
+}
+
+fn answer(head: &str, route: &mut impl FnMut(&str) -> Option<Page>) -> (u16, &'static str, String) {
     let mut parts = head.lines().next().unwrap_or("").split(' ');
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     if method != "GET" {
@@ -127,34 +235,23 @@ fn answer(head: &str, route: &impl Fn(&str) -> Option<Page>) -> (u16, &'static s
     }
 }
 
-enum HeadError {
+/// How far a request head is.
+enum Head {
+    Partial,
+    Whole(String),
     TooLarge,
-    /// Closed, timed out, or not HTTP.
-    Gone,
+    /// Not text.
+    Bad,
 }
 
-/// Read up to the blank line that ends a request head, before `deadline`.
-fn read_head(s: &mut TcpStream, deadline: std::time::Instant) -> Result<String, HeadError> {
-    let mut buf = vec![0u8; REQUEST_BYTES_MAX + 1];
-    let mut got = 0;
-    loop {
-        if let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
-            if end + 4 > REQUEST_BYTES_MAX {
-                return Err(HeadError::TooLarge);
-            }
-            return String::from_utf8(buf[..end].to_vec()).map_err(|_| HeadError::Gone);
-        }
-        if got > REQUEST_BYTES_MAX {
-            return Err(HeadError::TooLarge);
-        }
-        let Ok(d) = left(deadline) else { return Err(HeadError::Gone) };
-        if s.set_read_timeout(Some(d)).is_err() {
-            return Err(HeadError::Gone);
-        }
-        match s.read(&mut buf[got..]) {
-            Ok(0) | Err(_) => return Err(HeadError::Gone),
-            Ok(n) => got += n,
-        }
+/// Whether `got` holds a whole request head (up to the blank line), within
+/// `REQUEST_BYTES_MAX` bytes.
+fn head_of(got: &[u8]) -> Head {
+    match got.windows(4).position(|w| w == b"\r\n\r\n") {
+        Some(end) if end + 4 > REQUEST_BYTES_MAX => Head::TooLarge,
+        Some(end) => String::from_utf8(got[..end].to_vec()).map_or(Head::Bad, Head::Whole),
+        None if got.len() > REQUEST_BYTES_MAX => Head::TooLarge,
+        None => Head::Partial,
     }
 }
 
@@ -388,6 +485,63 @@ mod tests {
         assert_eq!((log2_bucket(0), log2_bucket(2_000), log2_bucket(2_001)), (0, 0, 1), "2 µs is le 2 µs");
         assert_eq!((log2_bucket(4_000), log2_bucket(4_001)), (1, 2));
         assert_eq!(log2_bucket(u64::MAX), LOG2_BUCKETS - 1);
+    }
+
+    /// Open `n` clients that each sent part of a request head, in order.
+    fn partial(addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+        (0..n)
+            .map(|_| {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                s
+            })
+            .collect()
+    }
+
+    /// Finish `s`'s request and read its answer: the status, 0 for none.
+    fn finish(s: &mut TcpStream) -> u16 {
+        let _ = s.write_all(b"\r\n");
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    }
+
+    #[test]
+    fn the_connection_bound_holds_at_n_and_n_plus_1() {
+        // A deadline far beyond the test's run, so that only the bound can
+        // close a client here; the deadline has its own tests.
+        let limits = Limits { conns_max: CONNS_MAX, io_timeout: Duration::from_secs(600) };
+        let e = Endpoint::start_with("127.0.0.1:0", limits, |_| Some((TEXT_FORMAT, "x 1\n".to_string()))).unwrap();
+        let mut n = partial(e.addr(), CONNS_MAX);
+        // At N: the first client is still held. Served and closed, it frees
+        // its place; the next check starts with N - 1 held.
+        assert_eq!(finish(&mut n[0]), 200, "N clients are held at once, the oldest included");
+        // Back to N, then one more: the oldest held (n[1]) is closed, the
+        // newest served, and the others still are.
+        n.extend(partial(e.addr(), 1));
+        let mut extra = partial(e.addr(), 1).pop().unwrap();
+        assert_eq!(finish(&mut extra), 200, "the newest is served");
+        assert_eq!(finish(&mut n[1]), 0, "at N + 1 the client held longest was closed unanswered");
+        assert_eq!(finish(&mut n[2]), 200, "and only that one");
+        assert_eq!(finish(n.last_mut().unwrap()), 200);
+    }
+
+    #[test]
+    fn silent_clients_do_not_delay_a_scrape() {
+        let e = Endpoint::start("127.0.0.1:0", |_| Some((TEXT_FORMAT, "x 1\n".to_string()))).unwrap();
+        // Twice as many silent clients as the endpoint holds: served one at
+        // a time, they held it 2 s each, 256 s in all.
+        let _silent = partial(e.addr(), 2 * CONNS_MAX);
+        let t = Instant::now();
+        let mut s = TcpStream::connect(e.addr()).unwrap();
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        // The limit is the scrape's own deadline (2 s), hundreds of times
+        // what serving it takes on a loaded machine.
+        assert!(out.starts_with("HTTP/1.1 200"), "a scrape behind {} silent clients: {out:?} after {:?}", 2 * CONNS_MAX, t.elapsed());
     }
 
     #[test]

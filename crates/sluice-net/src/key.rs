@@ -4,7 +4,10 @@
 //!
 //! A key file holds 32 random bytes as 64 hex digits and a newline. It must
 //! not be readable by group or others (mode 0600, as ssh demands of its
-//! keys): a key anyone can read proves nothing. `sluice serve` creates one
+//! keys): a key anyone can read proves nothing. It must belong to the user
+//! the process runs as (its effective uid) or to root, as sshd demands of
+//! host keys: a key another user owns may have been planted by that user,
+//! who then knows it. `sluice serve` creates one
 //! when it needs one and none exists; clients read the same default path,
 //! so one user's server and clients agree without configuration.
 //!
@@ -13,7 +16,7 @@
 //! already authenticated stay up; every new connection needs the new key.
 
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Environment variable naming the key file.
@@ -38,12 +41,19 @@ fn bad(path: &Path, why: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("key file {}: {why}", path.display()))
 }
 
-/// Read a key file; refused when group or others may read it, when it is
-/// larger than `KEY_FILE_BYTES_MAX`, or when it does not hold exactly 64
-/// hex digits (blank space around them allowed).
+/// Read a key file; refused when group or others may read it, when
+/// another user than this process's effective uid or root owns it
+/// (`PermissionDenied`), when it is larger than `KEY_FILE_BYTES_MAX`, or
+/// when it does not hold exactly 64 hex digits (blank space around them
+/// allowed). Every reader of a key (servers, metadata role, clients) comes
+/// through here, so the checks hold for all of them.
 pub fn load(path: &Path) -> io::Result<[u8; KEY_BYTES]> {
     let f = std::fs::File::open(path).map_err(|e| io::Error::new(e.kind(), format!("key file {}: {e}", path.display())))?;
-    let mode = f.metadata()?.permissions().mode();
+    let meta = f.metadata().map_err(|e| bad(path, e))?;
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    check_owner(path, meta.uid(), euid)?;
+    let mode = meta.permissions().mode();
     if mode & 0o077 != 0 {
         return Err(bad(path, format_args!("mode {:04o} lets others read it; chmod 600 it", mode & 0o7777)));
     }
@@ -61,6 +71,18 @@ pub fn load(path: &Path) -> io::Result<[u8; KEY_BYTES]> {
         *k = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| bad(path, e))?;
     }
     Ok(key)
+}
+
+/// A key file owned by `owner` is trusted by a process of effective uid
+/// `euid` when one of them owns it or root does; otherwise the error names
+/// the file, its owner and the owner expected.
+fn check_owner(path: &Path, owner: u32, euid: u32) -> io::Result<()> {
+    if owner == euid || owner == 0 {
+        return Ok(());
+    }
+    let expected = if euid == 0 { "root (uid 0)".to_string() } else { format!("uid {euid} (this process's user) or root") };
+    let msg = format!("key file {}: owned by uid {owner}, expected {expected}; another user could have planted it (chown it, or make a new key)", path.display());
+    Err(io::Error::new(io::ErrorKind::PermissionDenied, msg))
 }
 
 /// `N` bytes from the kernel's random source.
@@ -134,6 +156,39 @@ mod tests {
         assert_eq!(load(&path).unwrap(), k, "a key file of exactly KEY_FILE_BYTES_MAX bytes");
         std::fs::write(&path, format!("{hex}{}", " ".repeat(pad + 1))).unwrap();
         assert!(load(&path).unwrap_err().to_string().contains("KEY_FILE_BYTES_MAX"), "one byte more is refused, not cut");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_key_is_trusted_only_from_its_user_or_root() {
+        let p = Path::new("/k");
+        assert!(check_owner(p, 1000, 1000).is_ok(), "the process's own user");
+        assert!(check_owner(p, 0, 1000).is_ok(), "root");
+        assert!(check_owner(p, 0, 0).is_ok());
+        let e = check_owner(p, 65_534, 0).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        let m = e.to_string();
+        assert!(m.contains("/k") && m.contains("owned by uid 65534") && m.contains("expected root (uid 0)"), "{m}");
+        let m = check_owner(p, 1001, 1000).unwrap_err().to_string();
+        assert!(m.contains("expected uid 1000 (this process's user) or root"), "{m}");
+    }
+
+    #[test]
+    fn a_key_file_another_user_owns_is_refused_by_load() {
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            return; // chown needs root; check_owner's test covers the rule.
+        }
+        let dir = std::env::temp_dir().join(format!("sluice-key-owner-test-{}", std::process::id()));
+        let path = dir.join("key");
+        let (k, _) = load_or_create(&path).unwrap();
+        std::os::unix::fs::chown(&path, Some(65_534), Some(65_534)).unwrap();
+        let e = load(&path).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("owned by uid 65534"), "{e}");
+        assert!(load_or_create(&path).is_err(), "nor replaced silently");
+        std::os::unix::fs::chown(&path, Some(0), Some(0)).unwrap();
+        assert_eq!(load(&path).unwrap(), k);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

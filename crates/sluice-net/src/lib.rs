@@ -140,6 +140,24 @@ impl Stream {
         Ok(Some(PeerCred { pid: c.pid as u32, uid: c.uid, gid: c.gid, groups }))
     }
 
+    /// A client's check of the server it reached, before it sends
+    /// anything: on a Unix socket the kernel says which uid listens
+    /// (`SO_PEERCRED`), and that must be root or `expected` (default: this
+    /// process's effective uid). Anyone else bound the path (a socket in a
+    /// directory others can write, after the server stopped) and would be
+    /// served the client's requests and data: `PermissionDenied`. On TCP
+    /// the kernel cannot say; the key proof, made both ways, covers it.
+    pub fn check_server(&self, expected: Option<u32>) -> io::Result<()> {
+        let Some(peer) = self.peer_cred()? else { return Ok(()) };
+        // SAFETY: geteuid cannot fail.
+        let expected = expected.unwrap_or_else(|| unsafe { libc::geteuid() });
+        if peer.uid == 0 || peer.uid == expected {
+            return Ok(());
+        }
+        let msg = format!("the server on this socket runs as uid {}, not root or uid {expected} (the owner expected): someone else may have bound the path", peer.uid);
+        Err(io::Error::new(io::ErrorKind::PermissionDenied, msg))
+    }
+
     /// Disable Nagle's algorithm on TCP; nothing to do on Unix sockets.
     pub fn set_nodelay(&self) {
         if let Stream::Tcp(s) = self {
@@ -306,6 +324,22 @@ mod tests {
             server.join().unwrap();
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_server_of_ones_own_uid_or_on_tcp_passes_the_check() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let a = Stream::Unix(a);
+        // SAFETY: geteuid cannot fail.
+        let euid = unsafe { libc::geteuid() };
+        assert!(a.check_server(None).is_ok(), "one's own uid is the default owner expected");
+        assert!(a.check_server(Some(euid)).is_ok());
+        // A peer of another uid needs another process: tests/hostile.rs.
+        let r = a.check_server(Some(euid.wrapping_add(1)));
+        assert_eq!(r.is_ok(), euid == 0, "root is always trusted; anyone else only when expected: {r:?}");
+        let tl = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = Stream::connect(&format!("tcp:{}", tl.local_addr().unwrap())).unwrap();
+        assert!(c.check_server(Some(euid.wrapping_add(1))).is_ok(), "TCP: the key proof's business");
     }
 
     #[test]

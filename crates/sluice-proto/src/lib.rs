@@ -34,7 +34,7 @@ pub mod meta;
 mod msg;
 mod wire;
 
-pub use auth::{auth_mac, auth_verify};
+pub use auth::{auth_mac, auth_verify, proof_mac, proof_verify};
 pub use error::{ProtoError, ProtoErrorKind};
 pub use frame::{check_header, encode_header, hello_after_length, request_id_of, Header, Opcode};
 pub use msg::{
@@ -63,7 +63,10 @@ pub use msg::{
 ///    [`LEASE_ONLY_AT`] asks for one without its data.
 /// 13: `Statfs` and the `StatfsOk` response (`statfs(2)` through the
 ///    mount and the interposer gives the served file system's figures).
-pub const VERSION: u16 = 13;
+/// 14: the key proof runs both ways: `Auth` carries the client's nonce,
+///    and the `HelloOk` that answers it the server's proof
+///    ([`proof_mac`]).
+pub const VERSION: u16 = 14;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -200,3 +203,18 @@ pub const STATS_APPS_MAX: usize = 4096;
 /// Latency histogram buckets: bucket i counts latencies in
 /// `[2^i, 2^(i+1))` microseconds (bucket 0 also holds < 1 us).
 pub const LATENCY_BUCKETS: usize = 32;
+
+#[cfg(test)]
+mod doc_tests {
+    /// docs/protocol.md states the version a `Hello` must carry, in its
+    /// title and in the `Hello`'s fields: both must be `VERSION`.
+    #[test]
+    fn the_protocol_document_states_this_version() {
+        let doc = include_str!("../../../docs/protocol.md");
+        let title = doc.lines().next().unwrap_or("");
+        assert_eq!(title, format!("# The sluice wire protocol (version {})", super::VERSION), "docs/protocol.md's title");
+        let hello = format!("`version: u16 = {}` (`sluice_proto::VERSION`)", super::VERSION);
+        assert!(doc.contains(&hello), "docs/protocol.md's Hello must say {hello}");
+        assert_eq!(doc.matches("`version: u16 = ").count(), 1, "the Hello's version is stated once");
+    }
+}

@@ -46,9 +46,12 @@ pub enum MetaRequest {
     /// A TCP client's first request: asks for a `Challenge`.
     AuthStart,
     /// The answer to a `Challenge`: HMAC-SHA256 under the shared key of
-    /// the nonce and `META_AUTH_CONTEXT` (`crate::auth_mac`), hex.
+    /// the nonce and `META_AUTH_CONTEXT` (`crate::auth_mac`), hex; and the
+    /// client's own fresh nonce, hex, which `Authenticated` proves the key
+    /// over in turn.
     Auth {
         mac: String,
+        nonce: String,
     },
     /// The data servers' addresses, object `k` of a layout on
     /// `servers[layout.server_of(k)]`.
@@ -92,8 +95,13 @@ pub enum MetaReply {
     Challenge {
         nonce: String,
     },
-    /// The key was proven: requests are served.
-    Authenticated,
+    /// The key was proven: requests are served. `proof`: the role's own
+    /// proof of the key, hex (`crate::proof_mac` of the client's nonce,
+    /// the role's and `META_AUTH_CONTEXT`), which the client checks before
+    /// it believes any answer.
+    Authenticated {
+        proof: String,
+    },
     Servers(Vec<String>),
     Entry(Entry),
     Entries(Vec<(String, Entry)>),

@@ -6,8 +6,8 @@ use crate::error::{ProtoError, ProtoErrorKind};
 use crate::frame::{encode_header, Header, Opcode};
 use crate::wire::{put_checked, put_i32, put_i64, put_str, put_u16, put_u32, put_u64, Rd};
 use crate::{
-    APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, GROUP_PARTICIPANTS_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LIST_PIECES_MAX, MAGIC,
-    LEASE_ONLY_AT, MESSAGE_BYTES_MAX, NO_POST, PATH_BYTES_MAX, POSTS_MAX, STATS_APPS_MAX, VERSION,
+    APP_NAME_BYTES_MAX, AUTH_BYTES, CRED_GROUPS_MAX, DIR_ENTRIES_MAX, GROUP_PARTICIPANTS_MAX, HEADER_BYTES, IO_BYTES_MAX, LATENCY_BUCKETS, LEASE_ONLY_AT, LIST_PIECES_MAX, MAGIC,
+    MESSAGE_BYTES_MAX, NO_POST, PATH_BYTES_MAX, POSTS_MAX, STATS_APPS_MAX, VERSION,
 };
 
 /// A caller's identity: user, group and supplementary groups, as the
@@ -44,6 +44,10 @@ pub struct HelloOk {
     pub frame_bytes_max: u32,
     pub io_bytes_max: u32,
     pub inflight_per_connection_max: u32,
+    /// The server's proof of the key, when this answers an `Auth`: the MAC
+    /// of [`crate::proof_mac`] over the client's nonce. `None` otherwise
+    /// (the field is then absent from the wire).
+    pub proof: Option<[u8; AUTH_BYTES]>,
 }
 
 /// One participant's tag in a server-directed collective (Panda): the
@@ -188,9 +192,12 @@ pub enum Request<'a> {
     /// doorbell (`crate::post`). No body and no answer.
     Nudge,
     /// The answer to a `Challenge`: HMAC-SHA256 under the shared key of the
-    /// challenge's nonce and the `Hello` body (see [`crate::auth_mac`]).
+    /// challenge's nonce and the `Hello` body (see [`crate::auth_mac`]),
+    /// and the client's own fresh nonce, which the server's `HelloOk` must
+    /// prove the key over in turn (see [`crate::proof_mac`]).
     Auth {
         mac: [u8; AUTH_BYTES],
+        nonce: [u8; AUTH_BYTES],
     },
     /// Ask for a shared-memory region of about `bytes` for this
     /// connection's data (same host only). The answer is `Count` with the
@@ -488,7 +495,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Readdir => Request::Readdir { start: r.u32("start")?, path: r.path("path")? },
         Opcode::Stats => Request::Stats,
         Opcode::Nudge => Request::Nudge,
-        Opcode::Auth => Request::Auth { mac: r.array("mac")? },
+        Opcode::Auth => Request::Auth { mac: r.array("mac")?, nonce: r.array("nonce")? },
         Opcode::ShmAttach => Request::ShmAttach { bytes: r.u64("bytes")? },
         Opcode::ReadShm | Opcode::WriteShm | Opcode::ReadLease | Opcode::WriteLease => {
             let (fd, offset, len, at, post) = (r.u64("fd")?, r.u64("offset")?, r.u32("len")?, r.u64("at")?, r.u32("post")?);
@@ -603,8 +610,9 @@ fn request_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usize
             put_pieces(out, pieces);
             (if group.is_some() { Opcode::WriteListGroup } else { Opcode::WriteList }, data.len())
         }
-        Request::Auth { mac } => {
+        Request::Auth { mac, nonce } => {
             out.extend_from_slice(&mac);
+            out.extend_from_slice(&nonce);
             (Opcode::Auth, 0)
         }
         Request::ShmAttach { bytes } => fd_only(Opcode::ShmAttach, bytes, out),
@@ -759,6 +767,9 @@ fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
             put_u32(out, h.frame_bytes_max);
             put_u32(out, h.io_bytes_max);
             put_u32(out, h.inflight_per_connection_max);
+            if let Some(p) = &h.proof {
+                out.extend_from_slice(p);
+            }
             (Opcode::HelloOk, 0)
         }
         Response::Ok => (Opcode::Ok, 0),
@@ -904,6 +915,10 @@ pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, Pr
             frame_bytes_max: r.u32("frame_bytes_max")?,
             io_bytes_max: r.u32("io_bytes_max")?,
             inflight_per_connection_max: r.u32("inflight_per_connection_max")?,
+            proof: match r.remaining() {
+                0 => None,
+                _ => Some(r.array("proof")?),
+            },
         }),
         Opcode::Ok => Response::Ok,
         Opcode::Fd => Response::Fd(r.u64("fd")?, r.u64("ino")?),

@@ -51,7 +51,7 @@ fn build<'a>(k: u8, p: &'a str, q: &'a str, a: u64, b: u64, pcs: &[(u64, u64)], 
             client_id: 7,
             cred: Some(Cred { uid: a as u32, gid: b as u32, groups: pcs.iter().map(|&(o, _)| o as u32).collect() }),
         }),
-        19 => Request::Auth { mac: [a as u8; AUTH_BYTES] },
+        19 => Request::Auth { mac: [a as u8; AUTH_BYTES], nonce: [b as u8; AUTH_BYTES] },
         20 => Request::ShmAttach { bytes: a },
         21 => Request::ReadShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2, post: post(a) },
         22 => Request::WriteShm { fd, offset: b >> 1, len: (a % u64::from(IO_BYTES_MAX)) as u32, at: b >> 2, post: post(a) },
@@ -129,8 +129,9 @@ proptest! {
         let app = AppStats { name: msg.clone(), weight: 3, requests: n, dispatches: 1, bytes_read: 2, bytes_written: 3, bytes_leased: n >> 3, errors: 0, latency_us_log2: [n; LATENCY_BUCKETS] };
         let entries = vec![DirEntry { name: msg.clone(), kind: FileKind::Dir }];
         let stat = WireStat { size: n, mode: 0o100644, ino: n, mtime_ns: -1, ..WireStat::default() };
-        let hello = HelloOk { version: VERSION, frame_bytes_max: 1, io_bytes_max: 2, inflight_per_connection_max: 3 };
-        for resp in [Response::Ok, Response::Fd(n, n ^ 1), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello),
+        let hello = HelloOk { version: VERSION, frame_bytes_max: 1, io_bytes_max: 2, inflight_per_connection_max: 3, proof: None };
+        let proven = HelloOk { proof: Some([n as u8; AUTH_BYTES]), ..hello.clone() };
+        for resp in [Response::Ok, Response::Fd(n, n ^ 1), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello), Response::HelloOk(proven),
                      Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg },
                      Response::Challenge { nonce: [n as u8; AUTH_BYTES] }, Response::Link(msg.clone()),
                      Response::Statfs(WireStatfs { block_bytes: 4096, io_bytes: n as u32, blocks: n, blocks_free: n >> 1, blocks_avail: n >> 2, files: !n, files_free: 7, name_max: 255 }),
@@ -305,6 +306,6 @@ fn the_largest_hello_and_an_auth_fit_the_handshake_frame_bound() {
     assert!(wire.len() <= HANDSHAKE_FRAME_BYTES_MAX as usize, "{} bytes", wire.len());
     check_header(&wire, HANDSHAKE_FRAME_BYTES_MAX).unwrap().expect("a whole header");
     let mut auth = Vec::new();
-    encode_request(1, &Request::Auth { mac: [7; AUTH_BYTES] }, &mut auth).unwrap();
+    encode_request(1, &Request::Auth { mac: [7; AUTH_BYTES], nonce: [8; AUTH_BYTES] }, &mut auth).unwrap();
     assert!(auth.len() <= HANDSHAKE_FRAME_BYTES_MAX as usize);
 }

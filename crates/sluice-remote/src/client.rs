@@ -175,6 +175,12 @@ fn meta_connect(addr: &str, opts: &ConnectOptions) -> Result<MetaStream> {
         .and_then(|()| stream.set_write_timeout(Some(Duration::from_secs(META_TIMEOUT_S))))
         .map_err(|e| Error::io("metadata socket", &e))?;
     if !addr.starts_with("tcp:") {
+        // The role on a Unix socket: root's or the expected owner's, checked
+        // before anything is sent (as a data server's, `sluice_client`).
+        stream.check_server(opts.server_uid).map_err(|e| {
+            let hint = format!("pass --server-uid UID or set {}=UID to trust that user's role", sluice_client::SERVER_UID_ENV);
+            Error::new(ErrorKind::Meta, libc::EACCES, format!("metadata role at {addr} is not trusted: {e}; {hint}"))
+        })?;
         return Ok(stream);
     }
     let denied = |why: String| Error::new(ErrorKind::Meta, libc::EACCES, format!("metadata role at {addr} wants its key proven: {why}"));
@@ -186,8 +192,14 @@ fn meta_connect(addr: &str, opts: &ConnectOptions) -> Result<MetaStream> {
     let path = opts.key_file.clone().or_else(sluice_net::key::default_path).ok_or_else(|| denied(format!("no key file (set {})", sluice_net::key::KEY_ENV)))?;
     let key = sluice_net::key::load(&path).map_err(|e| denied(e.to_string()))?;
     let mac = sluice_proto::auth_mac(&key, &nonce, crate::proto::META_AUTH_CONTEXT);
-    match exchange(&mut stream, &MetaRequest::Auth { mac: crate::proto::hex(&mac) }).map_err(Exchange::into_error)? {
-        MetaReply::Authenticated => Ok(stream),
+    let mine = sluice_net::key::random::<{ sluice_proto::AUTH_BYTES }>().map_err(|e| Error::io("getrandom", &e))?;
+    let auth = MetaRequest::Auth { mac: crate::proto::hex(&mac), nonce: crate::proto::hex(&mine) };
+    match exchange(&mut stream, &auth).map_err(Exchange::into_error)? {
+        // Nothing the role says is believed before it proved the key too.
+        MetaReply::Authenticated { proof } => match crate::proto::unhex::<{ sluice_proto::AUTH_BYTES }>(&proof) {
+            Some(p) if sluice_proto::proof_verify(&key, &mine, &nonce, crate::proto::META_AUTH_CONTEXT, &p) => Ok(stream),
+            _ => Err(Error::new(ErrorKind::Meta, libc::EACCES, format!("metadata role at {addr} is not trusted: its answer does not prove it holds the key"))),
+        },
         r => Err(unexpected(r)),
     }
 }

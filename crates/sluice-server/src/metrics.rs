@@ -12,8 +12,12 @@
 //! configured; per request, the detailed latency (an `hdrhistogram`, two
 //! significant digits) is recorded only when metrics are on.
 //!
-//! Bounds: the endpoint's (`sluice_metrics`: one scrape at a time, an
-//! 8 KiB request head, 2 s per client in all); at most
+//! Bounds: the endpoint's (`sluice_metrics`: many scrapes at once on one
+//! thread of low priority, at most `CONNS_MAX` held, an 8 KiB request
+//! head, 2 s per client in all; one rendering per turn however many ask).
+//! A scrape takes the application table's lock only to copy its rows, and
+//! never a lock of the event loop's: the loop answers its view between
+//! two turns. At most
 //! `ServerLimits::metrics_apps_max` applications labelled at once, the
 //! others counted in `app="(other)"` (`AppTable`, `state.rs`).
 
@@ -29,7 +33,7 @@ use crate::sync::lock;
 use crate::view::{AppRow, View};
 pub use crate::view::{Detail, OTHER_APPS, VIEW_WAIT};
 use crate::waker::Waker;
-pub use sluice_metrics::{get, parse, value, Endpoint, Sample, IO_TIMEOUT, REQUEST_BYTES_MAX};
+pub use sluice_metrics::{get, parse, value, Endpoint, Sample, CONNS_MAX, IO_TIMEOUT, REQUEST_BYTES_MAX};
 use sluice_metrics::{Expo, LOG2_BUCKETS, TEXT_FORMAT};
 
 const _: () = assert!(LATENCY_BUCKETS == LOG2_BUCKETS, "the protocol's latency buckets are the exposition's");

@@ -181,15 +181,17 @@ fn the_request_head_bound_holds_at_n_and_n_plus_1() {
 }
 
 #[test]
-fn a_stalled_scrape_client_is_dropped_and_the_next_is_served() {
+fn a_stalled_scrape_client_is_dropped_and_the_next_is_served_meanwhile() {
     let s = with_metrics(64);
     let addr = s.handle.metrics_addr().unwrap();
     let mut stalled = TcpStream::connect(addr).unwrap();
     stalled.write_all(b"GET /metr").unwrap();
     let t = Instant::now();
     let (status, _) = http(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
-    assert_eq!(status, 200, "served once the stalled client timed out");
-    assert!(t.elapsed() >= sluice_server::metrics::IO_TIMEOUT / 2, "it waited for the stalled one: {:?}", t.elapsed());
+    assert_eq!(status, 200);
+    // Served one client at a time, it waited for the stalled one's 2 s;
+    // served at once, it takes milliseconds (so the bound is generous).
+    assert!(t.elapsed() < sluice_server::metrics::IO_TIMEOUT, "it waited for the stalled one: {:?}", t.elapsed());
     let mut rest = Vec::new();
     stalled.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     assert_eq!(stalled.read_to_end(&mut rest).map(|_| rest.len()).unwrap_or(0), 0, "the stalled client got nothing and was closed");

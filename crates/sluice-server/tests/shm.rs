@@ -372,7 +372,7 @@ fn silent_server(close: bool) -> (String, tempfile::TempDir) {
             let mut out = Vec::new();
             match parse_request(&h, &body).unwrap() {
                 Request::Hello(_) => {
-                    let ok = HelloOk { version: VERSION, frame_bytes_max: FRAME_BYTES_MAX, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: 64 };
+                    let ok = HelloOk { version: VERSION, frame_bytes_max: FRAME_BYTES_MAX, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: 64, proof: None };
                     encode_response(h.request_id, &Response::HelloOk(ok), &mut out);
                 }
                 Request::ShmAttach { bytes } => {

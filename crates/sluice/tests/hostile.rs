@@ -201,6 +201,24 @@ fn helper() {
             println!("HELPER-OK");
             std::thread::sleep(Duration::from_secs(600));
         }
+        // An impostor: bind the socket path the clients use (SLUICE_SERVER),
+        // say READY, take one connection and report every byte it sends
+        // until it closes (or 10 s pass).
+        "impostor-unix" => {
+            use std::io::{Read, Write};
+            let path = addr.strip_prefix("unix:").unwrap();
+            let l = std::os::unix::net::UnixListener::bind(path).unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).unwrap();
+            println!("READY");
+            std::io::stdout().flush().unwrap();
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let (mut got, mut buf) = (0, [0u8; 4096]);
+            while let Ok(n @ 1..) = s.read(&mut buf) {
+                got += n;
+            }
+            println!("GOT {got}");
+        }
         other => panic!("unknown helper action {other}"),
     }
     println!("HELPER-OK");
@@ -474,10 +492,10 @@ fn ls_as(v: &Victim, uid: Option<u32>) -> Duration {
 /// A third user, besides root and the attacker nobody.
 const THIRD: u32 = 65_533;
 
-/// Kills a background helper even when the test fails.
-struct Killed(Child);
+/// A child process killed and reaped however the test ends.
+struct Reaped(Child);
 
-impl Drop for Killed {
+impl Drop for Reaped {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -492,7 +510,7 @@ impl Drop for Killed {
 fn a_user_holding_every_slot_it_can_leaves_root_and_others_served() {
     let v = Victim::start(false, &[]);
     let (hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "1100")]);
-    let _hog = Killed(hog);
+    let _hog = Reaped(hog);
     let held: usize = held.strip_prefix("HELD ").unwrap().parse().unwrap();
     assert_eq!(held, 512, "conns_per_uid_max connections, not one more");
     let (root, third) = (ls_as(&v, None), ls_as(&v, Some(THIRD)));
@@ -508,7 +526,7 @@ fn a_user_holding_every_slot_it_can_leaves_root_and_others_served() {
 fn a_full_table_keeps_root_s_slots_and_makes_room_for_another_user() {
     let v = Victim::start(false, &["--clients-max", "8", "--clients-reserved", "2", "--conns-per-uid-max", "7"]);
     let (hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "7")]);
-    let _hog = Killed(hog);
+    let _hog = Reaped(hog);
     assert_eq!(held, "HELD 6", "clients_max - clients_reserved for a user; the 7th refused");
     ls_as(&v, Some(THIRD));
     ls_as(&v, None);
@@ -532,7 +550,7 @@ fn replies_nobody_reads_stay_within_the_server_s_budget() {
     std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o644)).unwrap();
     let pid = v.child.as_ref().unwrap().id();
     let (hog, n) = helper_running_as(&v, NOBODY, "unread-replies", &[]);
-    let _hog = Killed(hog);
+    let _hog = Reaped(hog);
     assert_eq!(n, "PIPELINED 24");
     let mut peak = 0;
     let since = Instant::now();
@@ -543,4 +561,212 @@ fn replies_nobody_reads_stay_within_the_server_s_budget() {
     let ls = ls_as(&v, None);
     eprintln!("server RSS peak {} MiB with 24 connections not reading; root's ls {ls:?}", peak >> 20);
     assert!(peak < 1 << 30, "server RSS {} MiB", peak >> 20);
+}
+
+/// Start `cmd` (a server) and read its first line: where it listens, or
+/// "" when it exited without one. Its stdout, the rest unread, comes back
+/// too: kept open while the caller holds it.
+fn first_line(mut cmd: Command) -> (String, Reaped, BufReader<std::process::ChildStdout>) {
+    let mut child = Reaped(cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    let _ = out.read_line(&mut line);
+    (line, child, out)
+}
+
+fn stderr_of(mut r: Reaped) -> String {
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut r.0.stderr.take().unwrap(), &mut err);
+    err
+}
+
+/// A key file nobody owns, 0600, where root will look for one: nobody
+/// wrote it and so knows it.
+fn planted_key(v: &Victim) -> PathBuf {
+    let planted = v.dir.path().join("planted.key");
+    std::fs::write(&planted, format!("{}\n", "5a".repeat(32))).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&planted, Some(NOBODY), Some(NOBODY)).unwrap();
+    planted
+}
+
+/// A key file another user owns is refused by root's server, metadata
+/// role and client alike (as sshd refuses such host keys): the planter
+/// could authenticate as anyone.
+#[test]
+fn a_key_file_another_user_owns_is_refused_by_server_meta_and_client() {
+    let v = Victim::start(true, &[]);
+    let planted = planted_key(&v);
+    let p = planted.to_str().unwrap();
+    let root = v.root();
+    let db = v.dir.path().join("meta.redb");
+    let serve = ["serve", "--root", root.to_str().unwrap(), "--listen", "tcp:127.0.0.1:0", "--key-file", p];
+    let meta = ["meta", "--db", db.to_str().unwrap(), "--listen", "tcp:127.0.0.1:0", "--data", &v.addr, "--key-file", p];
+    for args in [&serve[..], &meta[..]] {
+        let mut cmd = Command::new(v.bin("sluice"));
+        cmd.args(args);
+        let (line, child, _out) = first_line(cmd);
+        assert!(line.is_empty(), "{}: started with a key nobody planted: {line}", args[0]);
+        let err = stderr_of(child);
+        assert!(err.contains(p) && err.contains("owned by uid 65534") && err.contains("expected root"), "{}: {err}", args[0]);
+    }
+    // Root's client will not prove (and so trust) such a key either.
+    let out = Command::new(v.bin("sluice")).args(["ls", ":"]).env("SLUICE_SERVER", &v.addr).env("SLUICE_KEY_FILE", p).output().unwrap();
+    assert!(!out.status.success() && text(&out).contains("owned by uid 65534"), "{}", text(&out));
+}
+
+/// A world-writable sticky directory, as /tmp, holding the socket path.
+fn sticky_dir(v: &Victim) -> PathBuf {
+    let tmp = v.dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    tmp
+}
+
+/// nobody binds the socket path clients use: root's client checks the
+/// listener's uid and sends it nothing but the connect.
+#[test]
+fn a_client_sends_nothing_to_a_unix_server_of_another_user() {
+    let v = Victim::start(false, &[]);
+    let addr = format!("unix:{}", sticky_dir(&v).join("s.sock").display());
+    let mut cmd = nobody(&v.bin("hostile-helper"), &["--exact", "helper", "--nocapture", "--test-threads=1"]);
+    cmd.env(HELPER_ENV, "impostor-unix").env("SLUICE_SERVER", &addr);
+    let (mut ready, _imp, mut out) = first_line(cmd);
+    // The test harness's own lines come first.
+    while !ready.contains("READY") && out.read_line(&mut ready).unwrap_or(0) > 0 {}
+    assert!(ready.contains("READY"), "the impostor did not start: {ready:?}");
+    let opts = ConnectOptions { recovery: sluice_client::Recovery::Off, timeout: Duration::from_secs(30), ..ConnectOptions::default() };
+    let e = Client::connect_with(&addr, opts).err().expect("root connected to nobody's server");
+    assert_eq!(e.errno, libc::EACCES, "{e}");
+    assert!(e.message.contains("uid 65534") && e.message.contains("--server-uid"), "{e}");
+    // The impostor reports once root's client closed its connection.
+    let mut got = String::new();
+    let _ = std::io::Read::read_to_string(&mut out, &mut got);
+    assert!(got.contains("GOT 0"), "the impostor received bytes from root's client: {got:?}");
+}
+
+/// nobody serves its own directory on the path root's programs use (the
+/// real server stopped): root's `sluice ls` and `sluice run` refuse it,
+/// unless told to trust uid 65534; nobody's own client trusts it.
+#[test]
+fn root_refuses_an_impostor_server_on_the_socket_path_unless_told_its_uid() {
+    let v = Victim::start(false, &[]);
+    let imp_root = v.dir.path().join("imp-root");
+    std::fs::create_dir(&imp_root).unwrap();
+    std::fs::write(imp_root.join("planted"), b"the impostor's content\n").unwrap();
+    for p in [imp_root.clone(), imp_root.join("planted")] {
+        std::os::unix::fs::chown(&p, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let listen = format!("unix:{}", sticky_dir(&v).join("s.sock").display());
+    let (line, _imp, _out) = first_line(nobody(&v.bin("sluice"), &["serve", "--root", imp_root.to_str().unwrap(), "--listen", &listen]));
+    assert!(line.contains(" on unix:"), "nobody's server did not start: {line:?}");
+    let as_root = |args: &[&str]| Command::new(v.bin("sluice")).args(args).env("SLUICE_SERVER", &listen).env_remove("SLUICE_SERVER_UID").output().unwrap();
+    let out = as_root(&["ls", ":"]);
+    assert!(!out.status.success() && text(&out).contains("runs as uid 65534"), "{}", text(&out));
+    assert!(!text(&out).contains("planted"), "{}", text(&out));
+    let out = as_root(&["run", "--prefix", "/sluice", "--", "cat", "/sluice/planted"]);
+    assert!(!out.status.success() && !text(&out).contains("impostor's content"), "{}", text(&out));
+    // Told whom to trust, root's client goes on (and the server serves it).
+    let out = as_root(&["ls", "--server-uid", "65534", ":"]);
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("planted"), "{}", text(&out));
+    let out = as_root(&["run", "--server-uid", "65534", "--prefix", "/sluice", "--", "cat", "/sluice/planted"]);
+    assert!(out.status.success() && out.stdout == b"the impostor's content\n", "{}", text(&out));
+    // A user's own server is trusted by that user's client by default.
+    let out = nobody(&v.bin("sluice"), &["ls", ":"]).env("SLUICE_SERVER", &listen).output().unwrap();
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("planted"), "{}", text(&out));
+}
+
+/// How a fake TCP server answers the handshake.
+#[derive(Clone, Copy, Debug)]
+enum Fake {
+    /// `HelloOk` to the `Hello`, no challenge.
+    NoChallenge,
+    /// A challenge, then `HelloOk` without the server's proof.
+    NoProof,
+    /// A challenge, then `HelloOk` with a proof made without the key.
+    WrongProof,
+}
+
+/// One frame off `s`: its request id, or `None` at the end.
+fn frame(s: &mut std::net::TcpStream) -> Option<u64> {
+    use std::io::Read;
+    let mut head = [0u8; sluice_proto::HEADER_BYTES];
+    s.read_exact(&mut head).ok()?;
+    let len = u32::from_le_bytes(head[..4].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; len.min(1 << 20)];
+    s.read_exact(&mut body).ok()?;
+    Some(u64::from_le_bytes(head[8..16].try_into().unwrap()))
+}
+
+/// A TCP listener that took the server's address without its key:
+/// answers one client's handshake as `how` says, then counts the frames
+/// the client sends it after its `HelloOk`.
+fn fake_tcp_server(how: Fake) -> (String, std::thread::JoinHandle<usize>) {
+    use sluice_proto::{encode_response, HelloOk, Response, AUTH_BYTES, VERSION};
+    use std::io::Write;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("tcp:{}", l.local_addr().unwrap());
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let send = |s: &mut std::net::TcpStream, id: u64, r: &Response<'_>| {
+            let mut out = Vec::new();
+            encode_response(id, r, &mut out);
+            s.write_all(&out).unwrap();
+        };
+        let ok = |proof| Response::HelloOk(HelloOk { version: VERSION, frame_bytes_max: 1 << 20, io_bytes_max: 1 << 20, inflight_per_connection_max: 8, proof });
+        let id = frame(&mut s).expect("a Hello");
+        match how {
+            Fake::NoChallenge => send(&mut s, id, &ok(None)),
+            Fake::NoProof | Fake::WrongProof => {
+                send(&mut s, id, &Response::Challenge { nonce: [3; AUTH_BYTES] });
+                let id = frame(&mut s).expect("an Auth");
+                send(&mut s, id, &ok(matches!(how, Fake::WrongProof).then_some([9; AUTH_BYTES])));
+            }
+        }
+        std::iter::from_fn(|| frame(&mut s)).count()
+    });
+    (addr, t)
+}
+
+/// Over TCP the client believes no server that did not prove the key:
+/// one that skips the challenge, answers without a proof, or with a wrong
+/// one, is refused, and is sent no request.
+#[test]
+fn a_tcp_client_refuses_a_server_that_does_not_prove_the_key() {
+    let v = Victim::start(true, &[]);
+    for how in [Fake::NoChallenge, Fake::NoProof, Fake::WrongProof] {
+        let (addr, fake) = fake_tcp_server(how);
+        let opts = ConnectOptions { key_file: Some(v.key()), recovery: sluice_client::Recovery::Off, ..ConnectOptions::default() };
+        let r = Client::connect_with(&addr, opts).and_then(|c| c.stat("secret").map(|_| ()));
+        let e = r.err().unwrap_or_else(|| panic!("{how:?}: the client trusted a server without the key"));
+        assert_eq!(e.errno, libc::EACCES, "{how:?}: {e}");
+        assert!(e.message.contains("not trusted"), "{how:?}: {e}");
+        assert_eq!(fake.join().unwrap(), 0, "{how:?}: requests reached the impostor");
+    }
+    // The real server proves the key: the same client is served.
+    let c = Client::connect_with(&v.addr, ConnectOptions { key_file: Some(v.key()), ..ConnectOptions::default() }).unwrap();
+    assert!(c.stat("public.txt").is_ok());
+}
+
+/// Slow clients of the metrics endpoint (each sends part of a request and
+/// waits) do not keep a scrape out, nor the data path.
+#[test]
+fn slow_metrics_clients_do_not_stall_a_scrape() {
+    let s = common::MetricsServe::start();
+    // Twice the endpoint's bound, and more than the 130 that stalled it
+    // when it served one client at a time for up to 2 s each.
+    let slow: Vec<std::net::TcpStream> = (0..2 * sluice_server::metrics::CONNS_MAX + 72)
+        .map(|_| {
+            let mut c = std::net::TcpStream::connect(&s.metrics).unwrap();
+            std::io::Write::write_all(&mut c, b"GET /metrics HTTP/1.1\r\n").unwrap();
+            c
+        })
+        .collect();
+    // 10 s: thousands of times what a scrape takes; the slow clients held
+    // the old endpoint 2 s each, 400 s in all.
+    let page = sluice_server::metrics::get(&s.metrics, "/metrics", Duration::from_secs(10));
+    assert!(page.is_ok_and(|p| p.contains("sluice_uptime_seconds")), "a scrape behind {} slow clients", slow.len());
+    let (ok, _, err) = s.sluice(&["ls", ":"]);
+    assert!(ok, "{err}");
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sluice_core::ClientId;
-use sluice_proto::{auth_verify, parse_request, Header, HelloOk, Request, IO_BYTES_MAX, VERSION};
+use sluice_proto::{auth_verify, parse_request, proof_mac, Header, HelloOk, Request, IO_BYTES_MAX, VERSION};
 
 use super::{fair, EventLoop, Flow};
 use crate::conn::{Conn, Pause, Phase};
@@ -129,17 +129,22 @@ impl EventLoop {
             c.phase = Phase::Auth { nonce, hello: (h, body.into_owned()) };
             return Flow::Next;
         }
-        self.welcome(c, id, h, &body)
+        self.welcome(c, id, h, &body, None)
     }
 
     /// The `Auth` after a challenge: proven, the handshake completes and is
-    /// answered on the `Auth` frame's request id.
+    /// answered on the `Auth` frame's request id, with the server's own
+    /// proof of the key over the client's nonce (the client believes
+    /// nothing before it checked that).
     fn auth(&mut self, c: &mut Conn, h: Header, body: &[u8]) -> Flow {
         let Phase::Auth { nonce, hello } = std::mem::replace(&mut c.phase, Phase::Hello) else { unreachable!() };
         let id = h.request_id;
         let key = self.shared.key.expect("challenged only with a key");
         match parse_request(&h, body) {
-            Ok(Request::Auth { mac }) if auth_verify(&key, &nonce, &hello.1, &mac) => self.welcome(c, id, hello.0, &hello.1),
+            Ok(Request::Auth { mac, nonce: theirs }) if auth_verify(&key, &nonce, &hello.1, &mac) => {
+                let proof = proof_mac(&key, &theirs, &nonce, &hello.1);
+                self.welcome(c, id, hello.0, &hello.1, Some(proof))
+            }
             Ok(Request::Auth { .. }) => self.refuse(c, id, libc::EACCES, "authentication failed: the client's key is not this server's".into()),
             Ok(_) => self.refuse(c, id, libc::EACCES, "this server needs the key proven (an Auth frame) before any request".into()),
             Err(e) => self.refuse(c, id, e.errno(), e.to_string()),
@@ -147,8 +152,8 @@ impl EventLoop {
     }
 
     /// Complete the handshake of `hello` (already checked), answering on
-    /// `answer_id`.
-    fn welcome(&mut self, c: &mut Conn, answer_id: u64, h: Header, body: &[u8]) -> Flow {
+    /// `answer_id`, with `proof` of the key when it answers an `Auth`.
+    fn welcome(&mut self, c: &mut Conn, answer_id: u64, h: Header, body: &[u8], proof: Option<[u8; sluice_proto::AUTH_BYTES]>) -> Flow {
         let Ok(Request::Hello(hello)) = parse_request(&h, body) else { unreachable!("parsed before") };
         let peer = c.peer.as_ref().ok().and_then(|p| p.as_ref());
         let identity = match ident::identify(peer, hello.cred.as_ref(), self.shared.config.squash, self.shared.server_uid) {
@@ -173,7 +178,7 @@ impl EventLoop {
         let counter = self.uids.join(uid);
         c.join_user(uid, (!self.privileged(uid)).then_some(counter));
         let l = &self.shared.config.limits;
-        let ok = HelloOk { version: VERSION, frame_bytes_max: l.frame_bytes_max, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: l.inflight_per_connection_max };
+        let ok = HelloOk { version: VERSION, frame_bytes_max: l.frame_bytes_max, io_bytes_max: IO_BYTES_MAX, inflight_per_connection_max: l.inflight_per_connection_max, proof };
         c.push(answer_id, Out::HelloOk(ok), 0, &self.shared.reply_bytes);
         self.arm(self.now.at + Duration::from_secs(l.idle_timeout_s));
         Flow::Next

@@ -13,7 +13,7 @@ use clap::Args;
 use sluice_client::Fd;
 use sluice_remote::Remote;
 
-use super::remote::{connect, remote_path};
+use super::remote::{connect_trusting, remote_path};
 
 /// Bytes per request: large enough to amortise a round trip (~40 us) over
 /// ~0.3 ms of transfer.
@@ -27,6 +27,10 @@ pub struct CpArgs {
     /// Server address (default: $SLUICE_SERVER).
     #[arg(long)]
     server: Option<String>,
+    /// A server on a Unix socket must run as root or as this uid (default:
+    /// $SLUICE_SERVER_UID, else your own uid).
+    #[arg(long, value_name = "UID")]
+    server_uid: Option<u32>,
     /// Source: a local path, or :path on the server.
     src: String,
     /// Destination: a local path, or :path on the server.
@@ -108,7 +112,7 @@ pub fn run(a: CpArgs) -> anyhow::Result<()> {
     if remote_path(&a.src).is_none() && remote_path(&a.dst).is_none() {
         bail!("cp: neither {:?} nor {:?} is on the server (write the server side as :path)", a.src, a.dst);
     }
-    let client = connect(a.server.as_deref())?;
+    let client = connect_trusting(a.server.as_deref(), a.server_uid)?;
     let copy = || -> anyhow::Result<u64> {
         let src = open_src(&client, &a.src)?;
         let dst = open_dst(&client, &a.src, &a.dst)?;

@@ -11,12 +11,20 @@ pub fn remote_path(arg: &str) -> Option<&str> {
 /// Connect to `--server ADDR`, else `$SLUICE_SERVER`: one server or a
 /// cluster's metadata role.
 pub fn connect(server: Option<&str>) -> anyhow::Result<Remote> {
-    let addr = server_addr(server)?;
-    Ok(Remote::connect(&addr)?)
+    connect_trusting(server, None)
 }
 
-/// How a client waits for a silent or restarting server; flattened into
-/// the commands that talk to one.
+/// `connect`, trusting a server on a Unix socket that runs as
+/// `server_uid` (`--server-uid`) besides root.
+pub fn connect_trusting(server: Option<&str>, server_uid: Option<u32>) -> anyhow::Result<Remote> {
+    let addr = server_addr(server)?;
+    let mut opts = sluice_client::ConnectOptions::default();
+    opts.server_uid = server_uid.or(opts.server_uid);
+    Ok(Remote::connect_with(&addr, opts)?)
+}
+
+/// How a client waits for a silent or restarting server, and which
+/// server it trusts; flattened into the commands that talk to one.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct Patience {
     /// Seconds before a silent server is reported ("not responding, still
@@ -28,6 +36,11 @@ pub struct Patience {
     /// server (NFS's soft mount).
     #[arg(long)]
     pub soft: bool,
+    /// A server on a Unix socket must run as root or as this uid (default:
+    /// $SLUICE_SERVER_UID, else your own uid); any other is refused before
+    /// anything is sent to it.
+    #[arg(long, value_name = "UID")]
+    pub server_uid: Option<u32>,
 }
 
 impl Patience {
@@ -40,6 +53,9 @@ impl Patience {
         }
         if self.soft {
             v.push((sluice_client::SOFT_ENV, "1".to_string()));
+        }
+        if let Some(u) = self.server_uid {
+            v.push((sluice_client::SERVER_UID_ENV, u.to_string()));
         }
         v
     }
