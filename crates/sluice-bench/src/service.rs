@@ -130,6 +130,11 @@ pub struct ServiceBenchReport {
     pub requests_per_s_per_core: Option<f64>,
     /// Wall-clock 4 KiB requests a second of the pipelined pass.
     pub pipelined_requests_per_s: f64,
+    /// Nanoseconds the interposer's check of its thread's credentials
+    /// takes (`sluice_client::ThreadIds::still`, before every call it
+    /// makes, so that a privilege drop by raw system calls is followed).
+    #[serde(default)]
+    pub cred_check_ns: f64,
     /// Whether metrics were served and scraped, how many scrapes were
     /// answered, and the trace's size (0 without `trace`).
     pub metrics: bool,
@@ -237,6 +242,17 @@ fn server_threads_ns() -> Option<u64> {
 }
 
 /// The server's CPU microseconds per request answered while `f` runs.
+/// What one credential check costs, over `CRED_CHECKS` checks.
+fn cred_check_ns() -> f64 {
+    const CRED_CHECKS: u32 = 200_000;
+    let ids = sluice_client::ThreadIds::now();
+    let since = Instant::now();
+    let same = (0..CRED_CHECKS).filter(|_| std::hint::black_box(&ids).still()).count();
+    let ns = since.elapsed().as_nanos() as f64 / f64::from(CRED_CHECKS);
+    assert_eq!(same, CRED_CHECKS as usize, "the thread's ids did not change");
+    ns
+}
+
 fn server_us_per_request<T>(f: impl FnOnce() -> Result<T>) -> Result<(T, Option<f64>)> {
     let (ns0, n0) = (server_threads_ns(), sluice_server::requests_answered());
     let out = f()?;
@@ -416,6 +432,7 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
         pipelined_server_us_per_request,
         requests_per_s_per_core: pipelined_server_us_per_request.map(|us| 1e6 / us),
         pipelined_requests_per_s,
+        cred_check_ns: cred_check_ns(),
         metrics: cfg.metrics,
         scrapes,
         trace: cfg.trace,
@@ -473,6 +490,7 @@ pub fn table(r: &ServiceBenchReport) -> String {
          IPC floor, same bytes:        {:>8.1} us (service {:.2}x the floor)\n\
          server CPU per request:       {} us blocking, {} us with {} in flight (device {})\n\
          4 KiB requests a second:      {:>8.0} ({} per server core)\n\
+         credential check, sluice run: {:>8.0} ns a call\n\
          metrics: {} ({} scrapes), trace: {} ({} KiB)\n",
         r.file_bytes >> 20,
         if r.direct { "on" } else { "off" },
@@ -497,6 +515,7 @@ pub fn table(r: &ServiceBenchReport) -> String {
         r.device,
         r.pipelined_requests_per_s,
         r.requests_per_s_per_core.map_or("-".into(), |n| format!("{n:.0}")),
+        r.cred_check_ns,
         if r.metrics { "on" } else { "off" },
         r.scrapes,
         if r.trace { "on" } else { "off" },

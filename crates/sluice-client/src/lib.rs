@@ -66,6 +66,7 @@ mod abandon;
 mod conn;
 mod env;
 mod error;
+mod ids;
 mod io;
 mod lent;
 mod list;
@@ -83,6 +84,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub use abandon::{Abandon, CHECK_EVERY as ABANDON_CHECK_EVERY};
+pub use ids::ThreadIds;
 pub use env::{app_id, default_app, own_cred, server_addr};
 pub use error::{ClientError, ClientErrorKind, Result};
 pub use lent::lent_held;

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use libc::c_int;
-use sluice_client::{lock, ClientError, ConnectOptions, Fd};
+use sluice_client::{lock, ClientError, ConnectOptions, Fd, ThreadIds};
 use sluice_remote::Remote;
 
 use crate::path;
@@ -113,7 +113,10 @@ pub fn last_errno() -> Errno {
 /// Incremented in every forked child: connections and server handles of
 /// an older generation belong to the parent.
 static GENERATION: AtomicU32 = AtomicU32::new(1);
-static SESSION: Mutex<Option<(u32, Arc<Remote>)>> = Mutex::new(None);
+/// The connection of this generation, and the ids of the thread that
+/// made it (the server took its identity from them).
+static SESSION: Mutex<Option<(u32, Arc<Remote>, ThreadIds)>> = Mutex::new(None);
+
 static WARNED: AtomicBool = AtomicBool::new(false);
 
 pub fn generation() -> u32 {
@@ -136,8 +139,8 @@ pub const KEPT_MAX: usize = 8;
 /// server.
 pub fn credentials_changed() {
     let mut s = lock(&SESSION);
-    if let Some(old) = s.take() {
-        keep_bounded(&mut lock(&KEPT), old, KEPT_MAX);
+    if let Some((g, c, _)) = s.take() {
+        keep_bounded(&mut lock(&KEPT), (g, c), KEPT_MAX);
     }
     GENERATION.fetch_add(1, Ordering::AcqRel);
 }
@@ -164,7 +167,7 @@ pub fn shed_lent_inside() -> bool {
     if sluice_client::lent_held() == 0 {
         return false;
     }
-    let mut all: Vec<Arc<Remote>> = lock(&SESSION).iter().map(|(_, c)| Arc::clone(c)).collect();
+    let mut all: Vec<Arc<Remote>> = lock(&SESSION).iter().map(|(_, c, _)| Arc::clone(c)).collect();
     all.extend(lock(&KEPT).iter().map(|(_, c)| Arc::clone(c)));
     for c in all {
         c.shed_lent();
@@ -175,7 +178,7 @@ pub fn shed_lent_inside() -> bool {
 /// The connection of generation `g` (masked as in [`pack`]) if this
 /// process still holds it.
 fn session_of(g: u32) -> Option<Arc<Remote>> {
-    if let Some((sg, c)) = lock(&SESSION).as_ref() {
+    if let Some((sg, c, _)) = lock(&SESSION).as_ref() {
         if sg & 0xffff == g {
             return Some(Arc::clone(c));
         }
@@ -187,11 +190,23 @@ fn session_of(g: u32) -> Option<Arc<Remote>> {
 /// the server cannot be reached, one line goes to stderr and the call
 /// fails; the next call tries again.
 pub fn client() -> Result<Arc<Remote>, Errno> {
-    let gen = generation();
-    if let Some((g, c)) = lock(&SESSION).as_ref() {
-        if *g == gen {
-            return Ok(Arc::clone(c));
+    let mut gen = generation();
+    let changed = match lock(&SESSION).as_ref() {
+        Some((g, c, ids)) if *g == gen => {
+            if ids.still() {
+                return Ok(Arc::clone(c));
+            }
+            true
         }
+        _ => false,
+    };
+    if changed {
+        // The thread's credentials changed without libc's wrappers (raw
+        // system calls, as Go programs and static helpers make them): as
+        // after `setuid`, files opened before stay open as the old
+        // identity, and everything new goes through a new connection.
+        credentials_changed();
+        gen = generation();
     }
     let Some(addr) = config().and_then(|c| c.server.as_deref()) else {
         warn_once("sluice: no server given: set SLUICE_SERVER (sluice run --server ADDR)");
@@ -200,7 +215,7 @@ pub fn client() -> Result<Arc<Remote>, Errno> {
     match Remote::connect_with(addr, ConnectOptions::default()) {
         Ok(c) => {
             let c = Arc::new(c);
-            *lock(&SESSION) = Some((gen, Arc::clone(&c)));
+            *lock(&SESSION) = Some((gen, Arc::clone(&c), ThreadIds::now()));
             Ok(c)
         }
         Err(e) => {
@@ -487,7 +502,7 @@ pub fn lookup(fd: c_int) -> Option<Arc<Open>> {
 /// The session, table, kept-connection and cwd locks, as held across
 /// `fork`.
 type HeldLocks =
-    (MutexGuard<'static, Option<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<Tables>>, MutexGuard<'static, Vec<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<String>>);
+    (MutexGuard<'static, Option<(u32, Arc<Remote>, ThreadIds)>>, MutexGuard<'static, Option<Tables>>, MutexGuard<'static, Vec<(u32, Arc<Remote>)>>, MutexGuard<'static, Option<String>>);
 
 /// Locks held across `fork` so the child never inherits one mid-update.
 struct ForkLocks(UnsafeCell<Option<HeldLocks>>);

@@ -372,6 +372,35 @@ fn the_interposer_runs_as_its_process() {
     assert!(out.status.success() && out.stdout == b"for everyone\n", "{}", text(&out));
 }
 
+/// A root program under `sluice run` that drops to nobody with raw
+/// `setgroups`, `setresgid` and `setresuid` system calls (as Go programs
+/// and static helpers do, past libc's wrappers) is served as nobody from
+/// then on: it read root's 0600 file and created files owned by root.
+/// A file it opened as root stays readable, as a kernel fd does.
+#[test]
+fn a_privilege_drop_by_raw_system_calls_is_followed() {
+    let v = Victim::start(false, &[]);
+    let py = r#"
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+held = open("/sluice/secret", "rb")
+assert open("/sluice/public.txt").read() == "for everyone\n"
+for nr, args in ((116, (0, None)), (119, (65534, 65534, 65534)), (117, (65534, 65534, 65534))):
+    assert libc.syscall(nr, *args) == 0, ctypes.get_errno()
+try:
+    open("/sluice/secret", "rb").read(); print("READ-AS-ROOT")
+except PermissionError:
+    print("REFUSED")
+with open("/sluice/pub/after-drop", "w") as f:
+    f.write("x")
+print(held.read().decode().strip())
+"#;
+    let out = Command::new(v.bin("sluice")).args(["run", "--prefix", "/sluice", "--", "python3", "-c", py]).env("SLUICE_SERVER", &v.addr).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "REFUSED\nroot's secret\n", "{}", text(&out));
+    assert_eq!(std::fs::metadata(v.root().join("pub/after-drop")).unwrap().uid(), NOBODY, "created as nobody");
+}
+
 /// The served socket is connectable by everyone (mode 0666, whatever the
 /// umask): identity, not the socket's mode, is the guard now.
 #[test]
