@@ -95,6 +95,7 @@
 //! handed out, instead of one by one at every turn.
 
 use super::{Pick, Policy};
+use super::seen::DeviceSeen;
 use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
 use crate::hash::FxHashMap;
@@ -272,9 +273,12 @@ pub(crate) struct Aioli {
     recent_sweep_at: usize,
     /// Applications with at least one eligible request.
     backlogged: usize,
-    /// What the device charges, when the driver knows; holds, windows and
-    /// the aggregate size weigh it.
+    /// What the device charges, when the driver knows (`model`), with a
+    /// move cost no lower than the one seen (`seen`): holds, windows, turn
+    /// lengths and the aggregate size weigh it.
     cost: Option<DeviceCost>,
+    model: Option<DeviceCost>,
+    seen: DeviceSeen,
     /// Dispatches the scheduler keeps in flight, and how many are.
     depth: u32,
     inflight: u32,
@@ -318,6 +322,8 @@ impl Aioli {
             recent_sweep_at: RECENT_SWEEP_MIN,
             backlogged: 0,
             cost: None,
+            model: None,
+            seen: DeviceSeen::default(),
             depth: limits.dispatches_inflight_max,
             inflight: 0,
             tick: 0,
@@ -342,6 +348,15 @@ impl Aioli {
         }
         let step = min.saturating_mul(u64::from(a.weight));
         a.quantum.saturating_add(step.saturating_mul(turns - a.since)).min(max)
+    }
+
+    /// The cost weighed from the model and what was seen (`seen.rs`), and
+    /// the smallest quantum from both: the model's turn or the one the
+    /// device's own times ask for, whichever is longer.
+    fn refresh_cost(&mut self) {
+        self.cost = self.seen.floor(self.model);
+        let (min, max) = (self.p.quantum_bytes_min, self.p.quantum_bytes_max);
+        self.quantum_min = self.cost.map_or(min, |c| c.turn_bytes_min().max(self.seen.turn_bytes_min().unwrap_or(0)).clamp(min, max));
     }
 
     /// The smallest quantum and the largest. On a device that seeks the
@@ -739,6 +754,7 @@ impl Policy for Aioli {
     }
 
     fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
+        self.seen.dispatched(d, self.inflight, now);
         self.inflight += 1;
         for (m, e) in d.members.iter().zip(members) {
             let (turns, bounds) = (self.turns, self.quanta());
@@ -801,6 +817,9 @@ impl Policy for Aioli {
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
         self.inflight = self.inflight.saturating_sub(1);
+        if self.seen.completed(d, now) && self.model.is_some() {
+            self.refresh_cost();
+        }
         // A window for the first synchronous reader of the turn's
         // application among the members, unless windows are off (a zero
         // maximum: devices where moving to another file costs nothing) or
@@ -859,9 +878,8 @@ impl Policy for Aioli {
     }
 
     fn set_device(&mut self, cost: Option<DeviceCost>, depth: u32) {
-        (self.cost, self.depth) = (cost, depth);
-        let (min, max) = (self.p.quantum_bytes_min, self.p.quantum_bytes_max);
-        self.quantum_min = cost.map_or(min, |c| c.turn_bytes_min().clamp(min, max));
+        (self.model, self.depth) = (cost, depth);
+        self.refresh_cost();
     }
 
     fn set_weight(&mut self, app: AppId, weight: u32) {

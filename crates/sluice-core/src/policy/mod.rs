@@ -9,6 +9,7 @@ mod drr;
 mod elevator;
 mod fifo;
 mod sjf;
+mod seen;
 mod window;
 
 use crate::config::{Limits, PolicyConfig};

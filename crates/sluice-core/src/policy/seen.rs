@@ -1,0 +1,154 @@
+//! What the device did, as a policy sees it: the time of each dispatch
+//! that had the device to itself, split into those that continued where
+//! the last one ended and those that moved. From them, what a move costs
+//! beyond a continuing transfer of the same size, and what a byte costs.
+//!
+//! A policy that decides by a device model (turn lengths, windows, holds)
+//! takes the larger of the model's move cost and this one, so a model
+//! that underestimates the device (a learner still settling, a wrong
+//! calibration, or a device it never saw) cannot talk it into switching
+//! files more often than the device repays. An overestimating model only
+//! lengthens turns, which costs no throughput.
+//!
+//! Bounds: two running means and three counters; nothing grows.
+
+use crate::cost::DeviceCost;
+use crate::types::{Dispatch, DispatchId, FileId, Nanos};
+
+/// Dispatches of each kind seen before the figures are used.
+pub const SEEN_MIN: u32 = 4;
+/// Weight of the newest sample in the running means: 1/8.
+const NEWEST_SHIFT: u32 = 3;
+
+/// A dispatch alone on the device: which, when it left, whether it moved.
+#[derive(Clone, Copy, Debug)]
+struct Alone {
+    id: DispatchId,
+    at: Nanos,
+    moved: bool,
+}
+
+/// The running record.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceSeen {
+    /// Where the last dispatch ended.
+    last_end: Option<(FileId, u64)>,
+    alone: Option<Alone>,
+    /// Picoseconds per byte of a continuing dispatch, its fixed cost
+    /// included, and how many were seen.
+    byte_ps: u64,
+    continued: u32,
+    /// What a moving dispatch took beyond a continuing one of its size,
+    /// and how many were seen.
+    move_ns: u64,
+    moved: u32,
+}
+
+fn mean(old: u64, new: u64, n: u32) -> u64 {
+    if n == 0 {
+        return new;
+    }
+    let (old, new) = (i128::from(old), i128::from(new));
+    (old + ((new - old) >> NEWEST_SHIFT)).max(0) as u64
+}
+
+impl DeviceSeen {
+    /// `d` left for the device, which had `inflight` dispatches already.
+    pub fn dispatched(&mut self, d: &Dispatch, inflight: u32, now: Nanos) {
+        let moved = self.last_end != Some((d.file, d.offset));
+        self.last_end = Some((d.file, d.end()));
+        // A second dispatch on the device: neither time is its own.
+        self.alone = (inflight == 0).then_some(Alone { id: d.id, at: now, moved });
+    }
+
+    /// `d` completed; whether the figures changed.
+    pub fn completed(&mut self, d: &Dispatch, now: Nanos) -> bool {
+        let Some(a) = self.alone.take().filter(|a| a.id == d.id) else { return false };
+        let took = now.saturating_sub(a.at);
+        let len = d.len.max(1);
+        if !a.moved {
+            let ps = u64::try_from(u128::from(took) * 1_000 / u128::from(len)).unwrap_or(u64::MAX);
+            self.byte_ps = mean(self.byte_ps, ps, self.continued);
+            self.continued = self.continued.saturating_add(1);
+            return self.continued >= SEEN_MIN;
+        }
+        if self.continued == 0 {
+            return false;
+        }
+        let transfer = u64::try_from(u128::from(len) * u128::from(self.byte_ps) / 1_000).unwrap_or(u64::MAX);
+        self.move_ns = mean(self.move_ns, took.saturating_sub(transfer), self.moved);
+        self.moved = self.moved.saturating_add(1);
+        self.moved >= SEEN_MIN
+    }
+
+    /// The move cost seen, once enough of both kinds were.
+    pub fn move_ns(&self) -> Option<u64> {
+        (self.continued >= SEEN_MIN && self.moved >= SEEN_MIN).then_some(self.move_ns)
+    }
+
+    /// The shortest turn worth a move, by what was seen: the bytes a
+    /// continuing transfer moves in twice the move's time (as
+    /// `DeviceCost::turn_bytes_min` by the model).
+    pub fn turn_bytes_min(&self) -> Option<u64> {
+        let m = self.move_ns()?;
+        (self.byte_ps > 0).then(|| u64::try_from(2 * u128::from(m) * 1_000 / u128::from(self.byte_ps)).unwrap_or(u64::MAX))
+    }
+
+    /// `model` with a move cost no lower than the one seen.
+    pub fn floor(&self, model: Option<DeviceCost>) -> Option<DeviceCost> {
+        let m = model?;
+        Some(DeviceCost { seek_ns: m.seek_ns.max(self.move_ns().unwrap_or(0)), ..m })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::Op;
+
+    fn d(id: u64, file: u64, offset: u64, len: u64) -> Dispatch {
+        Dispatch { id: DispatchId(id), file: FileId(file), op: Op::Read, offset, len, members: Vec::new() }
+    }
+
+    /// A device of 10 ns a byte and 5 ms a move, one dispatch at a time.
+    fn feed(seen: &mut DeviceSeen, n: u64) {
+        let mut now = 0;
+        for k in 0..n {
+            // Alternate files every fourth dispatch: three continue, one moves.
+            let (file, offset) = ((k / 4) % 2, k * 4096);
+            let x = d(k, file, offset, 4096);
+            let moved = seen.last_end != Some((x.file, x.offset));
+            seen.dispatched(&x, 0, now);
+            now += 40_960 + if moved { 5_000_000 } else { 0 };
+            seen.completed(&x, now);
+        }
+    }
+
+    #[test]
+    fn the_move_cost_and_turn_come_from_the_device_s_own_times() {
+        let mut seen = DeviceSeen::default();
+        feed(&mut seen, 64);
+        let m = seen.move_ns().expect("both kinds seen");
+        assert!((4_900_000..=5_100_000).contains(&m), "{m}");
+        let t = seen.turn_bytes_min().unwrap();
+        assert!((2 * 4_900_000 / 10..=2 * 5_100_000 / 10).contains(&t), "{t}");
+        let low = DeviceCost::new(0, 10_000, 50_000, 1);
+        assert_eq!(seen.floor(Some(low)).unwrap().seek_ns, m, "an underestimate is raised");
+        let high = DeviceCost::new(0, 10_000, 50_000_000, 1);
+        assert_eq!(seen.floor(Some(high)).unwrap().seek_ns, 50_000_000, "an overestimate stays");
+        assert_eq!(seen.floor(None), None, "no model, none made up");
+    }
+
+    #[test]
+    fn figures_wait_for_seen_min_of_each_kind_and_overlap_is_not_timed() {
+        let mut seen = DeviceSeen::default();
+        feed(&mut seen, 3);
+        assert_eq!(seen.move_ns(), None, "under SEEN_MIN of each");
+        let mut other = DeviceSeen::default();
+        let (a, b) = (d(1, 1, 0, 4096), d(2, 1, 4096, 4096));
+        other.dispatched(&a, 0, 0);
+        other.dispatched(&b, 1, 10);
+        assert!(!other.completed(&a, 1_000_000) && !other.completed(&b, 2_000_000), "two on the device: neither timed");
+        assert_eq!(other.continued + other.moved, 0);
+    }
+}
