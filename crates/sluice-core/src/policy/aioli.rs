@@ -94,8 +94,8 @@
 //! arrivals (no lookups). The quanta grow lazily, from a count of turns
 //! handed out, instead of one by one at every turn.
 
-use super::{Pick, Policy};
 use super::seen::DeviceSeen;
+use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
 use crate::hash::FxHashMap;

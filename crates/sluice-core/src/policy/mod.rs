@@ -8,8 +8,8 @@ pub(crate) mod auto;
 mod drr;
 mod elevator;
 mod fifo;
-mod sjf;
 mod seen;
+mod sjf;
 mod window;
 
 use crate::config::{Limits, PolicyConfig};
