@@ -21,7 +21,9 @@
 //!    device that seeks, the minimum is raised to the transfer that makes
 //!    the seek to a turn worth while (`DeviceCost::turn_bytes_min`: twice
 //!    the seek's time, 2.9 MB on the emulated disk), for the drop and the
-//!    growth alike. (Growth is
+//!    growth alike; the seek is the model's or, when longer, the move cost
+//!    the policy timed itself on lone dispatches (`seen.rs`), and so for
+//!    windows and holds. (Growth is
 //!    linear per turn waited, not doubling: with ten applications doubling
 //!    reaches the cap within one cycle, and small applications then wait
 //!    behind ever-longer turns — measured on the seed's ten-application
