@@ -38,18 +38,24 @@ pub struct DeviceSeen {
     /// included, and how many were seen.
     byte_ps: u64,
     continued: u32,
-    /// What a moving dispatch took beyond a continuing one of its size,
-    /// and how many were seen.
-    move_ns: u64,
+    /// What a moving dispatch took beyond a continuing one of its size
+    /// (signed: on a device that does not seek, the differences are noise
+    /// around zero and must average out, not be clipped into a cost), and
+    /// how many were seen.
+    move_ns: i64,
     moved: u32,
 }
 
-fn mean(old: u64, new: u64, n: u32) -> u64 {
+fn mean(old: i64, new: i64, n: u32) -> i64 {
     if n == 0 {
         return new;
     }
     let (old, new) = (i128::from(old), i128::from(new));
-    (old + ((new - old) >> NEWEST_SHIFT)).max(0) as u64
+    (old + ((new - old) >> NEWEST_SHIFT)).clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+fn signed(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 impl DeviceSeen {
@@ -68,7 +74,7 @@ impl DeviceSeen {
         let len = d.len.max(1);
         if !a.moved {
             let ps = u64::try_from(u128::from(took) * 1_000 / u128::from(len)).unwrap_or(u64::MAX);
-            self.byte_ps = mean(self.byte_ps, ps, self.continued);
+            self.byte_ps = mean(signed(self.byte_ps), signed(ps), self.continued).max(0) as u64;
             self.continued = self.continued.saturating_add(1);
             return self.continued >= SEEN_MIN;
         }
@@ -76,14 +82,14 @@ impl DeviceSeen {
             return false;
         }
         let transfer = u64::try_from(u128::from(len) * u128::from(self.byte_ps) / 1_000).unwrap_or(u64::MAX);
-        self.move_ns = mean(self.move_ns, took.saturating_sub(transfer), self.moved);
+        self.move_ns = mean(self.move_ns, signed(took) - signed(transfer), self.moved);
         self.moved = self.moved.saturating_add(1);
         self.moved >= SEEN_MIN
     }
 
     /// The move cost seen, once enough of both kinds were.
     pub fn move_ns(&self) -> Option<u64> {
-        (self.continued >= SEEN_MIN && self.moved >= SEEN_MIN).then_some(self.move_ns)
+        (self.continued >= SEEN_MIN && self.moved >= SEEN_MIN).then_some(self.move_ns.max(0) as u64)
     }
 
     /// The shortest turn worth a move, by what was seen: the bytes a
@@ -137,6 +143,20 @@ mod tests {
         let high = DeviceCost::new(0, 10_000, 50_000_000, 1);
         assert_eq!(seen.floor(Some(high)).unwrap().seek_ns, 50_000_000, "an overestimate stays");
         assert_eq!(seen.floor(None), None, "no model, none made up");
+    }
+
+    #[test]
+    fn noise_on_a_device_that_does_not_seek_is_no_move_cost() {
+        // Moving and continuing dispatches alike take 40 us +- 20 us.
+        let mut seen = DeviceSeen::default();
+        let mut now = 0;
+        for k in 0..256u64 {
+            let x = d(k, (k / 4) % 2, k * 4096, 4096);
+            seen.dispatched(&x, 0, now);
+            now += 40_000 + (k * 7_919 % 41) * 1_000 - 20_000;
+            seen.completed(&x, now);
+        }
+        assert!(seen.move_ns().unwrap() < 10_000, "{:?}", seen.move_ns());
     }
 
     #[test]
