@@ -66,8 +66,9 @@ pub struct ServerLimits {
     /// EBUSY and closed at once.
     pub clients_max: u32,
     /// Of `clients_max`, the slots only root and the server's own user may
-    /// take: another user finds the table full this many slots early. 16:
-    /// an operator's `sluice ls` and a mount always find room.
+    /// take: another user finds the table full this many slots early (at
+    /// most `clients_max` - 1: other users keep one). 16: an operator's
+    /// `sluice ls` and a mount always find room.
     pub clients_reserved: u32,
     /// Connections one user (by uid, after squash) may hold at once; one
     /// more is refused EBUSY. Root and the server's user have no such
@@ -374,8 +375,8 @@ impl ServerConfig {
         if l.partial_bytes_max < u64::from(l.frame_bytes_max) {
             return Err(Error::config("partial_bytes_max must hold at least one frame of frame_bytes_max"));
         }
-        if l.clients_reserved >= l.clients_max || l.conns_per_uid_max == 0 {
-            return Err(Error::config("clients_reserved must leave other users a slot, and conns_per_uid_max be at least 1"));
+        if l.conns_per_uid_max == 0 {
+            return Err(Error::config("conns_per_uid_max must be at least 1"));
         }
         // A message must fit a user's and the server's budgets whole, or
         // it would wait for ever.
@@ -423,8 +424,7 @@ mod tests {
             f(&mut c.limits);
             c.validate()
         };
-        assert!(with(&|l| l.clients_reserved = l.clients_max - 1).is_ok(), "one slot left for other users");
-        assert!(with(&|l| l.clients_reserved = l.clients_max).is_err(), "none left");
+        assert!(with(&|l| l.conns_per_uid_max = 1).is_ok());
         assert!(with(&|l| l.conns_per_uid_max = 0).is_err());
         let message =
             u64::from(sluice_proto::FRAME_BYTES_MAX).max(u64::from(sluice_proto::IO_BYTES_MAX)) + (sluice_proto::HEADER_BYTES + 8 + sluice_proto::MESSAGE_BYTES_MAX) as u64;

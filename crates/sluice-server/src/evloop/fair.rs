@@ -98,7 +98,8 @@ pub fn place(t: &Table) -> Place {
     if !t.privileged && t.mine >= t.conns_per_uid_max {
         return Place::Refuse(format!("this user holds {} connections (conns_per_uid_max = {})", t.mine, t.conns_per_uid_max));
     }
-    let limit = if t.privileged { t.clients_max } else { t.clients_max - t.clients_reserved };
+    // Other users keep at least one slot, whatever is reserved.
+    let limit = if t.privileged { t.clients_max } else { t.clients_max - t.clients_reserved.min(t.clients_max.saturating_sub(1)) };
     if t.ready < limit as usize {
         Place::Free
     } else {
@@ -155,6 +156,9 @@ mod tests {
         assert_eq!(place(&table(8, 0, false)), Place::Evict, "clients_max - reserved ready: full for a user");
         assert_eq!(place(&table(9, 0, true)), Place::Free, "root takes a reserved slot");
         assert_eq!(place(&table(10, 0, true)), Place::Evict, "clients_max ready: full for root too");
+        let small = Table { clients_max: 2, clients_reserved: 16, ..table(0, 0, false) };
+        assert_eq!(place(&small), Place::Free, "more reserved than slots: other users keep one");
+        assert_eq!(place(&Table { ready: 1, ..small }), Place::Evict);
     }
 
     #[test]
