@@ -547,3 +547,55 @@ fn windows_follow_the_model_that_refused_them() {
     phase(&mut s, 200);
     assert!(s.stats().windows > 10, "windows once the model favours them: {:?}", s.stats());
 }
+
+/// The emulated 7200 rpm disk learned from scratch (the generic prior),
+/// as the server learns it: dispatches that continue, move to another
+/// file, or (a quarter of the moves) skip ahead in the same one, of the
+/// lengths a scheduler sends, at the depths the learner asks
+/// for, each timed by the disk emulator (a dispatch at depth d also waits
+/// for d - 1 others) with up to 10% of host delay. After 2,000 dispatches
+/// the model is within 25% of the disk's own figures (cost per byte, and
+/// the far seek with its rotation), its fixed cost (the disk's is 0)
+/// under 25% of a 4 KiB continuing read's time, and its parallelism 1;
+/// for each of 20 seeds.
+#[test]
+fn the_emulated_disk_is_learned_within_a_quarter_in_2000_dispatches() {
+    use sluice_device::{Access, DeviceModel, Hdd};
+    let truth = Hdd::hdd7200().cost_parts();
+    let mut failures = Vec::new();
+    for seed in 1..=20u64 {
+        let (mut disk, mut rng, mut l) = (Hdd::hdd7200(), Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1), CostLearner::default());
+        let sizes = [4_096u64, 65_536, 262_144, 1 << 20];
+        let (mut file, mut end) = (0u64, 0u64);
+        for _ in 0..2_000 {
+            let len = sizes[(rng.next() % sizes.len() as u64) as usize];
+            let seek = rng.next().is_multiple_of(2);
+            if seek && rng.next().is_multiple_of(4) {
+                // A near move in the same file (a process that fell
+                // behind): track to track, 5.2 ms with the rotation.
+                end += 64 << 10;
+            } else if seek {
+                // Another file, far away: a move as between applications.
+                file = (file + 1 + rng.next() % 7) % 8;
+                end = (rng.next() % 1024) << 20;
+            }
+            let depth = 1 + (rng.next() % u64::from(l.depth_cap())) as u32;
+            let own = disk.service_ns(Access { file, offset: end, len });
+            end += len;
+            // Those ahead of it in a one-arm disk's queue: continuing
+            // transfers of the same length.
+            let ahead = u64::from(depth - 1) * (truth.byte_ps * len / 1_000);
+            let ns = own + ahead;
+            let latency_ns = ns + rng.next() % (ns / 10 + 1);
+            l.observe(Observation { len, seek, depth, latency_ns });
+        }
+        let m = l.model();
+        eprintln!("seed {seed}: {m}");
+        let four_k = truth.byte_ps * 4_096 / 1_000;
+        let ok = within(m.byte_ps, truth.byte_ps, 25) && within(m.seek_ns, truth.seek_ns, 25) && m.dispatch_ns <= four_k / 4 && m.parallelism == 1;
+        if !ok {
+            failures.push(format!("seed {seed}: {m}"));
+        }
+    }
+    assert!(failures.is_empty(), "models off by more than a quarter (truth: {} ps a byte, seek {} ns):\n{}", truth.byte_ps, truth.seek_ns, failures.join("\n"));
+}
