@@ -15,7 +15,10 @@
 //! were in flight when it left, how long it took) and the learner keeps:
 //!
 //! - `seek_ns` by comparing, within each power-of-two length class, the
-//!   latencies of dispatches that seeked with those that continued, and
+//!   latencies of dispatches that seeked with those that continued (their
+//!   means among dispatches alone on the device where there are enough,
+//!   so that near and far moves count as what they cost on average; else
+//!   the lower edges below), and
 //!   `dispatch_ns` and `byte_ps` by least squares of latency (less the seek
 //!   cost where it applies) against length; once two lengths have
 //!   dispatches that continued, only those enter the line (a class that
