@@ -92,12 +92,12 @@ impl DeviceSeen {
         (self.continued >= SEEN_MIN && self.moved >= SEEN_MIN).then_some(self.move_ns.max(0) as u64)
     }
 
-    /// The shortest turn worth a move, by what was seen: the bytes a
-    /// continuing transfer moves in twice the move's time (as
-    /// `DeviceCost::turn_bytes_min` by the model).
+    /// The shortest turn worth a move, by what was seen: the model's rule
+    /// (`DeviceCost::turn_bytes_min`) applied to the move cost and cost
+    /// per byte seen, one dispatch at a time.
     pub fn turn_bytes_min(&self) -> Option<u64> {
         let m = self.move_ns()?;
-        (self.byte_ps > 0).then(|| u64::try_from(2 * u128::from(m) * 1_000 / u128::from(self.byte_ps)).unwrap_or(u64::MAX))
+        (self.byte_ps > 0).then(|| DeviceCost::new(0, self.byte_ps, m, 1).turn_bytes_min())
     }
 
     /// `model` with a move cost no lower than the one seen.
