@@ -213,6 +213,14 @@ pub struct Observation {
     pub latency_ns: Nanos,
 }
 
+/// What a device that seeks is taken to cost until its moves were timed
+/// (`policy::seen`): a 7200 rpm desktop drive's data-sheet figures (8.5 ms
+/// average seek, 4.17 ms half a revolution, 100 MB/s), one dispatch at a
+/// time. A model that says the device seeks but is still unconfirmed may
+/// be low by any factor; turns this long cost a device that seeks less
+/// only fairness at the start, never throughput.
+pub const DISK: DeviceCost = DeviceCost { dispatch_ns: 0, byte_ps: 10_000, seek_ns: 12_670_000, parallelism: 1 };
+
 /// The model a learner starts from when no calibration is given: a
 /// fast device (50 us per dispatch, 1 GB/s, no seek cost, one at a time).
 /// Real observations outweigh it within a few dozen dispatches.

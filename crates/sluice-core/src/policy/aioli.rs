@@ -23,7 +23,10 @@
 //!    the seek's time, 2.9 MB on the emulated disk), for the drop and the
 //!    growth alike; the seek is the model's or, when longer, the move cost
 //!    the policy timed itself on lone dispatches (`seen.rs`), and so for
-//!    windows and holds. (Growth is
+//!    windows and holds; until it timed a few moves, a model that says
+//!    the device seeks is taken to seek at least as a disk does
+//!    (`cost::DISK`), since an unconfirmed seek cost may be low by any
+//!    factor (tests/model_error.rs). (Growth is
 //!    linear per turn waited, not doubling: with ten applications doubling
 //!    reaches the cap within one cycle, and small applications then wait
 //!    behind ever-longer turns — measured on the seed's ten-application
@@ -363,7 +366,7 @@ impl Aioli {
     fn refresh_cost(&mut self) {
         self.cost = self.seen.floor(self.model);
         let (min, max) = (self.p.quantum_bytes_min, self.p.quantum_bytes_max);
-        self.quantum_min = self.cost.map_or(min, |c| c.turn_bytes_min().max(self.seen.turn_bytes_min().unwrap_or(0)).clamp(min, max));
+        self.quantum_min = self.cost.map_or(min, |c| c.turn_bytes_min().max(self.seen.turn_floor(&c)).clamp(min, max));
     }
 
     /// The smallest quantum and the largest. On a device that seeks the

@@ -12,11 +12,16 @@
 //!
 //! Bounds: two running means and three counters; nothing grows.
 
-use crate::cost::DeviceCost;
+use crate::cost::{DeviceCost, DISK};
 use crate::types::{Dispatch, DispatchId, FileId, Nanos};
 
 /// Dispatches of each kind seen before the figures are used.
 pub const SEEN_MIN: u32 = 4;
+/// Completions after which a disk's move cost (`cost::DISK`) is no longer
+/// assumed for a model that says its device seeks, if too few dispatches
+/// were alone on the device to time its moves: the model is then taken
+/// as it is.
+pub const PRIOR_COMPLETIONS_MAX: u32 = 256;
 /// Weight of the newest sample in the running means: 1/8.
 const NEWEST_SHIFT: u32 = 3;
 
@@ -44,6 +49,8 @@ pub struct DeviceSeen {
     /// how many were seen.
     move_ns: i64,
     moved: u32,
+    /// Completions seen, up to `PRIOR_COMPLETIONS_MAX`.
+    completions: u32,
 }
 
 fn mean(old: i64, new: i64, n: u32) -> i64 {
@@ -69,6 +76,13 @@ impl DeviceSeen {
 
     /// `d` completed; whether the figures changed.
     pub fn completed(&mut self, d: &Dispatch, now: Nanos) -> bool {
+        if self.completions < PRIOR_COMPLETIONS_MAX {
+            self.completions += 1;
+            if self.completions == PRIOR_COMPLETIONS_MAX && self.move_ns().is_none() {
+                // The disk's figures are no longer assumed.
+                return true;
+            }
+        }
         let Some(a) = self.alone.take().filter(|a| a.id == d.id) else { return false };
         let took = now.saturating_sub(a.at);
         let len = d.len.max(1);
@@ -92,18 +106,34 @@ impl DeviceSeen {
         (self.continued >= SEEN_MIN && self.moved >= SEEN_MIN).then_some(self.move_ns.max(0) as u64)
     }
 
-    /// The shortest turn worth a move, by what was seen: the model's rule
-    /// (`DeviceCost::turn_bytes_min`) applied to the move cost and cost
-    /// per byte seen, one dispatch at a time.
-    pub fn turn_bytes_min(&self) -> Option<u64> {
-        let m = self.move_ns()?;
-        (self.byte_ps > 0).then(|| DeviceCost::new(0, self.byte_ps, m, 1).turn_bytes_min())
+    /// The move cost the evidence asks for at least: the one seen once
+    /// moves were timed; before that, where `model` says the device seeks
+    /// at all, a disk's (`cost::DISK`), for at most
+    /// `PRIOR_COMPLETIONS_MAX` completions: an unconfirmed seek cost may
+    /// be low by any factor, and a policy that believed it would switch
+    /// files (or give up holds and windows) more often than the device
+    /// repays. None where neither applies.
+    fn evidence(&self, model: &DeviceCost) -> Option<DeviceCost> {
+        match self.move_ns() {
+            // The model's rule (`DeviceCost::turn_bytes_min`) applied to
+            // the move cost and cost per byte seen, one at a time.
+            Some(m) => (self.byte_ps > 0).then(|| DeviceCost::new(0, self.byte_ps, m, 1)),
+            None if model.seek_ns > 0 && self.completions < PRIOR_COMPLETIONS_MAX => Some(DISK),
+            None => None,
+        }
     }
 
-    /// `model` with a move cost no lower than the one seen.
+    /// The shortest turn the evidence asks for beside `model`'s
+    /// (`DeviceCost::turn_bytes_min` of `evidence`); 0 without any.
+    pub fn turn_floor(&self, model: &DeviceCost) -> u64 {
+        self.evidence(model).map_or(0, |e| e.turn_bytes_min())
+    }
+
+    /// `model` with a move cost no lower than the evidence's.
     pub fn floor(&self, model: Option<DeviceCost>) -> Option<DeviceCost> {
         let m = model?;
-        Some(DeviceCost { seek_ns: m.seek_ns.max(self.move_ns().unwrap_or(0)), ..m })
+        let seen = self.evidence(&m).map_or(self.move_ns().unwrap_or(0), |e| e.seek_ns);
+        Some(DeviceCost { seek_ns: m.seek_ns.max(seen), ..m })
     }
 }
 
@@ -136,13 +166,41 @@ mod tests {
         feed(&mut seen, 64);
         let m = seen.move_ns().expect("both kinds seen");
         assert!((4_900_000..=5_100_000).contains(&m), "{m}");
-        let t = seen.turn_bytes_min().unwrap();
+        let t = seen.turn_floor(&DeviceCost::new(0, 10_000, 50_000, 1));
         assert!((2 * 4_900_000 / 10..=2 * 5_100_000 / 10).contains(&t), "{t}");
         let low = DeviceCost::new(0, 10_000, 50_000, 1);
         assert_eq!(seen.floor(Some(low)).unwrap().seek_ns, m, "an underestimate is raised");
         let high = DeviceCost::new(0, 10_000, 50_000_000, 1);
         assert_eq!(seen.floor(Some(high)).unwrap().seek_ns, 50_000_000, "an overestimate stays");
         assert_eq!(seen.floor(None), None, "no model, none made up");
+    }
+
+    #[test]
+    fn an_unconfirmed_seek_is_taken_for_a_disk_s_until_timed_or_for_prior_completions_max() {
+        let low = DeviceCost::new(0, 10_000, 50_000, 1);
+        let flash = DeviceCost::new(50_000, 1_000, 0, 4);
+        let fresh = DeviceSeen::default();
+        assert_eq!(fresh.floor(Some(low)).unwrap().seek_ns, DISK.seek_ns, "a seeking device: a disk's until timed");
+        assert_eq!(fresh.turn_floor(&low), DISK.turn_bytes_min());
+        assert_eq!(fresh.floor(Some(flash)), Some(flash), "a model without seeks is taken as it is");
+        assert_eq!(fresh.turn_floor(&flash), 0);
+        // Moves timed: the seen figures, not the disk's.
+        let mut seen = DeviceSeen::default();
+        feed(&mut seen, 64);
+        assert_eq!(seen.floor(Some(low)).unwrap().seek_ns, seen.move_ns().unwrap());
+        // Never alone on the device: the disk's figures for
+        // PRIOR_COMPLETIONS_MAX completions (the last one reports the
+        // change), then the model's.
+        let mut busy = DeviceSeen::default();
+        for k in 0..u64::from(PRIOR_COMPLETIONS_MAX) {
+            let x = d(k, 1, k * 4096, 4096);
+            busy.dispatched(&x, 1, k);
+            let changed = busy.completed(&x, k + 1);
+            let last = k + 1 == u64::from(PRIOR_COMPLETIONS_MAX);
+            assert_eq!(changed, last, "completion {k}");
+            let want = if last { low.seek_ns } else { DISK.seek_ns };
+            assert_eq!(busy.floor(Some(low)).unwrap().seek_ns, want, "completion {k}");
+        }
     }
 
     #[test]
