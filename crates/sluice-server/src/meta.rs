@@ -56,6 +56,15 @@ pub fn worker(shared: Arc<Shared>, jobs: Arc<Mutex<Receiver<MetaJob>>>, done: Se
     }
 }
 
+/// Carry out one call on this thread, as a worker does (the test that
+/// drives the loop by hand, `evloop/sim.rs`).
+#[cfg(test)]
+pub fn serve_one(shared: &Shared, mut job: MetaJob, holding: &mut Option<Cred>) -> MetaDone {
+    let wire_id = job.header.request_id;
+    let out = run(shared, &mut job, holding);
+    MetaDone { conn: job.conn, session: job.session, wire_id, out }
+}
+
 fn run(shared: &Shared, job: &mut MetaJob, holding: &mut Option<Cred>) -> Out {
     let cred = &job.session.ident.cred;
     if holding.as_ref() != Some(cred) {

@@ -44,6 +44,10 @@ const LAYERS: &[&[&str]] = &[
         "evloop::deadlines",
         "evloop::view",
     ],
+    // The test that drives the loop by hand (built for tests only): its
+    // clients, then the schedule.
+    &["evloop::sim::client"],
+    &["evloop::sim"],
     &["lib"],
 ];
 
@@ -63,10 +67,21 @@ fn modules(dir: &Path, prefix: &str, out: &mut BTreeMap<String, PathBuf>) {
     }
 }
 
-/// The file's code: comments and its test module left out.
+/// The file's code: comments and its test module (from `#[cfg(test)]`
+/// before a `mod`) left out, and each other line under `#[cfg(test)]` (a
+/// test-only field, statement or import).
 fn code(text: &str) -> String {
-    let text = text.split("#[cfg(test)]").next().unwrap();
-    text.lines().map(|l| l.split("//").next().unwrap()).collect::<Vec<_>>().join("\n")
+    let text = text.split("#[cfg(test)]\nmod ").next().unwrap();
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(l) = lines.next() {
+        if l.trim() == "#[cfg(test)]" {
+            lines.next();
+            continue;
+        }
+        out.push(l.split("//").next().unwrap());
+    }
+    out.join("\n")
 }
 
 /// The identifier at the start of `s`.
@@ -214,6 +229,9 @@ fn the_checks_see_what_they_check() {
     let set = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<BTreeSet<String>>();
     let raw = "use crate::{a, b::X};\nuse super::{EventLoop, poll::P};\nlet x = crate::evloop::input::Y; // crate::Lib\n#[cfg(test)]\nuse crate::view::T;";
     assert_eq!(imports("evloop::poll", &code(raw), &all), set(&["a", "b", "evloop", "evloop::input"]));
+    // Code after a test-only line is still read; a test module is not.
+    let raw = "    #[cfg(test)]\n    x: crate::a::X,\n    y: crate::b::Y,\n#[cfg(test)]\nmod tests {\n    use crate::view::T;\n}";
+    assert_eq!(imports("evloop::poll", &code(raw), &all), set(&["b"]));
     let raw = "use poll::Poll;\nlet t = crate::view::V;\nlet s = std::io::Error;";
     assert_eq!(imports("evloop", &code(raw), &all), set(&["evloop::poll", "view"]), "a child by its name; the crate's `view`, not the child's");
 }

@@ -39,7 +39,17 @@ impl EventLoop {
     /// Queue an answered message on its connection (dropped when the
     /// connection is gone).
     fn deliver(&mut self, mut d: Delivery) {
+        #[cfg(test)]
+        let twice = self.mutated(&d);
         let Some(c) = self.conns.get_mut(&d.conn) else { return };
+        #[cfg(test)]
+        if let Some(again) = twice {
+            match again {
+                // The planted fault: this answer is lost.
+                false => return,
+                true => c.push(d.wire_id, Out::Error(libc::EIO, "answered twice".into()), 0, &self.shared.reply_bytes),
+            }
+        }
         c.inflight -= 1;
         // A lease answered after its dispatch populated the page cache: the
         // handle's descriptor goes with its first lease, as in `lease`. A
@@ -75,6 +85,20 @@ impl EventLoop {
         if c.inflight == 0 && c.ready() {
             let idle = self.now.at + Duration::from_secs(self.shared.config.limits.idle_timeout_s);
             self.arm(idle);
+        }
+    }
+
+    /// The planted fault for this answer (`queue::Mutation`): `false`,
+    /// drop it; `true`, answer it twice; `None`, neither.
+    #[cfg(test)]
+    fn mutated(&mut self, _d: &Delivery) -> Option<bool> {
+        use super::queue::Mutation;
+        let (m, n) = self.mutation;
+        self.mutation.1 += 1;
+        match m {
+            Mutation::Drop(k) if k == n => Some(false),
+            Mutation::Twice(k) if k == n => Some(true),
+            _ => None,
         }
     }
 

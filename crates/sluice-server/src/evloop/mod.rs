@@ -55,6 +55,8 @@ mod leases;
 mod poll;
 mod queue;
 mod request;
+#[cfg(test)]
+mod sim;
 mod view;
 mod watched;
 
@@ -175,6 +177,9 @@ pub(crate) struct EventLoop {
     ready_write_bytes: u64,
     /// The clock, read once per turn (see the module doc).
     now: Now,
+    /// A fault planted in `deliver` by the test that must catch it.
+    #[cfg(test)]
+    mutation: (queue::Mutation, u64),
 }
 
 impl EventLoop {
@@ -231,6 +236,8 @@ impl EventLoop {
             ready: VecDeque::new(),
             ready_write_bytes: 0,
             now: shared.clock.read(),
+            #[cfg(test)]
+            mutation: (queue::Mutation::None, 0),
             shared,
         })
     }
@@ -246,27 +253,39 @@ impl EventLoop {
         let mut wake_at: Option<u64> = None;
         loop {
             let ready = self.sleep(wake_at);
-            self.now = self.shared.clock.read();
-            for i in 0..ready {
-                match self.poll.event(i) {
-                    (TOKEN_LISTENER, _) => self.accept_all(),
-                    (TOKEN_WAKER, _) => self.waker.drain(),
-                    (id, flags) => self.on_conn(id, flags),
-                }
-            }
-            self.scan_doorbells();
-            self.take_back();
-            if self.shared.stopping.load(Ordering::SeqCst) && !self.stopping {
-                self.begin_stop();
-            }
-            wake_at = self.schedule();
-            self.flush_dirty();
-            self.publish_view();
-            self.deadlines();
+            wake_at = self.turn(ready);
             if self.stopping && self.drained() {
                 break;
             }
         }
+        self.end()
+    }
+
+    /// One turn after the sleep, `ready` descriptors ready: the
+    /// scheduler's wake-up time.
+    fn turn(&mut self, ready: usize) -> Option<u64> {
+        self.now = self.shared.clock.read();
+        for i in 0..ready {
+            match self.poll.event(i) {
+                (TOKEN_LISTENER, _) => self.accept_all(),
+                (TOKEN_WAKER, _) => self.waker.drain(),
+                (id, flags) => self.on_conn(id, flags),
+            }
+        }
+        self.scan_doorbells();
+        self.take_back();
+        if self.shared.stopping.load(Ordering::SeqCst) && !self.stopping {
+            self.begin_stop();
+        }
+        let wake_at = self.schedule();
+        self.flush_dirty();
+        self.publish_view();
+        self.deadlines();
+        wake_at
+    }
+
+    /// Close every connection and hand back the scheduler's figures.
+    fn end(mut self) -> Ended {
         let ids: Vec<u64> = self.conns.keys().copied().collect();
         ids.into_iter().for_each(|id| self.remove(id));
         self.workers = None;

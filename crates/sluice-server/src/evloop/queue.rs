@@ -16,3 +16,15 @@ pub enum Completion {
     /// A message answered without a dispatch of its own.
     Answer(Delivery),
 }
+
+/// A fault planted in the delivery path, for the test that must catch it
+/// (`sim.rs`): the `nth` answer delivered (from 0) is dropped, or given
+/// twice.
+#[cfg(test)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mutation {
+    #[default]
+    None,
+    Drop(u64),
+    Twice(u64),
+}
