@@ -11,8 +11,9 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use crate::cost::Observation;
 use crate::scheduler::Scheduler;
-use crate::types::{Decision, Dispatch, DispatchId, Nanos, Request, RequestId};
+use crate::types::{Decision, Dispatch, DispatchId, FileId, Nanos, Request, RequestId};
 
 /// One issuer of requests.
 #[derive(Clone, Debug)]
@@ -81,6 +82,21 @@ impl ReplayOptions {
 
 /// Run `streams` to completion. `service` gives each dispatch's duration.
 pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Dispatch) -> Nanos, opts: ReplayOptions) -> Result<Log, ReplayError> {
+    replay_observed(s, streams, |_, d| service(d), opts, |_, _| {})
+}
+
+/// `replay`, with `service` told the time each dispatch leaves (so that a
+/// device may queue them: it returns the time to completion), and
+/// `observe` told of each completed dispatch (before the scheduler is)
+/// as a driver sees it, free to change the scheduler's model and depth: a
+/// learner in the loop, as the daemon runs one.
+pub fn replay_observed(
+    s: &mut Scheduler,
+    streams: &[Stream],
+    mut service: impl FnMut(Nanos, &Dispatch) -> Nanos,
+    opts: ReplayOptions,
+    mut observe: impl FnMut(&mut Scheduler, Observation),
+) -> Result<Log, ReplayError> {
     let ReplayOptions { events_max, check_invariants: check } = opts;
     let mut heap: BinaryHeap<Reverse<(Nanos, u64, Event)>> = BinaryHeap::new();
     let mut tie = 0u64;
@@ -103,7 +119,8 @@ pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Di
         }
     }
     let mut log = Log::default();
-    let mut running: Vec<(DispatchId, Nanos, Dispatch)> = Vec::new();
+    let mut running: Vec<(DispatchId, Nanos, Dispatch, bool, u32)> = Vec::new();
+    let mut head: Option<(FileId, u64)> = None;
     let mut events = 0u64;
     while let Some(Reverse((now, _, ev))) = heap.pop() {
         events += 1;
@@ -120,8 +137,9 @@ pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Di
                 }
             }
             Event::Complete(id) => {
-                let at = running.iter().position(|(d, _, _)| *d == id).expect("completion of a running dispatch");
-                let (_, start, d) = running.swap_remove(at);
+                let at = running.iter().position(|(d, ..)| *d == id).expect("completion of a running dispatch");
+                let (_, start, d, seek, depth) = running.swap_remove(at);
+                observe(s, Observation { len: d.len, seek, depth, latency_ns: now - start });
                 s.complete(id, now).expect("dispatch in flight");
                 for m in &d.members {
                     let i = owner[&m.id];
@@ -143,9 +161,11 @@ pub fn replay(s: &mut Scheduler, streams: &[Stream], mut service: impl FnMut(&Di
         loop {
             match s.next(now) {
                 Decision::Dispatch(d) => {
-                    let done = now + service(&d).max(1);
+                    let done = now + service(now, &d).max(1);
                     push(&mut heap, done, Event::Complete(d.id));
-                    running.push((d.id, now, d));
+                    let seek = head != Some((d.file, d.offset));
+                    head = Some((d.file, d.end()));
+                    running.push((d.id, now, d, seek, s.inflight() as u32));
                 }
                 Decision::WaitUntil(t) => {
                     push(&mut heap, t, Event::Wake);

@@ -1,7 +1,16 @@
-//! What the device did, as a policy sees it: the time of each dispatch
-//! that had the device to itself, split into those that continued where
-//! the last one ended and those that moved. From them, what a move costs
-//! beyond a continuing transfer of the same size, and what a byte costs.
+//! What the device did, as a policy sees it: each dispatch's own time,
+//! split into those that continued where the last one ended and those
+//! that moved. From them, what a move costs beyond a continuing transfer
+//! of the same size, and what a byte costs.
+//!
+//! A dispatch's own time runs from when it left, or from when the one
+//! before it completed if that was later: on a device that serves one
+//! dispatch at a time, in order, the time it was served. Timing only
+//! dispatches alone on the device would miss the moves of a scheduler
+//! that sends a piece behind the head while another dispatch is out
+//! (a late process's piece, then the run after it): on the emulated disk
+//! such a policy made 45 moves and timed none. On a device the model
+//! says serves several at once, only dispatches alone on it are timed.
 //!
 //! A policy that decides by a device model (turn lengths, windows, holds)
 //! takes the larger of the model's move cost and this one, so a model
@@ -10,11 +19,16 @@
 //! files more often than the device repays. An overestimating model only
 //! lengthens turns, which costs no throughput.
 //!
-//! Bounds: two running means and three counters; nothing grows.
+//! Bounds: two running means, three counters, and the dispatches out
+//! (at most `OUT_MAX`, the oldest forgotten).
 
-use crate::cost::{DeviceCost, DISK};
+use std::collections::VecDeque;
+
+use crate::cost::{DeviceCost, DEPTH_MAX, DISK};
 use crate::types::{Dispatch, DispatchId, FileId, Nanos};
 
+/// Dispatches out on the device that are remembered.
+pub const OUT_MAX: usize = DEPTH_MAX as usize;
 /// Dispatches of each kind seen before the figures are used.
 pub const SEEN_MIN: u32 = 4;
 /// Completions after which a disk's move cost (`cost::DISK`) is no longer
@@ -25,12 +39,14 @@ pub const PRIOR_COMPLETIONS_MAX: u32 = 256;
 /// Weight of the newest sample in the running means: 1/8.
 const NEWEST_SHIFT: u32 = 3;
 
-/// A dispatch alone on the device: which, when it left, whether it moved.
+/// A dispatch out on the device: which, when it left, whether it moved,
+/// whether its time will be its own.
 #[derive(Clone, Copy, Debug)]
-struct Alone {
+struct Out {
     id: DispatchId,
     at: Nanos,
     moved: bool,
+    timed: bool,
 }
 
 /// The running record.
@@ -38,7 +54,9 @@ struct Alone {
 pub struct DeviceSeen {
     /// Where the last dispatch ended.
     last_end: Option<(FileId, u64)>,
-    alone: Option<Alone>,
+    out: VecDeque<Out>,
+    /// When the last dispatch completed.
+    last_done: Nanos,
     /// Picoseconds per byte of a continuing dispatch, its fixed cost
     /// included, and how many were seen.
     byte_ps: u64,
@@ -66,25 +84,42 @@ fn signed(v: u64) -> i64 {
 }
 
 impl DeviceSeen {
-    /// `d` left for the device, which had `inflight` dispatches already.
-    pub fn dispatched(&mut self, d: &Dispatch, inflight: u32, now: Nanos) {
+    /// `d` left for the device, which had `inflight` dispatches already;
+    /// `serial`: the model says it serves one at a time.
+    pub fn dispatched(&mut self, d: &Dispatch, inflight: u32, serial: bool, now: Nanos) {
         let moved = self.last_end != Some((d.file, d.offset));
         self.last_end = Some((d.file, d.end()));
-        // A second dispatch on the device: neither time is its own.
-        self.alone = (inflight == 0).then_some(Alone { id: d.id, at: now, moved });
+        if !serial && inflight > 0 {
+            // A second dispatch on a device that overlaps them: neither
+            // time is its own.
+            self.out.iter_mut().for_each(|o| o.timed = false);
+        }
+        if self.out.len() >= OUT_MAX {
+            self.out.pop_front();
+        }
+        self.out.push_back(Out { id: d.id, at: now, moved, timed: serial || inflight == 0 });
     }
 
     /// `d` completed; whether the figures changed.
     pub fn completed(&mut self, d: &Dispatch, now: Nanos) -> bool {
+        let mut expired = false;
         if self.completions < PRIOR_COMPLETIONS_MAX {
             self.completions += 1;
-            if self.completions == PRIOR_COMPLETIONS_MAX && self.move_ns().is_none() {
-                // The disk's figures are no longer assumed.
-                return true;
-            }
+            // The disk's figures are no longer assumed.
+            expired = self.completions == PRIOR_COMPLETIONS_MAX && self.move_ns().is_none();
         }
-        let Some(a) = self.alone.take().filter(|a| a.id == d.id) else { return false };
-        let took = now.saturating_sub(a.at);
+        self.time(d, now) || expired
+    }
+
+    /// Take `d`'s own time into the figures; whether they changed.
+    fn time(&mut self, d: &Dispatch, now: Nanos) -> bool {
+        let Some(at) = self.out.iter().position(|o| o.id == d.id) else { return false };
+        let a = self.out.remove(at).expect("found");
+        let took = now.saturating_sub(a.at.max(self.last_done));
+        self.last_done = now;
+        if !a.timed {
+            return false;
+        }
         let len = d.len.max(1);
         if !a.moved {
             let ps = u64::try_from(u128::from(took) * 1_000 / u128::from(len)).unwrap_or(u64::MAX);
@@ -154,7 +189,7 @@ mod tests {
             let (file, offset) = ((k / 4) % 2, k * 4096);
             let x = d(k, file, offset, 4096);
             let moved = seen.last_end != Some((x.file, x.offset));
-            seen.dispatched(&x, 0, now);
+            seen.dispatched(&x, 0, true, now);
             now += 40_960 + if moved { 5_000_000 } else { 0 };
             seen.completed(&x, now);
         }
@@ -194,7 +229,7 @@ mod tests {
         let mut busy = DeviceSeen::default();
         for k in 0..u64::from(PRIOR_COMPLETIONS_MAX) {
             let x = d(k, 1, k * 4096, 4096);
-            busy.dispatched(&x, 1, k);
+            busy.dispatched(&x, 1, false, k);
             let changed = busy.completed(&x, k + 1);
             let last = k + 1 == u64::from(PRIOR_COMPLETIONS_MAX);
             assert_eq!(changed, last, "completion {k}");
@@ -204,13 +239,54 @@ mod tests {
     }
 
     #[test]
+    fn on_a_serial_device_a_queued_dispatch_is_timed_from_the_completion_before_it() {
+        // 10 ns a byte: continuing 4 KiB dispatches take 40,960 ns.
+        let mut seen = DeviceSeen::default();
+        let mut now = 0;
+        for k in 0..8u64 {
+            let x = d(k, 1, k * 4096, 4096);
+            seen.dispatched(&x, 0, true, now);
+            now += 40_960;
+            seen.completed(&x, now);
+        }
+        // Two out at once, the second moving (5 ms) behind the first.
+        let (a, b) = (d(100, 1, 8 * 4096, 4096), d(101, 2, 0, 4096));
+        for k in 0..4u64 {
+            let (a, b) = (d(a.id.0 + 2 * k, 1, (8 + k) * 4096, 4096), d(b.id.0 + 2 * k, 2 + k, 0, 4096));
+            // After the first round `a` moves back from `b`'s file too.
+            let back = if k == 0 { 0 } else { 5_000_000 };
+            seen.dispatched(&a, 0, true, now);
+            seen.dispatched(&b, 1, true, now);
+            now += back + 40_960;
+            seen.completed(&a, now);
+            now += 5_000_000 + 40_960;
+            seen.completed(&b, now);
+        }
+        let m = seen.move_ns().expect("moves queued behind another are timed");
+        assert!((4_900_000..=5_100_000).contains(&m), "{m}");
+    }
+
+    #[test]
+    fn the_dispatches_out_are_bounded_at_out_max() {
+        let mut seen = DeviceSeen::default();
+        for k in 0..OUT_MAX as u64 {
+            seen.dispatched(&d(k, 1, k * 4096, 4096), k as u32, true, k);
+        }
+        assert_eq!(seen.out.len(), OUT_MAX, "N remembered");
+        seen.dispatched(&d(999, 1, 0, 4096), OUT_MAX as u32, true, 1_000);
+        assert_eq!(seen.out.len(), OUT_MAX, "N + 1: the oldest forgotten");
+        assert!(!seen.completed(&d(0, 1, 0, 4096), 2_000), "a forgotten dispatch is not timed");
+        assert!(seen.out.iter().all(|o| o.id.0 != 0));
+    }
+
+    #[test]
     fn noise_on_a_device_that_does_not_seek_is_no_move_cost() {
         // Moving and continuing dispatches alike take 40 us +- 20 us.
         let mut seen = DeviceSeen::default();
         let mut now = 0;
         for k in 0..256u64 {
             let x = d(k, (k / 4) % 2, k * 4096, 4096);
-            seen.dispatched(&x, 0, now);
+            seen.dispatched(&x, 0, true, now);
             now += 40_000 + (k * 7_919 % 41) * 1_000 - 20_000;
             seen.completed(&x, now);
         }
@@ -224,9 +300,9 @@ mod tests {
         assert_eq!(seen.move_ns(), None, "under SEEN_MIN of each");
         let mut other = DeviceSeen::default();
         let (a, b) = (d(1, 1, 0, 4096), d(2, 1, 4096, 4096));
-        other.dispatched(&a, 0, 0);
-        other.dispatched(&b, 1, 10);
-        assert!(!other.completed(&a, 1_000_000) && !other.completed(&b, 2_000_000), "two on the device: neither timed");
+        other.dispatched(&a, 0, false, 0);
+        other.dispatched(&b, 1, false, 10);
+        assert!(!other.completed(&a, 1_000_000) && !other.completed(&b, 2_000_000), "two on a device that overlaps them: neither timed");
         assert_eq!(other.continued + other.moved, 0);
     }
 }
