@@ -19,8 +19,6 @@
 //! dropped, or given twice: `queue::Mutation`) and require the checks to
 //! catch it.
 
-#![allow(clippy::type_complexity)]
-
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
