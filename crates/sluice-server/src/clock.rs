@@ -12,7 +12,7 @@ use std::time::Instant;
 #[derive(Clone, Copy, Debug)]
 pub struct Clock {
     start: Instant,
-    /// Simulated time (tests that drive the event loop, `evloop/sim.rs`):
+    /// Simulated time (tests that drive the event loop, `evloop/sim/`):
     /// nanoseconds the test sets.
     #[cfg(test)]
     manual: Option<&'static AtomicU64>,

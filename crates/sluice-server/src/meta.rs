@@ -45,20 +45,17 @@ pub fn worker(shared: Arc<Shared>, jobs: Arc<Mutex<Receiver<MetaJob>>>, done: Se
     let mut holding: Option<Cred> = None;
     loop {
         let next = lock(&jobs).recv();
-        let Ok(mut job) = next else { return };
-        let wire_id = job.header.request_id;
-        let out = run(&shared, &mut job, &mut holding);
-        let MetaJob { conn, session, .. } = job;
-        if done.send(MetaDone { conn, session, wire_id, out }).is_err() {
+        let Ok(job) = next else { return };
+        if done.send(serve_one(&shared, job, &mut holding)).is_err() {
             return;
         }
         waker.wake();
     }
 }
 
-/// Carry out one call on this thread, as a worker does (the test that
-/// drives the loop by hand, `evloop/sim.rs`).
-#[cfg(test)]
+/// Carry out one call on this thread, holding the credentials `holding`
+/// took last (a worker's loop; the test that drives the event loop by
+/// hand, `evloop/sim/`, calls it too).
 pub fn serve_one(shared: &Shared, mut job: MetaJob, holding: &mut Option<Cred>) -> MetaDone {
     let wire_id = job.header.request_id;
     let out = run(shared, &mut job, holding);

@@ -40,7 +40,7 @@ impl EventLoop {
     /// connection is gone).
     fn deliver(&mut self, mut d: Delivery) {
         #[cfg(test)]
-        let twice = self.mutated(&d);
+        let twice = self.mutated();
         let Some(c) = self.conns.get_mut(&d.conn) else { return };
         #[cfg(test)]
         if let Some(again) = twice {
@@ -91,7 +91,7 @@ impl EventLoop {
     /// The planted fault for this answer (`queue::Mutation`): `false`,
     /// drop it; `true`, answer it twice; `None`, neither.
     #[cfg(test)]
-    fn mutated(&mut self, _d: &Delivery) -> Option<bool> {
+    fn mutated(&mut self) -> Option<bool> {
         use super::queue::Mutation;
         let (m, n) = self.mutation;
         self.mutation.1 += 1;

@@ -18,7 +18,7 @@ pub enum Completion {
 }
 
 /// A fault planted in the delivery path, for the test that must catch it
-/// (`sim.rs`): the `nth` answer delivered (from 0) is dropped, or given
+/// (`sim/`): the `nth` answer delivered (from 0) is dropped, or given
 /// twice.
 #[cfg(test)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
