@@ -112,6 +112,8 @@ pub struct Conn {
     pub broken: bool,
     /// Reads and writes admitted and not yet answered.
     pub inflight: u32,
+    /// Whether its client sends one request at a time (`Solo`).
+    pub solo: Solo,
     /// Bytes held against `reply_bytes_max`.
     pub held: u64,
     /// Its user (after squash), once the handshake is done, and the
@@ -141,6 +143,41 @@ pub struct Conn {
     pub leased_seen: u64,
 }
 
+/// Answers over which `Solo` takes the most requests a client had in
+/// flight.
+pub const SOLO_ANSWERS: u32 = 32;
+
+/// Whether a client sends one request at a time, waiting for each answer
+/// (the most it had in flight over the last `SOLO_ANSWERS` answers and
+/// since is one): the loop spins for such a client's next request once it
+/// has answered it (`EventLoop::spin`). A client that keeps several in
+/// flight is not spun for: its requests come in bursts that a sleep
+/// gathers into one turn.
+#[derive(Debug, Default)]
+pub struct Solo {
+    peak: u32,
+    last_peak: u32,
+    answers: u32,
+}
+
+impl Solo {
+    /// A request was admitted; `inflight` are now in flight.
+    pub fn admitted(&mut self, inflight: u32) {
+        self.peak = self.peak.max(inflight);
+    }
+
+    /// A request was answered: whether the client is solo.
+    pub fn answered(&mut self) -> bool {
+        self.answers += 1;
+        if self.answers >= SOLO_ANSWERS {
+            self.last_peak = self.peak;
+            self.peak = 0;
+            self.answers = 0;
+        }
+        self.last_peak.max(self.peak) <= 1
+    }
+}
+
 impl Conn {
     pub fn new(id: u64, stream: Stream, now: Instant) -> Conn {
         let peer = stream.peer_cred();
@@ -158,6 +195,7 @@ impl Conn {
             read_closed: false,
             broken: false,
             inflight: 0,
+            solo: Solo::default(),
             held: 0,
             uid: None,
             uid_held: None,
@@ -379,5 +417,42 @@ impl Conn {
         let counted: u64 = self.out.drain(..).map(|f| f.counted).sum();
         self.give(counted, total);
         self.out_stalled = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Solo, SOLO_ANSWERS};
+
+    #[test]
+    fn a_client_is_solo_until_it_has_two_in_flight_and_again_a_full_window_later() {
+        let mut s = Solo::default();
+        for _ in 0..3 * SOLO_ANSWERS {
+            s.admitted(1);
+            assert!(s.answered(), "one at a time");
+        }
+        // Two in flight: not solo for the rest of this window and the whole
+        // next one (the peak of the window before counts).
+        s.admitted(2);
+        let mut solo = Vec::new();
+        for _ in 0..2 * SOLO_ANSWERS + 1 {
+            solo.push(s.answered());
+            s.admitted(1);
+        }
+        let first = solo.iter().position(|&b| b).expect("solo again");
+        assert!(first >= SOLO_ANSWERS as usize && first < 2 * SOLO_ANSWERS as usize, "solo again after one to two windows, at answer {first}");
+        assert!(solo[first..].iter().all(|&b| b));
+    }
+
+    #[test]
+    fn the_window_is_solo_answers_long_at_n_and_n_plus_one() {
+        // A peak of two seen in the first answer of a window is forgotten
+        // after this window and the next: 2N answers, not 2N - 1.
+        let mut s = Solo::default();
+        s.admitted(2);
+        for k in 1..2 * SOLO_ANSWERS {
+            assert!(!s.answered(), "answer {k}: the peak is still in the last window");
+        }
+        assert!(s.answered(), "answer 2N: both windows without it");
     }
 }

@@ -51,6 +51,7 @@ impl EventLoop {
             }
         }
         c.inflight -= 1;
+        let solo = c.solo.answered();
         // A lease answered after its dispatch populated the page cache: the
         // handle's descriptor goes with its first lease, as in `lease`. A
         // handle closed meanwhile lends nothing (the client then reads
@@ -65,6 +66,7 @@ impl EventLoop {
             // marked dirty so that a pause on its reply bytes is lifted.
             (Some((shm, k)), Out::Count(n)) if !c.broken => {
                 c.give(d.reserved, &self.shared.reply_bytes);
+                self.doorbells.posted |= c.watched && solo && c.inflight == 0;
                 if shm.post(k, d.wire_id, Some(n)) {
                     self.wakes.push((shm, k));
                 }

@@ -1,45 +1,58 @@
 //! Doorbells: requests a client rings in its shared region's post records
 //! (`sluice_proto::post`) instead of sending them. The loop looks at the
 //! watched doorbells every turn, and at none while asleep (their clients
-//! then nudge); before a sleep with short dispatches on the ring it spins
-//! a little instead, while spinning pays.
+//! then nudge); before a sleep with short dispatches on the ring, or with
+//! a client that sends one request at a time just answered, it spins a
+//! little instead, while spinning pays.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use sluice_proto::{check_header, encode_request, Request, HEADER_BYTES, NO_POST, POSTS_MAX};
 
-use super::watched::SPIN;
+use super::watched::{SPIN, SPIN_IDLE};
 use super::{EventLoop, Flow};
 use crate::conn::{Conn, Phase};
 use crate::pending::Out;
 use crate::shm::Shm;
 
 impl EventLoop {
-    /// Before sleeping while dispatches are on the ring: look at its
-    /// completions and the watched doorbells for up to `SPIN`, and say
-    /// whether one came. A completion seen here costs the loop no sleep
-    /// and no wake-up (two context switches, 20-40 us on the 2-core VM,
-    /// as long as a 4 KiB O_DIRECT read), and a rung request no `Nudge`.
-    /// Only for short dispatches (`SPIN_DISPATCH_NS`: a longer one would
-    /// mostly be spun for in vain, taking a core from the clients), and
-    /// only while spinning pays (`SpinCredit`). Sockets are not looked at
-    /// while spinning: an unwatched client's request waits at most `SPIN`.
-    /// This spin reads the clock on every pass: it waits on it.
+    /// Before a sleep: look at the ring's completions and the watched
+    /// doorbells for a while, and say whether one came. A completion seen
+    /// here costs the loop no sleep and no wake-up (two context switches,
+    /// 20-40 us on the 2-core VM, as long as a 4 KiB O_DIRECT read), and a
+    /// rung request no `Nudge`. Two cases, each with its own credit
+    /// (`SpinCredit`: spun only while spinning pays):
+    /// - dispatches on the ring, the last one short (`SPIN_DISPATCH_NS`: a
+    ///   longer one would mostly be spun for in vain, taking a core from
+    ///   the clients): up to `SPIN`;
+    /// - nothing on the ring, and the turn answered the last request of a
+    ///   client that sends one at a time (`Conn::solo`) in its post
+    ///   record: up to `SPIN_IDLE`, for that client's next request.
+    /// Sockets are not looked at while spinning: an unwatched client's
+    /// request waits at most the spin. This spin reads the clock on every
+    /// pass: it waits on it.
     pub(super) fn spin(&mut self) -> bool {
-        let Some(ring) = self.ring.as_mut() else { return false };
+        let inflight = self.ring.as_ref().map_or(0, |r| r.inflight());
+        let posted = std::mem::take(&mut self.doorbells.posted);
         let d = &mut self.doorbells;
-        if ring.inflight() == 0 || !d.spin_short || !d.spin_credit.may_spin() {
+        let (span, credit) = match (inflight > 0, posted) {
+            (true, _) if d.spin_short => (SPIN, &mut d.spin_credit),
+            (false, true) => (SPIN_IDLE, &mut d.idle_credit),
+            _ => return false,
+        };
+        if !credit.may_spin() {
             return false;
         }
-        let until = std::time::Instant::now() + SPIN;
+        let until = std::time::Instant::now() + span;
+        let mut ring = self.ring.as_mut();
         loop {
-            if ring.completed() || d.watched.iter().any(|(_, shm)| shm.rung()) {
-                d.spin_credit.paid(true);
+            if ring.as_mut().is_some_and(|r| r.completed()) || d.watched.iter().any(|(_, shm)| shm.rung()) {
+                credit.paid(true);
                 return true;
             }
             if std::time::Instant::now() >= until {
-                d.spin_credit.paid(false);
+                credit.paid(false);
                 return false;
             }
             std::hint::spin_loop();

@@ -173,6 +173,7 @@ impl EventLoop {
     fn enter(&mut self, c: &mut Conn, a: Admitted) {
         c.take(a.reserved, &self.shared.reply_bytes);
         c.inflight += 1;
+        c.solo.admitted(c.inflight);
         let live = a.io.pieces.iter().filter(|p| p.1 > 0).count();
         let list = (a.io.list || a.io.group.is_some() || live == 0).then(|| {
             let bytes = if a.io.op == Op::Read { vec![0u8; a.total as usize] } else { Vec::new() };

@@ -17,6 +17,11 @@ pub const SPIN_DISPATCH_NS: u64 = 100_000;
 /// after which it tries again.
 const SPIN_CREDIT_MAX: u32 = 4;
 const SPIN_RETRY: u32 = 64;
+/// How long the loop spins, with nothing on the ring, for the next request
+/// of a client it has just answered in its post record (`EventLoop::spin`):
+/// a woken client's next request comes 15-30 us later on the 2-core VM,
+/// and a sleep would cost it a `Nudge` and the loop a wake-up.
+pub const SPIN_IDLE: Duration = Duration::from_micros(50);
 
 /// Whether the loop spins before a sleep (`EventLoop::spin`): credit for
 /// spins that saw something, at most `SPIN_CREDIT_MAX`; at none, one try
@@ -61,6 +66,11 @@ pub struct Doorbells {
     /// that a turn looks at each doorbell without finding its connection.
     pub watched: Vec<(u64, Arc<Shm>)>,
     pub spin_credit: SpinCredit,
+    /// Whether idle spins (`SPIN_IDLE`) pay: its own credit, as a request
+    /// that follows an answer is a different bet from a completion.
+    pub idle_credit: SpinCredit,
+    /// The turn answered a request in a watched client's post record.
+    pub posted: bool,
     /// The last dispatch put on the ring is one the learned model expects
     /// back within `SPIN_DISPATCH_NS`.
     pub spin_short: bool,
