@@ -118,6 +118,12 @@ pub struct ServiceBenchReport {
     pub floor_4k_us: f64,
     /// `rtt_4k_us / floor_4k_us`: what the service adds over the floor.
     pub rtt_ratio_to_floor: f64,
+    /// The waker's microseconds for one futex wake of a process asleep on
+    /// shared memory (`wake_floor`): the least a request costs a server
+    /// whose client sleeps for the answer. None if no wake found the
+    /// child asleep.
+    #[serde(default)]
+    pub wake_us: Option<f64>,
     /// The server's device (`real`, `hdd7200`, `null`).
     pub device: String,
     /// CPU microseconds of the server's threads per request: during the
@@ -358,10 +364,82 @@ fn ping_pong_floor(round_trips: u32) -> Result<f64> {
     Ok(us)
 }
 
+/// Futex wakes timed by `wake_floor`.
+const WAKES: u32 = 2_000;
+/// How long `wake_floor` leaves the child to fall asleep before each wake.
+const WAKE_GAP: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// Mean microseconds the waker spends in one `FUTEX_WAKE` that wakes a
+/// forked child asleep on a word of shared memory: what answering a
+/// client that sleeps on its post record costs the server at least, per
+/// request, on this machine. Only wakes that found the child asleep
+/// count; None if none did. The child only waits, stores and exits
+/// (async-signal-safe).
+fn wake_floor() -> Result<Option<f64>> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // SAFETY: a fresh shared anonymous page, unmapped below.
+    let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };
+    if page == libc::MAP_FAILED {
+        return Err(Error::io("mmap", &std::io::Error::last_os_error()));
+    }
+    // SAFETY: the page is live, aligned and zeroed; both words are only
+    // accessed atomically, here and in the child.
+    let (word, ack) = unsafe { (&*(page as *const AtomicU32), &*((page as *const AtomicU32).add(16))) };
+    let futex = |op: i32, val: u32| {
+        // SAFETY: a futex call on a live, aligned word of shared memory.
+        unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, std::ptr::null::<libc::timespec>(), std::ptr::null::<u32>(), 0) }
+    };
+    // SAFETY: the child runs only atomics, futex and _exit.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(Error::io("fork", &std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        loop {
+            match word.load(Ordering::Acquire) {
+                0 => {
+                    futex(libc::FUTEX_WAIT, 0);
+                }
+                1 => {
+                    word.store(0, Ordering::Release);
+                    ack.fetch_add(1, Ordering::AcqRel);
+                }
+                // SAFETY: leave without running the parent's destructors.
+                _ => unsafe { libc::_exit(0) },
+            }
+        }
+    }
+    let (mut total, mut woken) = (std::time::Duration::ZERO, 0u32);
+    for i in 0..WAKES {
+        let gap = Instant::now();
+        while gap.elapsed() < WAKE_GAP {
+            std::hint::spin_loop();
+        }
+        word.store(1, Ordering::Release);
+        let t = Instant::now();
+        if futex(libc::FUTEX_WAKE, 1) == 1 {
+            total += t.elapsed();
+            woken += 1;
+        }
+        while ack.load(Ordering::Acquire) <= i {
+            std::hint::spin_loop();
+        }
+    }
+    word.store(2, Ordering::Release);
+    futex(libc::FUTEX_WAKE, 1);
+    // SAFETY: reap the child, then unmap the page nobody uses any more.
+    unsafe {
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+        libc::munmap(page, 4096);
+    }
+    Ok((woken > 0).then(|| total.as_secs_f64() * 1e6 / f64::from(woken)))
+}
+
 /// Run the benchmark. See the module documentation.
 pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
     // First, while this process has the fewest threads.
     let floor_4k_us = ping_pong_floor(cfg.rtt_requests)?;
+    let wake_us = wake_floor()?;
     let scratch = Scratch(cfg.dir.join(format!("sluice-bench-service-{}", std::process::id())));
     std::fs::create_dir_all(scratch.0.join("root")).map_err(io_err("create scratch dir"))?;
     make_file(&scratch.0.join("root/seq.dat"), cfg.file_bytes)?;
@@ -422,6 +500,7 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
         pread_4k_us,
         floor_4k_us,
         rtt_ratio_to_floor: rtt_4k_us / floor_4k_us,
+        wake_us,
         device: match cfg.device {
             DeviceKind::Real => "real",
             DeviceKind::Hdd7200 => "hdd7200",
@@ -488,6 +567,7 @@ pub fn table(r: &ServiceBenchReport) -> String {
          4 KiB read, leased:           {:>8.1} us\n\
          4 KiB read round trip:        {:>8.1} us (direct pread {:.1} us)\n\
          IPC floor, same bytes:        {:>8.1} us (service {:.2}x the floor)\n\
+         futex wake of a sleeper:      {:>8} us of the waker's time\n\
          server CPU per request:       {} us blocking, {} us with {} in flight (device {})\n\
          4 KiB requests a second:      {:>8.0} ({} per server core)\n\
          credential check, sluice run: {:>8.0} ns a call\n\
@@ -509,6 +589,7 @@ pub fn table(r: &ServiceBenchReport) -> String {
         r.pread_4k_us,
         r.floor_4k_us,
         r.rtt_ratio_to_floor,
+        r.wake_us.map_or("-".into(), |us| format!("{us:.1}")),
         r.rtt_server_us_per_request.map_or("-".into(), |us| format!("{us:.1}")),
         r.pipelined_server_us_per_request.map_or("-".into(), |us| format!("{us:.1}")),
         PIPELINE_4K_WINDOW,
