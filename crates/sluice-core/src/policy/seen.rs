@@ -1,7 +1,9 @@
 //! What the device did, as a policy sees it: each dispatch's own time,
 //! split into those that continued where the last one ended and those
 //! that moved. From them, what a move costs beyond a continuing transfer
-//! of the same size, and what a byte costs.
+//! of the same size (its bytes charged at most a disk's rate, so that a
+//! short continuing dispatch's fixed cost, spread over few bytes, cannot
+//! make a long move look free), and what a byte costs.
 //!
 //! A dispatch's own time runs from when it left, or from when the one
 //! before it completed if that was later: on a device that serves one
@@ -87,6 +89,8 @@ impl DeviceSeen {
     /// `d` left for the device, which had `inflight` dispatches already;
     /// `serial`: the model says it serves one at a time.
     pub fn dispatched(&mut self, d: &Dispatch, inflight: u32, serial: bool, now: Nanos) {
+        // The first dispatch comes from nowhere: neither kind, not timed.
+        let first = self.last_end.is_none();
         let moved = self.last_end != Some((d.file, d.offset));
         self.last_end = Some((d.file, d.end()));
         if !serial && inflight > 0 {
@@ -97,7 +101,7 @@ impl DeviceSeen {
         if self.out.len() >= OUT_MAX {
             self.out.pop_front();
         }
-        self.out.push_back(Out { id: d.id, at: now, moved, timed: serial || inflight == 0 });
+        self.out.push_back(Out { id: d.id, at: now, moved, timed: !first && (serial || inflight == 0) });
     }
 
     /// `d` completed; whether the figures changed.
@@ -127,18 +131,26 @@ impl DeviceSeen {
             self.continued = self.continued.saturating_add(1);
             return self.continued >= SEEN_MIN;
         }
-        if self.continued == 0 {
-            return false;
-        }
-        let transfer = u64::try_from(u128::from(len) * u128::from(self.byte_ps) / 1_000).unwrap_or(u64::MAX);
+        // A move's transfer is taken at most at a disk's rate per byte
+        // (`cost::DISK`), and at that rate before any continuing dispatch
+        // was timed. A continuing dispatch's rate carries its fixed cost,
+        // which a short one spreads over few bytes (a 4 KiB read 1.4 ms
+        // into a rotation: 344 ns a byte), and charged to a long move's
+        // bytes it made every move look free. Without a rate at all, a
+        // scheduler whose every dispatch moved (a late piece, then the
+        // run past it, round after round) never learned what a move
+        // costs, and so never held to stop moving. Too low a rate only
+        // overstates moves, which lengthens turns and costs no throughput.
+        let byte_ps = if self.continued == 0 { DISK.byte_ps } else { self.byte_ps.min(DISK.byte_ps) };
+        let transfer = u64::try_from(u128::from(len) * u128::from(byte_ps) / 1_000).unwrap_or(u64::MAX);
         self.move_ns = mean(self.move_ns, signed(took) - signed(transfer), self.moved);
         self.moved = self.moved.saturating_add(1);
         self.moved >= SEEN_MIN
     }
 
-    /// The move cost seen, once enough of both kinds were.
+    /// The move cost seen, once `SEEN_MIN` moves were timed.
     pub fn move_ns(&self) -> Option<u64> {
-        (self.continued >= SEEN_MIN && self.moved >= SEEN_MIN).then_some(self.move_ns.max(0) as u64)
+        (self.moved >= SEEN_MIN).then_some(self.move_ns.max(0) as u64)
     }
 
     /// The move cost the evidence asks for at least: the one seen once
@@ -152,7 +164,7 @@ impl DeviceSeen {
         match self.move_ns() {
             // The model's rule (`DeviceCost::turn_bytes_min`) applied to
             // the move cost and cost per byte seen, one at a time.
-            Some(m) => (self.byte_ps > 0).then(|| DeviceCost::new(0, self.byte_ps, m, 1)),
+            Some(m) => Some(DeviceCost::new(0, if self.continued >= SEEN_MIN && self.byte_ps > 0 { self.byte_ps } else { DISK.byte_ps }, m, 1)),
             None if model.seek_ns > 0 && self.completions < PRIOR_COMPLETIONS_MAX => Some(DISK),
             None => None,
         }
@@ -267,6 +279,35 @@ mod tests {
     }
 
     #[test]
+    fn moves_are_timed_before_any_continuing_dispatch_and_at_most_at_a_disk_s_rate() {
+        // Every dispatch moves: 124 KiB runs and lone 4 KiB pieces, each
+        // 5 ms of move plus its transfer at 10 ns a byte.
+        let mut seen = DeviceSeen::default();
+        let mut now = 0;
+        for k in 0..9u64 {
+            let len = if k % 2 == 0 { 126_976 } else { 4_096 };
+            let x = d(k, 1, (k * 2 + 1) * 1_048_576, len);
+            seen.dispatched(&x, 0, true, now);
+            now += 5_000_000 + len * 10;
+            seen.completed(&x, now);
+        }
+        let m = seen.move_ns().expect("moves timed without a continuing one");
+        assert!((4_900_000..=5_100_000).contains(&m), "{m}");
+        // A short continuing dispatch far into a rotation (1.4 ms for 4 KiB:
+        // 344 ns a byte) must not make a long move look free.
+        let mut seen = DeviceSeen::default();
+        let mut now = 0;
+        for k in 0..13u64 {
+            let (x, took) = if k < 5 { (d(k, 1, k * 4_096, 4_096), 1_400_000) } else { (d(k, 1, k * 1_048_576, 126_976), 5_000_000 + 1_269_760) };
+            seen.dispatched(&x, 0, true, now);
+            now += took;
+            seen.completed(&x, now);
+        }
+        let m = seen.move_ns().expect("both kinds seen");
+        assert!(m >= 4_900_000, "a long move's bytes at a disk's rate at most: {m}");
+    }
+
+    #[test]
     fn the_dispatches_out_are_bounded_at_out_max() {
         let mut seen = DeviceSeen::default();
         for k in 0..OUT_MAX as u64 {
@@ -294,10 +335,10 @@ mod tests {
     }
 
     #[test]
-    fn figures_wait_for_seen_min_of_each_kind_and_overlap_is_not_timed() {
+    fn figures_wait_for_seen_min_moves_and_overlap_is_not_timed() {
         let mut seen = DeviceSeen::default();
         feed(&mut seen, 3);
-        assert_eq!(seen.move_ns(), None, "under SEEN_MIN of each");
+        assert_eq!(seen.move_ns(), None, "under SEEN_MIN moves");
         let mut other = DeviceSeen::default();
         let (a, b) = (d(1, 1, 0, 4096), d(2, 1, 4096, 4096));
         other.dispatched(&a, 0, false, 0);
