@@ -115,7 +115,7 @@ impl EventLoop {
 
     /// Read until the socket would block, the connection pauses, or its
     /// share of this wake-up is used.
-    fn read_conn(&mut self, c: &mut Conn) {
+    pub(super) fn read_conn(&mut self, c: &mut Conn) {
         for _ in 0..READS_PER_WAKE {
             if !c.wants_input() {
                 return;
