@@ -66,7 +66,9 @@ impl EventLoop {
             // marked dirty so that a pause on its reply bytes is lifted.
             (Some((shm, k)), Out::Count(n)) if !c.broken => {
                 c.give(d.reserved, &self.shared.reply_bytes);
-                self.doorbells.posted |= c.watched && solo && c.inflight == 0;
+                if c.watched && solo && c.inflight == 0 {
+                    self.doorbells.posted = Some(std::sync::Arc::clone(&shm));
+                }
                 if shm.post(k, d.wire_id, Some(n)) {
                     self.wakes.push((shm, k));
                 }

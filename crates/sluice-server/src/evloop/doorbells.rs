@@ -25,20 +25,23 @@ impl EventLoop {
     /// (`SpinCredit`: spun only while spinning pays):
     /// - dispatches on the ring, the last one short (`SPIN_DISPATCH_NS`: a
     ///   longer one would mostly be spun for in vain, taking a core from
-    ///   the clients): up to `SPIN`;
+    ///   the clients): up to `SPIN`, paid by anything seen;
     /// - nothing on the ring, and the turn answered the last request of a
     ///   client that sends one at a time (`Conn::solo`) in its post
-    ///   record: up to `SPIN_IDLE`, for that client's next request.
+    ///   record: up to `SPIN_IDLE`, for that client's next request. Only
+    ///   that request pays: where another client's comes first the spin
+    ///   ends, unpaid, so that many clients (a FUSE daemon's threads) do
+    ///   not keep the loop spinning between them.
     /// Sockets are not looked at while spinning: an unwatched client's
     /// request waits at most the spin. This spin reads the clock on every
     /// pass: it waits on it.
     pub(super) fn spin(&mut self) -> bool {
         let inflight = self.ring.as_ref().map_or(0, |r| r.inflight());
-        let posted = std::mem::take(&mut self.doorbells.posted);
+        let posted = self.doorbells.posted.take();
         let d = &mut self.doorbells;
-        let (span, credit) = match (inflight > 0, posted) {
+        let (span, credit) = match (inflight > 0, &posted) {
             (true, _) if d.spin_short => (SPIN, &mut d.spin_credit),
-            (false, true) => (SPIN_IDLE, &mut d.idle_credit),
+            (false, Some(_)) => (SPIN_IDLE, &mut d.idle_credit),
             _ => return false,
         };
         if !credit.may_spin() {
@@ -47,8 +50,12 @@ impl EventLoop {
         let until = std::time::Instant::now() + span;
         let mut ring = self.ring.as_mut();
         loop {
-            if ring.as_mut().is_some_and(|r| r.completed()) || d.watched.iter().any(|(_, shm)| shm.rung()) {
+            if posted.as_ref().is_some_and(|shm| shm.rung()) {
                 credit.paid(true);
+                return true;
+            }
+            if ring.as_mut().is_some_and(|r| r.completed()) || d.watched.iter().any(|(_, shm)| shm.rung()) {
+                credit.paid(posted.is_none());
                 return true;
             }
             if std::time::Instant::now() >= until {

@@ -69,8 +69,9 @@ pub struct Doorbells {
     /// Whether idle spins (`SPIN_IDLE`) pay: its own credit, as a request
     /// that follows an answer is a different bet from a completion.
     pub idle_credit: SpinCredit,
-    /// The turn answered a request in a watched client's post record.
-    pub posted: bool,
+    /// The region of the solo client whose last request the turn
+    /// answered in its post record (`EventLoop::spin`).
+    pub posted: Option<Arc<Shm>>,
     /// The last dispatch put on the ring is one the learned model expects
     /// back within `SPIN_DISPATCH_NS`.
     pub spin_short: bool,
