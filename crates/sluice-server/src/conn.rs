@@ -161,7 +161,8 @@ pub struct Solo {
 }
 
 impl Solo {
-    /// A request was admitted; `inflight` are now in flight.
+    /// A request was admitted and `inflight` are now in flight, or the
+    /// client rang `inflight` at once.
     pub fn admitted(&mut self, inflight: u32) {
         self.peak = self.peak.max(inflight);
     }

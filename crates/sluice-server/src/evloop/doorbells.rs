@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use sluice_proto::{check_header, encode_request, Request, HEADER_BYTES, NO_POST, POSTS_MAX};
 
-use super::watched::{SPIN, SPIN_IDLE};
+use super::watched::{SPIN, SPIN_IDLE, SPIN_IDLE_QUICK};
 use super::{EventLoop, Flow};
 use crate::conn::{Conn, Phase};
 use crate::pending::Out;
@@ -29,9 +29,11 @@ impl EventLoop {
     /// - nothing on the ring, and the turn answered the last request of a
     ///   client that sends one at a time (`Conn::solo`) in its post
     ///   record: up to `SPIN_IDLE`, for that client's next request. Only
-    ///   that request pays: where another client's comes first the spin
-    ///   ends, unpaid, so that many clients (a FUSE daemon's threads) do
-    ///   not keep the loop spinning between them.
+    ///   that request pays, and only if it took `SPIN_IDLE_QUICK` or more
+    ///   to come: where another client's comes first the spin ends,
+    ///   unpaid, so that many clients (a FUSE daemon's threads) do not
+    ///   keep the loop spinning between them, and a client whose next
+    ///   request was ready at once is one that pipelines.
     /// Sockets are not looked at while spinning: an unwatched client's
     /// request waits at most the spin. This spin reads the clock on every
     /// pass: it waits on it.
@@ -47,11 +49,15 @@ impl EventLoop {
         if !credit.may_spin() {
             return false;
         }
-        let until = std::time::Instant::now() + span;
+        let start = std::time::Instant::now();
+        let until = start + span;
         let mut ring = self.ring.as_mut();
         loop {
             if posted.as_ref().is_some_and(|shm| shm.rung()) {
-                credit.paid(true);
+                // At once: the client had it ready (it keeps several in
+                // flight and the loop answers each as it comes); a sleep
+                // would have gathered them into one turn.
+                credit.paid(start.elapsed() >= SPIN_IDLE_QUICK);
                 return true;
             }
             if ring.as_mut().is_some_and(|r| r.completed()) || d.watched.iter().any(|(_, shm)| shm.rung()) {
@@ -83,6 +89,10 @@ impl EventLoop {
         }
         let shm = Arc::clone(c.shm.as_ref().expect("rings() checked"));
         let mut bits = shm.take_rung();
+        // Several rung at once: the client has them in flight together,
+        // whether or not the device answers each before the next is taken
+        // (the null device and the page cache answer on the loop).
+        c.solo.admitted(bits.count_ones());
         while bits != 0 {
             let k = bits.trailing_zeros();
             bits &= bits - 1;

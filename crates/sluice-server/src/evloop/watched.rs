@@ -22,6 +22,11 @@ const SPIN_RETRY: u32 = 64;
 /// a woken client's next request comes 15-30 us later on the 2-core VM,
 /// and a sleep would cost it a `Nudge` and the loop a wake-up.
 pub const SPIN_IDLE: Duration = Duration::from_micros(50);
+/// An idle spin's request that came sooner than this after the answer was
+/// ready before it (a client that pipelines, answered one by one): the
+/// spin did not pay. A blocking client takes longer to be woken and ask
+/// again (15-30 us here).
+pub const SPIN_IDLE_QUICK: Duration = Duration::from_micros(2);
 
 /// Whether the loop spins before a sleep (`EventLoop::spin`): credit for
 /// spins that saw something, at most `SPIN_CREDIT_MAX`; at none, one try
