@@ -41,9 +41,10 @@ impl EventLoop {
         let inflight = self.ring.as_ref().map_or(0, |r| r.inflight());
         let posted = self.doorbells.posted.take();
         let d = &mut self.doorbells;
-        let (span, credit) = match (inflight > 0, &posted) {
-            (true, _) if d.spin_short => (SPIN, &mut d.spin_credit),
-            (false, Some(_)) => (SPIN_IDLE, &mut d.idle_credit),
+        // `own`: the one client whose request alone pays (the idle spin).
+        let (span, credit, own) = match (inflight > 0, posted) {
+            (true, _) if d.spin_short => (SPIN, &mut d.spin_credit, None),
+            (false, Some(shm)) => (SPIN_IDLE, &mut d.idle_credit, Some(shm)),
             _ => return false,
         };
         if !credit.may_spin() {
@@ -53,7 +54,7 @@ impl EventLoop {
         let until = start + span;
         let mut ring = self.ring.as_mut();
         loop {
-            if posted.as_ref().is_some_and(|shm| shm.rung()) {
+            if own.as_ref().is_some_and(|shm| shm.rung()) {
                 // At once: the client had it ready (it keeps several in
                 // flight and the loop answers each as it comes); a sleep
                 // would have gathered them into one turn.
@@ -61,7 +62,7 @@ impl EventLoop {
                 return true;
             }
             if ring.as_mut().is_some_and(|r| r.completed()) || d.watched.iter().any(|(_, shm)| shm.rung()) {
-                credit.paid(posted.is_none());
+                credit.paid(own.is_none());
                 return true;
             }
             if std::time::Instant::now() >= until {
