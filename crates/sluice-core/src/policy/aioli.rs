@@ -291,6 +291,10 @@ pub(crate) struct Aioli {
     streams: FxHashMap<u64, Stream>,
     files: IdMap<FileId, FileHist>,
     window: Option<SyncWindow>,
+    /// Dispatches in flight with a member of the turn's application whose
+    /// stream is sequential: a window may wait for its next request once
+    /// they complete. At most the dispatches in flight.
+    window_candidates: Vec<DispatchId>,
     /// Pieces dispatched lately, keyed by (file, start) and (file, end):
     /// the dispatch that carried each and when.
     recent_by_start: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
@@ -345,6 +349,7 @@ impl Aioli {
             streams: FxHashMap::default(),
             files: IdMap::default(),
             window: None,
+            window_candidates: Vec::new(),
             recent_by_start: FxHashMap::default(),
             recent_by_end: FxHashMap::default(),
             recent_sweep_at: RECENT_SWEEP_MIN,
@@ -770,6 +775,16 @@ impl Policy for Aioli {
         if let Some(p) = self.window_pick(store, now) {
             return p;
         }
+        // A disk that seeks and serves one dispatch at a time would only
+        // queue the next turn's dispatch behind one whose sequential
+        // reader a window may wait for: committed before that reader's
+        // next request comes, it ends the turn and the window with it (a
+        // 4 MiB reader's two requests then waited a round of turns each,
+        // mix10 on the emulated disk learned from scratch, while the
+        // learner probed depth two).
+        if !self.window_candidates.is_empty() && self.cost.is_some_and(|c| c.seek_ns > 0 && c.parallelism <= 1) {
+            return Pick::Idle;
+        }
         let backlogged = |s: &Self, t: &Turn| s.apps.get(&t.app).is_some_and(|a| a.live > 0);
         let turn_ns_max = self.p.turn_ns_max;
         let turn = match self.turn {
@@ -845,6 +860,10 @@ impl Policy for Aioli {
         let serial = self.model.is_none_or(|m| m.parallelism <= 1);
         self.seen.dispatched(d, self.inflight, serial, now);
         self.inflight += 1;
+        let hits_min = self.p.sync_hits_min;
+        if self.turn.is_some_and(|t| d.members.iter().any(|m| m.app == t.app && self.streams.get(&stream_key(m.app, m.client)).is_some_and(|s| s.hits >= hits_min))) {
+            self.window_candidates.push(d.id);
+        }
         for (m, e) in d.members.iter().zip(members) {
             let (turns, bounds) = (self.turns, self.quanta());
             let a = self.app(m.app);
@@ -918,6 +937,9 @@ impl Policy for Aioli {
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
         self.inflight = self.inflight.saturating_sub(1);
+        if let Some(i) = self.window_candidates.iter().position(|&x| x == d.id) {
+            self.window_candidates.swap_remove(i);
+        }
         if self.seen.completed(d, now) && self.model.is_some() {
             self.refresh_cost();
         }
