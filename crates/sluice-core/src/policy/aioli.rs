@@ -42,7 +42,11 @@
 //!    of seeking to another file; the think time is the larger of its mean
 //!    and its recent peak (the longest, decaying by 1/32 per newer
 //!    request), so a reader whose process is now and then woken late on a
-//!    busy host keeps its window through it. A window that expires unused
+//!    busy host keeps its window through it. On a disk the model says
+//!    seeks and serves one dispatch at a time, no second dispatch goes
+//!    behind one that holds such a reader of the turn's application: it
+//!    would end the turn before the reader's next request came
+//!    (`window_candidates`). A window that expires unused
 //!    resets the stream's evidence, so a reader that stopped costs one
 //!    window only, and one whose reader sends a request elsewhere ends.
 //!    Evidence is a request that starts where the stream's last one ended
