@@ -779,6 +779,9 @@ impl Policy for Aioli {
         if let Some(p) = self.window_pick(store, now) {
             return p;
         }
+        // The device seeks and serves one dispatch at a time (the two
+        // rules below).
+        let serial_disk = self.cost.is_some_and(|c| c.seek_ns > 0 && c.parallelism <= 1);
         // A disk that seeks and serves one dispatch at a time would only
         // queue the next turn's dispatch behind one whose sequential
         // reader a window may wait for: committed before that reader's
@@ -786,7 +789,7 @@ impl Policy for Aioli {
         // 4 MiB reader's two requests then waited a round of turns each,
         // mix10 on the emulated disk learned from scratch, while the
         // learner probed depth two).
-        if !self.window_candidates.is_empty() && self.cost.is_some_and(|c| c.seek_ns > 0 && c.parallelism <= 1) {
+        if serial_disk && !self.window_candidates.is_empty() {
             return Pick::Idle;
         }
         let backlogged = |s: &Self, t: &Turn| s.apps.get(&t.app).is_some_and(|a| a.live > 0);
@@ -813,7 +816,7 @@ impl Policy for Aioli {
         // depth two: three moves a round of 32 pieces, 0.53 s against
         // 0.23). One dispatch of a file at a time there; a probe of depth
         // two takes other files' dispatches.
-        if self.cost.is_some_and(|c| c.seek_ns > 0 && c.parallelism <= 1) && store.files.get(&file).is_some_and(|f| !f.inflight.is_empty()) {
+        if serial_disk && store.files.get(&file).is_some_and(|f| !f.inflight.is_empty()) {
             return Pick::Idle;
         }
         if target > self.p.file_target_bytes_min {
