@@ -375,7 +375,7 @@ const WAKE_GAP: std::time::Duration = std::time::Duration::from_micros(100);
 /// request, on this machine. Only wakes that found the child asleep
 /// count; None if none did. The child only waits, stores and exits
 /// (async-signal-safe).
-fn wake_floor() -> Result<Option<f64>> {
+pub(crate) fn wake_floor() -> Result<Option<f64>> {
     use std::sync::atomic::{AtomicU32, Ordering};
     // SAFETY: a fresh shared anonymous page, unmapped below.
     let page = unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1, 0) };

@@ -71,12 +71,72 @@ pub struct ReplayOptions {
     pub events_max: u64,
     /// Run the scheduler's invariant walk after every event (tests).
     pub check_invariants: bool,
+    /// The host the issuers share (`None`: an answer lets its issuer go
+    /// at once, whatever else was answered at that instant).
+    pub host: Option<Host>,
 }
 
 impl ReplayOptions {
     /// `events_max` events, with the invariant walk after each (tests).
     pub fn checked(events_max: u64) -> ReplayOptions {
-        ReplayOptions { events_max, check_invariants: true }
+        ReplayOptions { events_max, check_invariants: true, host: None }
+    }
+
+    /// `events_max` events, no invariant walk, no host.
+    pub fn plain(events_max: u64) -> ReplayOptions {
+        ReplayOptions { events_max, check_invariants: false, host: None }
+    }
+}
+
+/// Most cores a [`Host`] may have (its table of when each core is free).
+pub const HOST_CORES_MAX: u32 = 1_024;
+
+/// The CPUs that the processes of a replay and their server share. The
+/// server's one loop answers a completed dispatch's requests together:
+/// `server_ns` each (the reply and the wake-up of the process asleep on
+/// it), one after another, and the processes' next requests are seen when
+/// it has done them all (its next turn). Each process then costs
+/// `client_ns` of one of the `cores` (its return from the call and its next
+/// request), core 0 being the loop's while it works. So 32 processes
+/// answered by one aggregate go on 32 answers of the loop later, which is
+/// what a live trace shows (docs/observability.md, *What-if*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Host {
+    /// At least 1, at most `HOST_CORES_MAX`.
+    pub cores: u32,
+    pub server_ns: Nanos,
+    pub client_ns: Nanos,
+}
+
+/// When the loop and each core of a [`Host`] are next free.
+#[derive(Clone, Debug)]
+pub struct HostQueue {
+    h: Host,
+    server_free: Nanos,
+    free: Vec<Nanos>,
+}
+
+impl HostQueue {
+    pub fn new(h: Host) -> HostQueue {
+        HostQueue { h, server_free: 0, free: vec![0; h.cores.clamp(1, HOST_CORES_MAX) as usize] }
+    }
+
+    /// When the loop has sent the `k` answers of a dispatch completed at
+    /// `now` (behind the answers before them).
+    pub fn answered(&mut self, now: Nanos, k: usize) -> Nanos {
+        let sent = now.max(self.server_free) + self.h.server_ns.saturating_mul(k as u64);
+        self.server_free = sent;
+        self.free[0] = self.free[0].max(sent);
+        sent
+    }
+
+    /// When a process answered at `sent` goes on: on the core free first
+    /// (the lowest on a tie), after `client_ns` there.
+    pub fn go(&mut self, sent: Nanos) -> Nanos {
+        let (i, &free) = self.free.iter().enumerate().min_by_key(|&(i, &f)| (f, i)).expect("a host has a core");
+        let done = sent.max(free) + self.h.client_ns;
+        self.free[i] = done;
+        done
     }
 }
 
@@ -97,7 +157,8 @@ pub fn replay_observed(
     opts: ReplayOptions,
     mut observe: impl FnMut(&mut Scheduler, Observation),
 ) -> Result<Log, ReplayError> {
-    let ReplayOptions { events_max, check_invariants: check } = opts;
+    let ReplayOptions { events_max, check_invariants: check, host } = opts;
+    let mut host = host.map(HostQueue::new);
     let mut heap: BinaryHeap<Reverse<(Nanos, u64, Event)>> = BinaryHeap::new();
     let mut tie = 0u64;
     let mut push = |heap: &mut BinaryHeap<_>, t: Nanos, e: Event| {
@@ -141,6 +202,7 @@ pub fn replay_observed(
                 let (_, start, d, seek, depth) = running.swap_remove(at);
                 observe(s, Observation { len: d.len, seek, depth, latency_ns: now - start });
                 s.complete(id, now).expect("dispatch in flight");
+                let sent = host.as_mut().map_or(now, |h| h.answered(now, d.members.len()));
                 for m in &d.members {
                     let i = owner[&m.id];
                     let jitter = match streams[i].jitter_ns {
@@ -148,7 +210,8 @@ pub fn replay_observed(
                         j => m.id.0.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % j,
                     };
                     let extra = streams[i].thinks.get(next_req[i] + scheduled[i]).copied().unwrap_or(0);
-                    push(&mut heap, now + streams[i].think_ns + jitter + extra, Event::Issue(i));
+                    let free = host.as_mut().map_or(now, |h| h.go(sent));
+                    push(&mut heap, free + streams[i].think_ns + jitter + extra, Event::Issue(i));
                     scheduled[i] += 1;
                 }
                 log.served.push(Served { at_ns: start, done_ns: now, dispatch: d });
@@ -198,5 +261,45 @@ mod tests {
         // Request 1 at 100 + 50, done 1,000 later; request 2 5,000 after
         // that; request 3 has no extra think.
         assert_eq!(log.arrivals, [(RequestId(1), 150), (RequestId(2), 6_150), (RequestId(3), 7_150)]);
+    }
+
+    #[test]
+    fn answers_given_together_queue_for_the_host_cores() {
+        // Four synchronous streams of one file, answered by one aggregate
+        // (fifo-merge joins their pieces): on two cores at 10 ns an answer,
+        // two go on 10 ns after it and two 20 ns after it.
+        let req = |id: u64, client: u32, offset: u64| Request { id: RequestId(id), app: AppId(1), client: ClientId(client), file: FileId(1), op: Op::Read, offset, len: 10 };
+        let streams: Vec<Stream> = (0..4u32)
+            .map(|c| Stream {
+                start_ns: 0,
+                think_ns: 0,
+                jitter_ns: 0,
+                depth: 1,
+                requests: vec![req(u64::from(c), c, u64::from(c) * 10), req(10 + u64::from(c), c, 100 + u64::from(c) * 10)],
+                thinks: vec![],
+            })
+            .collect();
+        let run = |host: Option<Host>| {
+            let mut s = Scheduler::new(PolicyConfig::from_name("fifo-merge").unwrap(), Limits::default());
+            let log = replay(&mut s, &streams, |_| 1_000, ReplayOptions { host, ..ReplayOptions::checked(10_000) }).unwrap();
+            let mut second: Vec<Nanos> = log.arrivals.iter().filter(|(id, _)| id.0 >= 10).map(|&(_, t)| t).collect();
+            second.sort_unstable();
+            (log.served[0].dispatch.members.len(), second)
+        };
+        assert_eq!(run(None), (4, vec![1_000; 4]), "without a host every process goes on at once");
+        // The loop sends the four answers in 40 ns (its core busy
+        // meanwhile); each process then needs 10 ns of a core, two at a
+        // time.
+        assert_eq!(run(Some(Host { cores: 2, server_ns: 10, client_ns: 10 })), (4, vec![1_050, 1_050, 1_060, 1_060]));
+    }
+
+    #[test]
+    fn a_host_has_at_most_its_bound_of_cores() {
+        let cores = |n: u32| HostQueue::new(Host { cores: n, server_ns: 0, client_ns: 1 }).free.len();
+        assert_eq!((cores(HOST_CORES_MAX), cores(HOST_CORES_MAX + 1), cores(0)), (HOST_CORES_MAX as usize, HOST_CORES_MAX as usize, 1));
+        // N answered processes on N cores all go at once; the N+1st waits.
+        let mut q = HostQueue::new(Host { cores: 3, server_ns: 0, client_ns: 5 });
+        let sent = q.answered(100, 4);
+        assert_eq!((0..4).map(|_| q.go(sent)).collect::<Vec<_>>(), [105, 105, 105, 110]);
     }
 }

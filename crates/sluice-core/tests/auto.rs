@@ -28,7 +28,7 @@ fn run_checked(policy: &str, streams: &[Stream], cost: Option<DeviceCost>, check
     let mut s = Scheduler::new(PolicyConfig::from_name(policy).expect("known policy"), Limits { dispatches_inflight_max: depth, ..Limits::default() });
     s.set_device_cost(cost);
     s.set_depth(depth);
-    let log = replay(&mut s, streams, model.serving(), ReplayOptions { events_max: 100_000_000, check_invariants: checked }).expect("replay completes");
+    let log = replay(&mut s, streams, model.serving(), ReplayOptions { events_max: 100_000_000, check_invariants: checked, host: None }).expect("replay completes");
     assert!(s.is_empty(), "{policy}: not drained");
     s.check_invariants();
     (log, s.stats(), s.active_policy_name())

@@ -95,7 +95,7 @@ fn a_serial_disk_behind_a_noisy_host_is_never_taken_for_a_parallel_one() {
 fn seeks_of_lone_dispatches_are_not_taken_for_parallelism() {
     let disk = DeviceCost::new(60_000, 10_000, 8_000_000, 1);
     let mut l = CostLearner::default();
-    let mut rng = Rng(0x5eed_0f_d15c);
+    let mut rng = Rng(0x005e_ed0f_d15c);
     for _ in 0..4_000 {
         let depth = if rng.next().is_multiple_of(3) { 1 } else { 2 + (rng.next() % u64::from(l.depth_cap().max(2) - 1)) as u32 };
         let seek = depth == 1 || rng.next().is_multiple_of(10);

@@ -52,6 +52,15 @@ impl DeviceKind {
             _ => Err(Error::config(format!("unknown device {s:?} (known: real, hdd7200, null)"))),
         }
     }
+
+    /// The name `parse` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Real => "real",
+            DeviceKind::Hdd7200 => "hdd7200",
+            DeviceKind::Null => "null",
+        }
+    }
 }
 
 /// Bounds of the server itself (the scheduler's are in `Limits`).

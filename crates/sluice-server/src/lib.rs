@@ -148,7 +148,7 @@ impl Server {
         // The scheduler is built on the loop's thread: it is not `Send`.
         let (ready_tx, ready_rx) = mpsc::channel::<std::io::Result<(bool, bool)>>();
         let tracer = match &shared.config.trace {
-            Some(p) => Some(trace::Tracer::start(p, shared.config.limits.trace_bytes_max)?),
+            Some(p) => Some(trace::Tracer::start(p, shared.config.limits.trace_bytes_max, &trace_about(&shared.config))?),
             None => None,
         };
         let tracing = tracer.as_ref().map(trace::Tracer::switch);
@@ -183,6 +183,12 @@ impl Server {
         }
         Ok(handle)
     }
+}
+
+/// The server's device and policy as the trace's JSON members, for
+/// `sluice what-if` (`trace::Tracer::start`).
+fn trace_about(c: &ServerConfig) -> String {
+    format!(r#""device":"{}","direct":{},"queue_depth":{},"policy":"{}""#, c.device.name(), c.direct, c.queue_depth, c.policy.name())
 }
 
 fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<JoinHandle<T>> {

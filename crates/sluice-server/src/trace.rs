@@ -92,17 +92,21 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// Create `path` and start the writer.
-    pub fn start(path: &Path, bytes_max: u64) -> Result<Tracer> {
+    /// Create `path` and start the writer. `about` is the server's device
+    /// and policy, as JSON members (`"device":"hdd7200",...`): they go in
+    /// the device process's metadata, where `sluice what-if` reads which
+    /// device to replay on.
+    pub fn start(path: &Path, bytes_max: u64, about: &str) -> Result<Tracer> {
         let f = File::create(path).map_err(|e| Error::io(&format!("create the trace {}", path.display()), &e))?;
         let queue = Arc::new(Queue { records: Mutex::new(Vec::new()), closed: AtomicBool::new(false) });
         let on = Arc::new(AtomicBool::new(true));
         let full = Arc::new(AtomicBool::new(false));
         let dropped = Arc::new(AtomicU64::new(0));
         let (q, o, fu, d, p) = (Arc::clone(&queue), Arc::clone(&on), Arc::clone(&full), Arc::clone(&dropped), path.to_path_buf());
+        let about = about.to_string();
         let writer = std::thread::Builder::new()
             .name("sluice-trace".into())
-            .spawn(move || write(q, BufWriter::new(f), p, bytes_max, o, fu, d))
+            .spawn(move || write(q, BufWriter::new(f), p, bytes_max, &about, o, fu, d))
             .map_err(|e| Error::io("spawn thread", &e))?;
         Ok(Tracer { queue, on, full, dropped, writer: Some(writer) })
     }
@@ -206,10 +210,12 @@ fn events(r: &Record, out: &mut String) {
     }
 }
 
-fn write(queue: Arc<Queue>, mut f: BufWriter<File>, path: PathBuf, bytes_max: u64, on: Arc<AtomicBool>, full_flag: Arc<AtomicBool>, dropped: Arc<AtomicU64>) {
+#[allow(clippy::too_many_arguments)]
+fn write(queue: Arc<Queue>, mut f: BufWriter<File>, path: PathBuf, bytes_max: u64, about: &str, on: Arc<AtomicBool>, full_flag: Arc<AtomicBool>, dropped: Arc<AtomicU64>) {
+    let sep = if about.is_empty() { "" } else { "," };
     let head = format!(
         r#"{{"traceEvents":[
-{{"name":"process_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"live: device"}}}},
+{{"name":"process_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"live: device"{sep}{about}}}}},
 {{"name":"thread_name","ph":"M","pid":{PID_DEVICE},"tid":0,"ts":0,"args":{{"name":"dispatches"}}}}"#
     );
     let mut written = head.len() as u64;
@@ -269,7 +275,7 @@ mod tests {
     fn a_trace_is_valid_json_with_both_tracks() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.json");
-        let t = Tracer::start(&p, 1 << 20).unwrap();
+        let t = Tracer::start(&p, 1 << 20, r#""device":"hdd7200""#).unwrap();
         t.send(Record::App(AppId(1), "app \"one\"".into()));
         t.send(dispatch(7, 3));
         drop(t);
@@ -277,6 +283,8 @@ mod tests {
         let ev = v["traceEvents"].as_array().unwrap();
         let names: Vec<&str> = ev.iter().filter(|e| e["ph"] == "M").map(|e| e["args"]["name"].as_str().unwrap()).collect();
         assert!(names.contains(&"live: device") && names.contains(&"app \"one\""), "{names:?}");
+        let device = ev.iter().find(|e| e["args"]["name"] == "live: device").unwrap();
+        assert_eq!(device["args"]["device"], "hdd7200", "the server's device, for what-if");
         assert!(
             ev.iter().filter(|e| e["cat"] == "request").all(|e| e["pid"] == PID_APP_BASE + 1 && e["tid"] == 3),
             "requests on their application's process, their connection's thread"
@@ -299,7 +307,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.json");
         let bound = 4_000;
-        let t = Tracer::start(&p, bound).unwrap();
+        let t = Tracer::start(&p, bound, "").unwrap();
         let (on, full) = t.switch();
         for i in 0..100 {
             t.send(dispatch(i, 2));

@@ -73,12 +73,17 @@ fn a_recorded_trace_replays_under_other_policies() {
     assert_eq!(unsafe { libc::kill(serve.id() as i32, libc::SIGINT) }, 0);
     assert!(serve.wait().unwrap().success());
     let json = dir.path().join("w.json");
+    // The default device is the one the trace names (the emulated disk);
+    // no host profile in this test's cache directory: no host.
     let out = Command::new(SLUICE)
-        .args(["what-if", trace.to_str().unwrap(), "--device", "hdd7200", "--policy", "fifo", "--policy", "aioli", "--json", json.to_str().unwrap()])
+        .args(["what-if", trace.to_str().unwrap(), "--policy", "fifo", "--policy", "aioli", "--json", json.to_str().unwrap()])
+        .env("XDG_CACHE_HOME", dir.path())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let w: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(w["device"], "the emulated 7200 rpm disk", "the trace says its server's device");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("host: none"));
     let rows = w["rows"].as_array().unwrap();
     for policy in ["recorded", "fifo", "aioli"] {
         for app in ["reader-a", "reader-b"] {
@@ -91,9 +96,51 @@ fn a_recorded_trace_replays_under_other_policies() {
     assert!((fifo - recorded).abs() <= 0.25 * recorded, "the fifo replay lands near the recorded fifo run: {fifo:.3} s vs {recorded:.3} s");
     assert!(aioli < 0.8 * fifo, "two alternating readers on a disk: aioli {aioli:.3} s vs fifo {fifo:.3} s");
     // A bad trace is one line.
-    let out = Command::new(SLUICE).args(["what-if", json.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(SLUICE).args(["what-if", json.to_str().unwrap()]).env("XDG_CACHE_HOME", dir.path()).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.lines().count() == 1 && err.contains("cannot replay the trace"), "{err}");
+}
+
+/// `sluice calibrate --host` measures this machine with real processes
+/// against a null-device server and saves a profile where `what-if` finds
+/// it; a profile that no calibration could write is refused in one line.
+#[test]
+fn the_host_is_calibrated_once_and_what_if_replays_with_it() {
+    let _beside = beside();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(SLUICE).args(["calibrate", "--host"]).env("XDG_CACHE_HOME", dir.path()).env("TMPDIR", dir.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let saved = dir.path().join("sluice/host.toml");
+    let text = std::fs::read_to_string(&saved).expect("the profile is saved in the cache directory");
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert!(text.contains(&format!("cores = {cores}")), "{text}");
+    let ns = |key: &str| -> u64 { text.lines().find_map(|l| l.strip_prefix(&format!("{key} = "))).unwrap().parse().unwrap() };
+    let (server_ns, client_ns) = (ns("server_ns"), ns("client_ns"));
+    assert!(server_ns > 0 && client_ns > 0, "an answer costs the loop and the process some CPU: {text}");
+    // Any trace shows which host the replay used.
+    let trace = dir.path().join("t.json");
+    std::fs::write(&trace, tiny_trace()).unwrap();
+    let run = |extra: &[&str]| Command::new(SLUICE).args(["what-if", trace.to_str().unwrap(), "--policy", "fifo"]).args(extra).env("XDG_CACHE_HOME", dir.path()).output().unwrap();
+    let out = run(&[]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let us = |n: u64| n as f64 / 1e3;
+    let said = format!("host {cores} cores, an answer {:.1} us of the server's loop and {:.1} us of a process", us(server_ns), us(client_ns));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&said), "{}", String::from_utf8_lossy(&out.stdout));
+    std::fs::write(dir.path().join("bad.toml"), "cores = 0\nserver_ns = 5\nclient_ns = 5\n").unwrap();
+    let out = run(&["--host", dir.path().join("bad.toml").to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.lines().count() == 1 && err.contains("outside"), "{err}");
+}
+
+/// Two requests of one process, in the shape `sluice serve --trace` writes.
+fn tiny_trace() -> String {
+    let ev = [
+        r#"{"name":"read 4 KiB","ph":"b","cat":"request","id":"r1","pid":1001,"tid":1,"ts":0,"args":{"file":1,"client":1,"offset":0,"len":4096}}"#,
+        r#"{"name":"read 4 KiB","ph":"e","cat":"request","id":"r1","pid":1001,"tid":1,"ts":100}"#,
+        r#"{"name":"read 4 KiB","ph":"b","cat":"request","id":"r2","pid":1001,"tid":1,"ts":150,"args":{"file":1,"client":1,"offset":4096,"len":4096}}"#,
+        r#"{"name":"read 4 KiB","ph":"e","cat":"request","id":"r2","pid":1001,"tid":1,"ts":250}"#,
+    ];
+    format!(r#"{{"traceEvents":[{}]}}"#, ev.join(","))
 }
 
 /// The project venv's Python (`make venv`), which has pydarshan.

@@ -192,7 +192,7 @@ impl Auto {
         for (&app, &w) in &self.weights {
             s.set_app_weight(app, w.max(1)).ok()?;
         }
-        let log = replay(&mut s, streams, cost.serving(), ReplayOptions { events_max: AUTO_REPLAY_EVENTS_MAX, check_invariants: false }).ok()?;
+        let log = replay(&mut s, streams, cost.serving(), ReplayOptions::plain(AUTO_REPLAY_EVENTS_MAX)).ok()?;
         log.served.iter().map(|sv| sv.done_ns).max()
     }
 

@@ -34,6 +34,7 @@ impl EventLoop {
     ///   unpaid, so that many clients (a FUSE daemon's threads) do not
     ///   keep the loop spinning between them, and a client whose next
     ///   request was ready at once is one that pipelines.
+    ///
     /// Sockets are not looked at while spinning: an unwatched client's
     /// request waits at most the spin. This spin reads the clock on every
     /// pass: it waits on it.

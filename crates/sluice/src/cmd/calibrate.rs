@@ -1,6 +1,7 @@
 //! `sluice calibrate`: measure the device under a directory and write its
 //! cost model as TOML, for `sluice serve --device-model` and `sluice sim
-//! --device-model`.
+//! --device-model`; with `--host`, measure what answering a request costs
+//! this machine's cores, for `sluice what-if` (`sluice_bench::host`).
 
 use std::path::PathBuf;
 
@@ -11,8 +12,15 @@ use sluice_bench::calibrate::{self, CalibrateConfig};
 #[derive(Args)]
 pub struct CalibrateArgs {
     /// A directory on the device to measure (a scratch file is made there and removed).
-    #[arg(long)]
-    root: PathBuf,
+    #[arg(long, required_unless_present = "host")]
+    root: Option<PathBuf>,
+    /// Measure the host instead of a device: the cores and the CPU one
+    /// answered request costs them (32 processes against a server on the
+    /// null device, three runs), written to --out, by default the profile
+    /// `sluice what-if` reads ($XDG_CACHE_HOME/sluice/host.toml, else
+    /// ~/.cache/sluice/host.toml).
+    #[arg(long, conflicts_with_all = ["direct", "cell_ms", "file_size"])]
+    host: bool,
     /// Measure with O_DIRECT (what `sluice serve --direct` sees).
     #[arg(long)]
     direct: bool,
@@ -28,12 +36,41 @@ pub struct CalibrateArgs {
 }
 
 pub fn run(a: CalibrateArgs) -> anyhow::Result<()> {
-    let cfg = CalibrateConfig { root: a.root.clone(), direct: a.direct, file_bytes: a.file_size, cell_ms: a.cell_ms };
+    if a.host {
+        return host(a.out.as_deref());
+    }
+    let root = a.root.clone().context("--root is required")?;
+    let cfg = CalibrateConfig { root, direct: a.direct, file_bytes: a.file_size, cell_ms: a.cell_ms };
     let model = calibrate::run(&cfg).map_err(anyhow::Error::msg)?;
     print!("{}", calibrate::table(&model));
     if let Some(path) = &a.out {
         std::fs::write(path, model.to_toml()).with_context(|| format!("writing {}", path.display()))?;
         println!("model: {}", path.display());
     }
+    Ok(())
+}
+
+fn host(out: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating the sluice executable")?;
+    let p = sluice_bench::host::calibrate(&exe, &std::env::temp_dir(), true).map_err(anyhow::Error::msg)?;
+    let us = |n: u64| n as f64 / 1e3;
+    let runs: Vec<String> = p.runs_ns.iter().map(|[s, c]| format!("{:.1} + {:.1}", us(*s), us(*c))).collect();
+    println!(
+        "host: {} cores; an answer costs {:.1} us of the server's loop (at least the wake floor, {:.1} us) and {:.1} us of a process (runs, loop + process: {})",
+        p.cores,
+        us(p.server_ns),
+        us(p.wake_ns),
+        us(p.client_ns),
+        runs.join(", ")
+    );
+    let path = match out {
+        Some(p) => p.to_path_buf(),
+        None => sluice_bench::host::default_path().context("neither XDG_CACHE_HOME nor HOME is set: give --out")?,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&path, p.to_toml()).with_context(|| format!("writing {}", path.display()))?;
+    println!("host profile: {}", path.display());
     Ok(())
 }

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use sluice_sim::whatif::{self, Device, Recording, TRACE_FILE_BYTES_MAX};
+use sluice_bench::host::HostProfile;
+use sluice_sim::whatif::{self, Device, Options, Recording, TRACE_FILE_BYTES_MAX};
 
 use super::output::write_json;
 
@@ -26,10 +27,22 @@ pub struct WhatIfArgs {
     /// A policy to replay under; repeat for several.
     #[arg(long = "policy", default_values_t = ["fifo".to_string(), "aioli".to_string()])]
     policies: Vec<String>,
-    /// The replayed device: recorded (the cost model the trace's own
-    /// dispatches imply) or hdd7200 (the emulated 7200 rpm disk).
-    #[arg(long, default_value = "recorded")]
+    /// The replayed device: auto (the emulated disk when the trace says
+    /// its server ran on one, else recorded), recorded (the cost model the
+    /// trace's own dispatches imply) or hdd7200 (the emulated 7200 rpm
+    /// disk).
+    #[arg(long, default_value = "auto")]
     device: String,
+    /// The host profile of the machine that recorded the trace (`sluice
+    /// calibrate --host --out PATH`): its cores and what answering a
+    /// request costs them. Default: this machine's, where `sluice
+    /// calibrate --host` saved it ($XDG_CACHE_HOME/sluice/host.toml, else
+    /// ~/.cache/sluice/host.toml); without one, the replay has no host.
+    #[arg(long, conflicts_with = "no_host")]
+    host: Option<PathBuf>,
+    /// Replay without a host: an answer lets its process go at once.
+    #[arg(long)]
+    no_host: bool,
     /// Write the table as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -37,13 +50,21 @@ pub struct WhatIfArgs {
 
 pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
     let device = match a.device.as_str() {
+        "auto" => Device::Auto,
         "recorded" => Device::Recorded,
         "hdd7200" => Device::Hdd7200,
-        d => bail!("--device {d:?}: use recorded or hdd7200"),
+        d => bail!("--device {d:?}: use auto, recorded or hdd7200"),
     };
+    let host = match (&a.host, a.no_host, sluice_bench::host::default_path()) {
+        (_, true, _) => None,
+        (Some(p), false, _) => Some(HostProfile::load(p).map_err(anyhow::Error::msg)?),
+        (None, false, Some(p)) if p.exists() => Some(HostProfile::load(&p).map_err(anyhow::Error::msg)?),
+        (None, false, _) => None,
+    };
+    let opts = Options { device, host: host.map(|h| h.host()) };
     if a.trace.extension().is_some_and(|e| e == "darshan") {
         let rec = Recording::from_darshan(&super::darshan::dxt_json(&a.trace, a.layer.as_deref())?)?;
-        return report(&rec, &a.policies, device, a.json.as_deref());
+        return report(&rec, &a.policies, opts, a.json.as_deref());
     }
     let len = std::fs::metadata(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?.len();
     if len > TRACE_FILE_BYTES_MAX {
@@ -51,12 +72,15 @@ pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
     }
     let text = std::fs::read_to_string(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?;
     let rec = Recording::parse(&text)?;
-    report(&rec, &a.policies, device, a.json.as_deref())
+    report(&rec, &a.policies, opts, a.json.as_deref())
 }
 
-fn report(rec: &Recording, policies: &[String], device: Device, json: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let w = whatif::what_if(rec, policies, device)?;
+fn report(rec: &Recording, policies: &[String], opts: Options, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let w = whatif::what_if(rec, policies, opts)?;
     print!("{}", whatif::table(&w));
+    if opts.host.is_none() {
+        println!("host: none (an answer lets its process go at once); `sluice calibrate --host` measures this machine once, and what-if then uses it");
+    }
     if let Some(p) = json {
         write_json(p, &w)?;
         println!("json: {}", p.display());
