@@ -326,8 +326,8 @@ const TOGETHER_NS: u64 = 5_000_000;
 /// members in another order (a hash of `r`). Which of the processes
 /// launched together starts first is chance, and on a seeking disk under
 /// aioli it sets how a round's pieces fall into aggregates for the rest of
-/// the run: 32 strided readers on the emulated disk took 0.116-0.169 s
-/// over nine runs, and the replays of one trace all land in the mode of
+/// the run: 32 strided readers on the emulated disk took 0.116-0.205 s
+/// over 18 runs, and the replays of one trace all land in the mode of
 /// that trace's start order (a fifo trace predicted 0.165 s three times
 /// in three, another trace of the same hour 0.135 s). The median of
 /// several orders lands where most runs do.
