@@ -1,6 +1,8 @@
 """A 3-D heat equation on a periodic box, BLOCK-distributed over MPI ranks
 (slabs of the first dimension, halos exchanged with the neighbours), with
-periodic output and checkpoint/restart through sluice (issue 15).
+periodic output and checkpoint/restart through sluice (one server, or a
+cluster's metadata address: the output is then spread over its data
+servers).
 
     mpirun -np 4 python examples/heat.py --server unix:/tmp/s.sock --out run/heat \\
         --n 32 --steps 40 --output-every 10 --checkpoint-every 20 [--restart]

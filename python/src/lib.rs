@@ -1,5 +1,6 @@
 //! `sluice._sluice`: the client library for Python. One class, `Client`,
-//! over `sluice_client::Client`: open and close files on a server, read
+//! over `sluice_remote::Remote`, so that an address is one server or a
+//! cluster's metadata role (striped files): open and close files, read
 //! into and write from any object with the buffer protocol (numpy arrays,
 //! bytearray, memoryview) without copying through Python objects, and list
 //! I/O (many pieces of a file in one request). Every call releases the GIL
@@ -14,7 +15,8 @@ use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use sluice_array::{aggregators, gather, messages, plan, scatter, Dist, Distribution, Dtype, Layout, MessageLimits, Plan, PlanLimits};
-use sluice_client::{Client as Inner, ClientError, ConnectOptions, Fd, Group};
+use sluice_client::{ClientError, ConnectOptions, Fd, Group};
+use sluice_remote::Remote as Inner;
 
 fn os_error(e: ClientError) -> PyErr {
     PyOSError::new_err((e.posix_errno(), e.message))
@@ -121,10 +123,17 @@ impl Client {
         Ok(Client { inner })
     }
 
+    /// The data servers behind the address: 1 for one server, N for a
+    /// cluster's metadata role (whose files are striped over them).
+    #[getter]
+    fn servers(&self) -> usize {
+        self.inner.servers()
+    }
+
     /// The application id the server knows this connection by.
     #[getter]
     fn app(&self) -> String {
-        self.inner.app().to_string()
+        self.inner.app()
     }
 
     /// Open `path` (relative to the server's root) with `os.O_*` flags.
@@ -466,7 +475,10 @@ impl ArrayPlan {
 
     /// Step 1 of a collective write, for `rank`: create the files it
     /// aggregates under `path`, sized, with their shard index (with
-    /// `time`: the files of that time step, see `transfer`).
+    /// `time`: the files of that time step, see `transfer`). On a cluster
+    /// file `u` is one object on data server `u` mod N (`Remote::create_on`):
+    /// a server-directed collective needs files of one object, and the
+    /// array's files spread over the servers.
     #[pyo3(signature = (client, path, rank, time = None))]
     fn prepare(&self, py: Python<'_>, client: PyRef<'_, Client>, path: &str, rank: u64, time: Option<u64>) -> PyResult<()> {
         let inner = &client.inner;
@@ -474,7 +486,7 @@ impl ArrayPlan {
         py.allow_threads(|| {
             for (u, p) in &paths {
                 let u = *u;
-                let fd = inner.open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)?;
+                let fd = inner.create_on(p, u as usize, 0o644)?;
                 let index = self.layout.shard_index(u);
                 let r = if index.is_empty() {
                     inner.ftruncate(fd, self.layout.unit_bytes())
@@ -647,7 +659,7 @@ impl ArrayPlan {
                 let index = self.layout.shard_index(u);
                 let d = self.layout.unit_data_bytes() as usize;
                 data[d..d + index.len()].copy_from_slice(&index);
-                let fd = inner.open(p, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644)?;
+                let fd = inner.create_on(p, u as usize, 0o644)?;
                 let r = inner.pwrite(fd, &data, 0);
                 let c = inner.close(fd);
                 written += r? as u64;

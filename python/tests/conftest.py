@@ -75,3 +75,39 @@ def server():
             proc.terminate()
             proc.wait(timeout=30)
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """(metadata address, root directory) of a running `sluice cluster` of
+    4 data servers, started by rank 0; a failure to start fails every
+    rank."""
+    c = _comm()
+    rank = c.Get_rank() if c else 0
+    proc, tmp, info = None, None, None
+    if rank == 0:
+        try:
+            tmp = tempfile.mkdtemp(prefix="sluice-py-cluster-")
+            binary = os.environ.get("SLUICE_BIN", str(REPO / "target" / "release" / "sluice"))
+            proc = subprocess.Popen([binary, "cluster", "--servers", "4", "--root", tmp], stdout=subprocess.DEVNULL)
+            meta = Path(tmp) / "meta.sock"
+            deadline = time.monotonic() + 20
+            while not _accepts(meta):
+                assert proc.poll() is None, "sluice cluster exited"
+                assert time.monotonic() < deadline, "sluice cluster did not come up"
+                time.sleep(0.02)
+            info = (f"unix:{meta}", tmp)
+        except AssertionError as e:
+            info = ("error", str(e))
+    if c is not None:
+        info = c.bcast(info, root=0)
+    try:
+        assert info[0] != "error", info[1]
+        yield info
+    finally:
+        if c is not None:
+            c.Barrier()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+            shutil.rmtree(tmp, ignore_errors=True)

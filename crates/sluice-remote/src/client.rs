@@ -237,6 +237,11 @@ impl StripedClient {
         }
     }
 
+    /// The application id every data-server connection declares.
+    pub fn app(&self) -> String {
+        self.opts.app.clone().unwrap_or_else(sluice_client::default_app)
+    }
+
     /// The data servers' addresses, in layout order.
     pub fn servers(&self) -> &[String] {
         &self.servers

@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use sluice_client::{Client, ClientError, ClientErrorKind, ConnectOptions, DirEntry, Fd, FileKind, Group, Stat, Statfs};
-use sluice_stripe::{file_size, Layout};
+use sluice_stripe::{file_size, Layout, LayoutRequest};
 
 use crate::ahead::{Budget, OpenFile, READ_AHEAD_TOTAL_MAX};
 use crate::client::StripedClient;
@@ -178,6 +178,16 @@ impl Remote {
         }
     }
 
+    /// The application id the servers know this connection by: the one
+    /// given in the options, else this process's (`default_app`), on
+    /// every data server of a cluster alike.
+    pub fn app(&self) -> String {
+        match self {
+            Remote::Server(c) => c.app().to_string(),
+            Remote::Cluster(c) => c.client.app(),
+        }
+    }
+
     pub fn kind(&self) -> RemoteKind {
         match self {
             Remote::Server(_) => RemoteKind::Server,
@@ -237,6 +247,31 @@ impl Remote {
         match self {
             Remote::Server(c) => c.open(path, flags, mode),
             Remote::Cluster(k) => k.open(path, flags),
+        }
+    }
+
+    /// Create `path` for writing, emptied, as one object on data server
+    /// `server` of a cluster (taken modulo the servers), so that it can
+    /// be the file of a server-directed collective (which needs a file of
+    /// one object) and the files of an array spread over the servers; on
+    /// one server, create it. A cluster file that exists keeps its layout.
+    pub fn create_on(&self, path: &str, server: usize, mode: u32) -> RemoteResult<Fd> {
+        if let Remote::Cluster(k) = self {
+            let start = (server % k.client.servers().len().max(1)) as i32;
+            match k.client.create(path, LayoutRequest { stripe_bytes: 0, count: 1, start }).map_err(ClientError::from) {
+                Ok(f) => k.client.close(&f)?,
+                Err(e) if e.posix_errno() == libc::EEXIST => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.open(path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, mode)
+    }
+
+    /// Data servers behind this connection: 1 for one server.
+    pub fn servers(&self) -> usize {
+        match self {
+            Remote::Server(_) => 1,
+            Remote::Cluster(k) => k.client.servers().len(),
         }
     }
 

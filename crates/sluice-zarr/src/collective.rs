@@ -32,9 +32,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use sluice_array::{gather, scatter, Distribution, Dtype, Layout, MessageLimits, Piece, Plan};
-use sluice_client::{ClientError, Fd, Group};
+use sluice_client::{Fd, Group};
 use sluice_remote::Remote;
-use sluice_stripe::LayoutRequest;
 
 use crate::store::SluiceStore;
 use crate::Error;
@@ -302,15 +301,7 @@ fn unit_path(c: &Collective, u: u64) -> String {
 /// layout starting there; one server just creates it), truncated.
 fn create_unit(c: &Collective, remote: &Remote, u: u64) -> Result<Fd, Error> {
     let path = unit_path(c, u);
-    if let Remote::Cluster(k) = remote {
-        let req = LayoutRequest { stripe_bytes: 0, count: 1, start: c.unit_server[u as usize] as i32 };
-        match k.striped().create(&path, req).map_err(ClientError::from) {
-            Ok(f) => k.striped().close(&f).map_err(|e| Error::client(&format!("close {path}"), e.into()))?,
-            Err(e) if e.posix_errno() == libc::EEXIST => {}
-            Err(e) => return Err(Error::client(&format!("create {path}"), e)),
-        }
-    }
-    remote.open(&path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644).map_err(|e| Error::client(&format!("create {path}"), e))
+    remote.create_on(&path, c.unit_server[u as usize], 0o644).map_err(|e| Error::client(&format!("create {path}"), e))
 }
 
 /// Give file `u` its full size and, with shards, its index.

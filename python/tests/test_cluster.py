@@ -1,0 +1,131 @@
+"""Python on a cluster: ``sluice.Client`` given a cluster's metadata
+address (a real ``sluice cluster`` of 4 data servers) reads and writes
+striped files, ``sluice.array`` writes and reads timesteps with every
+strategy (each array file one object on a data server, the files spread
+over all four), and the heat example runs there under a real ``mpirun``
+and xarray reads its output through a real ``sluice mount`` of the
+cluster, equal to the same run on one server."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+xr = pytest.importorskip("xarray")
+sa = pytest.importorskip("sluice.array")
+
+import sluice  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("SLUICE_BIN", str(REPO / "target" / "release" / "sluice"))
+
+
+def on_rank0(comm, f):
+    """Run f on rank 0 and raise on every rank if it failed there."""
+    err = None
+    if comm.Get_rank() == 0:
+        try:
+            f()
+        except BaseException as e:  # noqa: BLE001 - re-raised on every rank
+            err = repr(e)
+    err = comm.bcast(err, root=0)
+    assert err is None, err
+
+
+def objects_per_server(root):
+    """How many objects each data server of the cluster under root holds."""
+    return [len(list((Path(root) / f"data-{i}" / "objects").glob("*"))) for i in range(4)]
+
+
+def test_a_striped_file_is_read_and_written_through_the_cluster(cluster, comm):
+    addr, root = cluster
+    c = sluice.Client(addr, app="cluster-test", client_id=comm.Get_rank())
+    assert c.servers == 4
+    rank = comm.Get_rank()
+    path = f"plain/r{rank}.bin"
+    if rank == 0:
+        c.mkdir("plain", 0o755)
+    comm.Barrier()
+    data = np.arange(3 << 18, dtype=np.uint32) * (rank + 1)
+    fd = c.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    assert c.pwrite(fd, data, 0) == data.nbytes
+    back = np.zeros_like(data)
+    assert c.pread(fd, back, 0) == data.nbytes and c.size(fd) == data.nbytes
+    np.testing.assert_array_equal(back, data)
+    # List I/O across the file's objects.
+    pieces = [(0, 4096), (data.nbytes - 8192, 8192)]
+    got = bytearray(12288)
+    assert c.read_list(fd, pieces, got) == 12288
+    assert bytes(got[:4096]) == data.tobytes()[:4096] and bytes(got[4096:]) == data.tobytes()[-8192:]
+    c.close(fd)
+
+
+@pytest.mark.parametrize("strategy", ["server-directed", "independent", "two-phase"])
+def test_every_strategy_writes_and_reads_timesteps_on_a_cluster(cluster, comm, strategy):
+    addr, root = cluster
+    rank, n = comm.Get_rank(), comm.Get_size()
+    c = sluice.Client(addr, app=f"cluster-{strategy}", client_id=rank)
+    temp = sa.Array("temp", (8 * n, 6, 5), "float64", memory=["block", "*", "*"], disk=(2, 6, 5), dims=["z", "y", "x"])
+    g = sa.ArrayGroup(f"sim/{strategy}", [temp], comm, c, strategy=strategy)
+    rows = range(rank * 8, rank * 8 + 8)
+
+    def field(step):
+        z = np.arange(rows.start, rows.stop).reshape(-1, 1, 1)
+        return (z * 1000 + np.arange(30).reshape(6, 5) + step * 0.5).astype(np.float64)
+
+    before = objects_per_server(root) if rank == 0 else None
+    for step in range(2):
+        g.timestep(step, {"temp": field(step)})
+    np.testing.assert_array_equal(g.read(1)["temp"], field(1))
+    comm.Barrier()
+
+    def spread():
+        after = objects_per_server(root)
+        grew = [a - b for a, b in zip(after, before)]
+        # 4n files a step, one object each, file u on server u mod 4.
+        assert all(g >= 2 for g in grew), f"every data server holds some of the array's files: {grew}"
+
+    on_rank0(comm, spread)
+
+
+def test_the_heat_example_runs_on_a_cluster_and_xarray_reads_it_through_the_mount(cluster, server, comm):
+    addr, croot = cluster
+    saddr, sroot = server
+
+    def run():
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PRTE_", "OPAL_"))}
+
+        def heat(at, out):
+            cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, str(REPO / "examples" / "heat.py"),
+                   "--server", at, "--out", out, "--n", "16", "--steps", "20", "--output-every", "5", "--checkpoint-every", "10"]
+            return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+        on_cluster = heat(addr, "heat/cluster")
+        assert on_cluster.returncode == 0, on_cluster.stderr[-2000:]
+        alone = heat(saddr, "heat/alone")
+        assert alone.returncode == 0, alone.stderr[-2000:]
+        assert on_cluster.stdout.strip().splitlines()[-1] == alone.stdout.strip().splitlines()[-1], "the same total heat"
+        mnt = tempfile.mkdtemp(prefix="sluice-py-mnt-")
+        mount = subprocess.Popen([BIN, "mount", "--server", addr, mnt], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 20
+            while not os.path.ismount(mnt):
+                assert mount.poll() is None, f"sluice mount exited: {mount.stderr.read().decode()[-2000:]}"
+                assert time.monotonic() < deadline, "the mount did not come up"
+                time.sleep(0.05)
+            a = xr.open_zarr(f"{mnt}/heat/cluster", consolidated=False)["temp"].values
+            b = xr.open_zarr(f"{sroot}/heat/alone", consolidated=False)["temp"].values
+            assert a.shape == (5, 16, 16, 16)
+            np.testing.assert_array_equal(a, b)
+        finally:
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+            mount.terminate()
+            mount.wait(timeout=30)
+            os.rmdir(mnt)
+
+    on_rank0(comm, run)
