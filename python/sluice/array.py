@@ -36,12 +36,11 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
 
 import numpy as np
 from mpi4py import MPI
 
-from ._sluice import ArrayPlan, Client
+from ._sluice import ArrayPlan, Client, group_base
 from .mpi import _raise_any
 
 __all__ = ["write", "read", "local_shape", "ArrayPlan", "Array", "ArrayGroup"]
@@ -251,7 +250,7 @@ def write(
         _two_phase(comm, client, plan, path, rank, local, True)
         return local.nbytes
     _raise_any(comm, _attempt(lambda: plan.prepare(client, path, rank)))
-    base = comm.bcast(secrets.randbits(63) if rank == 0 else None, root=0) if strategy == "server-directed" else None
+    base = comm.bcast(group_base() if rank == 0 else None, root=0) if strategy == "server-directed" else None
     moved = [0]
     _raise_any(comm, _attempt(lambda: moved.__setitem__(0, plan.transfer(client, path, rank, local, True, base, wait_ms))))
     return moved[0]
@@ -284,7 +283,7 @@ def read(
     if strategy == "two-phase":
         _two_phase(comm, client, plan, path, rank, local, False)
         return local
-    base = comm.bcast(secrets.randbits(63) if rank == 0 else None, root=0) if strategy == "server-directed" else None
+    base = comm.bcast(group_base() if rank == 0 else None, root=0) if strategy == "server-directed" else None
     _raise_any(comm, _attempt(lambda: plan.transfer(client, path, rank, local, False, base, wait_ms)))
     return local
 
@@ -356,7 +355,7 @@ class ArrayGroup:
 
     def _base(self):
         rank = self.comm.Get_rank()
-        return self.comm.bcast(secrets.randbits(63) if rank == 0 else None, root=0) if self.strategy == "server-directed" else None
+        return self.comm.bcast(group_base() if rank == 0 else None, root=0) if self.strategy == "server-directed" else None
 
     def _steps_on_disk(self, path: str) -> int:
         return int(json.loads(_get(self.client, f"{path}/zarr.json"))["shape"][0]) if _exists(self.client, f"{path}/zarr.json") else 0

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
-from ._sluice import Client
+from ._sluice import Client, group_base
 
 #: Bytes one aggregator moves per collective call before another is added
 #: (OMPIO's ``bytes_per_agg`` default).
@@ -467,8 +467,9 @@ class File:
         chunks = list(_chunks(offs, lens, message))
         counts = comm.allgather(len(chunks))
         # One id per call, the same on every rank, unlikely to meet another
-        # program's: rank 0's random base, then one per message index.
-        base = comm.bcast(int.from_bytes(os.urandom(8), "little") >> 1 if comm.Get_rank() == 0 else None, root=0)
+        # program's: rank 0's base (made as every collective's is), then
+        # one per message index.
+        base = comm.bcast(group_base() if comm.Get_rank() == 0 else None, root=0)
         self.groups = []  # no aggregator ranks: the server aggregates
         try:
             at = 0

@@ -14,7 +14,7 @@
 use pyo3::exceptions::{PyOSError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use sluice_array::{aggregators, gather, messages, plan, scatter, Dist, Distribution, Dtype, Layout, MessageLimits, Plan, PlanLimits};
+use sluice_array::{aggregators, gather, plan, rank_messages, scatter, Dist, Distribution, Dtype, Layout, MessageLimits, Plan, PlanLimits};
 use sluice_client::{ClientError, ConnectOptions, Fd, Group};
 use sluice_remote::Remote as Inner;
 
@@ -250,7 +250,8 @@ struct ArrayPlan {
     plan: Plan,
     /// Server-directed groups: `[u][j]`, how many ranks send a j-th
     /// message for file `u` (worked out on first use).
-    participants: std::sync::OnceLock<Vec<Vec<u32>>>,
+    /// The plan's server-directed groups (any base), made on first use.
+    groups: std::sync::OnceLock<sluice_array::Groups>,
     aggregator: Vec<usize>,
     /// Two-phase: `[r][a]`, rank `r`'s pieces of the files rank `a`
     /// aggregates (`by_aggregator`), worked out on first use.
@@ -266,7 +267,7 @@ impl ArrayPlan {
         // One server: each file's aggregator is the rank holding most of it.
         let bytes = plan.unit_rank_bytes(layout.units(), dist.ranks());
         let aggregator = aggregators(&bytes, &vec![0; ranks], &[0], &vec![0; layout.units() as usize]);
-        Ok(ArrayPlan { layout, dist, plan, participants: std::sync::OnceLock::new(), aggregator, exchange: std::sync::OnceLock::new() })
+        Ok(ArrayPlan { layout, dist, plan, groups: std::sync::OnceLock::new(), aggregator, exchange: std::sync::OnceLock::new() })
     }
 
     /// File `u`'s key; with `time`, the array's first dimension is a time
@@ -300,6 +301,11 @@ impl ArrayPlan {
                 .collect()
         });
         &all[r as usize]
+    }
+
+    /// The plan's server-directed groups with base `b`.
+    fn groups_of(&self, b: u64) -> sluice_array::Groups {
+        self.groups.get_or_init(|| sluice_array::Groups::new(&self.plan, self.layout.units(), &MESSAGE_LIMITS, 0)).rebased(b)
     }
 
     fn check_rank(&self, rank: u64) -> PyResult<()> {
@@ -532,13 +538,13 @@ impl ArrayPlan {
         }
         let inner = &client.inner;
         let paths = (0..self.layout.units()).map(|u| self.unit_path(path, u, time)).collect::<PyResult<Vec<_>>>()?;
-        let participants = group_base.map(|_| self.participants.get_or_init(|| self.plan.group_participants(self.layout.units(), &MESSAGE_LIMITS)));
+        let groups = group_base.map(|b| self.groups_of(b));
         py.allow_threads(move || {
             // SAFETY: the buffer stays exported (held by `buf`) for this call
             // and is `len` contiguous bytes, writable when reading.
             let local = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
             let mut moved = 0u64;
-            for file in self.plan.rank_files(rank) {
+            for file in rank_messages(&self.plan, rank, &MESSAGE_LIMITS, groups.as_ref()) {
                 let u = file[0].unit;
                 let flags = if write { libc::O_WRONLY } else { libc::O_RDONLY };
                 let fd = match inner.open(&paths[u as usize], flags, 0) {
@@ -549,39 +555,36 @@ impl ArrayPlan {
                     // Every rank reading this file finds it missing alike,
                     // so a group's participants all leave it out.
                     Err(e) if !write && e.errno == libc::ENOENT => {
-                        for m in messages(&file, &MESSAGE_LIMITS) {
-                            let total: usize = m.iter().map(|p| p.len as usize).sum();
-                            scatter(&m, &vec![0u8; total], local);
-                            moved += total as u64;
+                        for m in &file {
+                            scatter(&m.pieces, &vec![0u8; m.bytes() as usize], local);
+                            moved += m.bytes();
                         }
                         continue;
                     }
                     other => other?,
                 };
                 let mut r = Ok(());
-                for (j, m) in messages(&file, &MESSAGE_LIMITS).into_iter().enumerate() {
-                    let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
-                    let group = group_base.zip(participants).map(|(b, p)| Group { id: b.wrapping_add(j as u64), participants: p[u as usize][j], wait_ms });
-                    let total: usize = m.iter().map(|p| p.len as usize).sum();
+                for m in &file {
+                    let group = m.group.map(|t| Group { id: t.id, participants: t.participants, wait_ms });
                     r = if write {
-                        let data = gather(&m, local);
+                        let data = gather(&m.pieces, local);
                         match group {
-                            Some(g) => inner.write_list_group(fd, &ranges, &data, g),
-                            None => inner.write_list(fd, &ranges, &data),
+                            Some(g) => inner.write_list_group(fd, &m.ranges(), &data, g),
+                            None => inner.write_list(fd, &m.ranges(), &data),
                         }
                         .map(|_| ())
                     } else {
-                        let mut data = vec![0u8; total];
+                        let mut data = vec![0u8; m.bytes() as usize];
                         let got = match group {
-                            Some(g) => inner.read_list_group(fd, &ranges, &mut data, g),
-                            None => inner.read_list(fd, &ranges, &mut data),
+                            Some(g) => inner.read_list_group(fd, &m.ranges(), &mut data, g),
+                            None => inner.read_list(fd, &m.ranges(), &mut data),
                         };
-                        got.map(|_| scatter(&m, &data, local))
+                        got.map(|_| scatter(&m.pieces, &data, local))
                     };
                     if r.is_err() {
                         break;
                     }
-                    moved += total as u64;
+                    moved += m.bytes();
                 }
                 let c = inner.close(fd);
                 r.and(c)?;
@@ -589,6 +592,19 @@ impl ArrayPlan {
             Ok(moved)
         })
         .map_err(os_error)
+    }
+
+    /// Rank `rank`'s list messages in the order `transfer` sends them
+    /// (`sluice_array::rank_messages`, as the Rust collectives send them):
+    /// `(file, j, [(offset, length), ...], group)`, the group `(id,
+    /// participants)` with `group_base` (server-directed), else None.
+    #[pyo3(signature = (rank, group_base = None))]
+    fn messages(&self, rank: u64, group_base: Option<u64>) -> PyResult<Vec<(u64, usize, Vec<(u64, u64)>, Option<(u64, u32)>)>> {
+        if rank >= self.dist.ranks() {
+            return Err(PyValueError::new_err(format!("rank {rank} of a plan for {} ranks", self.dist.ranks())));
+        }
+        let groups = group_base.map(|b| self.groups_of(b));
+        Ok(rank_messages(&self.plan, rank, &MESSAGE_LIMITS, groups.as_ref()).into_iter().flatten().map(|m| (m.unit, m.j, m.ranges(), m.group.map(|t| (t.id, t.participants)))).collect())
     }
 
     /// Two-phase (`sluice.array`'s `strategy="two-phase"`): each file is
@@ -737,9 +753,18 @@ impl ArrayPlan {
     }
 }
 
+/// A base for the group ids of a new server-directed collective
+/// (`sluice_array::group_base`, as the Rust collectives make theirs): made
+/// on one rank and broadcast, the same on every rank.
+#[pyfunction]
+fn group_base() -> u64 {
+    sluice_array::group_base()
+}
+
 #[pymodule]
 fn _sluice(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_function(wrap_pyfunction!(group_base, m)?)?;
     m.add_class::<ArrayPlan>()?;
     Ok(())
 }

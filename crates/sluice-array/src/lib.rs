@@ -31,11 +31,13 @@
 
 mod dist;
 mod layout;
+mod messages;
 mod place;
 mod plan;
 
 pub use dist::{Dist, Distribution};
 pub use layout::{Dtype, Layout, SHARD_INDEX_ENTRY_BYTES};
+pub use messages::{group_base, rank_messages, GroupTag, Groups, Message};
 pub use place::{aggregators, capacities, capacities_held, place, Placement, PlacementInput, PlacementMethod, PLACEMENT_HUNGARIAN_UNITS_MAX};
 pub use plan::{gather, messages, plan, scatter, MessageLimits, Piece, Plan, PlanLimits};
 

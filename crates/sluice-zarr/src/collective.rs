@@ -31,7 +31,7 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use sluice_array::{gather, scatter, Distribution, Dtype, Layout, MessageLimits, Piece, Plan};
+use sluice_array::{gather, scatter, Distribution, Dtype, Layout, Message, MessageLimits, Piece, Plan};
 use sluice_client::{Fd, Group};
 use sluice_remote::Remote;
 
@@ -352,12 +352,10 @@ fn read_unit(c: &Collective, remote: &Remote, u: u64) -> Result<Vec<u8>, Error> 
 /// [`TRANSFER_BYTES_MAX`] bytes each.
 pub const MESSAGE_LIMITS: MessageLimits = MessageLimits::COLLECTIVE;
 
-fn messages(pieces: &[Piece]) -> Vec<Vec<Piece>> {
-    sluice_array::messages(pieces, &MESSAGE_LIMITS)
-}
-
-fn rank_units(c: &Collective, r: usize) -> Vec<Vec<Piece>> {
-    c.plan.rank_files(r as u64)
+/// Rank `r`'s messages, file by file (`sluice_array::rank_messages`, as
+/// the Python binding sends them), with their groups if server-directed.
+fn rank_messages(c: &Collective, r: usize, groups: &Groups) -> Vec<Vec<Message>> {
+    sluice_array::rank_messages(c.plan, r as u64, &MESSAGE_LIMITS, groups.ids.as_ref())
 }
 
 /// The most server-directed messages a rank keeps in flight at once
@@ -391,9 +389,8 @@ fn pipelined(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: 
         ticket: GroupTicket,
         pieces: Vec<Piece>,
     }
-    let files = rank_units(c, r);
-    let msgs: Vec<Vec<Vec<Piece>>> = files.iter().map(|f| messages(f)).collect();
-    let mut fds: Vec<Option<Fd>> = vec![None; files.len()];
+    let msgs = rank_messages(c, r, groups);
+    let mut fds: Vec<Option<Fd>> = vec![None; msgs.len()];
     let mut left: Vec<usize> = msgs.iter().map(|m| m.len()).collect();
     let order: Vec<(usize, usize)> = msgs.iter().enumerate().flat_map(|(i, m)| (0..m.len()).map(move |j| (i, j))).collect();
     let (mut flying, mut next, mut first): (VecDeque<Flying>, usize, Option<Error>) = (VecDeque::new(), 0, None);
@@ -402,7 +399,7 @@ fn pipelined(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: 
         while first.is_none() && next < order.len() && flying.len() < c.group_window.clamp(1, GROUPS_IN_FLIGHT_MAX) {
             let (i, j) = order[next];
             next += 1;
-            let path = unit_path(c, files[i][0].unit);
+            let path = unit_path(c, msgs[i][0].unit);
             let fd = match fds[i] {
                 Some(fd) => fd,
                 None => match remote.open(&path, flags, 0) {
@@ -414,19 +411,18 @@ fn pipelined(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: 
                 },
             };
             let m = &msgs[i][j];
-            let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
-            let tag = groups.tag(files[i][0].unit, j).expect("server-directed");
+            let tag = groups.tag(m).expect("server-directed");
             let sent = match &side {
-                Side::Write(local) => remote.submit_list_group(fd, &ranges, Some(&gather(m, local)), tag),
-                Side::Read(_) => remote.submit_list_group(fd, &ranges, None, tag),
+                Side::Write(local) => remote.submit_list_group(fd, &m.ranges(), Some(&gather(&m.pieces, local)), tag),
+                Side::Read(_) => remote.submit_list_group(fd, &m.ranges(), None, tag),
             };
             match sent {
-                Ok(ticket) => flying.push_back(Flying { file: i, ticket, pieces: m.clone() }),
+                Ok(ticket) => flying.push_back(Flying { file: i, ticket, pieces: m.pieces.clone() }),
                 Err(e) => first = Some(Error::client(&format!("send to {path}"), e)),
             }
         }
         let Some(f) = flying.pop_front() else { break };
-        let path = unit_path(c, files[f.file][0].unit);
+        let path = unit_path(c, msgs[f.file][0].unit);
         let total: usize = f.pieces.iter().map(|p| p.len as usize).sum();
         let mut data = vec![0u8; if matches!(side, Side::Read(_)) { total } else { 0 }];
         match remote.wait_list_group(f.ticket, &mut data) {
@@ -454,33 +450,25 @@ fn pipelined(c: &Collective, remote: &Remote, r: usize, mut side: Side, groups: 
     first.map_or(Ok(()), Err)
 }
 
-/// The server-directed groups of one collective: group `(u, j)` is the
-/// j-th message of every rank that has one for file `u`.
+/// The server-directed groups of one collective (`sluice_array::Groups`,
+/// the base from `sluice_array::group_base`), with their wait.
 struct Groups {
-    /// Distinct per collective, so that a later one on the same file is
-    /// never taken for this one.
-    base: u64,
-    /// `participants[u][j]`.
-    participants: Vec<Vec<u32>>,
+    /// None unless server-directed.
+    ids: Option<sluice_array::Groups>,
     wait_ms: u32,
     on: bool,
 }
 
 impl Groups {
     fn new(c: &Collective) -> Groups {
-        let participants = match c.strategy {
-            Strategy::ServerDirected => c.plan.group_participants(c.spec.layout.units(), &MESSAGE_LIMITS),
-            _ => Vec::new(),
-        };
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-        let base = clock ^ (u64::from(std::process::id()) << 40) ^ (NEXT.fetch_add(1, Ordering::Relaxed) << 20);
-        Groups { base, participants, wait_ms: c.group_wait_ms, on: c.strategy == Strategy::ServerDirected }
+        let on = c.strategy == Strategy::ServerDirected;
+        let ids = on.then(|| sluice_array::Groups::new(c.plan, c.spec.layout.units(), &MESSAGE_LIMITS, sluice_array::group_base()));
+        Groups { ids, wait_ms: c.group_wait_ms, on }
     }
 
-    /// The tag of rank-message `j` of file `u`, if server-directed.
-    fn tag(&self, u: u64, j: usize) -> Option<Group> {
-        self.on.then(|| Group { id: self.base.wrapping_add(j as u64), participants: self.participants[u as usize][j], wait_ms: self.wait_ms })
+    /// The group of message `m`, if server-directed.
+    fn tag(&self, m: &Message) -> Option<Group> {
+        m.group.map(|t| Group { id: t.id, participants: t.participants, wait_ms: self.wait_ms })
     }
 }
 
@@ -491,17 +479,16 @@ fn transfer_pieces(c: &Collective, remote: &Remote, r: usize, mut side: Side, gr
         return pipelined(c, remote, r, side, groups);
     }
     let flags = if matches!(side, Side::Write(_)) { libc::O_WRONLY } else { libc::O_RDONLY };
-    for group in rank_units(c, r) {
-        let path = unit_path(c, group[0].unit);
+    for file in rank_messages(c, r, groups) {
+        let path = unit_path(c, file[0].unit);
         let fd = remote.open(&path, flags, 0).map_err(|e| Error::client(&format!("open {path}"), e))?;
         let mut res = Ok(());
-        for m in messages(&group) {
-            let ranges: Vec<(u64, u64)> = m.iter().map(|p| (p.file_off, p.len)).collect();
+        for m in &file {
             res = match &mut side {
-                Side::Write(local) => remote.write_list(fd, &ranges, &gather(&m, local)).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e)),
+                Side::Write(local) => remote.write_list(fd, &m.ranges(), &gather(&m.pieces, local)).map(|_| ()).map_err(|e| Error::client(&format!("write {path}"), e)),
                 Side::Read(local) => {
-                    let mut data = vec![0u8; m.iter().map(|p| p.len as usize).sum()];
-                    remote.read_list(fd, &ranges, &mut data).map(|_| scatter(&m, &data, local)).map_err(|e| Error::client(&format!("read {path}"), e))
+                    let mut data = vec![0u8; m.bytes() as usize];
+                    remote.read_list(fd, &m.ranges(), &mut data).map(|_| scatter(&m.pieces, &data, local)).map_err(|e| Error::client(&format!("read {path}"), e))
                 }
             };
             if res.is_err() {

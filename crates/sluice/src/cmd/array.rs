@@ -120,6 +120,13 @@ pub struct WriteArgs {
     dims: Vec<String>,
     #[command(flatten)]
     dist: DistArgs,
+    /// Also write, as JSON, the list messages every rank sends, in its
+    /// order: `{"ranks": [[{"file", "j", "ranges", "group"}, ...], ...]}`,
+    /// a server-directed group as `[id, participants]` with ids relative
+    /// to the collective's base (the same messages `sluice.array` sends
+    /// for the same plan).
+    #[arg(long)]
+    messages: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -424,10 +431,26 @@ fn write(a: WriteArgs) -> anyhow::Result<()> {
     if a.dist.strategy == "auto" {
         p.choose(&addr, servers_of(&remote))?;
     }
+    if let Some(out) = &a.messages {
+        std::fs::write(out, messages_json(&p).to_string()).with_context(|| format!("writing {}", out.display()))?;
+    }
     let locals: Vec<Vec<u8>> = (0..p.dist.ranks()).map(|r| pattern_local(&p.dist, p.spec.layout.dtype(), r)).collect();
     let t = collective::write(&p.collective(&addr), &locals)?;
     println!("write ({}): {}", p.strategy.name(), rate(&t));
     Ok(())
+}
+
+/// Every rank's list messages as `--messages` writes them.
+fn messages_json(p: &Prepared) -> serde_json::Value {
+    let limits = &collective::MESSAGE_LIMITS;
+    let groups = (p.strategy == Strategy::ServerDirected).then(|| sluice_array::Groups::new(&p.plan, p.spec.layout.units(), limits, 0));
+    let ranks: Vec<serde_json::Value> = (0..p.dist.ranks())
+        .map(|r| {
+            let msgs = sluice_array::rank_messages(&p.plan, r, limits, groups.as_ref());
+            msgs.into_iter().flatten().map(|m| json!({ "file": m.unit, "j": m.j, "ranges": m.ranges(), "group": m.group.map(|t| (t.id, t.participants)) })).collect()
+        })
+        .collect();
+    json!({ "ranks": ranks })
 }
 
 /// Refuse an array whose shards hold their inner chunks elsewhere than
