@@ -14,6 +14,13 @@ written and read back collectively, by:
   system takes: the same blocks, one call a contiguous run, and each
   rank's bytes as one contiguous share of the file in 1 MiB calls.
 
+With ``--cluster N`` the service is a cluster of N data servers (``sluice
+cluster``) whose files are striped over all of them in ``--stripe`` units
+(``sluice setstripe``); ``--mount`` then mounts the cluster. The local file
+system's rows stay local. sluice.mpi's ``server`` scheme is left out there:
+a server-directed collective needs a file of one object, and these files
+are striped.
+
 Each mode runs ``--rounds`` times; the best time counts (the page cache is
 not dropped: the figures are what the I/O paths add, not the disk). It
 prints a table on rank 0 and writes JSON with ``--json PATH``.
@@ -94,18 +101,26 @@ def collective(args) -> None:
     rank = comm.Get_rank()
     local, sub = layout(comm, args.n)
     total = args.n**3 * 8
-    # One server for the run, on a scratch root (rank 0 starts it).
+    # One server (or with --cluster, one cluster) for the run, on a scratch
+    # root (rank 0 starts it).
     root, proc, addr = None, None, None
     if rank == 0:
         root = tempfile.mkdtemp(prefix="sluice-coll-", dir=args.dir)
         (Path(root) / "root").mkdir()
-        sock = Path(root) / "s.sock"
-        extra = ["--no-write-leases"] if args.no_write_leases else []
-        extra += ["--policy", args.policy] if args.policy else []
+        extra = ["--policy", args.policy] if args.policy else []
         extra += ["--direct"] if args.direct else []
         extra += ["--device", args.device] if args.device else []
-        proc = subprocess.Popen([args.sluice, "serve", "--root", f"{root}/root", "--listen", f"unix:{sock}", *extra], stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
+        if args.cluster:
+            # Its data servers write through their page cache themselves
+            # only under write leases, which a cluster does not lend.
+            sock = Path(root) / "cluster" / "meta.sock"
+            cmd = [args.sluice, "cluster", "--servers", str(args.cluster), "--root", f"{root}/cluster", *extra]
+        else:
+            sock = Path(root) / "s.sock"
+            extra += ["--no-write-leases"] if args.no_write_leases else []
+            cmd = [args.sluice, "serve", "--root", f"{root}/root", "--listen", f"unix:{sock}", *extra]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
         while True:
             with socket.socket(socket.AF_UNIX) as probe:
                 try:
@@ -113,9 +128,12 @@ def collective(args) -> None:
                     break
                 except OSError:
                     if proc.poll() is not None or time.monotonic() > deadline:
-                        raise SystemExit("sluice serve did not come up")
+                        raise SystemExit(f"{cmd[1]} did not come up")
             time.sleep(0.01)
         addr = f"unix:{sock}"
+        if args.cluster:
+            # Every file striped over every data server in --stripe units.
+            subprocess.run([args.sluice, "setstripe", "--server", addr, "-S", args.stripe, "-c", "-1", "/"], check=True, stdout=subprocess.DEVNULL)
     mount = None
     if rank == 0 and args.mount:
         # OpenMPI's MPI-IO through `sluice mount` of the same server.
@@ -128,10 +146,14 @@ def collective(args) -> None:
                 raise SystemExit("sluice mount did not come up")
             time.sleep(0.02)
     root, addr = comm.bcast((root, addr), root=0)
+    # The local file system's rows (MPI-IO, plain pwrite) write here: the
+    # server's root, or beside a cluster's data servers.
     data_dir = f"{root}/root"
     rows = []
     try:
-        modes = [("mpi-io", None)] + ([("mpi-io", "mount")] if args.mount else []) + [("sluice", s) for s in SCHEMES]
+        # A server-directed collective needs a file of one object: on a
+        # striped file sluice.mpi's "server" scheme is refused.
+        modes = [("mpi-io", None)] + ([("mpi-io", "mount")] if args.mount else []) + [("sluice", s) for s in SCHEMES if not (args.cluster and s == "server")]
         modes += [("array", s) for s in sa.STRATEGIES]
         # What the file system itself takes, without MPI-IO or sluice: the
         # same blocks written with one `pwrite` a contiguous run, and each
@@ -201,7 +223,10 @@ def collective(args) -> None:
                 ok = comm.allreduce(bool(np.array_equal(back, local)), op=MPI.LAND)
                 if not ok:
                     raise SystemExit(f"{mode} {scheme}: read back differs")
-                if rank == 0:
+                if rank == 0 and mode == "mpi-io" and scheme == "mount":
+                    os.unlink(f"{root}/mnt/{name}")
+                elif rank == 0 and not (args.cluster and mode in ("sluice", "array")):
+                    # (A cluster's files stay until the scratch root goes.)
                     if mode == "array":
                         shutil.rmtree(f"{data_dir}/{name}")
                     else:
@@ -224,14 +249,15 @@ def collective(args) -> None:
             shutil.rmtree(root, ignore_errors=True)
     if rank == 0:
         base = rows[0]
-        print(f"collective: {args.n}^3 float64 ({total / 2**20:.0f} MiB), {comm.Get_size()} ranks, best of {args.rounds}")
+        on = f", a cluster of {args.cluster} data servers in {args.stripe} stripes" if args.cluster else ""
+        print(f"collective: {args.n}^3 float64 ({total / 2**20:.0f} MiB), {comm.Get_size()} ranks, best of {args.rounds}{on}")
         print(f"{'mode':<8} {'scheme':<22} {'write MiB/s':>12} {'read MiB/s':>11} {'write vs MPI-IO':>16} {'read vs MPI-IO':>15} {'aggregators':>12}")
         for r in rows:
             r["write_vs_mpiio"] = base["write_s"] / r["write_s"]
             r["read_vs_mpiio"] = base["read_s"] / r["read_s"]
             print(f"{r['mode']:<8} {r['scheme']:<22} {r['write_mib_s']:>12.0f} {r['read_mib_s']:>11.0f} {r['write_vs_mpiio']:>15.2f}x {r['read_vs_mpiio']:>14.2f}x {str(r['aggregators'] or '-'):>12}")
         if args.json:
-            Path(args.json).write_text(json.dumps({"n": args.n, "ranks": comm.Get_size(), "bytes": total, "rounds": args.rounds, "rows": rows}, indent=2))
+            Path(args.json).write_text(json.dumps({"n": args.n, "ranks": comm.Get_size(), "bytes": total, "rounds": args.rounds, "cluster": args.cluster, "stripe": args.stripe if args.cluster else None, "rows": rows}, indent=2))
             print(f"json: {args.json}")
 
 
@@ -250,6 +276,8 @@ def main() -> None:
     c.add_argument("--policy", help="the server's policy (default: the server's own, aioli)")
     c.add_argument("--direct", action="store_true", help="start the server with --direct (O_DIRECT on its files)")
     c.add_argument("--device", help="the server's device (real, or hdd7200 for its emulated disk)")
+    c.add_argument("--cluster", type=int, default=0, help="a cluster of N data servers (`sluice cluster`) instead of one server, every file striped over all of them")
+    c.add_argument("--stripe", default="1M", help="with --cluster: the stripe size (default 1M)")
     c.add_argument("--modes", default="mpi-io,sluice,array,posix", help="which kinds of rows to run, of mpi-io, sluice, array, posix (default: all; MPI-IO on the local file system always runs first)")
     c.add_argument("--json")
     args = p.parse_args()

@@ -24,7 +24,7 @@ def test_collective_benchmark_runs_every_mode(comm):
     # holds.
     collective(
         argparse.Namespace(
-            n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, policy=None, direct=False, device=None, modes="mpi-io,sluice,array,posix", json=path
+            n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, policy=None, direct=False, device=None, cluster=0, stripe="1M", modes="mpi-io,sluice,array,posix", json=path
         )
     )
     if comm.Get_rank() == 0:
@@ -47,9 +47,31 @@ def test_collective_benchmark_runs_only_the_rows_asked_for(comm):
     path = f"{out}/coll.json"
     # The server the bench starts takes a policy and O_DIRECT; only the
     # sluice.mpi rows run beside MPI-IO's reference row.
-    collective(argparse.Namespace(n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, policy="fifo", direct=True, device=None, modes="sluice", json=path))
+    collective(argparse.Namespace(n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=False, no_write_leases=False, policy="fifo", direct=True, device=None, cluster=0, stripe="1M", modes="sluice", json=path))
     if comm.Get_rank() == 0:
         modes = {r["mode"] for r in json.loads(Path(path).read_text())["rows"]}
         assert modes == {"mpi-io", "sluice"}, modes
+        shutil.rmtree(out)
+    comm.Barrier()
+
+
+def test_collective_benchmark_runs_on_a_cluster_through_its_mount(comm):
+    from sluice.bench import collective
+    from sluice.mpi import SCHEMES
+
+    out = comm.bcast(tempfile.mkdtemp(prefix="sluice-bench-test-") if comm.Get_rank() == 0 else None, root=0)
+    path = f"{out}/coll.json"
+    # A cluster of 4 data servers in 8 KiB stripes (so that the 32 KiB
+    # array's file spans them), MPI-IO through a mount of it; every row
+    # reads back what it wrote.
+    collective(argparse.Namespace(n=16, rounds=1, k_bytes=1 << 20, dir=out, sluice=BIN, mount=True, no_write_leases=False, policy=None, direct=True, device=None, cluster=4, stripe="8K", modes="mpi-io,sluice,array", json=path))
+    if comm.Get_rank() == 0:
+        doc = json.loads(Path(path).read_text())
+        labels = {(r["mode"], r["scheme"]) for r in doc["rows"]}
+        assert (doc["cluster"], doc["stripe"]) == (4, "8K")
+        assert ("mpi-io", "sluice mount") in labels
+        assert {s for m, s in labels if m == "sluice"} == set(SCHEMES) - {"server"}, labels
+        assert ("array", "zarr server-directed") in labels
+        assert sorted(os.listdir(out)) == ["coll.json"], os.listdir(out)
         shutil.rmtree(out)
     comm.Barrier()
