@@ -17,9 +17,8 @@ written and read back collectively, by:
 With ``--cluster N`` the service is a cluster of N data servers (``sluice
 cluster``) whose files are striped over all of them in ``--stripe`` units
 (``sluice setstripe``); ``--mount`` then mounts the cluster. The local file
-system's rows stay local. sluice.mpi's ``server`` scheme is left out there:
-a server-directed collective needs a file of one object, and these files
-are striped.
+system's rows stay local. sluice.mpi's ``server`` scheme makes one group
+per data server there: each gathers its share of the ranks' messages.
 
 Each mode runs ``--rounds`` times; the best time counts (the page cache is
 not dropped: the figures are what the I/O paths add, not the disk). It
@@ -151,9 +150,7 @@ def collective(args) -> None:
     data_dir = f"{root}/root"
     rows = []
     try:
-        # A server-directed collective needs a file of one object: on a
-        # striped file sluice.mpi's "server" scheme is refused.
-        modes = [("mpi-io", None)] + ([("mpi-io", "mount")] if args.mount else []) + [("sluice", s) for s in SCHEMES if not (args.cluster and s == "server")]
+        modes = [("mpi-io", None)] + ([("mpi-io", "mount")] if args.mount else []) + [("sluice", s) for s in SCHEMES]
         modes += [("array", s) for s in sa.STRATEGIES]
         # What the file system itself takes, without MPI-IO or sluice: the
         # same blocks written with one `pwrite` a contiguous run, and each

@@ -56,6 +56,11 @@ from ._sluice import Client, group_base
 #: Bytes one aggregator moves per collective call before another is added
 #: (OMPIO's ``bytes_per_agg`` default).
 K_BYTES_DEFAULT = 32 << 20
+#: The most of one message of the ``server`` scheme that goes to one data
+#: server of a striped file (``sluice_remote``'s ``STRIPED_LIST_BYTES_MAX``):
+#: each object's share of a message is one group message.
+STRIPED_SHARE_BYTES = 8 << 20
+
 #: Pieces in one list request (the protocol's ``LIST_PIECES_MAX``).
 LIST_PIECES_MAX = 4096
 #: Bytes in one list request (below the protocol's 64 MiB ``IO_BYTES_MAX``).
@@ -463,9 +468,21 @@ class File:
         participant of group j, which the server serves whole."""
         comm, err, n = self.comm, None, 0
         message = max(64 << 10, min(SERVER_MESSAGE_BYTES, SERVER_GROUP_BYTES_MAX // comm.Get_size()))
+        striped = self.client.servers > 1
+        if striped:
+            # Each object's share of a message is one message to its data
+            # server, of at most STRIPED_SHARE_BYTES.
+            message = min(message, STRIPED_SHARE_BYTES)
         offs, lens = _split_long(offs, lens, message)
         chunks = list(_chunks(offs, lens, message))
         counts = comm.allgather(len(chunks))
+        # On a cluster's striped file the j-th messages form one group per
+        # object (data server): its participants are the ranks whose j-th
+        # message touches that object.
+        touched = None
+        if striped:
+            mine = [self.client.objects_touched(self.fd, list(zip(offs[a:b].tolist(), lens[a:b].tolist()))) for a, b in chunks]
+            touched = comm.allgather(mine)
         # One id per call, the same on every rank, unlikely to meet another
         # program's: rank 0's base (made as every collective's is), then
         # one per message index.
@@ -475,6 +492,9 @@ class File:
             at = 0
             for j, (a, b) in enumerate(chunks):
                 participants = sum(1 for c in counts if c > j)
+                if touched is not None:
+                    objects = 1 + max((max(t[j]) for t in touched if len(t) > j and t[j]), default=0)
+                    participants = [sum(1 for t in touched if len(t) > j and k in t[j]) for k in range(objects)]
                 pieces = list(zip(offs[a:b].tolist(), lens[a:b].tolist()))
                 size = int(lens[a:b].sum())
                 part = data[at : at + size]

@@ -60,6 +60,22 @@ impl Drop for Bytes {
     }
 }
 
+/// A group's participants: one count, or one per object of a striped file.
+#[derive(FromPyObject)]
+enum Participants {
+    One(u32),
+    PerObject(Vec<u32>),
+}
+
+impl Participants {
+    fn counts(self) -> Vec<u32> {
+        match self {
+            Participants::One(n) => vec![n],
+            Participants::PerObject(v) => v,
+        }
+    }
+}
+
 /// Pieces `(offset, length)` and the bytes they add up to.
 fn pieces_of(pieces: Vec<(u64, u64)>) -> PyResult<(Vec<(u64, u64)>, usize)> {
     let total = pieces.iter().try_fold(0u64, |t, &(_, l)| t.checked_add(l)).ok_or_else(|| PyValueError::new_err("piece lengths overflow"))?;
@@ -79,7 +95,7 @@ struct Client {
 impl Client {
     /// List I/O into (`write`: from) `obj`'s bytes, in one request, with
     /// or without a server-directed group.
-    fn list_io(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, obj: &Bound<'_, PyAny>, write: bool, group: Option<Group>) -> PyResult<usize> {
+    fn list_io(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, obj: &Bound<'_, PyAny>, write: bool, group: Option<(u64, Vec<u32>, u32)>) -> PyResult<usize> {
         let (pieces, total) = pieces_of(pieces)?;
         let bytes = Bytes::get(obj, !write)?;
         let (addr, len) = bytes.addr_len();
@@ -96,14 +112,14 @@ impl Client {
             if write {
                 let b = unsafe { std::slice::from_raw_parts(addr as *const u8, total) };
                 match group {
-                    Some(g) => self.inner.write_list_group(Fd(fd), &pieces, b, g),
+                    Some((id, n, wait_ms)) => self.inner.list_group_any(Fd(fd), &pieces, Some(b), &mut [], id, &n, wait_ms),
                     None => self.inner.write_list(Fd(fd), &pieces, b),
                 }
             } else {
                 // SAFETY: as above; the buffer was exported writable.
                 let b = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, total) };
                 match group {
-                    Some(g) => self.inner.read_list_group(Fd(fd), &pieces, b, g),
+                    Some((id, n, wait_ms)) => self.inner.list_group_any(Fd(fd), &pieces, None, b, id, &n, wait_ms),
                     None => self.inner.read_list(Fd(fd), &pieces, b),
                 }
             }
@@ -188,19 +204,28 @@ impl Client {
     /// server holds the group's messages until `participants` of them
     /// (every rank's message with this `group_id`) have come, or fails
     /// them all with ETIMEDOUT after `wait_ms`, then serves them together
-    /// in disk order. The bytes written.
+    /// in disk order. On a cluster's striped file `participants` is a list,
+    /// one count per object of the file (`objects_touched`): each object's
+    /// share is one group on its data server. The bytes written.
     #[pyo3(signature = (fd, pieces, data, group_id, participants, wait_ms = 30_000))]
     #[allow(clippy::too_many_arguments)] // the Python signature
-    fn write_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, data: &Bound<'_, PyAny>, group_id: u64, participants: u32, wait_ms: u32) -> PyResult<usize> {
-        self.list_io(py, fd, pieces, data, true, Some(Group { id: group_id, participants, wait_ms }))
+    fn write_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, data: &Bound<'_, PyAny>, group_id: u64, participants: Participants, wait_ms: u32) -> PyResult<usize> {
+        self.list_io(py, fd, pieces, data, true, Some((group_id, participants.counts(), wait_ms)))
     }
 
     /// `read_list` as one participant of a server-directed group (see
     /// `write_list_group`). The bytes read.
     #[pyo3(signature = (fd, pieces, buf, group_id, participants, wait_ms = 30_000))]
     #[allow(clippy::too_many_arguments)] // the Python signature
-    fn read_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, buf: &Bound<'_, PyAny>, group_id: u64, participants: u32, wait_ms: u32) -> PyResult<usize> {
-        self.list_io(py, fd, pieces, buf, false, Some(Group { id: group_id, participants, wait_ms }))
+    fn read_list_group(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>, buf: &Bound<'_, PyAny>, group_id: u64, participants: Participants, wait_ms: u32) -> PyResult<usize> {
+        self.list_io(py, fd, pieces, buf, false, Some((group_id, participants.counts(), wait_ms)))
+    }
+
+    /// The objects of the file that `pieces` touch, ascending: `[0]` on one
+    /// server; on a cluster's striped file, the objects (one per data
+    /// server the file spans) whose groups a collective message joins.
+    fn objects_touched(&self, py: Python<'_>, fd: u64, pieces: Vec<(u64, u64)>) -> PyResult<Vec<u32>> {
+        py.allow_threads(|| self.inner.objects_touched(Fd(fd), &pieces)).map_err(os_error)
     }
 
     /// The file's size in bytes.

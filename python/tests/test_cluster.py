@@ -129,3 +129,41 @@ def test_the_heat_example_runs_on_a_cluster_and_xarray_reads_it_through_the_moun
             os.rmdir(mnt)
 
     on_rank0(comm, run)
+
+
+@pytest.mark.parametrize("scheme", ["server", "two-phase", "independent"])
+def test_sluice_mpi_collectives_on_a_file_striped_over_the_cluster(cluster, comm, scheme):
+    from mpi4py import MPI
+
+    from sluice.mpi import File
+
+    addr, root = cluster
+    rank, n = comm.Get_rank(), comm.Get_size()
+    c = sluice.Client(addr, app="stripe-test", client_id=rank)
+    name = f"striped-{scheme}.bin"
+    if rank == 0:
+        # 16 KiB stripes over all four data servers.
+        r = subprocess.run([BIN, "setstripe", "--server", addr, "-S", "16K", "-c", "-1", name], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    comm.Barrier()
+    # Rows of 1 KiB cyclic over the ranks: every rank's pieces span every
+    # data server, and each server's group gathers all ranks' shares.
+    rows, row = 64, 128
+    local = (np.arange(rows * row, dtype=np.float64).reshape(rows, row) + 1e6 * rank)
+    ftype = MPI.DOUBLE.Create_vector(rows, row, row * n).Create_resized(0, row * n * 8).Commit()
+    with File.open(comm, name, MPI.MODE_RDWR, server=addr, scheme=scheme) as f:
+        f.set_view(rank * row * 8, MPI.DOUBLE, ftype)
+        assert f.write_all(local) == local.nbytes
+    back = np.zeros_like(local)
+    with File.open(comm, name, MPI.MODE_RDONLY, server=addr, scheme=scheme) as f:
+        f.set_view(rank * row * 8, MPI.DOUBLE, ftype)
+        f.read_all(back)
+    ftype.Free()
+    np.testing.assert_array_equal(back, local)
+    fd = c.open(name, os.O_RDONLY)
+    assert c.objects_touched(fd, [(0, 64 << 10)]) == [0, 1, 2, 3], "64 KiB of 16 KiB stripes span the four objects"
+    assert c.size(fd) == rows * row * 8 * n
+    # A participant count missing for an object it touches is refused.
+    with pytest.raises(OSError):
+        c.read_list_group(fd, [(0, 64 << 10)], bytearray(64 << 10), 7, [1, 1], 1000)
+    c.close(fd)

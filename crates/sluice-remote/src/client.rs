@@ -650,6 +650,81 @@ impl StripedClient {
         Ok(total)
     }
 
+    /// The objects of `f` that `ranges` touch, ascending: what a rank
+    /// tells the others before a server-directed collective on a striped
+    /// file, so that each object's group knows its participants.
+    pub fn objects_touched(&self, f: &StripedFile, ranges: &[(u64, u64)]) -> Result<Vec<u32>> {
+        Ok(group(&f.layout.map_list(ranges)?).iter().map(|l| l.object).collect())
+    }
+
+    /// One participant of a server-directed collective on a striped file:
+    /// each object's share of `ranges` is one group message `id` on that
+    /// object's data server, which gathers it with the other ranks' shares
+    /// of that object (`participants[k]` of them for object `k`) and serves
+    /// them in its disk order. `data` holds the ranges' bytes back to back
+    /// (a write), or `buf` receives them (`data` None). A share too large
+    /// for one message (`STRIPED_LIST_PIECES_MAX` pieces,
+    /// `STRIPED_LIST_BYTES_MAX` bytes) is refused: a participant sends one
+    /// message per group.
+    pub fn list_group_striped(&self, f: &StripedFile, ranges: &[(u64, u64)], data: Option<&[u8]>, buf: &mut [u8], id: u64, participants: &[u32], wait_ms: u32) -> Result<usize> {
+        let len = data.map_or(buf.len(), <[u8]>::len);
+        let (plan, total) = Self::plan(f, ranges, len)?;
+        for msgs in &plan {
+            if msgs.len() > 1 {
+                return Err(Error::invalid(format!(
+                    "a collective's share of object {} is over one message ({STRIPED_LIST_PIECES_MAX} pieces, {STRIPED_LIST_BYTES_MAX} bytes)",
+                    msgs[0].object
+                )));
+            }
+            match participants.get(msgs[0].object as usize) {
+                Some(&n) if n > 0 => {}
+                _ => return Err(Error::invalid(format!("no participants given for object {} of {:?}", msgs[0].object, f.path))),
+            }
+        }
+        let group = |m: &ObjectList| Group { id, participants: participants[m.object as usize], wait_ms };
+        let what = format!("collective {} of {:?}", if data.is_some() { "write" } else { "read" }, f.path);
+        match data {
+            Some(data) => {
+                self.run_messages(
+                    f,
+                    &what,
+                    &plan,
+                    |c, fd, m| {
+                        let mut tmp = Vec::with_capacity(m.bytes() as usize);
+                        for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
+                            tmp.extend_from_slice(&data[b as usize..(b + len) as usize]);
+                        }
+                        c.submit_write_list_group(fd, &m.pieces, &tmp, group(m))
+                    },
+                    |c, t, _| c.wait_write_list(t),
+                )?;
+            }
+            None => {
+                let got = self.run_messages(
+                    f,
+                    &what,
+                    &plan,
+                    |c, fd, m| c.submit_read_list_group(fd, &m.pieces, group(m)),
+                    |c, t, m| {
+                        let mut tmp = vec![0u8; m.bytes() as usize];
+                        c.wait_read_list(t, &mut tmp)?;
+                        Ok(tmp)
+                    },
+                )?;
+                for (msgs, datas) in plan.iter().zip(got) {
+                    for (m, d) in msgs.iter().zip(datas) {
+                        let mut at = 0usize;
+                        for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
+                            buf[b as usize..(b + len) as usize].copy_from_slice(&d[at..at + len as usize]);
+                            at += len as usize;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(total)
+    }
+
     /// The one object of `f`, for a collective: a server-directed group is
     /// gathered by one data server, so the file must not be striped.
     /// The client and handle of `f`'s one object, for a collective's

@@ -404,6 +404,36 @@ impl Remote {
         }
     }
 
+    /// The objects (data servers' shares) of `fd`'s file that `pieces`
+    /// touch: `[0]` on one server.
+    pub fn objects_touched(&self, fd: Fd, pieces: &[(u64, u64)]) -> RemoteResult<Vec<u32>> {
+        match self {
+            Remote::Server(_) => Ok(vec![0]),
+            Remote::Cluster(k) => Ok(k.client.objects_touched(&k.file(fd)?.file, pieces)?),
+        }
+    }
+
+    /// A server-directed collective's message on any file: on one server
+    /// (or a cluster file of one object) the group of `participants[0]`; on
+    /// a striped file one group per object touched, of `participants[k]`
+    /// for object `k` (`StripedClient::list_group_striped`). A write with
+    /// `data`; a read into `buf` otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn list_group_any(&self, fd: Fd, pieces: &[(u64, u64)], data: Option<&[u8]>, buf: &mut [u8], id: u64, participants: &[u32], wait_ms: u32) -> RemoteResult<usize> {
+        let one = |n: &[u32]| -> RemoteResult<Group> {
+            match n {
+                [p] => Ok(Group { id, participants: *p, wait_ms }),
+                _ => Err(err(libc::EINVAL, "one server: one participant count per group")),
+            }
+        };
+        match (self, data) {
+            (Remote::Server(c), Some(d)) => c.write_list_group(fd, pieces, d, one(participants)?),
+            (Remote::Server(c), None) => c.read_list_group(fd, pieces, buf, one(participants)?),
+            (Remote::Cluster(k), Some(d)) => k.changing(fd, |f| k.client.list_group_striped(f, pieces, Some(d), &mut [], id, participants, wait_ms)),
+            (Remote::Cluster(k), None) => Ok(k.client.list_group_striped(&k.file(fd)?.file, pieces, None, buf, id, participants, wait_ms)?),
+        }
+    }
+
     /// Give back the descriptors the server lent (`Client::shed_lent`).
     pub fn shed_lent(&self) {
         if let Remote::Server(c) = self {
