@@ -45,7 +45,7 @@ def readers(rows, policy):
     return max(r['span_s'] for r in rs)
 real, pred, device = {}, {}, ''
 for w in sorted(glob.glob(os.path.join(d, 't-*.w'))):
-    src = os.path.basename(w).split('-')[1]
+    src = os.path.basename(w)[len('t-'):-len('.w')].rsplit('-', 1)[0]
     doc = json.load(open(w)); device = doc['device']
     real.setdefault(src, []).append(readers(doc['rows'], 'recorded'))
     for q in policies:

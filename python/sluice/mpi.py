@@ -481,7 +481,12 @@ class File:
         # message touches that object.
         touched = None
         if striped:
-            mine = [self.client.objects_touched(self.fd, list(zip(offs[a:b].tolist(), lens[a:b].tolist()))) for a, b in chunks]
+            mine = None
+            try:
+                mine = [self.client.objects_touched(self.fd, list(zip(offs[a:b].tolist(), lens[a:b].tolist()))) for a, b in chunks]
+            except Exception as e:  # noqa: BLE001 (every rank must hear of it before any waits)
+                err = e
+            _raise_any(comm, err)
             touched = comm.allgather(mine)
         # One id per call, the same on every rank, unlikely to meet another
         # program's: rank 0's base (made as every collective's is), then

@@ -273,8 +273,6 @@ struct ArrayPlan {
     layout: Layout,
     dist: Distribution,
     plan: Plan,
-    /// Server-directed groups: `[u][j]`, how many ranks send a j-th
-    /// message for file `u` (worked out on first use).
     /// The plan's server-directed groups (any base), made on first use.
     groups: std::sync::OnceLock<sluice_array::Groups>,
     aggregator: Vec<usize>,

@@ -167,3 +167,25 @@ def test_sluice_mpi_collectives_on_a_file_striped_over_the_cluster(cluster, comm
     with pytest.raises(OSError):
         c.read_list_group(fd, [(0, 64 << 10)], bytearray(64 << 10), 7, [1, 1], 1000)
     c.close(fd)
+
+
+def test_a_group_message_on_a_cluster_file_of_one_object_is_not_cut(cluster, comm):
+    addr, root = cluster
+
+    def run():
+        c = sluice.Client(addr, app="one-object-test")
+        name = "one-object.bin"
+        r = subprocess.run([BIN, "setstripe", "--server", addr, "-c", "1", name], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        fd = c.open(name, os.O_RDWR)
+        # 9 MiB in one group message of one participant: a file of one
+        # object takes it whole (a striped file's share is at most 8 MiB).
+        data = np.arange(9 << 17, dtype=np.uint64)
+        assert c.objects_touched(fd, [(0, data.nbytes)]) == [0]
+        assert c.write_list_group(fd, [(0, data.nbytes)], data, 11, 1, 5000) == data.nbytes
+        back = np.zeros_like(data)
+        assert c.read_list_group(fd, [(0, data.nbytes)], back, 12, [1], 5000) == data.nbytes
+        np.testing.assert_array_equal(back, data)
+        c.close(fd)
+
+    on_rank0(comm, run)

@@ -1,8 +1,11 @@
 """The Rust and the Python collectives send the same list messages for the
-same plan: ``sluice array write --messages`` (the Rust collective's own
-messages, written as it writes) against ``ArrayPlan.messages`` (what
-``sluice.array`` sends), rank by rank, in order, groups included, for
-several shapes, distributions, shards and strategies."""
+same plan. Both send ``sluice_array::rank_messages`` of their plan; this
+checks that the two build the same plan from the same description and
+get the same messages from it: ``sluice array write --messages`` (the
+messages of the plan the Rust collective then writes with) against
+``ArrayPlan.messages`` (what ``sluice.array`` sends), rank by rank, in
+order, groups included, for several shapes, distributions, shards and
+strategies."""
 
 import json
 import os

@@ -73,15 +73,32 @@ impl Groups {
     }
 }
 
+/// Low bits of a group base left zero: a collective's ids are its base
+/// plus a message index below 2^20 (a million messages a file), so the
+/// id ranges of two distinct bases never overlap.
+const GROUP_INDEX_BITS: u32 = 20;
+
 /// A group base for a new collective: distinct from every other this
-/// process made, and (with the clock and the process id in it) from other
-/// processes' with high probability, so that a later collective on the
-/// same file is never taken for this one. Bit 63 clear (Python's
-/// integers and the protocol take it alike).
+/// process made (a counter above a prefix drawn once per process), and
+/// from other processes' with high probability (the prefix is a hash of
+/// the clock and the process id), so that a later collective on the same
+/// file is never taken for this one. Bit 63 clear (Python's integers and
+/// the protocol take it alike).
 pub fn group_base() -> u64 {
+    static PREFIX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-    (clock ^ (u64::from(std::process::id()) << 40) ^ (NEXT.fetch_add(1, Ordering::Relaxed) << 20)) & !(1 << 63)
+    let prefix = *PREFIX.get_or_init(|| {
+        let clock = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+        splitmix64(clock ^ (u64::from(std::process::id()) << 32))
+    });
+    (prefix.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) << GROUP_INDEX_BITS) & !(1 << 63)
+}
+
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
 }
 
 /// Rank `r`'s messages, file by file (in file order), each file's in
@@ -140,9 +157,12 @@ mod tests {
     }
 
     #[test]
-    fn group_bases_differ_and_keep_bit_63_clear() {
-        let (a, b) = (group_base(), group_base());
-        assert_ne!(a, b);
-        assert_eq!((a >> 63, b >> 63), (0, 0));
+    fn group_bases_differ_and_their_id_ranges_never_overlap() {
+        let bases: Vec<u64> = (0..1_000).map(|_| group_base()).collect();
+        for w in bases.windows(2) {
+            assert_ne!(w[0], w[1]);
+            assert_eq!(w[0] >> 63, 0);
+            assert_eq!(w[0] & ((1 << GROUP_INDEX_BITS) - 1), 0, "message indexes below 2^20 stay within a base's range");
+        }
     }
 }

@@ -653,8 +653,26 @@ impl StripedClient {
     /// The objects of `f` that `ranges` touch, ascending: what a rank
     /// tells the others before a server-directed collective on a striped
     /// file, so that each object's group knows its participants.
+    /// A share too large for one message of a collective is refused here
+    /// already (see `list_group_striped`), before any rank is counted.
     pub fn objects_touched(&self, f: &StripedFile, ranges: &[(u64, u64)]) -> Result<Vec<u32>> {
-        Ok(group(&f.layout.map_list(ranges)?).iter().map(|l| l.object).collect())
+        let total: u64 = ranges.iter().map(|r| r.1).sum();
+        let (plan, _) = Self::plan(f, ranges, usize::try_from(total).unwrap_or(usize::MAX))?;
+        Self::one_message_each(f, &plan)?;
+        Ok(plan.iter().map(|msgs| msgs[0].object).collect())
+    }
+
+    /// Refuse a plan in which an object's share takes more than one
+    /// message (a striped file: a file of one object takes its group
+    /// messages whole).
+    fn one_message_each(f: &StripedFile, plan: &[Vec<ObjectList>]) -> Result<()> {
+        match plan.iter().find(|msgs| msgs.len() > 1 && f.objects.len() > 1) {
+            Some(msgs) => Err(Error::invalid(format!(
+                "a collective's share of object {} of {:?} is over one message ({STRIPED_LIST_PIECES_MAX} pieces, {STRIPED_LIST_BYTES_MAX} bytes)",
+                msgs[0].object, f.path
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// One participant of a server-directed collective on a striped file:
@@ -667,15 +685,19 @@ impl StripedClient {
     /// `STRIPED_LIST_BYTES_MAX` bytes) is refused: a participant sends one
     /// message per group.
     pub fn list_group_striped(&self, f: &StripedFile, ranges: &[(u64, u64)], data: Option<&[u8]>, buf: &mut [u8], id: u64, participants: &[u32], wait_ms: u32) -> Result<usize> {
+        if f.objects.len() == 1 {
+            // One object: the file's one group, whatever its size.
+            let n = *participants.first().ok_or_else(|| Error::invalid(format!("no participants given for {:?}", f.path)))?;
+            let g = Group { id, participants: n, wait_ms };
+            return match data {
+                Some(d) => self.write_list_group(f, ranges, d, g),
+                None => self.read_list_group(f, ranges, buf, g),
+            };
+        }
         let len = data.map_or(buf.len(), <[u8]>::len);
         let (plan, total) = Self::plan(f, ranges, len)?;
+        Self::one_message_each(f, &plan)?;
         for msgs in &plan {
-            if msgs.len() > 1 {
-                return Err(Error::invalid(format!(
-                    "a collective's share of object {} is over one message ({STRIPED_LIST_PIECES_MAX} pieces, {STRIPED_LIST_BYTES_MAX} bytes)",
-                    msgs[0].object
-                )));
-            }
             match participants.get(msgs[0].object as usize) {
                 Some(&n) if n > 0 => {}
                 _ => return Err(Error::invalid(format!("no participants given for object {} of {:?}", msgs[0].object, f.path))),

@@ -405,10 +405,10 @@ impl Remote {
     }
 
     /// The objects (data servers' shares) of `fd`'s file that `pieces`
-    /// touch: `[0]` on one server.
+    /// touch: `[0]` on one server (`[]` for no pieces, as on a cluster).
     pub fn objects_touched(&self, fd: Fd, pieces: &[(u64, u64)]) -> RemoteResult<Vec<u32>> {
         match self {
-            Remote::Server(_) => Ok(vec![0]),
+            Remote::Server(_) => Ok(if pieces.iter().any(|p| p.1 > 0) { vec![0] } else { Vec::new() }),
             Remote::Cluster(k) => Ok(k.client.objects_touched(&k.file(fd)?.file, pieces)?),
         }
     }

@@ -462,12 +462,13 @@ pub fn what_if(rec: &Recording, policies: &[String], opts: Options) -> Result<Wh
         Device::Hdd7200 => true,
     };
     let streams = rec.streams(opts.host);
-    let runs: Vec<Vec<Stream>> = (0..REPLAYS as u64).map(|r| perturbed(&streams, r)).collect();
     for p in policies {
         let config = PolicyConfig::from_name(p).ok_or_else(|| bad(format!("unknown policy {p:?} (known: {})", sluice_core::POLICY_NAMES.join(", "))))?;
         let limits = Limits { dispatches_inflight_max: if emulated { 1 } else { depth }, ..Limits::default() }.clamped();
         let mut outs = Vec::with_capacity(REPLAYS);
-        for streams in &runs {
+        for r in 0..REPLAYS as u64 {
+            // One copy of the streams at a time.
+            let streams = perturbed(&streams, r);
             let mut s = Scheduler::new(config.clone(), limits.clone());
             let mut hdd = Hdd::hdd7200();
             let mut head: Option<(FileId, u64)> = None;
@@ -480,7 +481,7 @@ pub fn what_if(rec: &Recording, policies: &[String], opts: Options) -> Result<Wh
                 model.service_ns(d.len, seek)
             };
             let log =
-                replay(&mut s, streams, service, ReplayOptions { host: opts.host, ..ReplayOptions::plain(EVENTS_MAX) }).map_err(|e| bad(format!("replay under {p}: {e:?}")))?;
+                replay(&mut s, &streams, service, ReplayOptions { host: opts.host, ..ReplayOptions::plain(EVENTS_MAX) }).map_err(|e| bad(format!("replay under {p}: {e:?}")))?;
             let arrivals: HashMap<RequestId, u64> = log.arrivals.iter().copied().collect();
             let answered: Vec<(Request, u64, u64)> =
                 log.served.iter().flat_map(|sv| sv.dispatch.members.iter().map(|m| (*m, arrivals[&m.id], sv.done_ns)).collect::<Vec<_>>()).collect();

@@ -175,6 +175,7 @@ fn a_darshan_dxt_log_replays_under_other_policies() {
     };
     let out = run(&["--json", json.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("a Darshan log's processes had no sluice server"), "no host for a Darshan log unless asked");
     let w: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(w["streams"], 4, "one stream per rank");
     // The log's own POSIX counters (darshan-util's accounting, not DXT):

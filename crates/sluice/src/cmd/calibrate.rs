@@ -19,7 +19,7 @@ pub struct CalibrateArgs {
     /// null device, three runs), written to --out, by default the profile
     /// `sluice what-if` reads ($XDG_CACHE_HOME/sluice/host.toml, else
     /// ~/.cache/sluice/host.toml).
-    #[arg(long, conflicts_with_all = ["direct", "cell_ms", "file_size"])]
+    #[arg(long, conflicts_with_all = ["root", "direct", "cell_ms", "file_size"])]
     host: bool,
     /// Measure with O_DIRECT (what `sluice serve --direct` sees).
     #[arg(long)]

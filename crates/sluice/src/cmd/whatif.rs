@@ -37,7 +37,8 @@ pub struct WhatIfArgs {
     /// calibrate --host --out PATH`): its cores and what answering a
     /// request costs them. Default: this machine's, where `sluice
     /// calibrate --host` saved it ($XDG_CACHE_HOME/sluice/host.toml, else
-    /// ~/.cache/sluice/host.toml); without one, the replay has no host.
+    /// ~/.cache/sluice/host.toml); without one, and for a Darshan log
+    /// (whose processes had no sluice server), the replay has no host.
     #[arg(long, conflicts_with = "no_host")]
     host: Option<PathBuf>,
     /// Replay without a host: an answer lets its process go at once.
@@ -55,31 +56,35 @@ pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
         "hdd7200" => Device::Hdd7200,
         d => bail!("--device {d:?}: use auto, recorded or hdd7200"),
     };
-    let host = match (&a.host, a.no_host, sluice_bench::host::default_path()) {
-        (_, true, _) => None,
-        (Some(p), false, _) => Some(HostProfile::load(p).map_err(anyhow::Error::msg)?),
-        (None, false, Some(p)) if p.exists() => Some(HostProfile::load(&p).map_err(anyhow::Error::msg)?),
-        (None, false, _) => None,
+    let darshan = a.trace.extension().is_some_and(|e| e == "darshan");
+    // A Darshan log had no sluice server answering its processes: no
+    // host's queueing to take out of its think times, unless asked.
+    let (host, hint) = match (&a.host, a.no_host, sluice_bench::host::default_path()) {
+        (_, true, _) => (None, None),
+        (Some(p), false, _) => (Some(HostProfile::load(p).map_err(anyhow::Error::msg)?), None),
+        (None, false, _) if darshan => (None, Some("host: none (a Darshan log's processes had no sluice server; --host PROFILE to give one)")),
+        (None, false, Some(p)) if p.exists() => (Some(HostProfile::load(&p).map_err(anyhow::Error::msg)?), None),
+        (None, false, _) => (None, Some("host: none (an answer lets its process go at once); `sluice calibrate --host` measures this machine once, and what-if then uses it")),
     };
     let opts = Options { device, host: host.map(|h| h.host()) };
-    if a.trace.extension().is_some_and(|e| e == "darshan") {
-        let rec = Recording::from_darshan(&super::darshan::dxt_json(&a.trace, a.layer.as_deref())?)?;
-        return report(&rec, &a.policies, opts, a.json.as_deref());
-    }
-    let len = std::fs::metadata(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?.len();
-    if len > TRACE_FILE_BYTES_MAX {
-        bail!("{} is {} MiB; what-if reads traces up to {} MiB", a.trace.display(), len >> 20, TRACE_FILE_BYTES_MAX >> 20);
-    }
-    let text = std::fs::read_to_string(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?;
-    let rec = Recording::parse(&text)?;
-    report(&rec, &a.policies, opts, a.json.as_deref())
+    let rec = if darshan {
+        Recording::from_darshan(&super::darshan::dxt_json(&a.trace, a.layer.as_deref())?)?
+    } else {
+        let len = std::fs::metadata(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?.len();
+        if len > TRACE_FILE_BYTES_MAX {
+            bail!("{} is {} MiB; what-if reads traces up to {} MiB", a.trace.display(), len >> 20, TRACE_FILE_BYTES_MAX >> 20);
+        }
+        let text = std::fs::read_to_string(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?;
+        Recording::parse(&text)?
+    };
+    report(&rec, &a.policies, opts, hint, a.json.as_deref())
 }
 
-fn report(rec: &Recording, policies: &[String], opts: Options, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+fn report(rec: &Recording, policies: &[String], opts: Options, hint: Option<&str>, json: Option<&std::path::Path>) -> anyhow::Result<()> {
     let w = whatif::what_if(rec, policies, opts)?;
     print!("{}", whatif::table(&w));
-    if opts.host.is_none() {
-        println!("host: none (an answer lets its process go at once); `sluice calibrate --host` measures this machine once, and what-if then uses it");
+    if let Some(h) = hint {
+        println!("{h}");
     }
     if let Some(p) = json {
         write_json(p, &w)?;
