@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's multi-application experiment through the FUSE mount: a 32-job
+# A multi-application experiment through the FUSE mount: a 32-job
 # strided 4 KiB reader (application "strided") and a sequential 32 KiB
 # reader (application "cat") started together, once per policy, on a server
 # with the emulated 7200 rpm disk. Prints each application's runtime.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14's migration at background priority: a foreground reader's time
+# A migration at background priority: a foreground reader's time
 # with a `sluice array migrate` running beside it, in the background class
 # (weight 0) and at the default weight (1), against the reader alone, on a
 # server with the emulated 7200 rpm disk (one dispatch at a time, where

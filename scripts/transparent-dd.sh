@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12's transparent-path figures: `dd bs=1M` over a file in the page
+# The transparent paths' figures: `dd bs=1M` over a file in the page
 # cache, on the backing file, through `sluice run` (LD_PRELOAD) and through
 # `sluice mount` (FUSE), in turn, ROUNDS times; with and without cache
 # leases (SLUICE_LEASES=0 turns them off in the client), the mounts with

@@ -3,8 +3,9 @@
 //! them, so a comment says what the thing is (or cites a date, a commit or
 //! a public tracker) instead.
 //!
-//! The test walks `crates/`, `python/`, `docs/` and `README.md` (build
-//! outputs and virtual environments left out) and fails with every
+//! The test walks `crates/`, `python/`, `docs/`, `README.md`, `scenarios/`,
+//! `scripts/`, `examples/`, the Makefile and `.ci/` (build outputs and
+//! virtual environments left out) and fails with every
 //! offending `file:line`. A label is, case-insensitively, one of the words
 //! below at the start of a word, a space, `_` or `#`, then a digit. Lines
 //! that cite a public tracker are allowed ([`PUBLIC`]).
@@ -135,4 +136,9 @@ fn sources_carry_no_round_or_tracker_labels() {
 #[test]
 fn docs_carry_no_round_or_tracker_labels() {
     check(&["docs", "README.md"]);
+}
+
+#[test]
+fn scenarios_scripts_and_examples_carry_no_round_or_tracker_labels() {
+    check(&["scenarios", "scripts", "examples", "Makefile", ".ci"]);
 }
