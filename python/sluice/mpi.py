@@ -16,7 +16,11 @@ rank's part into one list request to the server. Collective calls
   into one file domain per aggregator; every rank sends each aggregator the
   pieces (and, for writes, the bytes) of its domain (one ``Alltoallv``);
   each aggregator merges them into contiguous runs and moves them with as
-  few list requests as it can; reads come back the same way.
+  few list requests as it can; reads come back the same way. On a file
+  striped over a cluster's data servers the domains follow the stripes
+  instead, as Lustre-aware ROMIO's do: one aggregator per data server
+  (at most one per rank), aggregator ``d`` taking every stripe of the
+  objects ``d``, ``d + A``, ..., so that each talks to its own servers.
 - ``scheme="dynamic"`` (dynamic segmentation): the same, with domain
   bounds placed so that each aggregator gets an equal share of the bytes
   actually accessed (sparse or uneven access stays balanced).
@@ -534,9 +538,14 @@ class File:
             return n
         if self.scheme == "server":
             return self._server_directed(offs, lens, data, write)
-        # Who aggregates: one rank per group, groups from the byte shares.
+        # Who aggregates: one rank per group, groups from the byte shares;
+        # on a striped file under two-phase, one per data server.
         shares = comm.allgather(int(data.nbytes))
-        self.groups = choose_groups(shares, self.k_bytes)
+        stripe = self.client.stripe(self.fd) if self.scheme == "two-phase" and self.client.servers > 1 else None
+        if stripe is not None:
+            self.groups = _spread_groups(comm.Get_size(), min(stripe[1], comm.Get_size()))
+        else:
+            self.groups = choose_groups(shares, self.k_bytes)
         aggs = [g[len(g) // 2] for g in self.groups]
         lo = comm.allreduce(int(offs.min()) if len(offs) else np.iinfo(np.int64).max, op=MPI.MIN)
         hi = comm.allreduce(int((offs + lens).max()) if len(offs) else 0, op=MPI.MAX)
@@ -568,9 +577,15 @@ class File:
             else:
                 # Two-phase (ROMIO): [lo, hi) split evenly.
                 cuts = [lo + (hi - lo) * i // len(aggs) for i in range(len(aggs) + 1)]
-            # My pieces, cut at domain bounds, per aggregator; with where
-            # their bytes sit in my stream.
-            p_off, p_len, p_pos, p_dom = _cut(offs, lens, pos, np.array(cuts[1:-1], dtype=np.int64))
+            if stripe is not None:
+                # On stripe boundaries, cyclically (as Lustre-aware ROMIO
+                # does): aggregator d takes the stripes of objects d, d + A,
+                # ..., so each writes to its own data servers only.
+                p_off, p_len, p_pos, p_dom = _cut_stripes(offs, lens, pos, stripe[0], stripe[1], len(aggs))
+            else:
+                # My pieces, cut at domain bounds, per aggregator; with
+                # where their bytes sit in my stream.
+                p_off, p_len, p_pos, p_dom = _cut(offs, lens, pos, np.array(cuts[1:-1], dtype=np.int64))
         size = comm.Get_size()
         send_pieces = [None] * size
         for d, a in enumerate(aggs):
@@ -650,6 +665,28 @@ def _cut(offs, lens, pos, cuts):
             d += 1
     a = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
     return a(o_out), a(l_out), a(p_out), a(d_out)
+
+
+def _cut_stripes(offs, lens, pos, stripe: int, count: int, aggs: int):
+    """Cut pieces at stripe boundaries, each part to the aggregator of its
+    object: byte ``o`` is in object ``(o // stripe) % count``, taken by
+    aggregator ``object % aggs``. ``(offsets, lengths, stream positions,
+    aggregator index)``, as ``_cut``."""
+    o_out, l_out, p_out, d_out = [], [], [], []
+    for o, n, p in zip(offs.tolist(), lens.tolist(), pos.tolist()):
+        end = o + n
+        while o < end:
+            take = min(end, (o // stripe + 1) * stripe) - o
+            o_out.append(o), l_out.append(take), p_out.append(p), d_out.append((o // stripe) % count % aggs)
+            o, p = o + take, p + take
+    a = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
+    return a(o_out), a(l_out), a(p_out), a(d_out)
+
+
+def _spread_groups(size: int, n: int) -> list[list[int]]:
+    """``n`` groups of consecutive ranks, as even as they divide: one
+    aggregator (the middle rank) each."""
+    return [list(range(size * i // n, size * (i + 1) // n)) for i in range(n)]
 
 
 def _split_long(offs: np.ndarray, lens: np.ndarray, bytes_max: int = LIST_BYTES_MAX) -> tuple[np.ndarray, np.ndarray]:

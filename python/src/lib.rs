@@ -221,6 +221,13 @@ impl Client {
         self.list_io(py, fd, pieces, buf, false, Some((group_id, participants.counts(), wait_ms)))
     }
 
+    /// The file's striping on a cluster, `(stripe_bytes, count)` (byte `o`
+    /// is in object `(o // stripe_bytes) % count`, one data server each), or
+    /// None (one server, or a file of one object).
+    fn stripe(&self, py: Python<'_>, fd: u64) -> PyResult<Option<(u64, u32)>> {
+        py.allow_threads(|| self.inner.stripe(Fd(fd))).map_err(os_error)
+    }
+
     /// The objects of the file that `pieces` touch, ascending: `[0]` on one
     /// server; on a cluster's striped file, the objects (one per data
     /// server the file spans) whose groups a collective message joins.

@@ -154,6 +154,8 @@ def test_sluice_mpi_collectives_on_a_file_striped_over_the_cluster(cluster, comm
     with File.open(comm, name, MPI.MODE_RDWR, server=addr, scheme=scheme) as f:
         f.set_view(rank * row * 8, MPI.DOUBLE, ftype)
         assert f.write_all(local) == local.nbytes
+        if scheme == "two-phase":
+            assert len(f.groups) == min(4, n), f"one aggregator per data server: {f.groups}"
     back = np.zeros_like(local)
     with File.open(comm, name, MPI.MODE_RDONLY, server=addr, scheme=scheme) as f:
         f.set_view(rank * row * 8, MPI.DOUBLE, ftype)
@@ -189,3 +191,19 @@ def test_a_group_message_on_a_cluster_file_of_one_object_is_not_cut(cluster, com
         c.close(fd)
 
     on_rank0(comm, run)
+
+
+def test_two_phase_domains_on_a_striped_file_follow_the_stripes():
+    from sluice.mpi import _cut_stripes
+
+    # 4 KiB stripes over 3 objects, 2 aggregators: object k's stripes go
+    # to aggregator k % 2.
+    offs = np.array([1000, 9000], dtype=np.int64)
+    lens = np.array([8000, 4096], dtype=np.int64)
+    pos = np.array([0, 8000], dtype=np.int64)
+    o, n, p, d = _cut_stripes(offs, lens, pos, 4096, 3, 2)
+    assert o.tolist() == [1000, 4096, 8192, 9000, 12288]
+    assert n.tolist() == [3096, 4096, 808, 3288, 808]
+    assert p.tolist() == [0, 3096, 7192, 8000, 11288]
+    # Stripes 0, 1, 2, 2, 3 -> objects 0, 1, 2, 2, 0 -> aggregators 0, 1, 0, 0, 0.
+    assert d.tolist() == [0, 1, 0, 0, 0]

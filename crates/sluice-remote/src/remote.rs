@@ -404,6 +404,19 @@ impl Remote {
         }
     }
 
+    /// `fd`'s file's striping, `(stripe_bytes, count)`: byte `o` is in
+    /// object `(o / stripe_bytes) % count`, each object on its own data
+    /// server. None on one server or for a file of one object.
+    pub fn stripe(&self, fd: Fd) -> RemoteResult<Option<(u64, u32)>> {
+        match self {
+            Remote::Server(_) => Ok(None),
+            Remote::Cluster(k) => {
+                let l = k.file(fd)?.file.layout;
+                Ok((l.count > 1).then_some((l.stripe_bytes, l.count)))
+            }
+        }
+    }
+
     /// The objects (data servers' shares) of `fd`'s file that `pieces`
     /// touch: `[0]` on one server (`[]` for no pieces, as on a cluster).
     pub fn objects_touched(&self, fd: Fd, pieces: &[(u64, u64)]) -> RemoteResult<Vec<u32>> {
