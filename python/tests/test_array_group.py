@@ -21,18 +21,6 @@ import sluice  # noqa: E402
 REPO = Path(__file__).resolve().parents[2]
 
 
-def on_rank0(comm, f):
-    """Run f on rank 0 and raise on every rank if it failed there."""
-    err = None
-    if comm.Get_rank() == 0:
-        try:
-            f()
-        except BaseException as e:  # noqa: BLE001 - re-raised on every rank
-            err = repr(e)
-    err = comm.bcast(err, root=0)
-    assert err is None, err
-
-
 @pytest.fixture
 def client(server, comm):
     return sluice.Client(server[0], app="group-test", client_id=comm.Get_rank())
@@ -46,7 +34,7 @@ def field(shape, step, rank_rows):
 
 
 @pytest.mark.parametrize("strategy", ["server-directed", "two-phase"])
-def test_timesteps_open_in_xarray_with_a_time_dimension_and_read_back(server, comm, client, strategy):
+def test_timesteps_open_in_xarray_with_a_time_dimension_and_read_back(server, comm, client, strategy, on_rank0):
     addr, root = server
     rank, n = comm.Get_rank(), comm.Get_size()
     temp = sa.Array("temp", (8 * n, 6, 5), "float64", memory=["block", "*", "*"], disk=(4, 6, 5), shards=(8, 6, 5), dims=["z", "y", "x"])
@@ -68,7 +56,7 @@ def test_timesteps_open_in_xarray_with_a_time_dimension_and_read_back(server, co
         for step in range(3):
             np.testing.assert_array_equal(ds["temp"].isel(time=step).values, field(temp.shape, step, range(8 * n)))
 
-    on_rank0(comm, opened)
+    on_rank0(opened)
     # A step written out of order grows the time axis; the gap reads as 0.
     g.timestep(5, {"temp": field(temp.shape, 5, rows["temp"]), "dens": field(dens.shape, 5, rows["dens"]).astype(np.float32)})
     assert float(np.abs(g.read(4, ["temp"])["temp"]).sum()) == 0.0
@@ -95,7 +83,7 @@ def test_checkpoint_and_restart_in_process(server, comm, client, strategy):
     np.testing.assert_array_equal(blocks["u"], field(a.shape, 20, rows))
 
 
-def test_the_heat_example_killed_and_restarted_matches_a_run_that_never_stopped(server, comm):
+def test_the_heat_example_killed_and_restarted_matches_a_run_that_never_stopped(server, comm, on_rank0):
     addr, root = server
 
     def run():
@@ -126,10 +114,10 @@ def test_the_heat_example_killed_and_restarted_matches_a_run_that_never_stopped(
         assert plot.returncode == 0, plot.stderr[-2000:]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 2000
 
-    on_rank0(comm, run)
+    on_rank0(run)
 
 
-def test_a_migrated_group_reads_its_steps_and_a_rank_local_mistake_fails_every_rank(server, comm, client):
+def test_a_migrated_group_reads_its_steps_and_a_rank_local_mistake_fails_every_rank(server, comm, client, on_rank0):
     addr, root = server
     rank, n = comm.Get_rank(), comm.Get_size()
     a = sa.Array("v", (2 * n, 3), "float64", memory=["block", "*"], disk=(2, 3))
@@ -144,7 +132,7 @@ def test_a_migrated_group_reads_its_steps_and_a_rank_local_mistake_fails_every_r
                            env={**os.environ, "SLUICE_SERVER": addr}, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
 
-    on_rank0(comm, migrate)
+    on_rank0(migrate)
     np.testing.assert_array_equal(g.read(1)["v"], field(a.shape, 1, rows))
     # Only rank 0 passes a block of the wrong shape: every rank raises,
     # none waits for the others forever.

@@ -22,20 +22,6 @@ def sluice(addr, *args):
     return r.stdout
 
 
-def on_rank0(comm, f):
-    """Run f on rank 0, and raise on every rank if it failed there."""
-    rank = comm.Get_rank() if comm else 0
-    err = None
-    if rank == 0:
-        try:
-            f()
-        except BaseException as e:  # noqa: BLE001 - re-raised on every rank below
-            err = repr(e)
-    if comm is not None:
-        err = comm.bcast(err, root=0)
-    assert err is None, err
-
-
 def expected(shape, dtype):
     return np.arange(int(np.prod(shape)), dtype=np.float64).astype(dtype).reshape(shape)
 
@@ -52,13 +38,13 @@ def expected(shape, dtype):
         ("edges", ["--chunks", "5,7,5", "--shards", "10,7,10", "--ranks", "4", "--dtype", "float32", "--dims", "z,y,x"]),
     ],
 )
-def test_zarr_python_and_xarray_read_what_sluice_wrote(server, name, args):
+def test_zarr_python_and_xarray_read_what_sluice_wrote(server, name, args, on_rank0):
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     addr, root = server
     shape = (16, 20, 24)
-    on_rank0(comm, lambda: sluice(addr, "array", "write", f":ts/t0040/{name}", "--shape", "16,20,24", *args))
+    on_rank0(lambda: sluice(addr, "array", "write", f":ts/t0040/{name}", "--shape", "16,20,24", *args))
     comm.Barrier()
     a = zarr.open_array(f"{root}/ts/t0040/{name}", mode="r")
     want = expected(shape, a.dtype)
@@ -74,10 +60,10 @@ def test_zarr_python_and_xarray_read_what_sluice_wrote(server, name, args):
         np.testing.assert_array_equal(ds[name].values, want)
         assert ds[name].attrs["sluice_pattern"] == "linear-index"
 
-    on_rank0(comm, whole)
+    on_rank0(whole)
 
 
-def test_sluice_reads_what_zarr_python_wrote(server, comm):
+def test_sluice_reads_what_zarr_python_wrote(server, comm, on_rank0):
     addr, root = server
 
     def go():
@@ -92,10 +78,10 @@ def test_sluice_reads_what_zarr_python_wrote(server, comm):
         v = sluice(addr, "array", "verify", ":foreign")
         assert "1200 elements" in v, v
 
-    on_rank0(comm, go)
+    on_rank0(go)
 
 
-def test_sluice_refuses_uncompressed_shards_zarr_python_laid_out_otherwise(server, comm):
+def test_sluice_refuses_uncompressed_shards_zarr_python_laid_out_otherwise(server, comm, on_rank0):
     """zarr-python writes uncompressed shards with the metadata sluice
     writes, but puts a shard's chunks in another order and leaves out
     chunks that are all fill value: sluice read other bytes there without
@@ -119,7 +105,7 @@ def test_sluice_refuses_uncompressed_shards_zarr_python_laid_out_otherwise(serve
                               compressors=None, serializer=BytesCodec(), fill_value=0.0)
         b[:] = np.arange(64, dtype="f8").reshape(8, 8) + 1
 
-    on_rank0(comm, make)
+    on_rank0(make)
     c = sluice.Client(addr, app="zarr-shards", client_id=rank)
     for name, grid, dist in [("zp/sh1d", (1,), ["*"]), ("zp/sh2d", (1, 1), ["*", "*"])]:
         with pytest.raises(ValueError, match="another Zarr writer"):
@@ -132,10 +118,10 @@ def test_sluice_refuses_uncompressed_shards_zarr_python_laid_out_otherwise(serve
             r = subprocess.run([BIN, "array", "read", f":{name}", "--ranks", "1"], env={**os.environ, "SLUICE_SERVER": addr}, capture_output=True, text=True)
             assert r.returncode != 0 and "another Zarr writer" in r.stderr, (name, r.returncode, r.stdout, r.stderr)
 
-    on_rank0(comm, cli)
+    on_rank0(cli)
 
 
-def test_chunks_zarr_python_left_out_read_as_the_fill_value(server, comm):
+def test_chunks_zarr_python_left_out_read_as_the_fill_value(server, comm, on_rank0):
     """zarr-python does not write a chunk that is all fill value; sluice
     raised FileNotFoundError on it, under every strategy. It reads zeros
     (the fill value sluice's layout requires), as zarr-python does."""
@@ -158,7 +144,7 @@ def test_chunks_zarr_python_left_out_read_as_the_fill_value(server, comm):
         a[:] = data
         assert not os.path.exists(f"{root}/zp/gaps/c/0/1"), "zarr-python left the empty chunk out"
 
-    on_rank0(comm, make)
+    on_rank0(make)
     c = sluice.Client(addr, app="zarr-gaps", client_id=rank)
     world = comm or MPI.COMM_SELF
     n, rows = world.Get_size(), -(-8 // world.Get_size())

@@ -25,18 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = os.environ.get("SLUICE_BIN", str(REPO / "target" / "release" / "sluice"))
 
 
-def on_rank0(comm, f):
-    """Run f on rank 0 and raise on every rank if it failed there."""
-    err = None
-    if comm.Get_rank() == 0:
-        try:
-            f()
-        except BaseException as e:  # noqa: BLE001 - re-raised on every rank
-            err = repr(e)
-    err = comm.bcast(err, root=0)
-    assert err is None, err
-
-
 def objects_per_server(root):
     """How many objects each data server of the cluster under root holds."""
     return [len(list((Path(root) / f"data-{i}" / "objects").glob("*"))) for i in range(4)]
@@ -66,7 +54,7 @@ def test_a_striped_file_is_read_and_written_through_the_cluster(cluster, comm):
 
 
 @pytest.mark.parametrize("strategy", ["server-directed", "independent", "two-phase"])
-def test_every_strategy_writes_and_reads_timesteps_on_a_cluster(cluster, comm, strategy):
+def test_every_strategy_writes_and_reads_timesteps_on_a_cluster(cluster, comm, strategy, on_rank0):
     addr, root = cluster
     rank, n = comm.Get_rank(), comm.Get_size()
     c = sluice.Client(addr, app=f"cluster-{strategy}", client_id=rank)
@@ -90,10 +78,10 @@ def test_every_strategy_writes_and_reads_timesteps_on_a_cluster(cluster, comm, s
         # 4n files a step, one object each, file u on server u mod 4.
         assert all(g >= 2 for g in grew), f"every data server holds some of the array's files: {grew}"
 
-    on_rank0(comm, spread)
+    on_rank0(spread)
 
 
-def test_the_heat_example_runs_on_a_cluster_and_xarray_reads_it_through_the_mount(cluster, server, comm):
+def test_the_heat_example_runs_on_a_cluster_and_xarray_reads_it_through_the_mount(cluster, server, comm, on_rank0):
     addr, croot = cluster
     saddr, sroot = server
 
@@ -128,7 +116,7 @@ def test_the_heat_example_runs_on_a_cluster_and_xarray_reads_it_through_the_moun
             mount.wait(timeout=30)
             os.rmdir(mnt)
 
-    on_rank0(comm, run)
+    on_rank0(run)
 
 
 @pytest.mark.parametrize("scheme", ["server", "two-phase", "independent"])
@@ -171,7 +159,7 @@ def test_sluice_mpi_collectives_on_a_file_striped_over_the_cluster(cluster, comm
     c.close(fd)
 
 
-def test_a_group_message_on_a_cluster_file_of_one_object_is_not_cut(cluster, comm):
+def test_a_group_message_on_a_cluster_file_of_one_object_is_not_cut(cluster, comm, on_rank0):
     addr, root = cluster
 
     def run():
@@ -190,7 +178,7 @@ def test_a_group_message_on_a_cluster_file_of_one_object_is_not_cut(cluster, com
         np.testing.assert_array_equal(back, data)
         c.close(fd)
 
-    on_rank0(comm, run)
+    on_rank0(run)
 
 
 def test_two_phase_domains_on_a_striped_file_follow_the_stripes():

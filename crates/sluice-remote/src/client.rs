@@ -607,11 +607,21 @@ impl StripedClient {
     /// `buf`; holes and bytes past end of file read as zeros.
     pub fn read_list(&self, f: &StripedFile, ranges: &[(u64, u64)], buf: &mut [u8]) -> Result<usize> {
         let (plan, total) = Self::plan(f, ranges, buf.len())?;
+        self.read_plan(f, &format!("read of {:?}", f.path), &plan, buf, |_| None)?;
+        Ok(total)
+    }
+
+    /// Carry out a read plan into `buf`, each message in its object's
+    /// group where `group` gives one.
+    fn read_plan(&self, f: &StripedFile, what: &str, plan: &[Vec<ObjectList>], buf: &mut [u8], group: impl Fn(&ObjectList) -> Option<Group>) -> Result<()> {
         let got = self.run_messages(
             f,
-            &format!("read of {:?}", f.path),
-            &plan,
-            |c, fd, m| c.submit_read_list(fd, &m.pieces),
+            what,
+            plan,
+            |c, fd, m| match group(m) {
+                Some(g) => c.submit_read_list_group(fd, &m.pieces, g),
+                None => c.submit_read_list(fd, &m.pieces),
+            },
             |c, t, m| {
                 let mut tmp = vec![0u8; m.bytes() as usize];
                 c.wait_read_list(t, &mut tmp)?;
@@ -627,27 +637,37 @@ impl StripedClient {
                 }
             }
         }
-        Ok(total)
+        Ok(())
     }
 
     /// List I/O write: `data` holds the ranges' bytes back to back.
     /// Returns once every server acknowledged its part.
     pub fn write_list(&self, f: &StripedFile, ranges: &[(u64, u64)], data: &[u8]) -> Result<usize> {
         let (plan, total) = Self::plan(f, ranges, data.len())?;
+        self.write_plan(f, &format!("write of {:?}", f.path), &plan, data, |_| None)?;
+        Ok(total)
+    }
+
+    /// Carry out a write plan of `data`, each message in its object's
+    /// group where `group` gives one.
+    fn write_plan(&self, f: &StripedFile, what: &str, plan: &[Vec<ObjectList>], data: &[u8], group: impl Fn(&ObjectList) -> Option<Group>) -> Result<()> {
         self.run_messages(
             f,
-            &format!("write of {:?}", f.path),
-            &plan,
+            what,
+            plan,
             |c, fd, m| {
                 let mut tmp = Vec::with_capacity(m.bytes() as usize);
                 for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
                     tmp.extend_from_slice(&data[b as usize..(b + len) as usize]);
                 }
-                c.submit_write_list(fd, &m.pieces, &tmp)
+                match group(m) {
+                    Some(g) => c.submit_write_list_group(fd, &m.pieces, &tmp, g),
+                    None => c.submit_write_list(fd, &m.pieces, &tmp),
+                }
             },
             |c, t, _| c.wait_write_list(t),
         )?;
-        Ok(total)
+        Ok(())
     }
 
     /// The objects of `f` that `ranges` touch, ascending: what a rank
@@ -703,46 +723,11 @@ impl StripedClient {
                 _ => return Err(Error::invalid(format!("no participants given for object {} of {:?}", msgs[0].object, f.path))),
             }
         }
-        let group = |m: &ObjectList| Group { id, participants: participants[m.object as usize], wait_ms };
+        let group = |m: &ObjectList| Some(Group { id, participants: participants[m.object as usize], wait_ms });
         let what = format!("collective {} of {:?}", if data.is_some() { "write" } else { "read" }, f.path);
         match data {
-            Some(data) => {
-                self.run_messages(
-                    f,
-                    &what,
-                    &plan,
-                    |c, fd, m| {
-                        let mut tmp = Vec::with_capacity(m.bytes() as usize);
-                        for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
-                            tmp.extend_from_slice(&data[b as usize..(b + len) as usize]);
-                        }
-                        c.submit_write_list_group(fd, &m.pieces, &tmp, group(m))
-                    },
-                    |c, t, _| c.wait_write_list(t),
-                )?;
-            }
-            None => {
-                let got = self.run_messages(
-                    f,
-                    &what,
-                    &plan,
-                    |c, fd, m| c.submit_read_list_group(fd, &m.pieces, group(m)),
-                    |c, t, m| {
-                        let mut tmp = vec![0u8; m.bytes() as usize];
-                        c.wait_read_list(t, &mut tmp)?;
-                        Ok(tmp)
-                    },
-                )?;
-                for (msgs, datas) in plan.iter().zip(got) {
-                    for (m, d) in msgs.iter().zip(datas) {
-                        let mut at = 0usize;
-                        for (&(_, len), &b) in m.pieces.iter().zip(&m.buf_offsets) {
-                            buf[b as usize..(b + len) as usize].copy_from_slice(&d[at..at + len as usize]);
-                            at += len as usize;
-                        }
-                    }
-                }
-            }
+            Some(data) => self.write_plan(f, &what, &plan, data, group)?,
+            None => self.read_plan(f, &what, &plan, buf, group)?,
         }
         Ok(total)
     }
