@@ -462,6 +462,12 @@ pub fn what_if(rec: &Recording, policies: &[String], opts: Options) -> Result<Wh
         Device::Hdd7200 => true,
     };
     let streams = rec.streams(opts.host);
+    let device_cost = if emulated {
+        let c = DeviceModel::cost_parts(&Hdd::hdd7200());
+        sluice_core::DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)
+    } else {
+        model
+    };
     for p in policies {
         let config = PolicyConfig::from_name(p).ok_or_else(|| bad(format!("unknown policy {p:?} (known: {})", sluice_core::POLICY_NAMES.join(", "))))?;
         let limits = Limits { dispatches_inflight_max: if emulated { 1 } else { depth }, ..Limits::default() }.clamped();
@@ -470,6 +476,9 @@ pub fn what_if(rec: &Recording, policies: &[String], opts: Options) -> Result<Wh
             // One copy of the streams at a time.
             let streams = perturbed(&streams, r);
             let mut s = Scheduler::new(config.clone(), limits.clone());
+            // The policy knows the device's costs, as the daemon's does (it
+            // starts from the emulated disk's own figures, or learns them).
+            s.set_device_cost(Some(device_cost));
             let mut hdd = Hdd::hdd7200();
             let mut head: Option<(FileId, u64)> = None;
             let service = |d: &Dispatch| {
