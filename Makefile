@@ -57,8 +57,10 @@ install-bin: build
 	install -m 755 target/release/libsluice_preload.so $(LIB_DIR)/libsluice_preload.so
 	$(BIN_DIR)/sluice man $(MAN_DIR)
 
+# With the project venv's pip, into the prefix only: --ignore-installed
+# keeps pip from uninstalling the venv's own copy (`make python`) first.
 install-python: venv
-	CARGO_TARGET_DIR=$(CURDIR)/target/python $(PIP) install -q --disable-pip-version-check $(if $(filter $(VENV)/bin/pip,$(PIP)),--prefix $(DESTDIR)$(PREFIX)) ./python
+	CARGO_TARGET_DIR=$(CURDIR)/target/python $(PIP) install -q --disable-pip-version-check $(if $(filter $(VENV)/bin/pip,$(PIP)),--prefix $(DESTDIR)$(PREFIX) --ignore-installed --no-deps) ./python
 
 # `make install` into a temporary prefix: the files are there, `man
 # sluice-serve` finds its page, and the package imports from the prefix.
