@@ -558,6 +558,12 @@ class File:
             mine = next(i for i, g in enumerate(self.groups) if comm.Get_rank() in g)
             p_off, p_len, p_pos = offs, lens, pos
             p_dom = np.full(len(offs), mine, dtype=np.int64)
+        elif stripe is not None:
+            # Two-phase on a striped file: on stripe boundaries, cyclically
+            # (as Lustre-aware ROMIO does): aggregator d takes the stripes
+            # of objects d, d + A, ..., so each writes to its own data
+            # servers only.
+            p_off, p_len, p_pos, p_dom = _cut_stripes(offs, lens, pos, stripe[0], stripe[1], len(aggs))
         else:
             if self.scheme == "dynamic":
                 # Dynamic segmentation: domain bounds where each aggregator
@@ -577,15 +583,9 @@ class File:
             else:
                 # Two-phase (ROMIO): [lo, hi) split evenly.
                 cuts = [lo + (hi - lo) * i // len(aggs) for i in range(len(aggs) + 1)]
-            if stripe is not None:
-                # On stripe boundaries, cyclically (as Lustre-aware ROMIO
-                # does): aggregator d takes the stripes of objects d, d + A,
-                # ..., so each writes to its own data servers only.
-                p_off, p_len, p_pos, p_dom = _cut_stripes(offs, lens, pos, stripe[0], stripe[1], len(aggs))
-            else:
-                # My pieces, cut at domain bounds, per aggregator; with
-                # where their bytes sit in my stream.
-                p_off, p_len, p_pos, p_dom = _cut(offs, lens, pos, np.array(cuts[1:-1], dtype=np.int64))
+            # My pieces, cut at domain bounds, per aggregator; with where
+            # their bytes sit in my stream.
+            p_off, p_len, p_pos, p_dom = _cut(offs, lens, pos, np.array(cuts[1:-1], dtype=np.int64))
         size = comm.Get_size()
         send_pieces = [None] * size
         for d, a in enumerate(aggs):

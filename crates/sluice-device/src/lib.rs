@@ -59,6 +59,15 @@ pub struct CostParts {
     pub seek_ns: u64,
 }
 
+impl CostParts {
+    /// The core's cost model of these parts, serving `parallelism` at once:
+    /// what a scheduler weighs for a device it knows (the daemon's prior on
+    /// its emulated disk, `sluice what-if`'s replay).
+    pub fn cost(self, parallelism: u32) -> sluice_core::DeviceCost {
+        sluice_core::DeviceCost::new(self.access_ns, self.byte_ps, self.seek_ns, parallelism)
+    }
+}
+
 /// A device: given the head position it keeps, the time one access takes.
 pub trait DeviceModel {
     /// Nanoseconds to serve `a`, moving the head to its end.

@@ -85,10 +85,7 @@ use waker::Waker;
 /// as the simulator knows its own), so its first decisions already see a
 /// disk's seeks; elsewhere the learner's generic prior.
 fn emulated_prior(device: DeviceKind) -> Option<sluice_core::DeviceCost> {
-    (device == DeviceKind::Hdd7200).then(|| {
-        let c = sluice_device::DeviceModel::cost_parts(&Hdd::hdd7200());
-        sluice_core::DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)
-    })
+    (device == DeviceKind::Hdd7200).then(|| sluice_device::DeviceModel::cost_parts(&Hdd::hdd7200()).cost(1))
 }
 
 /// What the server did, returned by [`ServerHandle::shutdown`].

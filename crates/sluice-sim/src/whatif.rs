@@ -476,12 +476,8 @@ pub fn what_if(rec: &Recording, policies: &[String], opts: Options) -> Result<Wh
         Device::Hdd7200 => true,
     };
     let streams = rec.streams(opts.host);
-    let device_cost = if emulated {
-        let c = DeviceModel::cost_parts(&Hdd::hdd7200());
-        sluice_core::DeviceCost::new(c.access_ns, c.byte_ps, c.seek_ns, 1)
-    } else {
-        model
-    };
+    // The emulated disk's own figures, as the daemon's prior on it.
+    let device_cost = if emulated { DeviceModel::cost_parts(&Hdd::hdd7200()).cost(1) } else { model };
     let names: Vec<String> = streams.iter().map(|s| s.requests.first().map_or_else(String::new, |q| rec.name(q.app))).collect();
     let programs: Vec<&str> = names.iter().map(|n| program_of(n)).collect();
     for p in policies {
