@@ -132,6 +132,8 @@ pub fn calibrate(exe: &Path, scratch: &Path, progress: bool) -> Result<HostProfi
         via: Via::Library,
         no_prior: false,
         durable: false,
+        forwarders: 1,
+        home_per_client: false,
     };
     // First, while this process has one thread: the wake floor forks.
     let wake_ns = crate::service::wake_floor().map_err(|e| e.to_string())?.map_or(0, |us| (us * 1e3).round() as u64);

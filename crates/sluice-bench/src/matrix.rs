@@ -351,6 +351,8 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         via: cell.via,
         no_prior: false,
         durable: true,
+        forwarders: 1,
+        home_per_client: false,
     };
     let modes = modes(cfg, cell.device);
     let mut runs_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();

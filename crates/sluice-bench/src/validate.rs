@@ -276,6 +276,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             via: Via::Library,
             no_prior: false,
             durable: false,
+            forwarders: 1,
+            home_per_client: false,
         };
         let mut real = Vec::new();
         for i in 0..cfg.runs.max(1) {

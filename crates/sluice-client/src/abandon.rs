@@ -59,8 +59,8 @@ pub(crate) fn check(what: &str) -> Result<(), ClientError> {
 }
 
 /// Sleep `pause`, in slices of at most `CHECK_EVERY`, running the check
-/// between them.
-pub(crate) fn sleep(pause: Duration, what: &str) -> Result<(), ClientError> {
+/// between them (`Interrupted` when it says to give up).
+pub fn sleep(pause: Duration, what: &str) -> Result<(), ClientError> {
     let mut left = pause;
     loop {
         check(what)?;

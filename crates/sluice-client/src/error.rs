@@ -43,7 +43,7 @@ impl ClientError {
         ClientError { kind, errno, message: message.into() }
     }
 
-    pub(crate) fn invalid(message: impl Into<String>) -> ClientError {
+    pub fn invalid(message: impl Into<String>) -> ClientError {
         ClientError::new(ClientErrorKind::Invalid, libc::EINVAL, message)
     }
 

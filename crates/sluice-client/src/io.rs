@@ -106,7 +106,7 @@ impl Client {
             (_, r) => r,
         };
         match r {
-            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
+            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery.reconnects() => {
                 self.recover(&t.session)?;
                 let Some((fd, _, offset)) = t.read else { return Err(e) };
                 self.read_socket(fd, &mut buf[..want], offset)

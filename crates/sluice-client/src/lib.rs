@@ -83,7 +83,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-pub use abandon::{Abandon, CHECK_EVERY as ABANDON_CHECK_EVERY};
+pub use abandon::{sleep as abandonable_sleep, Abandon, CHECK_EVERY as ABANDON_CHECK_EVERY};
 pub use ids::ThreadIds;
 pub use env::{app_id, default_app, own_cred, server_addr};
 pub use error::{ClientError, ClientErrorKind, Result};
@@ -176,6 +176,17 @@ pub enum Recovery {
     /// Never reconnect: every call after a break fails with EIO at once
     /// (the cluster's data connections, which report a dead data server).
     Off,
+    /// As `Off`, and a silent server fails the call with ETIMEDOUT at
+    /// `timeout` (the connection is abandoned): a member of a forwarder
+    /// set, whose caller then moves the file to another member.
+    Failover,
+}
+
+impl Recovery {
+    /// Whether a broken connection is dialled again (`Hard`, `Soft`).
+    pub fn reconnects(self) -> bool {
+        matches!(self, Recovery::Hard | Recovery::Soft)
+    }
 }
 
 /// How to identify this client to the server.

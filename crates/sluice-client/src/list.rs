@@ -43,7 +43,7 @@ impl Client {
     /// whose connection broke is sent again on the next one.
     pub fn wait_read_list(&self, t: ListTicket, buf: &mut [u8]) -> Result<usize> {
         match t.session.conn.wait(t.id, Some(&mut *buf)) {
-            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
+            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery.reconnects() => {
                 self.recover(&t.session)?;
                 match t.pieces {
                     Some(pieces) => self.read_list(t.fd, &pieces, buf),
@@ -69,7 +69,7 @@ impl Client {
         match t.session.conn.wait(t.id, None) {
             Ok(Reply::Stat(st)) => Ok(st),
             Ok(r) => Err(unexpected("fstat", &r)),
-            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
+            Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery.reconnects() => {
                 self.recover(&t.session)?;
                 self.fstat(t.fd)
             }

@@ -138,7 +138,7 @@ impl Client {
     pub fn connect_with(addr: &str, mut opts: ConnectOptions) -> Result<Client> {
         let app = opts.app.take().unwrap_or_else(default_app);
         opts.app = Some(app.clone());
-        let patience = Arc::new(Patience { timeout: opts.timeout, soft: opts.recovery == Recovery::Soft, warned: AtomicBool::new(false) });
+        let patience = Arc::new(Patience { timeout: opts.timeout, soft: matches!(opts.recovery, Recovery::Soft | Recovery::Failover), warned: AtomicBool::new(false) });
         let session = open_session(addr, &opts, &patience, 0)?;
         Ok(Client {
             addr: addr.to_string(),
@@ -206,7 +206,7 @@ impl Client {
         loop {
             let s = self.current();
             match f(&s) {
-                Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery != Recovery::Off => {
+                Err(e) if e.kind == ClientErrorKind::Disconnected && self.opts.recovery.reconnects() => {
                     self.recover(&s)?;
                     if !idempotent || tries >= RETRIES_MAX {
                         return Err(e);
@@ -222,7 +222,7 @@ impl Client {
     /// handle on it, unless another thread already did. Waits for the
     /// server as `opts.recovery` says.
     pub(crate) fn recover(&self, failed: &Session) -> Result<()> {
-        if self.opts.recovery == Recovery::Off {
+        if !self.opts.recovery.reconnects() {
             return Ok(());
         }
         let mut gave_up = lock(&self.recovering);

@@ -122,6 +122,13 @@ impl Hdd {
     fn transfer_ns(&self, len: u64) -> u64 {
         transfer_ns(len, self.bytes_per_s.max(1))
     }
+
+    /// Put the head where another user of the same disk left it: the
+    /// file and the offset its last access ended at (None: unknown, so
+    /// the next access seeks far).
+    pub fn place_head(&mut self, head: Option<(u64, u64)>) {
+        self.head = head;
+    }
 }
 
 impl DeviceModel for Hdd {

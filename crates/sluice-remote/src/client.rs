@@ -704,6 +704,7 @@ impl StripedClient {
     /// for one message (`STRIPED_LIST_PIECES_MAX` pieces,
     /// `STRIPED_LIST_BYTES_MAX` bytes) is refused: a participant sends one
     /// message per group.
+    #[allow(clippy::too_many_arguments)]
     pub fn list_group_striped(&self, f: &StripedFile, ranges: &[(u64, u64)], data: Option<&[u8]>, buf: &mut [u8], id: u64, participants: &[u32], wait_ms: u32) -> Result<usize> {
         if f.objects.len() == 1 {
             // One object: the file's one group, whatever its size.

@@ -28,6 +28,7 @@ mod ahead;
 mod client;
 mod entry;
 mod error;
+mod forward;
 pub mod proto;
 mod remote;
 
@@ -36,6 +37,7 @@ pub use client::{ObjectInfo, StripedClient, StripedFile, MESSAGES_IN_FLIGHT_MAX,
 pub use entry::{normalize, META_NAME_BYTES_MAX, META_PATH_BYTES_MAX};
 pub use error::{Error, ErrorKind, Result};
 pub use proto::{MetaReply, MetaRequest, CLUSTER_ERRNO, META_FRAME_BYTES_MAX};
+pub use forward::{address_set, home_among, path_key, Forwarders, Home, FAILOVER_SILENCE, FORWARDERS_MAX, HOME_ENV, PROBE_EVERY, RETIRED_MAX};
 pub use remote::{file_stat, Cluster, GroupTicket, Remote, RemoteKind, RemoteResult, REMOTE_FILES_MAX, STRIPED_BLKSIZE_MAX};
 pub use sluice_proto::meta::{Entry, EntryKind};
 pub use sluice_stripe::{Layout, LayoutRequest};

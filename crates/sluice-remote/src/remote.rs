@@ -26,6 +26,7 @@ use sluice_stripe::{file_size, Layout, LayoutRequest};
 use crate::ahead::{Budget, OpenFile, READ_AHEAD_TOTAL_MAX};
 use crate::client::StripedClient;
 use crate::error::{Error, ErrorKind};
+use crate::forward::{address_set, Forwarders};
 use crate::proto::CLUSTER_ERRNO;
 use sluice_proto::meta::{Entry, EntryKind};
 
@@ -55,12 +56,16 @@ pub enum RemoteKind {
     Server,
     /// A cluster: a metadata role and its data servers.
     Cluster,
+    /// Several servers over one shared root, one home per file
+    /// (`forward`): an address list `a,b,c`.
+    Forwarders,
 }
 
 /// A connection to one sluice address.
 pub enum Remote {
     Server(Client),
     Cluster(Cluster),
+    Forwarders(Forwarders),
 }
 
 /// A cluster connection and its open-file table.
@@ -162,6 +167,9 @@ impl Remote {
 
     /// Connect, asking the address which kind it is.
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> RemoteResult<Remote> {
+        if address_set(addr).is_some() {
+            return Remote::connect_as(addr, RemoteKind::Forwarders, opts);
+        }
         match Client::connect_with(addr, opts.clone()) {
             Ok(c) => Ok(Remote::Server(c)),
             Err(e) if e.errno == CLUSTER_ERRNO => Remote::connect_as(addr, RemoteKind::Cluster, opts),
@@ -175,6 +183,7 @@ impl Remote {
         match kind {
             RemoteKind::Server => Ok(Remote::Server(Client::connect_with(addr, opts)?)),
             RemoteKind::Cluster => Ok(Remote::Cluster(Cluster::new(StripedClient::connect_with(addr, opts)?))),
+            RemoteKind::Forwarders => Ok(Remote::Forwarders(Forwarders::connect(&address_set(addr).unwrap_or_else(|| vec![addr.to_string()]), opts)?)),
         }
     }
 
@@ -185,6 +194,7 @@ impl Remote {
         match self {
             Remote::Server(c) => c.app().to_string(),
             Remote::Cluster(c) => c.client.app(),
+            Remote::Forwarders(f) => f.app().to_string(),
         }
     }
 
@@ -192,6 +202,27 @@ impl Remote {
         match self {
             Remote::Server(_) => RemoteKind::Server,
             Remote::Cluster(_) => RemoteKind::Cluster,
+            Remote::Forwarders(_) => RemoteKind::Forwarders,
+        }
+    }
+
+    /// Note when the next read or write leaves (`Client::mark_next_send`),
+    /// on every connection a forwarder set has open; a cluster's are not
+    /// marked.
+    pub fn mark_next_send(&self) {
+        match self {
+            Remote::Server(c) => c.mark_next_send(),
+            Remote::Cluster(_) => {}
+            Remote::Forwarders(f) => f.connected().iter().for_each(|c| c.mark_next_send()),
+        }
+    }
+
+    /// When the marked request left (`Client::marked_send`).
+    pub fn marked_send(&self) -> Option<std::time::Instant> {
+        match self {
+            Remote::Server(c) => c.marked_send(),
+            Remote::Cluster(_) => None,
+            Remote::Forwarders(f) => f.connected().iter().filter_map(|c| c.marked_send()).min(),
         }
     }
 
@@ -200,52 +231,38 @@ impl Remote {
     /// all submitted before the first is waited for; a cluster's striped
     /// read already keeps every data server busy.
     pub fn read_pipelined(&self, fd: Fd, buf: &mut [u8], offset: u64, chunk: usize) -> RemoteResult<usize> {
-        let Remote::Server(c) = self else {
-            let mut n = 0;
-            while n < buf.len() {
-                let got = self.pread(fd, &mut buf[n..], offset + n as u64)?;
-                if got == 0 {
-                    break;
+        let c = match self {
+            Remote::Server(c) => c,
+            Remote::Forwarders(f) => return f.on_fd(fd, true, |c, fd| read_pipelined_on(c, fd, buf, offset, chunk)),
+            Remote::Cluster(_) => {
+                let mut n = 0;
+                while n < buf.len() {
+                    let got = self.pread(fd, &mut buf[n..], offset + n as u64)?;
+                    if got == 0 {
+                        break;
+                    }
+                    n += got;
                 }
-                n += got;
+                return Ok(n);
             }
-            return Ok(n);
         };
-        let chunk = chunk.max(1);
-        let tickets: Vec<_> = buf.chunks(chunk).enumerate().map(|(i, ch)| c.submit_read(fd, ch.len(), offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
-        let (mut total, mut short) = (0, false);
-        for (t, ch) in tickets.into_iter().zip(buf.chunks_mut(chunk)) {
-            let n = c.wait_read(t, ch)?;
-            if !short {
-                total += n;
-                short = n < ch.len();
-            }
-        }
-        Ok(total)
+        read_pipelined_on(c, fd, buf, offset, chunk)
     }
 
     /// Write all of `data` at `offset` with several requests in flight
     /// (as [`Remote::read_pipelined`]).
     pub fn write_pipelined(&self, fd: Fd, data: &[u8], offset: u64, chunk: usize) -> RemoteResult<()> {
-        let Remote::Server(c) = self else {
-            return self.pwrite(fd, data, offset).map(|_| ());
-        };
-        let chunk = chunk.max(1);
-        let tickets: Vec<_> = data.chunks(chunk).enumerate().map(|(i, ch)| c.submit_write(fd, ch, offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
-        // Every write is waited for, even after an error: the first error wins.
-        let mut first = Ok(());
-        for t in tickets {
-            if let (Err(e), Ok(())) = (c.wait_write(t), &first) {
-                first = Err(e);
-            }
+        match self {
+            Remote::Server(c) => write_pipelined_on(c, fd, data, offset, chunk),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| write_pipelined_on(c, fd, data, offset, chunk)),
+            Remote::Cluster(_) => self.pwrite(fd, data, offset).map(|_| ()),
         }
-        first
     }
-
     /// Open `path` with `open(2)` flags.
     pub fn open(&self, path: &str, flags: i32, mode: u32) -> RemoteResult<Fd> {
         match self {
             Remote::Server(c) => c.open(path, flags, mode),
+            Remote::Forwarders(f) => f.open(path, flags, mode),
             Remote::Cluster(k) => k.open(path, flags),
         }
     }
@@ -272,12 +289,14 @@ impl Remote {
         match self {
             Remote::Server(_) => 1,
             Remote::Cluster(k) => k.client.servers().len(),
+            Remote::Forwarders(_) => 1,
         }
     }
 
     pub fn close(&self, fd: Fd) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.close(fd),
+            Remote::Forwarders(f) => f.close(fd),
             Remote::Cluster(k) => {
                 let h = k.files().open.remove(&fd.0).ok_or_else(|| bad_fd(fd))?;
                 match h {
@@ -295,6 +314,7 @@ impl Remote {
     pub fn pread(&self, fd: Fd, buf: &mut [u8], offset: u64) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.pread(fd, buf, offset),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.pread(fd, buf, offset)),
             Remote::Cluster(k) => Ok(k.file(fd)?.pread(&k.client, &k.ahead, buf, offset)?),
         }
     }
@@ -304,6 +324,7 @@ impl Remote {
     pub fn passthrough_file(&self, fd: Fd, size: u64, prime: bool) -> RemoteResult<sluice_client::Passthrough> {
         match self {
             Remote::Server(c) => Ok(c.passthrough_file(fd, size, prime)?),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.passthrough_file(fd, size, prime)),
             Remote::Cluster(_) => Ok(sluice_client::Passthrough::Unsuitable),
         }
     }
@@ -313,6 +334,7 @@ impl Remote {
     pub fn pread_leased(&self, fd: Fd, buf: &mut [u8], offset: u64) -> Option<RemoteResult<usize>> {
         match self {
             Remote::Server(c) => c.pread_leased(fd, buf, offset),
+            Remote::Forwarders(f) => f.on_fd(fd, false, |c, fd| Ok(c.pread_leased(fd, buf, offset))).unwrap_or_else(|e| Some(Err(e))),
             Remote::Cluster(_) => None,
         }
     }
@@ -321,6 +343,7 @@ impl Remote {
     pub fn pwrite(&self, fd: Fd, data: &[u8], offset: u64) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.pwrite(fd, data, offset),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.pwrite(fd, data, offset)),
             Remote::Cluster(k) => k.changing(fd, |f| k.client.pwrite(f, data, offset)),
         }
     }
@@ -330,6 +353,7 @@ impl Remote {
     pub fn read_list(&self, fd: Fd, pieces: &[(u64, u64)], buf: &mut [u8]) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.read_list(fd, pieces, buf),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.read_list(fd, pieces, buf)),
             Remote::Cluster(k) => Ok(k.client.read_list(&k.file(fd)?.file, pieces, buf)?),
         }
     }
@@ -338,6 +362,7 @@ impl Remote {
     pub fn write_list(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8]) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.write_list(fd, pieces, data),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.write_list(fd, pieces, data)),
             Remote::Cluster(k) => k.changing(fd, |f| k.client.write_list(f, pieces, data)),
         }
     }
@@ -350,6 +375,10 @@ impl Remote {
     pub fn submit_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: Option<&[u8]>, group: Group) -> RemoteResult<GroupTicket> {
         let (client, fd, written) = match self {
             Remote::Server(_) => (None, fd, None),
+            Remote::Forwarders(f) => {
+                let (c, ofd) = f.client_of(fd)?;
+                (Some(c), ofd, None)
+            }
             Remote::Cluster(k) => {
                 let f = k.file(fd)?;
                 if data.is_some() {
@@ -362,7 +391,7 @@ impl Remote {
         let c: &Client = match (&client, self) {
             (Some(c), _) => c,
             (None, Remote::Server(c)) => c,
-            (None, Remote::Cluster(_)) => unreachable!("a cluster file's client is its object's"),
+            (None, Remote::Cluster(_) | Remote::Forwarders(_)) => unreachable!("a cluster's or a forwarder set's file has its own client"),
         };
         let ticket = match data {
             Some(d) => c.submit_write_list_group(fd, pieces, d, group)?,
@@ -377,7 +406,7 @@ impl Remote {
         let c: &Client = match (&t.client, self) {
             (Some(c), _) => c,
             (None, Remote::Server(c)) => c,
-            (None, Remote::Cluster(_)) => return Err(err(libc::EINVAL, "a ticket of another connection")),
+            (None, Remote::Cluster(_) | Remote::Forwarders(_)) => return Err(err(libc::EINVAL, "a ticket of another connection")),
         };
         let r = if t.write { c.wait_write_list(t.ticket) } else { c.wait_read_list(t.ticket, buf) };
         if let (Some(f), Remote::Cluster(k)) = (&t.written, self) {
@@ -392,6 +421,7 @@ impl Remote {
     pub fn read_list_group(&self, fd: Fd, pieces: &[(u64, u64)], buf: &mut [u8], group: Group) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.read_list_group(fd, pieces, buf, group),
+            Remote::Forwarders(f) => f.on_fd(fd, false, |c, fd| c.read_list_group(fd, pieces, buf, group)),
             Remote::Cluster(k) => Ok(k.client.read_list_group(&k.file(fd)?.file, pieces, buf, group)?),
         }
     }
@@ -400,6 +430,7 @@ impl Remote {
     pub fn write_list_group(&self, fd: Fd, pieces: &[(u64, u64)], data: &[u8], group: Group) -> RemoteResult<usize> {
         match self {
             Remote::Server(c) => c.write_list_group(fd, pieces, data, group),
+            Remote::Forwarders(f) => f.on_fd(fd, false, |c, fd| c.write_list_group(fd, pieces, data, group)),
             Remote::Cluster(k) => k.changing(fd, |f| k.client.write_list_group(f, pieces, data, group)),
         }
     }
@@ -409,7 +440,7 @@ impl Remote {
     /// server. None on one server or for a file of one object.
     pub fn stripe(&self, fd: Fd) -> RemoteResult<Option<(u64, u32)>> {
         match self {
-            Remote::Server(_) => Ok(None),
+            Remote::Server(_) | Remote::Forwarders(_) => Ok(None),
             Remote::Cluster(k) => {
                 let l = k.file(fd)?.file.layout;
                 Ok((l.count > 1).then_some((l.stripe_bytes, l.count)))
@@ -421,7 +452,7 @@ impl Remote {
     /// touch: `[0]` on one server (`[]` for no pieces, as on a cluster).
     pub fn objects_touched(&self, fd: Fd, pieces: &[(u64, u64)]) -> RemoteResult<Vec<u32>> {
         match self {
-            Remote::Server(_) => Ok(if pieces.iter().any(|p| p.1 > 0) { vec![0] } else { Vec::new() }),
+            Remote::Server(_) | Remote::Forwarders(_) => Ok(if pieces.iter().any(|p| p.1 > 0) { vec![0] } else { Vec::new() }),
             Remote::Cluster(k) => Ok(k.client.objects_touched(&k.file(fd)?.file, pieces)?),
         }
     }
@@ -442,6 +473,8 @@ impl Remote {
         match (self, data) {
             (Remote::Server(c), Some(d)) => c.write_list_group(fd, pieces, d, one(participants)?),
             (Remote::Server(c), None) => c.read_list_group(fd, pieces, buf, one(participants)?),
+            (Remote::Forwarders(f), Some(d)) => f.on_fd(fd, false, |c, fd| c.write_list_group(fd, pieces, d, one(participants)?)),
+            (Remote::Forwarders(f), None) => f.on_fd(fd, false, |c, fd| c.read_list_group(fd, pieces, buf, one(participants)?)),
             (Remote::Cluster(k), Some(d)) => k.changing(fd, |f| k.client.list_group_striped(f, pieces, Some(d), &mut [], id, participants, wait_ms)),
             (Remote::Cluster(k), None) => Ok(k.client.list_group_striped(&k.file(fd)?.file, pieces, None, buf, id, participants, wait_ms)?),
         }
@@ -449,8 +482,10 @@ impl Remote {
 
     /// Give back the descriptors the server lent (`Client::shed_lent`).
     pub fn shed_lent(&self) {
-        if let Remote::Server(c) = self {
-            c.shed_lent();
+        match self {
+            Remote::Server(c) => c.shed_lent(),
+            Remote::Forwarders(f) => f.connected().iter().for_each(|c| c.shed_lent()),
+            Remote::Cluster(_) => {}
         }
     }
 
@@ -460,6 +495,7 @@ impl Remote {
     pub fn ino(&self, fd: Fd) -> RemoteResult<u64> {
         match self {
             Remote::Server(c) => c.ino(fd),
+            Remote::Forwarders(f) => f.ino(fd),
             Remote::Cluster(k) => match k.handle(fd)? {
                 Handle::File(f) => Ok(f.file.id),
                 Handle::Dir(st) => Ok(st.ino),
@@ -474,6 +510,7 @@ impl Remote {
     pub fn reserve(&self, fd: Fd, len: u64) -> RemoteResult<u64> {
         match self {
             Remote::Server(c) => Ok(c.reserve(fd, len)?),
+            Remote::Forwarders(f) => f.on_fd(fd, false, |c, fd| c.reserve(fd, len)),
             Remote::Cluster(_) => Ok(self.fstat(fd)?.size),
         }
     }
@@ -481,6 +518,7 @@ impl Remote {
     pub fn fstat(&self, fd: Fd) -> RemoteResult<Stat> {
         match self {
             Remote::Server(c) => c.fstat(fd),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.fstat(fd)),
             Remote::Cluster(k) => match k.handle(fd)? {
                 Handle::File(f) => Ok(file_stat(f.file.id, &f.file.layout, &k.client.object_fstats(&f.file)?)),
                 Handle::Dir(st) => Ok(st),
@@ -491,6 +529,7 @@ impl Remote {
     pub fn stat(&self, path: &str) -> RemoteResult<Stat> {
         match self {
             Remote::Server(c) => c.stat(path),
+            Remote::Forwarders(f) => f.on_path(path, true, |c| c.stat(path)),
             Remote::Cluster(k) => {
                 let e = k.client.lookup(path)?;
                 match (e.kind, e.layout) {
@@ -506,6 +545,7 @@ impl Remote {
     pub fn lstat(&self, path: &str) -> RemoteResult<Stat> {
         match self {
             Remote::Server(c) => c.lstat(path),
+            Remote::Forwarders(f) => f.on_path(path, true, |c| c.lstat(path)),
             Remote::Cluster(_) => self.stat(path),
         }
     }
@@ -515,6 +555,7 @@ impl Remote {
     pub fn statfs(&self, path: &str) -> RemoteResult<Statfs> {
         match self {
             Remote::Server(c) => c.statfs(path),
+            Remote::Forwarders(f) => f.on_path(path, true, |c| c.statfs(path)),
             Remote::Cluster(k) => {
                 k.client.lookup(path)?;
                 Ok(k.client.statfs()?)
@@ -527,6 +568,7 @@ impl Remote {
     pub fn readlink(&self, path: &str) -> RemoteResult<String> {
         match self {
             Remote::Server(c) => c.readlink(path),
+            Remote::Forwarders(f) => f.on_path(path, true, |c| c.readlink(path)),
             Remote::Cluster(_) => {
                 self.stat(path)?;
                 Err(err(libc::EINVAL, format!("{path:?} is not a symbolic link (a cluster's namespace has none)")))
@@ -537,6 +579,7 @@ impl Remote {
     pub fn ftruncate(&self, fd: Fd, len: u64) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.ftruncate(fd, len),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.ftruncate(fd, len)),
             Remote::Cluster(k) => k.changing(fd, |f| k.client.ftruncate(f, len)),
         }
     }
@@ -544,6 +587,7 @@ impl Remote {
     pub fn fsync(&self, fd: Fd) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.fsync(fd),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.fsync(fd)),
             Remote::Cluster(k) => Ok(k.client.fsync(&k.file(fd)?.file)?),
         }
     }
@@ -552,6 +596,7 @@ impl Remote {
     pub fn fdatasync(&self, fd: Fd) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.fdatasync(fd),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.fdatasync(fd)),
             Remote::Cluster(k) => Ok(k.client.fsync(&k.file(fd)?.file)?),
         }
     }
@@ -560,6 +605,7 @@ impl Remote {
     pub fn mkdir(&self, path: &str, mode: u32) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.mkdir(path, mode),
+            Remote::Forwarders(f) => f.on_path(path, false, |c| c.mkdir(path, mode)),
             Remote::Cluster(k) => k.client.mkdir(path).map(drop).map_err(ClientError::from),
         }
     }
@@ -569,6 +615,7 @@ impl Remote {
     pub fn set_attr(&self, path: &str, mode: u32, atime_ns: i64, mtime_ns: i64, nofollow: bool) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.set_attr(path, mode, atime_ns, mtime_ns, nofollow),
+            Remote::Forwarders(f) => f.on_path(path, true, |c| c.set_attr(path, mode, atime_ns, mtime_ns, nofollow)),
             Remote::Cluster(_) => Ok(()),
         }
     }
@@ -577,6 +624,7 @@ impl Remote {
     pub fn fset_attr(&self, fd: Fd, mode: u32, atime_ns: i64, mtime_ns: i64) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.fset_attr(fd, mode, atime_ns, mtime_ns),
+            Remote::Forwarders(f) => f.on_fd(fd, true, |c, fd| c.fset_attr(fd, mode, atime_ns, mtime_ns)),
             Remote::Cluster(_) => Ok(()),
         }
     }
@@ -586,6 +634,7 @@ impl Remote {
     pub fn symlink(&self, target: &str, path: &str) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => Ok(c.symlink(target, path)?),
+            Remote::Forwarders(f) => f.on_path(path, false, |c| c.symlink(target, path)),
             Remote::Cluster(_) => Err(ClientError::new(ClientErrorKind::Server, libc::ENOTSUP, "a cluster's namespace has no symbolic links")),
         }
     }
@@ -593,6 +642,7 @@ impl Remote {
     pub fn rmdir(&self, path: &str) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.rmdir(path),
+            Remote::Forwarders(f) => f.on_path(path, false, |c| c.rmdir(path)),
             Remote::Cluster(k) => Ok(k.client.remove(path, Some(EntryKind::Dir))?),
         }
     }
@@ -600,6 +650,7 @@ impl Remote {
     pub fn unlink(&self, path: &str) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.unlink(path),
+            Remote::Forwarders(f) => f.on_path(path, false, |c| c.unlink(path)),
             Remote::Cluster(k) => Ok(k.client.remove(path, Some(EntryKind::File))?),
         }
     }
@@ -607,6 +658,7 @@ impl Remote {
     pub fn rename(&self, from: &str, to: &str) -> RemoteResult<()> {
         match self {
             Remote::Server(c) => c.rename(from, to),
+            Remote::Forwarders(f) => f.on_path(from, false, |c| c.rename(from, to)),
             Remote::Cluster(k) => Ok(k.client.rename(from, to)?),
         }
     }
@@ -615,6 +667,7 @@ impl Remote {
     pub fn readdir(&self, path: &str) -> RemoteResult<Vec<DirEntry>> {
         match self {
             Remote::Server(c) => c.readdir(path),
+            Remote::Forwarders(f) => f.on_path(path, true, |c| c.readdir(path)),
             Remote::Cluster(k) => {
                 let list = k.client.readdir(path)?;
                 let kind = |e: &Entry| {
@@ -628,6 +681,35 @@ impl Remote {
             }
         }
     }
+}
+
+/// `Remote::read_pipelined` on one server.
+fn read_pipelined_on(c: &Client, fd: Fd, buf: &mut [u8], offset: u64, chunk: usize) -> RemoteResult<usize> {
+    let chunk = chunk.max(1);
+    let tickets: Vec<_> = buf.chunks(chunk).enumerate().map(|(i, ch)| c.submit_read(fd, ch.len(), offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
+    let (mut total, mut short) = (0, false);
+    for (t, ch) in tickets.into_iter().zip(buf.chunks_mut(chunk)) {
+        let n = c.wait_read(t, ch)?;
+        if !short {
+            total += n;
+            short = n < ch.len();
+        }
+    }
+    Ok(total)
+}
+
+/// `Remote::write_pipelined` on one server.
+fn write_pipelined_on(c: &Client, fd: Fd, data: &[u8], offset: u64, chunk: usize) -> RemoteResult<()> {
+    let chunk = chunk.max(1);
+    let tickets: Vec<_> = data.chunks(chunk).enumerate().map(|(i, ch)| c.submit_write(fd, ch, offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
+    // Every write is waited for, even after an error: the first error wins.
+    let mut first = Ok(());
+    for t in tickets {
+        if let (Err(e), Ok(())) = (c.wait_write(t), &first) {
+            first = Err(e);
+        }
+    }
+    first
 }
 
 fn bad_fd(fd: Fd) -> ClientError {

@@ -282,6 +282,10 @@ pub struct ServerConfig {
     /// servers or emulated devices.
     pub write_leases: bool,
     pub device: DeviceKind,
+    /// With `device` hdd7200: the emulated disk is shared, through this
+    /// file, with every other server given the same file (`disk.rs`), as
+    /// forwarders over one file system share its disks. None: its own.
+    pub device_shared: Option<PathBuf>,
     /// Most dispatches in flight, 1..=`QUEUE_DEPTH_MAX` (the executor's
     /// threads); the scheduler keeps as many of them busy as the learned
     /// device model says the device gains from.
@@ -350,6 +354,7 @@ impl ServerConfig {
             direct: false,
             write_leases: true,
             device: DeviceKind::Real,
+            device_shared: None,
             queue_depth: QUEUE_DEPTH_DEFAULT,
             device_model: None,
             no_prior: false,
@@ -368,6 +373,9 @@ impl ServerConfig {
     /// The checks `Server::start` makes before anything is opened: every
     /// bound in its range (`sluice serve --check` runs them too).
     pub fn validate(&self) -> Result<()> {
+        if self.device_shared.is_some() && self.device != DeviceKind::Hdd7200 {
+            return Err(Error::config("a shared device (--device-shared) is an emulated disk: give --device hdd7200"));
+        }
         if self.queue_depth == 0 || self.queue_depth > QUEUE_DEPTH_MAX {
             return Err(Error::config(format!("queue depth {} outside 1..={QUEUE_DEPTH_MAX}", self.queue_depth)));
         }

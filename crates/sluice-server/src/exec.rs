@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_core::{Dispatch, Op};
-use sluice_device::{Access, DeviceModel, Hdd};
 
 use crate::clock::Clock;
 use crate::config::DIRECT_ALIGN_BYTES;
+use crate::disk::Disk;
 use crate::order::DirectOrder;
 use crate::pending::{Buf, Pending};
 use crate::storage::{Storage, IOV_MAX};
@@ -50,7 +50,7 @@ pub struct Executor {
     pub storage: Arc<dyn Storage>,
     pub direct: bool,
     /// The emulated disk, held for the whole service time of a dispatch.
-    pub device: Option<Mutex<Hdd>>,
+    pub device: Option<Disk>,
     /// Orders `--direct` writes (`direct_write`, and the event loop's
     /// ring, which holds a share for each whole-block write it submits).
     pub direct_writes: Arc<DirectOrder>,
@@ -74,7 +74,7 @@ impl Executor {
         }
         // The modelled time starts when the emulated arm is ours: time spent
         // waiting for it must not count, or two dispatches would overlap.
-        let guard = self.device.as_ref().map(|m| lock(m));
+        let guard = self.device.as_ref().map(Disk::hold);
         let started = Instant::now();
         let st = &*self.storage;
         let whole = |r: io::Result<u64>| match r {
@@ -88,7 +88,7 @@ impl Executor {
             (Op::Write, true) => whole(direct_write(st, fd, d, &mut job.items, &self.direct_writes)),
         };
         if let Some(mut disk) = guard {
-            let ns = disk.service_ns(Access { file: d.file.0, offset: d.offset, len: d.len });
+            let ns = disk.service_ns(d.file.0, fd, d.offset, d.len);
             let left = Duration::from_nanos(ns).saturating_sub(started.elapsed());
             std::thread::sleep(left);
         }

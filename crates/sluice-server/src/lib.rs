@@ -31,6 +31,7 @@ mod clock;
 mod collective;
 mod config;
 mod conn;
+mod disk;
 mod dispatch;
 mod error;
 mod evloop;
@@ -194,7 +195,7 @@ fn spawn<T: Send + 'static>(name: &str, f: impl FnOnce() -> T + Send + 'static) 
 
 fn spawn_workers(shared: &Arc<Shared>, jobs: Receiver<exec::Job>, done: Sender<exec::Job>, waker: &Arc<Waker>) -> Result<Vec<JoinHandle<()>>> {
     let c = &shared.config;
-    let device = (c.device == DeviceKind::Hdd7200).then(|| Mutex::new(Hdd::hdd7200()));
+    let device = if c.device == DeviceKind::Hdd7200 { Some(disk::Disk::new(c.device_shared.as_deref())?) } else { None };
     let storage = c.storage.as_ref().map_or_else(|| Arc::new(storage::Syscalls) as Arc<dyn storage::Storage>, |s| Arc::clone(&s.0));
     // Populating the page cache for lease answers: only through the page
     // cache of a real device, with the real system calls.

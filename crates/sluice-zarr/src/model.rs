@@ -131,10 +131,7 @@ pub fn calibrate(addr: &str, prefix: &str, opts: CalibrateOptions) -> Result<Par
 /// For placement's shares on heterogeneous servers (Panda's balancing).
 pub fn server_bandwidths(addr: &str, prefix: &str) -> Result<Vec<f64>, Error> {
     let remote = Remote::connect(addr).map_err(client("connect"))?;
-    let servers = match &remote {
-        Remote::Server(_) => 1,
-        Remote::Cluster(k) => k.striped().servers().len(),
-    };
+    let servers = remote.servers();
     let data = vec![5u8; 4 << 20];
     let mut out = Vec::with_capacity(servers);
     for s in 0..servers {

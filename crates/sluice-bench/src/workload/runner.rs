@@ -62,6 +62,12 @@ pub struct RunConfig {
     /// before they report, so the makespan is the time to durable data
     /// (`RunConfig::fsyncs`).
     pub durable: bool,
+    /// Servers started per policy over the one root, reached as a
+    /// forwarder set (`sluice_remote::Forwarders`); with an emulated disk
+    /// they share one (`ServerConfig::device_shared`). 1: one server.
+    pub forwarders: u32,
+    /// The ranks pick a forwarder by client, not by file (`SLUICE_HOME=client`).
+    pub home_per_client: bool,
 }
 
 impl RunConfig {
@@ -123,7 +129,16 @@ pub fn run(cfg: &RunConfig) -> Result<Report, WorkloadError> {
         DeviceKind::Hdd7200 => "hdd7200",
         DeviceKind::Null => "null",
     };
-    Ok(Report { scenario: cfg.scenario.name.clone(), device: device.into(), direct_io: cfg.direct_io, caches_dropped, scale: cfg.scale, via: cfg.via.name().into(), durable: cfg.fsyncs(), runs })
+    Ok(Report {
+        scenario: cfg.scenario.name.clone(),
+        device: device.into(),
+        direct_io: cfg.direct_io,
+        caches_dropped,
+        scale: cfg.scale,
+        via: cfg.via.name().into(),
+        durable: cfg.fsyncs(),
+        runs,
+    })
 }
 
 /// Create and fill every file (before any timing).
@@ -157,7 +172,7 @@ fn size_local(path: &Path, size: u64) -> Result<(), WorkloadError> {
 }
 
 fn size_remote(addr: &str, name: &str, size: u64) -> Result<(), WorkloadError> {
-    let c = sluice_client::Client::connect(addr).map_err(WorkloadError::client)?;
+    let c = sluice_remote::Remote::connect(addr).map_err(WorkloadError::client)?;
     let fd = c.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).map_err(WorkloadError::client)?;
     c.ftruncate(fd, size).map_err(WorkloadError::client)?;
     c.close(fd).map_err(WorkloadError::client)
@@ -179,7 +194,7 @@ fn fill_local(path: &Path, size: u64, chunk: &[u8]) -> Result<(), WorkloadError>
 }
 
 fn fill_remote(addr: &str, name: &str, size: u64, chunk: &[u8]) -> Result<(), WorkloadError> {
-    let c = sluice_client::Client::connect(addr).map_err(WorkloadError::client)?;
+    let c = sluice_remote::Remote::connect(addr).map_err(WorkloadError::client)?;
     let fd = c.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).map_err(WorkloadError::client)?;
     let mut at = 0;
     while at < size {
@@ -200,32 +215,32 @@ fn drop_caches() -> bool {
 
 /// One mode over `apps`, all started together.
 fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, WorkloadError> {
-    let mut server = None;
+    let mut servers = Vec::new();
     let mut mounted = None;
     let target = match (mode, &cfg.server) {
         ("direct", _) => Target::Direct { root: cfg.root.clone(), direct_io: cfg.direct_io },
         (_, Some(addr)) => via_target(cfg, addr, mode, &mut mounted)?,
         (policy, None) => {
-            let handle = start_server(cfg, policy)?;
-            let addr = handle.addr().to_string();
-            server = Some(handle);
+            servers = start_servers(cfg, policy)?;
+            let addr = servers.iter().map(|s| s.addr().to_string()).collect::<Vec<_>>().join(",");
             via_target(cfg, &addr, policy, &mut mounted)?
         }
     };
     let label = mode.to_string();
     let timed = run_workers(cfg, apps, &target, &label);
     drop(mounted);
-    let stats = server.as_mut().map(|s| s.stats());
-    let started = server.is_some();
+    let started = !servers.is_empty();
+    let stats = started.then(|| summed_stats(servers.iter().map(|s| s.stats())));
     let (mut device_model, mut dispatches, mut device_busy_s, mut seeks) = (None, None, None, None);
     let (mut holds, mut windows) = (None, None);
-    if let Some(mut s) = server {
+    for mut s in servers {
         let summary = s.shutdown().map_err(|e| WorkloadError::usage(format!("server shutdown: {e}")))?;
-        device_model = summary.device_model.map(Into::into);
-        dispatches = Some(summary.scheduler.dispatches);
-        device_busy_s = Some(summary.device_busy_ns as f64 / 1e9);
-        seeks = Some(summary.device_seeks);
-        (holds, windows) = (Some(summary.scheduler.holds), Some(summary.scheduler.windows));
+        device_model = device_model.or(summary.device_model.map(Into::into));
+        let add = |x: Option<u64>, y: u64| Some(x.unwrap_or(0) + y);
+        dispatches = add(dispatches, summary.scheduler.dispatches);
+        device_busy_s = Some(device_busy_s.unwrap_or(0.0) + summary.device_busy_ns as f64 / 1e9);
+        seeks = add(seeks, summary.device_seeks);
+        (holds, windows) = (add(holds, summary.scheduler.holds), add(windows, summary.scheduler.windows));
     }
     let Timed { done: times, starts, mut cpu } = timed?;
     if let (Some(c), false) = (&mut cpu, started) {
@@ -273,11 +288,43 @@ fn via_target(cfg: &RunConfig, addr: &str, mode: &str, mounted: &mut Option<supe
 /// Where the ranks under the interposer see the server's root.
 const PRELOAD_PREFIX: &str = "/sluice-bench";
 
-fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHandle, WorkloadError> {
+/// Each application's counters summed over the servers that served it.
+fn summed_stats(per_server: impl Iterator<Item = Vec<sluice_client::AppStats>>) -> Vec<sluice_client::AppStats> {
+    let mut out: Vec<sluice_client::AppStats> = Vec::new();
+    for a in per_server.flatten() {
+        match out.iter_mut().find(|o| o.name == a.name) {
+            Some(o) => {
+                o.requests += a.requests;
+                o.dispatches += a.dispatches;
+                o.bytes_read += a.bytes_read;
+                o.bytes_written += a.bytes_written;
+            }
+            None => out.push(a),
+        }
+    }
+    out
+}
+
+/// The servers of one policy: one, or `cfg.forwarders` over the one root
+/// (sharing one emulated disk when the device is emulated).
+fn start_servers(cfg: &RunConfig, policy: &str) -> Result<Vec<sluice_server::ServerHandle>, WorkloadError> {
+    let n = cfg.forwarders.max(1);
+    let disk = (n > 1 && cfg.device == DeviceKind::Hdd7200).then(|| std::env::temp_dir().join(format!("sluice-bench-{}-{policy}.disk", std::process::id())));
+    let servers = (0..n).map(|k| start_server(cfg, policy, (n > 1).then_some(k), disk.as_deref())).collect();
+    if let Some(d) = &disk {
+        // Each server holds the file open; its name is no longer needed.
+        let _ = std::fs::remove_file(d);
+    }
+    servers
+}
+
+fn start_server(cfg: &RunConfig, policy: &str, forwarder: Option<u32>, disk: Option<&Path>) -> Result<sluice_server::ServerHandle, WorkloadError> {
     let config = sluice_core::PolicyConfig::from_name(policy)
         .ok_or_else(|| WorkloadError::usage(format!("unknown mode {policy:?} (direct or one of {})", sluice_core::POLICY_NAMES.join(", "))))?;
-    let sock = std::env::temp_dir().join(format!("sluice-bench-{}-{policy}.sock", std::process::id()));
+    let which = forwarder.map_or(String::new(), |k| format!("-f{k}"));
+    let sock = std::env::temp_dir().join(format!("sluice-bench-{}-{policy}{which}.sock", std::process::id()));
     let mut sc = ServerConfig::new(&cfg.root, Listen::Unix(sock));
+    sc.device_shared = disk.map(Path::to_path_buf);
     sc.policy = config;
     sc.direct = cfg.direct_io;
     sc.device = cfg.device;
@@ -292,7 +339,7 @@ fn start_server(cfg: &RunConfig, policy: &str) -> Result<sluice_server::ServerHa
     // write its live trace to DIR/POLICY.json (docs/bench.md).
     if let Some(dir) = std::env::var_os("SLUICE_BENCH_TRACE").map(std::path::PathBuf::from) {
         std::fs::create_dir_all(&dir).map_err(|e| WorkloadError::io(format!("SLUICE_BENCH_TRACE {}", dir.display()), e))?;
-        sc.trace = Some(dir.join(format!("{policy}.json")));
+        sc.trace = Some(dir.join(format!("{policy}{which}.json")));
     }
     Server::start(sc).map_err(|e| WorkloadError::usage(format!("starting the {policy} server: {e}")))
 }
@@ -340,6 +387,9 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
             // The mount and the interposer name a process's application
             // by the client's one rule, which reads SLUICE_APP first.
             cmd.env(sluice_client::APP_ENV, &app.name);
+            if cfg.home_per_client {
+                cmd.env(sluice_remote::HOME_ENV, "client");
+            }
             if let Target::Preload { addr, lib, prefix, .. } = target {
                 cmd.env("LD_PRELOAD", lib).env(sluice_client::SERVER_ENV, addr).env(sluice_client::PREFIX_ENV, prefix);
             }

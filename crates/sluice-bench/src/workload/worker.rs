@@ -22,7 +22,7 @@ use super::WorkloadError;
 pub enum Target {
     /// pread/pwrite on the file under `root` (O_DIRECT when `direct_io`).
     Direct { root: PathBuf, direct_io: bool },
-    /// Through a sluice server.
+    /// Through sluice: one server, a cluster or a forwarder set (`Remote`).
     Service { addr: String },
     /// pread/pwrite on `prefix` (O_DIRECT when `direct_io`), in a process
     /// started with the interposer `lib` preloaded and pointed at `addr`
@@ -119,7 +119,7 @@ impl Drop for AlignedBuf {
 
 enum Backend {
     File(File),
-    Service(Box<sluice_client::Client>, sluice_client::Fd),
+    Service(Box<sluice_remote::Remote>, sluice_client::Fd),
 }
 
 impl Backend {
@@ -138,7 +138,7 @@ impl Backend {
             }
             Target::Service { addr } => {
                 let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank), ..Default::default() };
-                let c = sluice_client::Client::connect_with(addr, opts).map_err(WorkloadError::client)?;
+                let c = sluice_remote::Remote::connect_with(addr, opts).map_err(WorkloadError::client)?;
                 let fd = c.open(&name, if write { libc::O_RDWR } else { libc::O_RDONLY }, 0).map_err(WorkloadError::client)?;
                 Ok(Backend::Service(Box::new(c), fd))
             }
@@ -182,7 +182,7 @@ impl Backend {
 /// When `c`'s marked request left, on the monotonic clock (`before` when
 /// it sent none): a clock read right at the send, so that two processes
 /// that reach the server microseconds apart are recorded in that order.
-fn sent_ns(c: &sluice_client::Client, before: u64) -> u64 {
+fn sent_ns(c: &sluice_remote::Remote, before: u64) -> u64 {
     c.marked_send().map_or(before, |at| monotonic_ns().saturating_sub(at.elapsed().as_nanos() as u64).max(before))
 }
 
@@ -239,11 +239,10 @@ pub fn run_worker() -> Result<(), WorkloadError> {
     report(&result)
 }
 
-
 /// Files one replaying rank has open, on its target.
 enum ReplayFiles {
     Direct(HashMap<u32, File>),
-    Service(Box<sluice_client::Client>, HashMap<u32, sluice_client::Fd>),
+    Service(Box<sluice_remote::Remote>, HashMap<u32, sluice_client::Fd>),
 }
 
 /// Run one rank of a recorded log: its accesses in order, each after its
@@ -270,7 +269,7 @@ fn run_replay(spec: &WorkerSpec, log: &ReplayLog) -> Result<(), WorkloadError> {
         }
         Target::Service { addr } => {
             let opts = sluice_client::ConnectOptions { app: Some(spec.app.name.clone()), weight: spec.app.weight, client_id: Some(spec.rank), ..Default::default() };
-            let c = sluice_client::Client::connect_with(addr, opts).map_err(WorkloadError::client)?;
+            let c = sluice_remote::Remote::connect_with(addr, opts).map_err(WorkloadError::client)?;
             let fds = used.iter().map(|&f| c.open(&name(f), libc::O_RDWR, 0).map(|fd| (f, fd)).map_err(WorkloadError::client)).collect::<Result<_, _>>()?;
             ReplayFiles::Service(Box::new(c), fds)
         }

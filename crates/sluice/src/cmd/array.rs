@@ -400,10 +400,7 @@ fn group_held_bytes(remote: &Remote, path: &str) -> anyhow::Result<Vec<u64>> {
 
 /// Servers behind a sluice address (1 for a single server).
 pub fn servers_of(remote: &Remote) -> usize {
-    match remote {
-        Remote::Server(_) => 1,
-        Remote::Cluster(k) => k.striped().servers().len(),
-    }
+    remote.servers()
 }
 
 pub fn rate(t: &Transfer) -> String {

@@ -38,6 +38,12 @@ pub struct ServeArgs {
     /// every read and write completes at once, reads return zeros).
     #[arg(long, default_value = "real")]
     device: String,
+    /// With --device hdd7200: share one emulated disk, through FILE, with
+    /// every server given the same FILE (forwarders in front of one shared
+    /// directory, which share its disk); by default each server emulates
+    /// a disk of its own.
+    #[arg(long, value_name = "FILE")]
+    device_shared: Option<PathBuf>,
     /// Most dispatches in flight to the device; the scheduler keeps as many
     /// busy as the learned device model gains from (the rest wait in it).
     #[arg(long, default_value_t = QUEUE_DEPTH_DEFAULT)]
@@ -164,6 +170,7 @@ fn config(a: &ServeArgs) -> anyhow::Result<ServerConfig> {
     cfg.uring = !a.no_uring;
     cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
     cfg.no_prior = a.no_prior;
+    cfg.device_shared = a.device_shared.clone();
     if let Some(p) = &a.device_model {
         cfg.device_model = Some(sluice_device::ModelFile::load(p)?.cost());
     }

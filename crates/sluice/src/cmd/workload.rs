@@ -79,6 +79,15 @@ pub struct Common {
     /// device.
     #[arg(long)]
     no_fsync: bool,
+    /// Start N servers per policy over the one scratch directory and reach
+    /// them as a forwarder set (one home per file); with --device hdd7200
+    /// they share one emulated disk.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    forwarders: u32,
+    /// With --forwarders: what picks a process's forwarder, `file` (its
+    /// home, the default) or `client` (a home per process, to compare).
+    #[arg(long, default_value = "file", value_parser = ["file", "client"])]
+    home: String,
     /// Run the whole comparison this many times, the modes' order changing
     /// from run to run, and summarise: each mode's makespans, and the
     /// judged policy (the last of --policies) against every other mode run
@@ -297,5 +306,7 @@ fn run_config(c: &Common, scenario: Scenario, granularity: Option<u64>, at: (&st
         via: via.clone(),
         no_prior: c.no_prior,
         durable: !c.no_fsync,
+        forwarders: c.forwarders,
+        home_per_client: c.home == "client",
     }
 }
