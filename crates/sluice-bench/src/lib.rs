@@ -24,6 +24,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 }
 
 pub mod connections;
+pub mod forwarders;
 pub mod host;
 pub mod matrix;
 pub mod scaleout;

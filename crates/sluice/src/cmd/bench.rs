@@ -25,6 +25,8 @@ pub enum BenchCmd {
     Service(super::bench_service::ServiceArgs),
     /// Striping scale-out: one striped file read by several clients with 1, 2, 4 data servers.
     Scaleout(super::bench_scaleout::ScaleoutArgs),
+    /// Forwarder sets: the decomposition on one server, and on N forwarders over one directory, one home per file and one per client.
+    Forwarders(super::bench_forwarders::ForwardersArgs),
     /// The default policy against fifo, fifo-merge and direct POSIX over every workload, judged against the default's ratio bound.
     Matrix(super::bench_matrix::MatrixArgs),
     /// What N idle connected clients cost the server (threads, memory), and a round trip meanwhile.
@@ -62,6 +64,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Worker => super::workload::worker(),
         BenchCmd::Service(a) => super::bench_service::run(a),
         BenchCmd::Scaleout(a) => super::bench_scaleout::run(a),
+        BenchCmd::Forwarders(a) => super::bench_forwarders::run(a),
         BenchCmd::Matrix(a) => super::bench_matrix::run(a),
         BenchCmd::Connections(a) => super::bench_service::connections(a),
         BenchCmd::Array(a) => super::bench_array::run(a),
