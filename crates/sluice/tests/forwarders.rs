@@ -276,3 +276,17 @@ fn a_killed_forwarder_fails_over_and_every_fsynced_byte_is_on_disk() {
         assert!(block.iter().all(|&x| x == (i % 251) as u8 + 1), "block {i} is not what was written");
     }
 }
+
+#[test]
+fn the_benchmark_shows_what_a_home_per_client_loses() {
+    let (out, v) = common::bench_json(&["forwarders", "--runs", "1", "--procs", "8", "--scale", "0.00025"], "fwd.json");
+    let setups = v["setups"].as_array().unwrap();
+    let names: Vec<&str> = setups.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["one server", "set, home per file", "set, home per client"], "{out}");
+    let rpd = |i: usize| setups[i]["requests_per_dispatch"][0].as_f64().unwrap();
+    // One file, one home: its eight readers meet in one scheduler; with a
+    // home per client they are split over the set and interleave on the
+    // shared disk.
+    assert!(rpd(1) > 2.0 * rpd(2), "per file {} against per client {}: {out}", rpd(1), rpd(2));
+    assert!(setups[2]["seeks"][0].as_u64().unwrap() > setups[1]["seeks"][0].as_u64().unwrap(), "{out}");
+}
