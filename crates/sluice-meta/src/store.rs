@@ -1,23 +1,28 @@
 //! The metadata store: the namespace (directories and files, keyed by
-//! their full path) and each file's layout, in a `redb` database. Every
-//! change is one committed write transaction, so it survives a crash.
+//! their full path) and each file's layout, in an embedded `redb`
+//! database (`MetaStore::open`) or an etcd cluster
+//! (`MetaStore::open_etcd`). Every change is one transaction (`kv.rs`),
+//! so it survives a crash and, on etcd, any `sluice meta` sharing the
+//! store sees it whole.
 //!
 //! Directories carry a default `LayoutRequest`; `mkdir` copies the
 //! parent's, and a new file fills its unset layout fields from its parent's
 //! default (Lustre's inheritance). The root's default is
-//! `LayoutRequest::ROOT_DEFAULT` until `setstripe` changes it.
+//! `LayoutRequest::ROOT_DEFAULT` until `setstripe` changes it. Every
+//! change of a directory's names also changes the directory's entry (its
+//! time), which is what makes two etcd transactions on one directory
+//! conflict.
 
 use std::path::Path;
 
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::Database;
 use sluice_stripe::{LayoutRequest, SERVERS_MAX};
 
 use sluice_remote::{normalize, Entry, EntryKind, Error, ErrorKind, Result, META_PATH_BYTES_MAX};
 
-/// Path (no leading `/`; the root is `""`) → JSON-encoded [`Entry`].
-const ENTRIES: TableDefinition<&str, &[u8]> = TableDefinition::new("entries");
-/// Named counters and settings.
-const CONFIG: TableDefinition<&str, u64> = TableDefinition::new("config");
+use crate::etcd::Etcd;
+use crate::kv::{redb_read, redb_write, Tx, CONFIG, ENTRIES};
+
 /// The last file id handed out.
 const NEXT_ID_KEY: &str = "last_file_id";
 /// Data servers the cluster had when the store was last opened.
@@ -32,10 +37,15 @@ pub const META_RENAME_ENTRIES_MAX: usize = 65_536;
 
 /// The namespace and layouts of one cluster.
 pub struct MetaStore {
-    db: Database,
+    backend: Backend,
     servers: u32,
     dir_entries_max: usize,
     rename_entries_max: usize,
+}
+
+enum Backend {
+    Redb(Database),
+    Etcd(Etcd),
 }
 
 fn parent_of(path: &str) -> &str {
@@ -64,27 +74,24 @@ fn child_prefix(path: &str) -> String {
 }
 
 /// Whether directory `path` has any entry below it.
-fn has_children(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<bool> {
-    let prefix = child_prefix(path);
-    for item in t.range(prefix.as_str()..).map_err(Error::store)? {
-        let (k, _) = item.map_err(Error::store)?;
-        let k = k.value();
-        if k != path {
-            return Ok(k.starts_with(prefix.as_str()));
-        }
-    }
-    Ok(false)
+fn has_children(t: &mut dyn Tx, path: &str) -> Result<bool> {
+    let mut found = false;
+    t.scan(&child_prefix(path), &mut |k, _| {
+        found = k != path;
+        Ok(!found)
+    })?;
+    Ok(found)
 }
 
-fn get(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<Option<Entry>> {
-    t.get(path).map_err(Error::store)?.map(|v| decode(path, v.value())).transpose()
+fn get(t: &mut dyn Tx, path: &str) -> Result<Option<Entry>> {
+    t.get(path)?.map(|v| decode(path, &v)).transpose()
 }
 
 /// Record a change in directory `dir`'s list of names.
-fn touch(t: &mut redb::Table<&'static str, &'static [u8]>, dir: &str, now: i64) -> Result<()> {
+fn touch(t: &mut dyn Tx, dir: &str, now: i64) -> Result<()> {
     if let Some(mut e) = get(t, dir)? {
         e.mtime_ns = now;
-        t.insert(dir, encode(&e).as_slice()).map_err(Error::store)?;
+        t.put(dir, &encode(&e))?;
     }
     Ok(())
 }
@@ -93,14 +100,38 @@ fn not_found(path: &str) -> Error {
     Error::new(ErrorKind::NotFound, libc::ENOENT, format!("{path:?}: no such file or directory"))
 }
 
+fn parent_dir(t: &mut dyn Tx, path: &str) -> Result<Entry> {
+    if path.is_empty() {
+        return Err(Error::new(ErrorKind::Exists, libc::EEXIST, "the root always exists"));
+    }
+    let parent = parent_of(path);
+    let e = get(t, parent)?.ok_or_else(|| not_found(parent))?;
+    if e.kind != EntryKind::Dir {
+        return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{parent:?} is not a directory")));
+    }
+    Ok(e)
+}
+
+/// Record the server count (refusing fewer than the store was made for)
+/// and make the root: the first transaction of every opening.
+fn init(t: &mut dyn Tx, servers: u32) -> Result<()> {
+    if let Some(b) = t.config(SERVERS_KEY)?.filter(|&b| b > u64::from(servers)) {
+        return Err(Error::invalid(format!("the metadata store was made for {b} data servers; {servers} given")));
+    }
+    t.set_config(SERVERS_KEY, u64::from(servers))?;
+    if t.get("")?.is_none() {
+        let root = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: Some(LayoutRequest::ROOT_DEFAULT), mtime_ns: now_ns() };
+        t.put("", &encode(&root))?;
+    }
+    Ok(())
+}
+
 impl MetaStore {
     /// Open (or create) the database at `path` for a cluster of `servers`
     /// data servers; refuses fewer servers than the store was made with
     /// (existing layouts name them).
     pub fn open(path: &Path, servers: u32) -> Result<MetaStore> {
-        if servers == 0 || servers > SERVERS_MAX {
-            return Err(Error::invalid(format!("{servers} data servers: expected 1..={SERVERS_MAX}")));
-        }
+        check_servers(servers)?;
         // An empty file is not a new namespace: a copy that failed, or a
         // disk that filled, leaves one, and the data servers still hold
         // the old namespace's objects.
@@ -112,22 +143,53 @@ impl MetaStore {
         let db = std::panic::catch_unwind(|| Database::create(path))
             .map_err(|_| Error::new(ErrorKind::Store, libc::EIO, format!("metadata database {}: damaged (cut short?); restore it from a copy", path.display())))?
             .map_err(Error::store)?;
+        // Both tables exist from the first opening on, so a read finds them.
         let tx = db.begin_write().map_err(Error::store)?;
-        {
-            let mut config = tx.open_table(CONFIG).map_err(Error::store)?;
-            let before = config.get(SERVERS_KEY).map_err(Error::store)?.map(|v| v.value());
-            if let Some(b) = before.filter(|&b| b > servers as u64) {
-                return Err(Error::invalid(format!("the metadata store was made for {b} data servers; {servers} given")));
-            }
-            config.insert(SERVERS_KEY, servers as u64).map_err(Error::store)?;
-            let mut entries = tx.open_table(ENTRIES).map_err(Error::store)?;
-            if entries.get("").map_err(Error::store)?.is_none() {
-                let root = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: Some(LayoutRequest::ROOT_DEFAULT), mtime_ns: now_ns() };
-                entries.insert("", encode(&root).as_slice()).map_err(Error::store)?;
-            }
-        }
+        tx.open_table(ENTRIES).map_err(Error::store)?;
+        tx.open_table(CONFIG).map_err(Error::store)?;
         tx.commit().map_err(Error::store)?;
-        Ok(MetaStore { db, servers, dir_entries_max: META_DIR_ENTRIES_MAX, rename_entries_max: META_RENAME_ENTRIES_MAX })
+        MetaStore::over(Backend::Redb(db), servers)
+    }
+
+    /// Open (or create) the namespace kept in the etcd cluster at
+    /// `endpoints` (`etcd://h1:2379,h2:2379` or `h1:2379,...`), under key
+    /// prefix `prefix` (one cluster's namespace per prefix).
+    pub fn open_etcd(endpoints: &str, prefix: &str, servers: u32) -> Result<MetaStore> {
+        check_servers(servers)?;
+        let etcd = Etcd::new(endpoints, prefix)?;
+        // etcd applies at most `Etcd::TXN_OPS_MAX` operations in one
+        // transaction: a rename moves each entry with two.
+        let rename_max = (Etcd::TXN_OPS_MAX - 4) / 2;
+        let store = MetaStore::over(Backend::Etcd(etcd), servers)?;
+        Ok(store.with_rename_entries_max(rename_max))
+    }
+
+    fn over(backend: Backend, servers: u32) -> Result<MetaStore> {
+        let store = MetaStore { backend, servers, dir_entries_max: META_DIR_ENTRIES_MAX, rename_entries_max: META_RENAME_ENTRIES_MAX };
+        store.write(&mut |t| init(t, servers))?;
+        Ok(store)
+    }
+
+    /// Which back end: `redb` or `etcd`.
+    pub fn backend(&self) -> &'static str {
+        match self.backend {
+            Backend::Redb(_) => "redb",
+            Backend::Etcd(_) => "etcd",
+        }
+    }
+
+    fn write<T>(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        match &self.backend {
+            Backend::Redb(db) => redb_write(db, f),
+            Backend::Etcd(e) => e.transact(f),
+        }
+    }
+
+    fn read<T>(&self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        match &self.backend {
+            Backend::Redb(db) => redb_read(db, f),
+            Backend::Etcd(e) => e.transact(f),
+        }
     }
 
     /// Lower the `readdir` bound (tests; a smaller reply frame).
@@ -138,7 +200,7 @@ impl MetaStore {
 
     /// Lower the `rename` bound (tests).
     pub fn with_rename_entries_max(mut self, n: usize) -> MetaStore {
-        self.rename_entries_max = n.min(META_RENAME_ENTRIES_MAX);
+        self.rename_entries_max = n.min(self.rename_entries_max);
         self
     }
 
@@ -150,23 +212,7 @@ impl MetaStore {
     /// The entry at `path`.
     pub fn lookup(&self, path: &str) -> Result<Entry> {
         let path = normalize(path)?;
-        let tx = self.db.begin_read().map_err(Error::store)?;
-        let t = tx.open_table(ENTRIES).map_err(Error::store)?;
-        let got = t.get(path.as_str()).map_err(Error::store)?;
-        got.map(|v| decode(&path, v.value())).unwrap_or_else(|| Err(not_found(&path)))
-    }
-
-    fn parent_dir(t: &impl ReadableTable<&'static str, &'static [u8]>, path: &str) -> Result<Entry> {
-        if path.is_empty() {
-            return Err(Error::new(ErrorKind::Exists, libc::EEXIST, "the root always exists"));
-        }
-        let parent = parent_of(path);
-        let got = t.get(parent).map_err(Error::store)?.ok_or_else(|| not_found(parent))?;
-        let e = decode(parent, got.value())?;
-        if e.kind != EntryKind::Dir {
-            return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{parent:?} is not a directory")));
-        }
-        Ok(e)
+        self.read(&mut |t| get(t, &path)?.ok_or_else(|| not_found(&path)))
     }
 
     /// Create file `path` with `req` (unset fields from the parent's
@@ -174,51 +220,40 @@ impl MetaStore {
     pub fn create(&self, path: &str, req: LayoutRequest, exclusive: bool) -> Result<Entry> {
         req.check()?;
         let path = normalize(path)?;
-        let tx = self.db.begin_write().map_err(Error::store)?;
-        let entry = {
-            let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
-            let parent = Self::parent_dir(&t, &path)?;
-            let existing = t.get(path.as_str()).map_err(Error::store)?.map(|v| decode(&path, v.value()));
-            if let Some(e) = existing {
-                let e = e?;
+        self.write(&mut |t| {
+            let parent = parent_dir(t, &path)?;
+            if let Some(e) = get(t, &path)? {
                 return match (e.kind, exclusive) {
                     (EntryKind::File, false) => Ok(e),
                     (EntryKind::Dir, _) => Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
                     _ => Err(Error::new(ErrorKind::Exists, libc::EEXIST, format!("{path:?} exists"))),
                 };
             }
-            let mut config = tx.open_table(CONFIG).map_err(Error::store)?;
-            let id = config.get(NEXT_ID_KEY).map_err(Error::store)?.map_or(0, |v| v.value()) + 1;
-            config.insert(NEXT_ID_KEY, id).map_err(Error::store)?;
+            let id = t.config(NEXT_ID_KEY)?.unwrap_or(0) + 1;
+            t.set_config(NEXT_ID_KEY, id)?;
             let inherited = req.inherit(&parent.default.unwrap_or(LayoutRequest::ROOT_DEFAULT));
             let layout = inherited.resolve(self.servers, id)?;
             let now = now_ns();
             let entry = Entry { kind: EntryKind::File, id, layout: Some(layout), default: None, mtime_ns: now };
-            t.insert(path.as_str(), encode(&entry).as_slice()).map_err(Error::store)?;
-            touch(&mut t, parent_of(&path), now)?;
-            entry
-        };
-        tx.commit().map_err(Error::store)?;
-        Ok(entry)
+            t.put(&path, &encode(&entry))?;
+            touch(t, parent_of(&path), now)?;
+            Ok(entry)
+        })
     }
 
     /// Create directory `path`, inheriting its parent's default layout.
     pub fn mkdir(&self, path: &str) -> Result<Entry> {
         let path = normalize(path)?;
-        let tx = self.db.begin_write().map_err(Error::store)?;
-        let entry = {
-            let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
-            let parent = Self::parent_dir(&t, &path)?;
-            if t.get(path.as_str()).map_err(Error::store)?.is_some() {
+        self.write(&mut |t| {
+            let parent = parent_dir(t, &path)?;
+            if t.get(&path)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, libc::EEXIST, format!("{path:?} exists")));
             }
             let entry = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: parent.default, mtime_ns: now_ns() };
-            t.insert(path.as_str(), encode(&entry).as_slice()).map_err(Error::store)?;
-            touch(&mut t, parent_of(&path), entry.mtime_ns)?;
-            entry
-        };
-        tx.commit().map_err(Error::store)?;
-        Ok(entry)
+            t.put(&path, &encode(&entry))?;
+            touch(t, parent_of(&path), entry.mtime_ns)?;
+            Ok(entry)
+        })
     }
 
     /// Set directory `path`'s default layout for new entries (unset fields
@@ -226,27 +261,15 @@ impl MetaStore {
     pub fn set_dir_default(&self, path: &str, req: LayoutRequest) -> Result<Entry> {
         req.check()?;
         let path = normalize(path)?;
-        self.write_entry(&path, |t, path| {
-            let got = t.get(path).map_err(Error::store)?.ok_or_else(|| not_found(path))?;
-            let mut e = decode(path, got.value())?;
+        self.write(&mut |t| {
+            let mut e = get(t, &path)?.ok_or_else(|| not_found(&path))?;
             if e.kind != EntryKind::Dir {
                 return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory")));
             }
             e.default = Some(req.inherit(&e.default.unwrap_or(LayoutRequest::ROOT_DEFAULT)));
+            t.put(&path, &encode(&e))?;
             Ok(e)
         })
-    }
-
-    fn write_entry(&self, path: &str, make: impl FnOnce(&redb::Table<&'static str, &'static [u8]>, &str) -> Result<Entry>) -> Result<Entry> {
-        let tx = self.db.begin_write().map_err(Error::store)?;
-        let entry = {
-            let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
-            let entry = make(&t, path)?;
-            t.insert(path, encode(&entry).as_slice()).map_err(Error::store)?;
-            entry
-        };
-        tx.commit().map_err(Error::store)?;
-        Ok(entry)
     }
 
     /// Remove file or empty directory `path`; the removed entry (the
@@ -262,34 +285,28 @@ impl MetaStore {
         if path.is_empty() {
             return Err(Error::new(ErrorKind::Invalid, libc::EBUSY, "the root cannot be removed"));
         }
-        let tx = self.db.begin_write().map_err(Error::store)?;
-        let removed = {
-            let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
-            match (expect, get(&t, &path)?) {
+        self.write(&mut |t| {
+            let removed = match (expect, get(t, &path)?) {
                 (_, None) => return Err(not_found(&path)),
                 (Some(EntryKind::File), Some(e)) if e.kind == EntryKind::Dir => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{path:?} is a directory"))),
                 (Some(EntryKind::Dir), Some(e)) if e.kind == EntryKind::File => return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory"))),
-                _ => {}
-            }
-            if has_children(&t, &path)? {
+                (_, Some(e)) => e,
+            };
+            if removed.kind == EntryKind::Dir && has_children(t, &path)? {
                 return Err(Error::new(ErrorKind::Exists, libc::ENOTEMPTY, format!("{path:?} is not empty")));
             }
-            let got = t.remove(path.as_str()).map_err(Error::store)?.ok_or_else(|| not_found(&path))?;
-            let removed = decode(&path, got.value())?;
-            drop(got);
-            touch(&mut t, parent_of(&path), now_ns())?;
-            removed
-        };
-        tx.commit().map_err(Error::store)?;
-        Ok(removed)
+            t.delete(&path)?;
+            touch(t, parent_of(&path), now_ns())?;
+            Ok(removed)
+        })
     }
 
     /// Move `from` to `to` in one transaction, with `rename(2)`'s rules: a
     /// file replaces a file, a directory replaces an empty directory, and
     /// a directory's whole subtree moves with it (at most
-    /// `META_RENAME_ENTRIES_MAX` entries). Objects are named by file id,
-    /// so no data moves. Returns the file `to` named before, whose objects
-    /// the caller removes.
+    /// `META_RENAME_ENTRIES_MAX` entries; fewer on etcd). Objects are
+    /// named by file id, so no data moves. Returns the file `to` named
+    /// before, whose objects the caller removes.
     pub fn rename(&self, from: &str, to: &str) -> Result<Option<Entry>> {
         let (from, to) = (normalize(from)?, normalize(to)?);
         if from.is_empty() || to.is_empty() {
@@ -298,19 +315,17 @@ impl MetaStore {
         if to.starts_with(&child_prefix(&from)) {
             return Err(Error::invalid(format!("cannot move {from:?} into itself ({to:?})")));
         }
-        let tx = self.db.begin_write().map_err(Error::store)?;
-        let replaced = {
-            let mut t = tx.open_table(ENTRIES).map_err(Error::store)?;
-            let src = get(&t, &from)?.ok_or_else(|| not_found(&from))?;
-            Self::parent_dir(&t, &to)?;
+        self.write(&mut |t| {
+            let src = get(t, &from)?.ok_or_else(|| not_found(&from))?;
+            parent_dir(t, &to)?;
             if from == to {
                 return Ok(None);
             }
-            let replaced = match (src.kind, get(&t, &to)?) {
+            let replaced = match (src.kind, get(t, &to)?) {
                 (_, None) => None,
                 (EntryKind::File, Some(e)) if e.kind == EntryKind::File => Some(e),
                 (EntryKind::Dir, Some(e)) if e.kind == EntryKind::Dir => {
-                    if has_children(&t, &to)? {
+                    if has_children(t, &to)? {
                         return Err(Error::new(ErrorKind::Exists, libc::ENOTEMPTY, format!("{to:?} is not empty")));
                     }
                     None
@@ -318,69 +333,79 @@ impl MetaStore {
                 (EntryKind::File, Some(_)) => return Err(Error::new(ErrorKind::IsDir, libc::EISDIR, format!("{to:?} is a directory"))),
                 (EntryKind::Dir, Some(_)) => return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{to:?} is not a directory"))),
             };
-            let mut moves = vec![(from.clone(), to.clone())];
+            let mut moves = vec![(from.clone(), to.clone(), encode(&src))];
             if src.kind == EntryKind::Dir {
-                let prefix = child_prefix(&from);
-                for item in t.range(prefix.as_str()..).map_err(Error::store)? {
-                    let (k, _) = item.map_err(Error::store)?;
-                    let Some(rest) = k.value().strip_prefix(prefix.as_str()) else {
-                        break;
-                    };
-                    if moves.len() == self.rename_entries_max {
-                        return Err(Error::new(
-                            ErrorKind::Limit,
-                            libc::EOVERFLOW,
-                            format!("{from:?} holds more than {} entries (META_RENAME_ENTRIES_MAX)", self.rename_entries_max),
-                        ));
-                    }
-                    let new = format!("{to}/{rest}");
-                    // A longer name for the directory lengthens every path
-                    // under it: none may pass the bound input paths have.
-                    if new.len() > META_PATH_BYTES_MAX {
-                        let why = format!("{:?} would be {} bytes, past {META_PATH_BYTES_MAX} (META_PATH_BYTES_MAX)", k.value(), new.len());
-                        return Err(Error::new(ErrorKind::Limit, libc::ENAMETOOLONG, why));
-                    }
-                    moves.push((k.value().to_string(), new));
-                }
+                self.subtree_moves(t, &from, &to, &mut moves)?;
             }
-            for (old, new) in &moves {
-                let e = t.remove(old.as_str()).map_err(Error::store)?.map(|v| v.value().to_vec()).ok_or_else(|| not_found(old))?;
-                t.insert(new.as_str(), e.as_slice()).map_err(Error::store)?;
+            for (old, _, _) in &moves {
+                t.delete(old)?;
+            }
+            for (_, new, value) in &moves {
+                t.put(new, value)?;
             }
             let now = now_ns();
-            touch(&mut t, parent_of(&from), now)?;
-            touch(&mut t, parent_of(&to), now)?;
-            replaced
-        };
-        tx.commit().map_err(Error::store)?;
-        Ok(replaced)
+            touch(t, parent_of(&from), now)?;
+            touch(t, parent_of(&to), now)?;
+            Ok(replaced)
+        })
+    }
+
+    /// Every entry under directory `from` and its new path under `to`,
+    /// within the rename bound and the path bound.
+    fn subtree_moves(&self, t: &mut dyn Tx, from: &str, to: &str, moves: &mut Vec<(String, String, Vec<u8>)>) -> Result<()> {
+        let prefix = child_prefix(from);
+        let mut failed = None;
+        t.scan(&prefix, &mut |k, v| {
+            let rest = &k[prefix.len()..];
+            if moves.len() == self.rename_entries_max {
+                failed = Some(Error::new(ErrorKind::Limit, libc::EOVERFLOW, format!("{from:?} holds more than {} entries (META_RENAME_ENTRIES_MAX)", self.rename_entries_max)));
+                return Ok(false);
+            }
+            let new = format!("{to}/{rest}");
+            // A longer name for the directory lengthens every path
+            // under it: none may pass the bound input paths have.
+            if new.len() > META_PATH_BYTES_MAX {
+                failed = Some(Error::new(ErrorKind::Limit, libc::ENAMETOOLONG, format!("{k:?} would be {} bytes, past {META_PATH_BYTES_MAX} (META_PATH_BYTES_MAX)", new.len())));
+                return Ok(false);
+            }
+            moves.push((k.to_string(), new, v.to_vec()));
+            Ok(true)
+        })?;
+        failed.map_or(Ok(()), Err)
     }
 
     /// The entries of directory `path`, sorted by name (at most
     /// `META_DIR_ENTRIES_MAX`, or the lower bound set).
     pub fn readdir(&self, path: &str) -> Result<Vec<(String, Entry)>> {
         let path = normalize(path)?;
-        let dir = self.lookup(&path)?;
-        if dir.kind != EntryKind::Dir {
-            return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory")));
-        }
         let prefix = child_prefix(&path);
-        let tx = self.db.begin_read().map_err(Error::store)?;
-        let t = tx.open_table(ENTRIES).map_err(Error::store)?;
-        let mut out = Vec::new();
-        for item in t.range(prefix.as_str()..).map_err(Error::store)? {
-            let (k, v) = item.map_err(Error::store)?;
-            let Some(name) = k.value().strip_prefix(prefix.as_str()) else {
-                break;
-            };
-            if name.is_empty() || name.contains('/') {
-                continue;
+        self.read(&mut |t| {
+            let dir = get(t, &path)?.ok_or_else(|| not_found(&path))?;
+            if dir.kind != EntryKind::Dir {
+                return Err(Error::new(ErrorKind::NotDir, libc::ENOTDIR, format!("{path:?} is not a directory")));
             }
-            if out.len() == self.dir_entries_max {
-                return Err(Error::new(ErrorKind::Limit, libc::EOVERFLOW, format!("{path:?} has more than {} entries (META_DIR_ENTRIES_MAX)", self.dir_entries_max)));
-            }
-            out.push((name.to_string(), decode(k.value(), v.value())?));
-        }
-        Ok(out)
+            let mut out = Vec::new();
+            let mut failed = None;
+            t.scan(&prefix, &mut |k, v| {
+                let name = &k[prefix.len()..];
+                if name.is_empty() || name.contains('/') {
+                    return Ok(true);
+                }
+                if out.len() == self.dir_entries_max {
+                    failed = Some(Error::new(ErrorKind::Limit, libc::EOVERFLOW, format!("{path:?} has more than {} entries (META_DIR_ENTRIES_MAX)", self.dir_entries_max)));
+                    return Ok(false);
+                }
+                out.push((name.to_string(), decode(k, v)?));
+                Ok(true)
+            })?;
+            failed.map_or(Ok(out), Err)
+        })
     }
+}
+
+fn check_servers(servers: u32) -> Result<()> {
+    if servers == 0 || servers > SERVERS_MAX {
+        return Err(Error::invalid(format!("{servers} data servers: expected 1..={SERVERS_MAX}")));
+    }
+    Ok(())
 }

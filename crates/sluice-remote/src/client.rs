@@ -46,7 +46,10 @@ pub struct StripedClient {
     /// The connection to the metadata role, opened again when the role
     /// closed it (it closes idle connections, `sluice_meta::MetaTimeouts`).
     meta: Mutex<MetaStream>,
-    addr: String,
+    /// The metadata roles of the cluster (several share one etcd store),
+    /// and the one the connection goes to now.
+    addrs: Vec<String>,
+    at: std::sync::atomic::AtomicUsize,
     servers: Vec<String>,
     data: Vec<Mutex<Option<Arc<Client>>>>,
     opts: ConnectOptions,
@@ -166,6 +169,21 @@ fn exchange(s: &mut MetaStream, req: &MetaRequest) -> std::result::Result<MetaRe
 /// A new connection to the metadata role at `addr`, its key proven over
 /// TCP (`AuthStart`, the `Challenge`, then the MAC,
 /// `sluice_proto::auth_mac`).
+/// The first of `addrs`, from `start` on, whose role answers; the last
+/// error when none does.
+fn meta_connect_any(addrs: &[String], start: usize, opts: &ConnectOptions) -> Result<(usize, MetaStream)> {
+    let mut last = Error::invalid("no metadata role address given");
+    for i in 0..addrs.len() {
+        let k = (start + i) % addrs.len();
+        match meta_connect(&addrs[k], opts) {
+            Ok(s) => return Ok((k, s)),
+            Err(e) if e.errno == libc::EACCES => return Err(e),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 fn meta_connect(addr: &str, opts: &ConnectOptions) -> Result<MetaStream> {
     let mut stream = MetaStream::connect(addr)
         .map(MetaStream::out_of_the_way)
@@ -212,9 +230,12 @@ impl StripedClient {
     }
 
     /// Connect; `opts` is used for every data-server connection.
+    /// `addr` may list several roles that serve one store (`a,b`): the
+    /// first that answers is used, and the next when it stops answering.
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> Result<StripedClient> {
-        let stream = meta_connect(addr, &opts)?;
-        let mut c = StripedClient { meta: Mutex::new(stream), addr: addr.to_string(), servers: Vec::new(), data: Vec::new(), opts };
+        let addrs: Vec<String> = addr.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect();
+        let (at, stream) = meta_connect_any(&addrs, 0, &opts)?;
+        let mut c = StripedClient { meta: Mutex::new(stream), addrs, at: at.into(), servers: Vec::new(), data: Vec::new(), opts };
         let servers = c.call(MetaRequest::Servers).map_err(|e| {
             // A data server does not speak the metadata protocol: say so,
             // rather than how the JSON exchange happened to fail.
@@ -257,12 +278,12 @@ impl StripedClient {
     fn call(&self, req: MetaRequest) -> Result<MetaReply> {
         let mut s = self.meta.lock().unwrap_or_else(|p| p.into_inner());
         if s.peer_closed() {
-            *s = meta_connect(&self.addr, &self.opts)?;
+            *s = self.reconnect()?;
         }
         let reads_only = matches!(req, MetaRequest::Servers | MetaRequest::Lookup { .. } | MetaRequest::Readdir { .. });
         let r = match exchange(&mut s, &req) {
-            Err(Exchange::Closed(_)) if reads_only => {
-                *s = meta_connect(&self.addr, &self.opts)?;
+            Err(Exchange::Closed(_) | Exchange::Broken(_)) if reads_only => {
+                *s = self.reconnect()?;
                 exchange(&mut s, &req)
             }
             r => r,
@@ -272,6 +293,14 @@ impl StripedClient {
             s.shutdown(std::net::Shutdown::Both);
         }
         r.map_err(Exchange::into_error)
+    }
+
+    /// A new connection to the role in use, else to the next that answers.
+    fn reconnect(&self) -> Result<MetaStream> {
+        use std::sync::atomic::Ordering;
+        let (at, s) = meta_connect_any(&self.addrs, self.at.load(Ordering::Relaxed), &self.opts)?;
+        self.at.store(at, Ordering::Relaxed);
+        Ok(s)
     }
 
     fn entry(&self, req: MetaRequest) -> Result<Entry> {

@@ -167,7 +167,17 @@ impl Remote {
 
     /// Connect, asking the address which kind it is.
     pub fn connect_with(addr: &str, opts: ConnectOptions) -> RemoteResult<Remote> {
-        if address_set(addr).is_some() {
+        if let Some(members) = address_set(addr) {
+            // A list of metadata roles (sharing one store) is one cluster;
+            // a list of servers is a forwarder set. The first member that
+            // answers says which.
+            for m in &members {
+                match Client::connect_with(m, opts.clone()) {
+                    Err(e) if e.errno == CLUSTER_ERRNO => return Remote::connect_as(addr, RemoteKind::Cluster, opts),
+                    Ok(_) => break,
+                    Err(_) => {}
+                }
+            }
             return Remote::connect_as(addr, RemoteKind::Forwarders, opts);
         }
         match Client::connect_with(addr, opts.clone()) {

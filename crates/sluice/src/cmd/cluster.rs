@@ -68,9 +68,18 @@ pub fn run(a: ClusterArgs) -> anyhow::Result<()> {
 
 #[derive(Args)]
 pub struct MetaArgs {
-    /// The metadata database (created when missing).
+    /// The metadata database (created when missing), for a role alone on
+    /// its machine.
+    #[arg(long, required_unless_present = "store", conflicts_with = "store")]
+    db: Option<PathBuf>,
+    /// Keep the namespace in an etcd cluster instead,
+    /// `etcd://HOST:PORT,HOST:PORT,...`; several `sluice meta` may serve
+    /// one store (clients list them all: `unix:/a.sock,unix:/b.sock`).
     #[arg(long)]
-    db: PathBuf,
+    store: Option<String>,
+    /// With --store: the key prefix of this cluster's namespace in etcd.
+    #[arg(long, default_value = "sluice", requires = "store")]
+    prefix: String,
     /// unix:PATH or tcp:HOST:PORT.
     #[arg(long)]
     listen: String,
@@ -93,10 +102,15 @@ pub fn run_meta(a: MetaArgs) -> anyhow::Result<()> {
         // SAFETY: as in `run`.
         unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
-    let store = sluice_meta::MetaStore::open(&a.db, a.data.len() as u32)?;
+    let servers = a.data.len() as u32;
+    let store = match (&a.db, &a.store) {
+        (Some(db), _) => sluice_meta::MetaStore::open(db, servers)?,
+        (None, Some(etcd)) => sluice_meta::MetaStore::open_etcd(etcd, &a.prefix, servers)?,
+        (None, None) => anyhow::bail!("give --db FILE or --store etcd://..."),
+    };
     let listen = sluice_server::Listen::parse(&a.listen)?;
     let mut meta = sluice_meta::MetaServer::start_with_key(store, a.data.clone(), &listen, a.key_file.as_deref())?;
-    println!("sluice: metadata role for {} data servers on {}", a.data.len(), meta.addr());
+    println!("sluice: metadata role for {} data servers on {} ({})", a.data.len(), meta.addr(), a.store.as_deref().unwrap_or("redb"));
     if let Some(m) = &a.metrics {
         println!("sluice: metadata metrics at http://{}/metrics", meta.serve_metrics(m)?);
     }
