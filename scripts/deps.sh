@@ -4,7 +4,7 @@
 set -euo pipefail
 need=()
 # Each entry: "command-that-must-exist:debian-package".
-deps="fusermount3:fuse3 tmux:tmux curl:curl man:man-db chromium:chromium /usr/lib/python3.11/ensurepip/__init__.py:python3-venv fio:fio mpirun:openmpi-bin /usr/lib/python3/dist-packages/mpi4py/__init__.py:python3-mpi4py"
+deps="fusermount3:fuse3 tmux:tmux curl:curl man:man-db chromium:chromium /usr/lib/python3.11/ensurepip/__init__.py:python3-venv fio:fio mpirun:openmpi-bin etcd:etcd-server etcdctl:etcd-client /usr/lib/python3/dist-packages/mpi4py/__init__.py:python3-mpi4py"
 for pair in $deps; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   # A dependency is a command on PATH, or (starting with /) a file.
