@@ -27,6 +27,7 @@ pub mod connections;
 pub mod forwarders;
 pub mod host;
 pub mod matrix;
+pub mod meta;
 pub mod scaleout;
 pub mod scheduler;
 pub mod service;

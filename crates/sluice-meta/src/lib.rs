@@ -14,4 +14,4 @@ mod server;
 mod store;
 
 pub use server::{MetaHandle, MetaServer, MetaTimeouts, META_CONNECTIONS_MAX};
-pub use store::{MetaStore, META_DIR_ENTRIES_MAX, META_RENAME_ENTRIES_MAX};
+pub use store::{MetaStore, META_DIR_ENTRIES_MAX, META_ID_BLOCK, META_RENAME_ENTRIES_MAX};

@@ -35,9 +35,16 @@ pub const META_DIR_ENTRIES_MAX: usize = 4096;
 /// subtree, in one transaction); past it, an error and nothing moved.
 pub const META_RENAME_ENTRIES_MAX: usize = 65_536;
 
+/// File ids a store on etcd takes from the shared counter at once: one
+/// transaction per this many creates touches the counter, so the roles
+/// sharing a store do not all conflict on it. Ids stay unique, not dense.
+pub const META_ID_BLOCK: u64 = 256;
+
 /// The namespace and layouts of one cluster.
 pub struct MetaStore {
     backend: Backend,
+    /// On etcd: the ids taken and not yet handed out, `[next, end)`.
+    ids: std::sync::Mutex<(u64, u64)>,
     servers: u32,
     dir_entries_max: usize,
     rename_entries_max: usize,
@@ -165,7 +172,7 @@ impl MetaStore {
     }
 
     fn over(backend: Backend, servers: u32) -> Result<MetaStore> {
-        let store = MetaStore { backend, servers, dir_entries_max: META_DIR_ENTRIES_MAX, rename_entries_max: META_RENAME_ENTRIES_MAX };
+        let store = MetaStore { backend, ids: std::sync::Mutex::new((0, 0)), servers, dir_entries_max: META_DIR_ENTRIES_MAX, rename_entries_max: META_RENAME_ENTRIES_MAX };
         store.write(&mut |t| init(t, servers))?;
         Ok(store)
     }
@@ -190,6 +197,28 @@ impl MetaStore {
             Backend::Redb(db) => redb_read(db, f),
             Backend::Etcd(e) => e.transact(f),
         }
+    }
+
+    /// A new file id: the next of the counter, in `t` (redb); on etcd the
+    /// next of this store's block, a new block taken in a transaction of
+    /// its own when it ran out.
+    fn next_id(&self, t: &mut dyn Tx) -> Result<u64> {
+        if let Backend::Redb(_) = self.backend {
+            let id = t.config(NEXT_ID_KEY)?.unwrap_or(0) + 1;
+            t.set_config(NEXT_ID_KEY, id)?;
+            return Ok(id);
+        }
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.0 == ids.1 {
+            let last = self.write(&mut |t| {
+                let last = t.config(NEXT_ID_KEY)?.unwrap_or(0);
+                t.set_config(NEXT_ID_KEY, last + META_ID_BLOCK)?;
+                Ok(last)
+            })?;
+            *ids = (last + 1, last + 1 + META_ID_BLOCK);
+        }
+        ids.0 += 1;
+        Ok(ids.0 - 1)
     }
 
     /// Lower the `readdir` bound (tests; a smaller reply frame).
@@ -229,8 +258,7 @@ impl MetaStore {
                     _ => Err(Error::new(ErrorKind::Exists, libc::EEXIST, format!("{path:?} exists"))),
                 };
             }
-            let id = t.config(NEXT_ID_KEY)?.unwrap_or(0) + 1;
-            t.set_config(NEXT_ID_KEY, id)?;
+            let id = self.next_id(t)?;
             let inherited = req.inherit(&parent.default.unwrap_or(LayoutRequest::ROOT_DEFAULT));
             let layout = inherited.resolve(self.servers, id)?;
             let now = now_ns();

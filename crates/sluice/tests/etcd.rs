@@ -241,3 +241,17 @@ fn two_roles_on_one_store_see_each_others_changes_at_once() {
     assert_eq!(stores[1].rename("w", "x").unwrap_err().errno, libc::EOVERFLOW);
     assert_eq!(stores[1].readdir("w").unwrap().len(), 70);
 }
+
+#[test]
+fn the_metadata_benchmark_compares_redb_with_a_local_etcd() {
+    let (out, v) = common::bench_json(&["meta", "--ops", "20", "--threads", "2", "--members", "1"], "meta.json");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert_eq!(rows[0]["store"], "redb");
+    assert!(rows[1]["store"].as_str().unwrap().starts_with("etcd"), "{out}");
+    for r in rows {
+        for k in ["create_per_s", "lookup_per_s", "rename_per_s", "unlink_per_s"] {
+            assert!(r[k].as_f64().unwrap() > 0.0, "{k}: {out}");
+        }
+    }
+}

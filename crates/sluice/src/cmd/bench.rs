@@ -27,6 +27,8 @@ pub enum BenchCmd {
     Scaleout(super::bench_scaleout::ScaleoutArgs),
     /// Forwarder sets: the decomposition on one server, and on N forwarders over one directory, one home per file and one per client.
     Forwarders(super::bench_forwarders::ForwardersArgs),
+    /// Metadata operations per second of a cluster's store: embedded redb against etcd.
+    Meta(super::bench_meta::MetaBenchArgs),
     /// The default policy against fifo, fifo-merge and direct POSIX over every workload, judged against the default's ratio bound.
     Matrix(super::bench_matrix::MatrixArgs),
     /// What N idle connected clients cost the server (threads, memory), and a round trip meanwhile.
@@ -65,6 +67,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Service(a) => super::bench_service::run(a),
         BenchCmd::Scaleout(a) => super::bench_scaleout::run(a),
         BenchCmd::Forwarders(a) => super::bench_forwarders::run(a),
+        BenchCmd::Meta(a) => super::bench_meta::run(a),
         BenchCmd::Matrix(a) => super::bench_matrix::run(a),
         BenchCmd::Connections(a) => super::bench_service::connections(a),
         BenchCmd::Array(a) => super::bench_array::run(a),

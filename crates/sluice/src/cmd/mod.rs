@@ -5,6 +5,7 @@ pub mod bench;
 pub mod bench_array;
 pub mod bench_matrix;
 pub mod bench_forwarders;
+pub mod bench_meta;
 pub mod bench_scaleout;
 pub mod bench_service;
 pub mod calibrate;
