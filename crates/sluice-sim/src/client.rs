@@ -110,7 +110,12 @@ impl World {
     fn send_piece(&mut self, p: u32, now: Time) -> Result<(), Error> {
         let pr = self.procs[p as usize];
         let srv = &self.sc.server;
-        let (server, local, room) = stripe_map(pr.cursor, srv.stripe_bytes, srv.stripe_count, pr.file % srv.count, srv.count);
+        let (server, local, room) = match &self.sc.forwarders {
+            // The forwarder sees the file whole; its dispatch goes to the
+            // server holding the file.
+            Some(f) => (forwarder_of(self.mode.home, pr.file, p, f.count), pr.cursor, u64::MAX),
+            None => stripe_map(pr.cursor, srv.stripe_bytes, srv.stripe_count, pr.file % srv.count, srv.count),
+        };
         let piece_max = match self.sc.client.fs_piece_bytes {
             0 => u64::MAX,
             n => n,
@@ -333,4 +338,18 @@ impl World {
         app.round += 1;
         self.q.push(now + app.think_ns, Ev::Round(a))
     }
+}
+
+/// The forwarder of a request for `file` from process `proc`: by a hash
+/// of the file or of the process (`Home`), uniform over `count`.
+pub(crate) fn forwarder_of(home: crate::scenario::Home, file: u64, proc: u32, count: u64) -> u64 {
+    let key = match home {
+        crate::scenario::Home::File => file,
+        crate::scenario::Home::Client => u64::from(proc) | 1 << 40,
+    };
+    // splitmix64's finaliser: nearby keys land apart.
+    let mut x = key.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) % count.max(1)
 }

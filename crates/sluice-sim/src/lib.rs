@@ -61,8 +61,8 @@ pub use error::{Error, ErrorKind};
 pub use plot::sweep_png;
 pub use report::{jain, AppReport, DeviceReport, Report, RunReport};
 pub use scenario::{
-    AioliOverrides, App, Bounds, Cache, Client, Cluster, HddFigures, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario, SchedulerModel,
-    Server,
+    AioliOverrides, App, Bounds, Cache, Client, Cluster, ForwarderSet, HddFigures, Home, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario,
+    SchedulerModel, Server,
 };
 pub use scenario::{APPS_MAX, BLOCKS_PER_CALL_MAX, CHANNELS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use state::device;
@@ -94,6 +94,9 @@ pub fn run(sc: &Scenario, opts: &RunOptions) -> Result<(Report, Option<Trace>), 
     let base = prepare(sc, opts)?;
     let names = if opts.modes.is_empty() { &base.modes } else { &opts.modes };
     let modes = names.iter().map(|m| Mode::parse(m)).collect::<Result<Vec<_>, _>>()?;
+    if let (None, Some(m)) = (&base.forwarders, modes.iter().find(|m| m.home == scenario::Home::Client)) {
+        return Err(Error::new(ErrorKind::UnknownMode, format!("mode {:?}: a home per client needs [forwarders]", m.label())));
+    }
     // Sweep points: (granularity, aggregators), at most one of them set.
     let points: Vec<(Option<u64>, Option<u64>)> = if !base.sweep_granularity_bytes.is_empty() {
         base.sweep_granularity_bytes.iter().map(|&g| (Some(g), None)).collect()
@@ -240,6 +243,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
             channels: 1,
             dispatches_inflight: 0,
         },
+        forwarders: None,
         client: Client { fs_piece_bytes: 0, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 1_000_000 },
         apps,
         bounds: Bounds { events_max: Bounds::default().events_max.max(procs.saturating_mul(requests).saturating_mul(BENCH_EVENTS_PER_REQUEST_MAX)), ..Bounds::default() },

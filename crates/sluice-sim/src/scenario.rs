@@ -57,6 +57,11 @@ pub struct Scenario {
     pub network: Network,
     pub cluster: Cluster,
     pub server: Server,
+    /// Forwarders in front of the servers (`sluice_remote::Forwarders`):
+    /// when set, the processes' requests go to a forwarder, whose
+    /// scheduler dispatches them to the server holding the file.
+    #[serde(default)]
+    pub forwarders: Option<ForwarderSet>,
     #[serde(default)]
     pub client: Client,
     #[serde(rename = "app")]
@@ -231,6 +236,20 @@ impl Server {
             self.dispatches_inflight
         }
     }
+}
+
+/// A set of forwarders: each a scheduler (with the server's policy) on a
+/// node of its own, in front of the `[server]`s, which then only serve
+/// dispatches, each server a whole file (`file % count`) on its device.
+/// A process sends each request to the forwarder its mode's home rule
+/// names (`Mode::home`): the file's (one scheduler sees all of a file's
+/// requests) or its own (a static map of processes to forwarders). The
+/// hop from forwarder to server is not modelled (as if each forwarder
+/// were on the servers' fabric at no cost).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwarderSet {
+    pub count: u64,
 }
 
 /// A cost model as the scheduler sees it (`sluice_core::DeviceCost`, one
@@ -472,6 +491,14 @@ impl Scenario {
         }
         self.validate_server()?;
         self.validate_client()?;
+        if let Some(f) = &self.forwarders {
+            if f.count == 0 || f.count > SIM_SERVERS_MAX {
+                return Err(invalid(format!("forwarder count must be 1..={SIM_SERVERS_MAX}")));
+            }
+            if let Some(a) = self.apps.iter().find(|a| a.interface != Interface::Posix) {
+                return Err(invalid(format!("application {:?}: forwarder sets are modelled for posix requests only", a.name)));
+            }
+        }
         if self.apps.is_empty() || self.apps.len() > APPS_MAX {
             return Err(invalid(format!("need 1..={APPS_MAX} applications")));
         }
@@ -626,11 +653,29 @@ impl Cache {
 pub struct Mode {
     pub policy: String,
     pub cache: Cache,
+    /// Which forwarder a request goes to, with `[forwarders]`.
+    pub home: Home,
+}
+
+/// What picks a request's forwarder (`[forwarders]`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Home {
+    /// Its file's home: one forwarder per file.
+    #[default]
+    File,
+    /// Its process's: one forwarder per process.
+    Client,
 }
 
 impl Mode {
-    /// `policy` or `policy/cache`.
+    /// `policy`, `policy/cache`, either with `@file` or `@client` (the
+    /// home rule with `[forwarders]`).
     pub fn parse(text: &str) -> Result<Mode, Error> {
+        let (text, home) = match text.split_once('@') {
+            None | Some((_, "file")) => (text.split('@').next().unwrap_or(text), Home::File),
+            Some((t, "client")) => (t, Home::Client),
+            Some((_, h)) => return Err(Error::new(ErrorKind::UnknownMode, format!("home {h:?} (known: file, client)"))),
+        };
         let (p, c) = text.split_once('/').unwrap_or((text, "none"));
         if sluice_core::PolicyConfig::from_name(p).is_none() {
             let known = sluice_core::POLICY_NAMES.join(", ");
@@ -642,15 +687,19 @@ impl Mode {
             "aggregation" => Cache::Aggregation,
             _ => return Err(Error::new(ErrorKind::UnknownMode, format!("cache {c:?} (known: none, write-behind, aggregation)"))),
         };
-        Ok(Mode { policy: p.to_string(), cache })
+        Ok(Mode { policy: p.to_string(), cache, home })
     }
 
     /// The label used in tables and JSON: the policy alone when the cache
     /// is `none`, else `policy/cache`.
     pub fn label(&self) -> String {
-        match self.cache {
+        let base = match self.cache {
             Cache::None => self.policy.clone(),
             c => format!("{}/{}", self.policy, c.name()),
+        };
+        match self.home {
+            Home::File => base,
+            Home::Client => format!("{base}@client"),
         }
     }
 }

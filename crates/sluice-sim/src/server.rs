@@ -106,7 +106,14 @@ impl World {
             }
             match srv.sched.next(now) {
                 Decision::Dispatch(d) => {
-                    let done = srv.serve(&d, now);
+                    // Behind forwarders, the server holding the file serves it.
+                    let done = match self.backend.as_mut() {
+                        Some(b) => {
+                            let k = (d.file.0 % b.len() as u64) as usize;
+                            b[k].serve(&d, now)
+                        }
+                        None => srv.serve(&d, now),
+                    };
                     srv.inflight.push_back((d, now, done));
                     self.q.push(done, Ev::DevDone(s))?;
                 }
@@ -121,10 +128,14 @@ impl World {
 
     pub(crate) fn device_done(&mut self, s: u32, now: Time) -> Result<(), Error> {
         let srv = &mut self.servers[s as usize];
-        // Dispatches finish in the order they left (each one's shared
-        // part starts after the one before it ended), one per event.
-        let (d, start, done) = srv.inflight.pop_front().expect("a completion has a dispatch");
-        debug_assert_eq!(done, now, "the device finishes dispatches in the order they left");
+        // On its own device, dispatches finish in the order they left
+        // (each one's shared part starts after the one before it ended),
+        // one per event; behind forwarders, on several devices, in the
+        // order of their devices' answers.
+        let at = srv.inflight.iter().position(|x| x.2 == now).expect("a completion has a dispatch");
+        let (d, start, done) = srv.inflight.remove(at).expect("present");
+        debug_assert!(at == 0 || self.backend.is_some(), "a server's own device finishes dispatches in the order they left");
+        debug_assert_eq!(done, now);
         let overlapping = srv.chan_free.len() > 1;
         srv.sched.complete(d.id, now).map_err(|e| Error::new(ErrorKind::Scheduler, e.to_string()))?;
         srv.drain_backlog(now)?;

@@ -157,6 +157,9 @@ impl World {
         for s in &self.servers {
             devices.add(&s.stats, &s.sched.stats());
         }
+        for b in self.backend.iter().flatten() {
+            devices.add(&b.stats, &sluice_core::Stats::default());
+        }
         let makespan = self.apps.iter().filter_map(|a| a.done_at).max().unwrap_or(0) as f64 / 1e9;
         let mut r = RunReport::new(self.mode.label(), granularity, makespan, apps, self.q.popped(), wall_s, devices);
         (r.pieces_peak, r.messages_peak) = (self.pieces.capacity_used() as u64, self.msgs.capacity_used() as u64);

@@ -184,7 +184,12 @@ pub(crate) struct World {
     pub net: Net,
     pub apps: Vec<AppRun>,
     pub procs: Vec<Proc>,
+    /// The schedulers the processes send to: the servers, or with
+    /// `[forwarders]` the forwarders.
     pub servers: Vec<ServerState>,
+    /// With `[forwarders]`: the servers behind them, whose devices serve
+    /// the forwarders' dispatches (their schedulers are unused).
+    pub backend: Option<Vec<ServerState>>,
     pub pieces: Slab<Piece>,
     pub msgs: Slab<Msg>,
     /// Server-directed list messages in flight or held, and their pieces
@@ -203,11 +208,16 @@ pub(crate) struct World {
 impl World {
     /// Build the world for `sc` (already scaled and swept) in `mode`.
     pub fn new(sc: &Scenario, mode: &Mode, trace: Option<Trace>) -> Result<World, Error> {
-        let nodes = (sc.cluster.compute_nodes + sc.server.count) as usize;
+        let schedulers = sc.forwarders.as_ref().map_or(sc.server.count, |f| f.count);
+        let nodes = (sc.cluster.compute_nodes + schedulers) as usize;
         let procs_total: u64 = sc.apps.iter().map(|a| a.procs).sum();
         let own = (procs_total * sc.client.pieces_inflight_max) as usize;
         let aggs: u64 = sc.apps.iter().map(|a| a.procs * a.aggregators).sum();
-        let servers = (0..sc.server.count).map(|_| ServerState::new(sc, mode)).collect::<Result<Vec<_>, _>>()?;
+        let servers = (0..schedulers).map(|_| ServerState::new(sc, mode)).collect::<Result<Vec<_>, _>>()?;
+        let backend = match sc.forwarders {
+            Some(_) => Some((0..sc.server.count).map(|_| ServerState::new(sc, mode)).collect::<Result<Vec<_>, _>>()?),
+            None => None,
+        };
         let mut w = World {
             q: EventQueue::new(sc.bounds.events_pending_max as usize),
             sc: sc.clone(),
@@ -216,6 +226,7 @@ impl World {
             apps: Vec::with_capacity(sc.apps.len()),
             procs: Vec::with_capacity(procs_total as usize),
             servers,
+            backend,
             pieces: Slab::new(own + FILL_PIECES_MAX, "pieces"),
             msgs: Slab::new(own + FILL_PIECES_MAX + aggs as usize, "messages"),
             bundles: Slab::new((procs_total * sc.server.count) as usize, "list messages"),
