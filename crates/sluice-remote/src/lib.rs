@@ -1,13 +1,15 @@
-//! # sluice-remote: the client side of sluice clusters
+//! # sluice-remote: the client side of sluice clusters and forwarder sets
 //!
 //! A cluster is one metadata role (`sluice-meta`) and N data servers
 //! (ordinary `sluice-server`s whose file `objects/<id>` holds one object of
 //! a file). This crate is everything a client needs, and nothing a server
 //! does: [`StripedClient`] asks the metadata role for a file's layout,
 //! opens its objects on the data servers, and maps each read or write (list
-//! I/O included) onto one list-I/O message per server; [`Remote`] puts one
-//! server or a cluster behind the single-server client's calls, for the
-//! FUSE mount, the interposer and the commands; [`proto`] is the metadata
+//! I/O included) onto one list-I/O message per server; [`Forwarders`]
+//! sends each file's calls to its home among several servers over one
+//! shared root; [`Remote`] puts one server, a cluster or a forwarder set
+//! behind the single-server client's calls, for the FUSE mount, the
+//! interposer, the commands and Python; [`proto`] is the metadata
 //! protocol both sides speak. It links no server and no database, so the
 //! interposer that is injected into every process stays small.
 //!

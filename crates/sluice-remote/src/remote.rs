@@ -1,5 +1,6 @@
-//! `Remote`: whatever a sluice address names — one server, or a cluster's
-//! metadata role — behind one set of calls shaped like the single-server
+//! `Remote`: whatever a sluice address names — one server, a cluster's
+//! metadata role (or several sharing one store), or a forwarder set
+//! (`forward.rs`) — behind one set of calls shaped like the single-server
 //! client's (`u64` handles, `Stat`, `DirEntry`, errors with an errno).
 //! The FUSE mount, the interposer and the `cp`/`ls` commands use it, so
 //! unmodified programs see a striped file as one file.
@@ -7,6 +8,8 @@
 //! Which one an address is, is asked, not configured: `connect` says
 //! `Hello` in the data protocol; a metadata role answers with errno
 //! `CLUSTER_ERRNO`, and the connection is made again as a `StripedClient`.
+//! An address list (`a,b`) asks its first member that answers: a list of
+//! metadata roles is one cluster, a list of servers a forwarder set.
 //!
 //! A cluster's open files live in a table of at most `REMOTE_FILES_MAX`
 //! entries (one more `open` fails with ENFILE); a handle is a number that

@@ -110,7 +110,12 @@ pub fn run_meta(a: MetaArgs) -> anyhow::Result<()> {
     };
     let listen = sluice_server::Listen::parse(&a.listen)?;
     let mut meta = sluice_meta::MetaServer::start_with_key(store, a.data.clone(), &listen, a.key_file.as_deref())?;
-    println!("sluice: metadata role for {} data servers on {} ({})", a.data.len(), meta.addr(), a.store.as_deref().unwrap_or("redb"));
+    println!("sluice: metadata role for {} data servers on {}", a.data.len(), meta.addr());
+    match (&a.store, &a.db) {
+        (Some(etcd), _) => println!("sluice: namespace in {etcd}, key prefix {}", a.prefix),
+        (None, Some(db)) => println!("sluice: namespace in {}", db.display()),
+        (None, None) => {}
+    }
     if let Some(m) = &a.metrics {
         println!("sluice: metadata metrics at http://{}/metrics", meta.serve_metrics(m)?);
     }
