@@ -28,6 +28,10 @@
 //!   background request enters the ordering barrier when it is let in, as
 //!   if it arrived then: it was not acknowledged, so no one can have
 //!   relied on its place.
+//! - **Service classes** (`qos.rs`, [`Scheduler::set_qos`]): rate limits
+//!   and guarantees decide when a request reaches the policy; a request
+//!   waiting in its class queue is counted as `Stats::qos_held` and enters
+//!   the ordering barrier when it is let in, as a background one does.
 //! - **Counters** per stage, checked for consistency on every dispatch and
 //!   completion and by [`Scheduler::check_invariants`].
 
@@ -37,6 +41,7 @@ use crate::error::{Error, ErrorKind};
 use crate::hash::{FxHashMap, FxHashSet};
 use crate::idmap::IdMap;
 use crate::policy::{self, Pick, Policy};
+use crate::qos::{ClassSpec, ClassStats, Qos, QosError};
 use crate::store::{Entry, FileQ, Gather, InFlight, Store};
 use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request, RequestId};
 
@@ -72,6 +77,8 @@ pub struct Stats {
     pub background: u64,
     /// Background requests let in, in all.
     pub background_admitted: u64,
+    /// Now: requests waiting in service-class queues (`set_qos`).
+    pub qos_held: u64,
     /// Times `auto` changed the policy that chooses.
     pub policy_switches: u64,
 }
@@ -109,6 +116,8 @@ pub struct Scheduler {
     foreground_last: Nanos,
     /// The last `WaitUntil` time handed out (counts `Stats::holds`).
     wait_last: Nanos,
+    /// Service classes, when the driver set some (`set_qos`).
+    qos: Option<Box<Qos>>,
     /// The device's cost model, when the driver knows one.
     cost: Option<DeviceCost>,
     /// Dispatches kept in flight: at most `dispatches_inflight_max`.
@@ -146,6 +155,7 @@ impl Scheduler {
             background_blocked_until: 0,
             foreground_last: 0,
             wait_last: 0,
+            qos: None,
             cost: None,
             scratch_run: Vec::new(),
             scratch_entries: Vec::new(),
@@ -174,8 +184,8 @@ impl Scheduler {
     /// still accept now (a driver that admits a batch at once checks it).
     pub fn room(&self) -> (u64, u64) {
         let l = &self.limits;
-        let requests = u64::from(l.queued_requests_max).saturating_sub(self.stats.queued + self.stats.blocked + self.stats.background);
-        let bytes = l.queued_bytes_max.saturating_sub(self.store.queued_bytes + self.blocked_bytes + self.background_bytes);
+        let requests = u64::from(l.queued_requests_max).saturating_sub(self.stats.queued + self.stats.blocked + self.stats.background + self.stats.qos_held);
+        let bytes = l.queued_bytes_max.saturating_sub(self.store.queued_bytes + self.blocked_bytes + self.background_bytes + self.qos_bytes());
         (requests, bytes)
     }
 
@@ -229,7 +239,7 @@ impl Scheduler {
 
     /// Nothing queued, blocked, held in the background or in flight.
     pub fn is_empty(&self) -> bool {
-        self.stats.queued == 0 && self.stats.blocked == 0 && self.stats.background == 0 && self.stats.inflight_dispatches == 0
+        self.stats.queued == 0 && self.stats.blocked == 0 && self.stats.background == 0 && self.stats.qos_held == 0 && self.stats.inflight_dispatches == 0
     }
 
     /// Register `app` with a QoS weight (1 = default). Weights scale each
@@ -247,6 +257,42 @@ impl Scheduler {
         Ok(())
     }
 
+    /// Replace the service classes with `specs` (none: no classes). Every
+    /// request waiting in a class queue enters the policy now, so nothing
+    /// is lost or answered twice; applications keep the class of the same
+    /// name, if the new set has one, else go to `default`.
+    pub fn set_qos(&mut self, specs: &[ClassSpec], now: Nanos) -> Result<(), QosError> {
+        let new = if specs.is_empty() { None } else { Some(Box::new(Qos::new(specs, self.limits.request_expire_ns, now)?)) };
+        let old = std::mem::replace(&mut self.qos, new);
+        if let Some(mut old) = old {
+            if let Some(q) = self.qos.as_mut() {
+                for (app, name) in old.app_classes() {
+                    let c = q.class_index(&name);
+                    q.set_app_class(app, c);
+                }
+            }
+            for (req, _) in old.drain() {
+                self.stats.qos_held -= 1;
+                self.enter(req, now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Put `app` in class `name` (None or an unknown name: `default`);
+    /// false when there are no classes or no class of that name.
+    pub fn set_app_class(&mut self, app: AppId, name: Option<&str>) -> bool {
+        let Some(q) = self.qos.as_mut() else { return false };
+        let c = name.and_then(|n| q.class_index(n));
+        q.set_app_class(app, c);
+        c.is_some()
+    }
+
+    /// Each class's counters, `default` last; empty without classes.
+    pub fn class_stats(&self) -> Vec<ClassStats> {
+        self.qos.as_ref().map_or_else(Vec::new, |q| q.stats())
+    }
+
     /// Whether `app` is in the background class.
     pub fn is_background(&self, app: AppId) -> bool {
         self.apps.get(&app) == Some(&0)
@@ -262,6 +308,9 @@ impl Scheduler {
     /// Drop `app`'s registration (its last connection went away). Requests
     /// it still has pending are served as usual.
     pub fn forget_app(&mut self, app: AppId) {
+        if let Some(q) = self.qos.as_mut() {
+            q.forget_app(app);
+        }
         self.apps.remove(&app);
         self.policy.forget_app(app);
     }
@@ -285,10 +334,10 @@ impl Scheduler {
         if req.len > l.request_bytes_max {
             return Err(Error::new(ErrorKind::RequestTooLarge, l.request_bytes_max));
         }
-        if self.stats.queued + self.stats.blocked + self.stats.background >= u64::from(l.queued_requests_max) {
+        if self.stats.queued + self.stats.blocked + self.stats.background + self.stats.qos_held >= u64::from(l.queued_requests_max) {
             return Err(Error::new(ErrorKind::QueueFull, u64::from(l.queued_requests_max)));
         }
-        if self.store.queued_bytes + self.blocked_bytes + self.background_bytes + req.len > l.queued_bytes_max {
+        if self.store.queued_bytes + self.blocked_bytes + self.background_bytes + self.qos_bytes() + req.len > l.queued_bytes_max {
             return Err(Error::new(ErrorKind::QueueBytesFull, l.queued_bytes_max));
         }
         if held && self.stats.background >= u64::from(l.background_held_max) {
@@ -300,6 +349,11 @@ impl Scheduler {
             return Err(Error::new(ErrorKind::TooManyFiles, u64::from(l.files_max)));
         }
         Ok(())
+    }
+
+    /// Bytes of the requests waiting in class queues.
+    fn qos_bytes(&self) -> u64 {
+        self.qos.as_ref().map_or(0, |q| q.held_bytes)
     }
 
     /// Admit a request that arrived at `now`. On error nothing changed.
@@ -319,8 +373,30 @@ impl Scheduler {
             return Ok(());
         }
         self.foreground_last = now;
+        if let Some(q) = self.qos.as_mut() {
+            if !q.arrive(req, now) {
+                self.stats.qos_held += 1;
+                return Ok(());
+            }
+        }
         self.enter(req, now);
         Ok(())
+    }
+
+    /// Let in the class-queue requests whose class may go at `now`.
+    fn release_classes(&mut self, now: Nanos) {
+        let Some(q) = self.qos.as_mut() else { return };
+        if q.held == 0 {
+            return;
+        }
+        let mut out = Vec::new();
+        q.release(now, &mut out);
+        for (req, _) in out {
+            self.stats.qos_held -= 1;
+            self.foreground_last = now;
+            self.enter(req, now);
+            self.forget_if_gone(req.app);
+        }
     }
 
     /// Put a request through the ordering barrier: blocked behind an
@@ -406,6 +482,9 @@ impl Scheduler {
 
     fn admit(&mut self, e: Entry, now: Nanos) {
         let slot = self.store.insert(e);
+        if let Some(q) = self.qos.as_mut() {
+            q.entered(&e.req, slot, &self.store);
+        }
         self.stats.queued += 1;
         self.policy.enqueued(&self.store, slot, now);
     }
@@ -425,13 +504,19 @@ impl Scheduler {
         if !self.background.is_empty() {
             self.admit_background(now);
         }
+        self.release_classes(now);
+        // Nothing to start now: wake up for the background's trickle, or
+        // for a service class out of debt.
+        let due = match (self.background_due(), self.qos.as_ref().and_then(|q| q.next_due())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         match self.next_admitted(now) {
-            // Nothing to start now: wake up for the background's trickle.
-            Decision::Idle => match self.background_due() {
+            Decision::Idle => match due {
                 Some(t) => Decision::WaitUntil(t.max(now + 1)),
                 None => Decision::Idle,
             },
-            Decision::WaitUntil(t) => Decision::WaitUntil(self.background_due().map_or(t, |b| t.min(b.max(now + 1)))),
+            Decision::WaitUntil(t) => Decision::WaitUntil(due.map_or(t, |b| t.min(b.max(now + 1)))),
             d => d,
         }
     }
@@ -444,7 +529,9 @@ impl Scheduler {
         let dispatch_max = self.limits.dispatch_bytes_max;
         let expire_ns = if self.policy.arrival_order() { 0 } else { self.limits.request_expire_ns };
         let expired = self.store.oldest().filter(|&s| now.saturating_sub(self.store.entry(s).arrival) >= expire_ns);
-        let (slot, gather, forced) = match expired {
+        // A class owed its guarantee goes before the policy's choice.
+        let owed = if expired.is_none() { self.qos.as_mut().and_then(|q| q.owed_slot(&self.store, now)) } else { None };
+        let (slot, gather, forced) = match expired.or(owed) {
             Some(slot) => (slot, Gather { limit: dispatch_max, merge, backward: true }, true),
             None => match self.policy.pick(&self.store, now) {
                 Pick::Start { slot, limit, backward } => (slot, Gather { limit: limit.min(dispatch_max), merge, backward }, false),
@@ -459,12 +546,13 @@ impl Scheduler {
                 Pick::Idle => return Decision::Idle,
             },
         };
-        Decision::Dispatch(self.dispatch(slot, gather, forced, now))
+        Decision::Dispatch(self.dispatch(slot, gather, forced && owed.is_none(), forced, now))
     }
 
     /// Take the aggregate `gather` describes around `slot` off the queue.
-    /// `forced`: expiry chose it, not the policy.
-    fn dispatch(&mut self, slot: u32, gather: Gather, forced: bool, now: Nanos) -> Dispatch {
+    /// `forced`: expiry or a guarantee chose it, not the policy (`expired`:
+    /// expiry).
+    fn dispatch(&mut self, slot: u32, gather: Gather, expired: bool, forced: bool, now: Nanos) -> Dispatch {
         let (mut run, mut entries) = (std::mem::take(&mut self.scratch_run), std::mem::take(&mut self.scratch_entries));
         self.store.run(slot, gather, &mut run);
         self.store.take(&run, &mut entries);
@@ -479,11 +567,14 @@ impl Scheduler {
         let d = Dispatch { id, file: first.file, op: first.op, offset, len: end - offset, members };
         self.store.files.get_mut(&d.file).expect("file of a dispatch").inflight.push(InFlight { id, op: d.op, offset, end });
         let n = d.members.len() as u64;
+        if let Some(q) = self.qos.as_mut() {
+            d.members.iter().for_each(|m| q.dispatched(m, now));
+        }
         self.stats.queued -= n;
         self.stats.dispatched_requests += n;
         self.stats.dispatches += 1;
         self.stats.dispatched_bytes += d.len;
-        self.stats.expired_dispatches += u64::from(forced && !self.policy.arrival_order());
+        self.stats.expired_dispatches += u64::from(expired && !self.policy.arrival_order());
         self.stats.inflight_dispatches += 1;
         self.stats.inflight_requests += n;
         self.policy.dispatched(&self.store, &d, &entries, forced, now);
@@ -512,6 +603,10 @@ impl Scheduler {
         let background = if self.background_in.is_empty() { 0 } else { d.members.iter().filter(|m| self.background_in.remove(&m.id)).count() };
         if background < d.members.len() {
             self.foreground_last = now;
+        }
+        if let Some(q) = self.qos.as_mut() {
+            let app = d.members[0].app;
+            self.policy.set_throttled(app, q.throttled(app, now));
         }
         self.policy.completed(&self.store, &d, now);
         self.release_blocked(d.file, now);
@@ -561,7 +656,8 @@ impl Scheduler {
 
     fn counters_consistent(&self) -> bool {
         let s = &self.stats;
-        s.inserted == s.queued + s.blocked + s.background + s.inflight_requests + s.completed_requests
+        s.inserted == s.queued + s.blocked + s.background + s.qos_held + s.inflight_requests + s.completed_requests
+            && s.qos_held == self.qos.as_ref().map_or(0, |q| q.held)
             && s.dispatched_requests == s.inflight_requests + s.completed_requests
             && s.queued == self.store.queued as u64
             && s.inflight_dispatches == self.inflight.len() as u64

@@ -323,6 +323,10 @@ pub(crate) struct Aioli {
     scratch: Vec<Slot>,
     /// Windows opened so far (`Stats::windows`).
     windows: u64,
+    /// Applications whose service class holds their next requests now
+    /// (`set_throttled`): no window waits for them. At most the registered
+    /// applications.
+    throttled: crate::hash::FxHashSet<AppId>,
     /// The smallest quantum in force (`quanta`), computed when the device
     /// model changes, not at every request.
     quantum_min: u64,
@@ -366,6 +370,7 @@ impl Aioli {
             tick: 0,
             scratch: Vec::new(),
             windows: 0,
+            throttled: crate::hash::FxHashSet::default(),
         }
     }
 
@@ -971,6 +976,7 @@ impl Policy for Aioli {
         let (hits_min, wmin, wmax) = (self.p.sync_hits_min, self.p.sync_window_ns_min, self.p.sync_window_ns_max);
         let mut searching = turn.is_some();
         for m in &d.members {
+            let throttled = !self.throttled.is_empty() && self.throttled.contains(&m.app);
             let s = self.stream(m.app, m.client);
             s.last_complete = now;
             // A member whose end another member covers (a process's
@@ -979,6 +985,7 @@ impl Policy for Aioli {
             // the device where more than one dispatch is in flight).
             if !searching
                 || turn.is_none_or(|t| m.app != t.app)
+                || throttled
                 || s.hits < hits_min
                 || m.end() < d.end()
                 || !s.expects(d.file, m.end())
@@ -1000,7 +1007,7 @@ impl Policy for Aioli {
         let Some(t) = turn.filter(|_| searching) else { return };
         let (hits, think) = (f.seq_hits, f.think_ns);
         let idle = self.apps.get(&t.app).is_none_or(|a| a.live == 0);
-        if hits < hits_min || !idle || !d.members.iter().any(|m| m.app == t.app) || store.starting_at(d.file, d.end()).is_some() {
+        if hits < hits_min || !idle || self.throttled.contains(&t.app) || !d.members.iter().any(|m| m.app == t.app) || store.starting_at(d.file, d.end()).is_some() {
             return;
         }
         let len = window_len(think, wmin, wmax);
@@ -1037,7 +1044,19 @@ impl Policy for Aioli {
         self.apps.len()
     }
 
+    fn set_throttled(&mut self, app: AppId, throttled: bool) {
+        if !throttled {
+            self.throttled.remove(&app);
+            return;
+        }
+        self.throttled.insert(app);
+        if self.window.is_some_and(|w| w.app == app) {
+            self.window = None;
+        }
+    }
+
     fn forget_app(&mut self, app: AppId) {
+        self.throttled.remove(&app);
         match self.apps.get_mut(&app) {
             Some(a) if a.live == 0 => {
                 self.apps.remove(&app);

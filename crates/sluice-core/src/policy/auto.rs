@@ -315,6 +315,12 @@ impl Policy for Auto {
         }
     }
 
+    fn set_throttled(&mut self, app: AppId, throttled: bool) {
+        for c in &mut self.candidates {
+            c.set_throttled(app, throttled);
+        }
+    }
+
     fn forget_app(&mut self, app: AppId) {
         for c in &mut self.candidates {
             c.forget_app(app);

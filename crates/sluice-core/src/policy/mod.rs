@@ -54,6 +54,9 @@ pub(crate) trait Policy {
     /// scheduler keeps in flight.
     fn set_device(&mut self, _cost: Option<DeviceCost>, _depth: u32) {}
     fn forget_app(&mut self, _app: AppId) {}
+    /// `app`'s service class holds its next requests for now (`qos.rs`):
+    /// keep no device idle for them (aioli's windows).
+    fn set_throttled(&mut self, _app: AppId, _throttled: bool) {}
     /// Applications the policy keeps a record of (for the invariant that
     /// it forgets them: at most the registered ones plus those with
     /// requests still queued).
