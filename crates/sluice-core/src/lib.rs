@@ -48,6 +48,6 @@ pub use config::{AioliParams, Limits, PolicyConfig, POLICY_NAMES};
 pub use cost::{CostLearner, DeviceCost, Observation};
 pub use error::{Error, ErrorKind};
 pub use idmap::DENSE_IDS as FILE_IDS_DENSE;
-pub use qos::{ClassSpec, ClassStats, QosError, QOS_CLASSES_MAX, QOS_DEFAULT_CLASS, QOS_DEPTH_NS_DEFAULT, QOS_DEPTH_NS_MAX};
+pub use qos::{check_classes as check_qos_classes, ClassSpec, ClassStats, QosError, QOS_CLASSES_MAX, QOS_DEFAULT_CLASS, QOS_DEPTH_NS_DEFAULT, QOS_DEPTH_NS_MAX};
 pub use scheduler::{Scheduler, Stats};
 pub use types::{AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Nanos, Op, Request, RequestId};

@@ -286,6 +286,9 @@ pub struct ServerConfig {
     /// file, with every other server given the same file (`disk.rs`), as
     /// forwarders over one file system share its disks. None: its own.
     pub device_shared: Option<PathBuf>,
+    /// Service classes and the rules that place applications in them
+    /// (`sluice serve --qos FILE`, `qos.rs`); None: none.
+    pub qos: Option<crate::qos::QosRules>,
     /// Most dispatches in flight, 1..=`QUEUE_DEPTH_MAX` (the executor's
     /// threads); the scheduler keeps as many of them busy as the learned
     /// device model says the device gains from.
@@ -355,6 +358,7 @@ impl ServerConfig {
             write_leases: true,
             device: DeviceKind::Real,
             device_shared: None,
+            qos: None,
             queue_depth: QUEUE_DEPTH_DEFAULT,
             device_model: None,
             no_prior: false,

@@ -68,6 +68,11 @@ pub struct Dispatcher {
     /// The applications of the dispatch `done` looks at (kept to reuse
     /// its allocation).
     seen: Vec<AppId>,
+    /// The service classes' rules, and each registered application's
+    /// name and identity, to place it again when they change (at most
+    /// the scheduler's `apps_max`).
+    qos: Option<crate::qos::QosRules>,
+    placed: HashMap<AppId, (String, u32, u32)>,
 }
 
 /// Applications the trace remembers having named.
@@ -115,6 +120,8 @@ impl Dispatcher {
             tracer,
             named: HashSet::new(),
             seen: Vec::new(),
+            qos: None,
+            placed: HashMap::new(),
         }
     }
 
@@ -252,14 +259,45 @@ impl Dispatcher {
             device: self.device,
             quanta,
             waiting: waiting.into_iter().collect(),
+            classes: self.sched.class_stats(),
         }
     }
 
-    pub fn set_weight(&mut self, app: AppId, weight: u32) {
-        let _ = self.sched.set_app_weight(app, weight);
+    /// Replace the service classes and rules (none: none), placing every
+    /// application known by its name and identity again.
+    pub fn set_qos(&mut self, rules: Option<crate::qos::QosRules>, now: u64) {
+        let specs = rules.as_ref().map_or_else(Vec::new, |r| r.specs());
+        // Checked when the rules were parsed.
+        if let Err(e) = self.sched.set_qos(&specs, now) {
+            eprintln!("sluice: qos: {e} (rules not applied)");
+            return;
+        }
+        self.qos = rules;
+        let known: Vec<(AppId, (String, u32, u32))> = self.placed.iter().map(|(&a, p)| (a, p.clone())).collect();
+        for (app, (name, uid, gid)) in known {
+            self.classify(app, &name, uid, gid, None);
+        }
+    }
+
+    /// Put `app` (named `name`, connected as `uid`/`gid`) in the class the
+    /// rules give it, with that class's weight, else `weight` (the one its
+    /// client asked for; None: keep it).
+    pub fn classify(&mut self, app: AppId, name: &str, uid: u32, gid: u32, weight: Option<u32>) {
+        let class = self.qos.as_ref().and_then(|r| r.class_for(name, uid, gid)).cloned();
+        if self.qos.is_some() {
+            self.sched.set_app_class(app, class.as_ref().map(|c| c.spec.name.as_str()));
+        }
+        // Kept without rules too: rules given later place it.
+        if self.placed.get(&app).is_none_or(|p| p.0 != name || p.1 != uid || p.2 != gid) {
+            self.placed.insert(app, (name.to_string(), uid, gid));
+        }
+        if let Some(w) = class.and_then(|c| c.weight).or(weight) {
+            let _ = self.sched.set_app_weight(app, w);
+        }
     }
 
     pub fn forget(&mut self, app: AppId) {
+        self.placed.remove(&app);
         self.sched.forget_app(app);
     }
 

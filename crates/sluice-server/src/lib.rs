@@ -45,6 +45,7 @@ mod net;
 mod ops;
 mod order;
 mod pending;
+pub mod qos;
 mod ring;
 pub mod root;
 mod shared;
@@ -158,7 +159,8 @@ impl Server {
                 let _ = ready_tx.send(Err(e));
                 return dispatch::Ended::default();
             }
-            let disp = Dispatcher::new(Scheduler::new(policy, limits), prior, apps, tracer);
+            let mut disp = Dispatcher::new(Scheduler::new(policy, limits), prior, apps, tracer);
+            disp.set_qos(s.config.qos.clone(), s.clock.read().ns);
             match EventLoop::new(s, listener, w, disp, loop_workers) {
                 Ok(l) => {
                     let _ = ready_tx.send(Ok(l.uses_ring()));
@@ -316,6 +318,27 @@ impl ServerHandle {
     /// Whether the live trace is recording.
     pub fn tracing(&self) -> bool {
         self.tracing.as_ref().is_some_and(|(t, _)| t.load(Ordering::Relaxed))
+    }
+
+    /// Replace the service classes and rules (`qos.rs`; None: none) while
+    /// the server runs: the event loop applies them at its next turn (a
+    /// request waiting in a class queue then enters the policy; none is
+    /// lost or answered twice). Each change is counted in `/metrics`.
+    pub fn set_qos(&self, rules: Option<qos::QosRules>) {
+        *lock(&self.shared.qos_update) = Some(rules);
+        self.shared.qos_pending.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    /// Each service class's counters now (`default` last; empty without
+    /// classes), asked of the event loop as a metrics scrape does.
+    pub fn class_stats(&self) -> Vec<sluice_core::ClassStats> {
+        self.shared.view.ask(&self.waker).map(|v| v.classes).unwrap_or_default()
+    }
+
+    /// Changes of the service classes applied since the start.
+    pub fn qos_changes(&self) -> u64 {
+        self.shared.qos_changes.load(Ordering::Relaxed)
     }
 
     /// Per-application counters so far.

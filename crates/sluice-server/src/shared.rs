@@ -59,6 +59,12 @@ pub(crate) struct Shared {
     pub direct_writes: Arc<DirectOrder>,
     /// Where a metrics scrape asks the event loop for its view.
     pub view: ViewSlot,
+    /// New service classes for the event loop to apply at its next turn
+    /// (`ServerHandle::set_qos`; `Some(None)` removes them), flagged by
+    /// `qos_pending`; and the changes applied since the start.
+    pub qos_update: Mutex<Option<Option<crate::qos::QosRules>>>,
+    pub qos_pending: AtomicBool,
+    pub qos_changes: AtomicU64,
 }
 
 impl Shared {
@@ -92,6 +98,9 @@ impl Shared {
             doorbells_watched: AtomicUsize::new(0),
             direct_writes: Arc::default(),
             view: ViewSlot::default(),
+            qos_update: Mutex::new(None),
+            qos_pending: AtomicBool::new(false),
+            qos_changes: AtomicU64::new(0),
             config,
         }
     }

@@ -129,6 +129,8 @@ pub struct View {
     /// requests waiting in the scheduler.
     pub quanta: Vec<(AppId, u64)>,
     pub waiting: Vec<(AppId, u64)>,
+    /// Each service class's counters (`default` last; empty without).
+    pub classes: Vec<sluice_core::ClassStats>,
 }
 
 /// Where a scrape and the event loop meet.

@@ -20,7 +20,7 @@ const FN_LINES_MAX: usize = 70;
 /// below its own; modules of one layer do not import each other.
 const LAYERS: &[&[&str]] = &[
     &["error", "clock", "sync", "waker", "storage", "order", "net", "shm", "collective", "idhash"],
-    &["root", "ident", "view", "trace", "disk"],
+    &["root", "ident", "view", "trace", "disk", "qos"],
     &["config", "lease", "state"],
     &["pending", "shared"],
     &["exec", "ops", "metrics"],

@@ -170,7 +170,7 @@ impl EventLoop {
             Ok(app) => app,
             Err(e) => return self.refuse(c, answer_id, e.errno, e.message),
         };
-        self.disp.set_weight(app, hello.weight);
+        self.disp.classify(app, name, uid, identity.cred.gid, Some(hello.weight));
         c.app = Some(app);
         c.session = Some(Box::new(Session::new(app, ClientId(hello.client_id), identity)));
         c.phase = Phase::Ready;

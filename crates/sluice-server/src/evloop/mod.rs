@@ -274,6 +274,9 @@ impl EventLoop {
         }
         self.scan_doorbells();
         self.take_back();
+        if self.shared.qos_pending.load(Ordering::Acquire) {
+            self.apply_qos();
+        }
         if self.shared.stopping.load(Ordering::SeqCst) && !self.stopping {
             self.begin_stop();
         }
@@ -282,6 +285,16 @@ impl EventLoop {
         self.publish_view();
         self.deadlines();
         wake_at
+    }
+
+    /// Apply the service classes `ServerHandle::set_qos` left.
+    fn apply_qos(&mut self) {
+        self.shared.qos_pending.store(false, Ordering::Release);
+        let Some(rules) = crate::sync::lock(&self.shared.qos_update).take() else { return };
+        let what = rules.as_ref().map_or_else(|| "no classes".to_string(), |r| format!("{} classes, {} rules", r.classes.len(), r.rules.len()));
+        self.disp.set_qos(rules, self.now.ns);
+        self.shared.qos_changes.fetch_add(1, Ordering::Relaxed);
+        eprintln!("sluice: qos: now {what}");
     }
 
     /// Close every connection and hand back the scheduler's figures.

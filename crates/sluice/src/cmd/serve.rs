@@ -38,6 +38,11 @@ pub struct ServeArgs {
     /// every read and write completes at once, reads return zeros).
     #[arg(long, default_value = "real")]
     device: String,
+    /// Service classes and the rules that put applications in them (a
+    /// TOML file, docs/qos.md): rate limits, guarantees, weights. SIGHUP
+    /// reads it again; a file that does not parse keeps the rules in force.
+    #[arg(long, value_name = "FILE")]
+    qos: Option<PathBuf>,
     /// With --device hdd7200: share one emulated disk, through FILE, with
     /// every server given the same FILE (forwarders in front of one shared
     /// directory, which share its disk); by default each server emulates
@@ -132,19 +137,23 @@ pub struct ServeArgs {
 static STOP: AtomicBool = AtomicBool::new(false);
 /// Set by SIGUSR1: toggle the live trace.
 static TOGGLE_TRACE: AtomicBool = AtomicBool::new(false);
+/// Set by SIGHUP: read the `--qos` file again.
+static RELOAD_QOS: AtomicBool = AtomicBool::new(false);
 /// How often the main thread looks at `STOP`.
 const STOP_POLL_MS: u64 = 50;
 
 extern "C" fn on_signal(sig: libc::c_int) {
     if sig == libc::SIGUSR1 {
         TOGGLE_TRACE.store(true, Ordering::SeqCst);
+    } else if sig == libc::SIGHUP {
+        RELOAD_QOS.store(true, Ordering::SeqCst);
     } else {
         STOP.store(true, Ordering::SeqCst);
     }
 }
 
 fn install_signal_handlers() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1] {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is
         // async-signal-safe.
         unsafe { libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
@@ -171,6 +180,9 @@ fn config(a: &ServeArgs) -> anyhow::Result<ServerConfig> {
     cfg.sqpoll_idle_ms = a.sqpoll_idle_ms;
     cfg.no_prior = a.no_prior;
     cfg.device_shared = a.device_shared.clone();
+    if let Some(q) = &a.qos {
+        cfg.qos = Some(sluice_server::qos::QosRules::load(q).map_err(anyhow::Error::msg)?);
+    }
     if let Some(p) = &a.device_model {
         cfg.device_model = Some(sluice_device::ModelFile::load(p)?.cost());
     }
@@ -219,6 +231,22 @@ fn check(a: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// SIGHUP: the `--qos` file again; a file that does not parse leaves the
+/// rules in force, and says why.
+fn reload_qos(a: &ServeArgs, server: &sluice_server::ServerHandle) {
+    let Some(path) = &a.qos else {
+        println!("sluice: SIGHUP: no --qos file to read");
+        return;
+    };
+    match sluice_server::qos::QosRules::load(path) {
+        Ok(r) => {
+            println!("sluice: qos: read {}: {} classes, {} rules", path.display(), r.classes.len(), r.rules.len());
+            server.set_qos(Some(r));
+        }
+        Err(e) => println!("sluice: qos: {e}; keeping the rules in force"),
+    }
+}
+
 fn serve(a: &ServeArgs, cfg: ServerConfig) -> anyhow::Result<()> {
     sluice_server::raise_fd_limit();
     install_signal_handlers();
@@ -244,8 +272,14 @@ fn serve(a: &ServeArgs, cfg: ServerConfig) -> anyhow::Result<()> {
     if let Some(t) = &a.trace {
         println!("sluice: tracing to {} (SIGUSR1 pauses and resumes)", t.display());
     }
+    if let Some(q) = &a.qos {
+        println!("sluice: service classes from {} (SIGHUP reads it again)", q.display());
+    }
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(STOP_POLL_MS));
+        if RELOAD_QOS.swap(false, Ordering::SeqCst) {
+            reload_qos(a, &server);
+        }
         if TOGGLE_TRACE.swap(false, Ordering::SeqCst) {
             let on = !server.tracing();
             if server.set_tracing(on) {
