@@ -111,6 +111,8 @@ pub fn forwarders(cfg: &ForwardersConfig) -> Result<ForwardersReport, WorkloadEr
                 durable: false,
                 forwarders: s.forwarders,
                 home_per_client: s.home_per_client,
+                qos: None,
+                sample_ms: 0,
             };
             let report = run(&rc)?;
             let one = &report.runs[0];

@@ -134,6 +134,8 @@ pub fn calibrate(exe: &Path, scratch: &Path, progress: bool) -> Result<HostProfi
         durable: false,
         forwarders: 1,
         home_per_client: false,
+        qos: None,
+        sample_ms: 0,
     };
     // First, while this process has one thread: the wake floor forks.
     let wake_ns = crate::service::wake_floor().map_err(|e| e.to_string())?.map_or(0, |us| (us * 1e3).round() as u64);

@@ -353,6 +353,8 @@ fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, W
         durable: true,
         forwarders: 1,
         home_per_client: false,
+        qos: None,
+        sample_ms: 0,
     };
     let modes = modes(cfg, cell.device);
     let mut runs_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();

@@ -279,6 +279,8 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             durable: false,
             forwarders: 1,
             home_per_client: false,
+            qos: None,
+            sample_ms: 0,
         };
         let mut real = Vec::new();
         for i in 0..cfg.runs.max(1) {

@@ -7,6 +7,8 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod common;
+
 /// A scratch directory removed even when the test fails.
 struct Scratch(PathBuf);
 
@@ -48,7 +50,8 @@ fn bench_traced(dir: &Path, args: &[&str]) -> (Value, u64) {
     let v = bench_env(dir, args, &[("SLUICE_BENCH_TRACE", &traces)]);
     let policy = v["runs"].as_array().unwrap().last().unwrap()["mode"].as_str().unwrap().to_string();
     let t: Value = serde_json::from_str(&std::fs::read_to_string(traces.join(format!("{policy}.json"))).unwrap()).unwrap();
-    let largest = t["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "dispatch" && e["ph"] == "b").filter_map(|e| e["args"]["requests"].as_u64()).max().unwrap_or(0);
+    let largest =
+        t["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "dispatch" && e["ph"] == "b").filter_map(|e| e["args"]["requests"].as_u64()).max().unwrap_or(0);
     (v, largest)
 }
 
@@ -122,7 +125,10 @@ fn decomposition_direct_fifo_aioli_with_o_direct() {
 #[test]
 fn strided_readers_through_the_mount_reach_the_scheduler_together() {
     let s = Scratch::new("via-mount");
-    let (v, largest) = bench_traced(&s.0, &["decomposition", "--procs", "32", "--granularity", "4K", "--direct", "--device", "hdd7200", "--scale", "0.001", "--policies", "aioli", "--via", "mount"]);
+    let (v, largest) = bench_traced(
+        &s.0,
+        &["decomposition", "--procs", "32", "--granularity", "4K", "--direct", "--device", "hdd7200", "--scale", "0.001", "--policies", "aioli", "--via", "mount"],
+    );
     check_shape(&v, &["aioli"], 1);
     assert_eq!(v["via"], "mount");
     assert!(largest > 16, "the 32 readers' requests reach the scheduler together through the mount: at most {largest} in a dispatch");
@@ -135,7 +141,10 @@ fn strided_readers_through_the_mount_reach_the_scheduler_together() {
 #[test]
 fn strided_writers_through_the_mount_are_aggregated() {
     let s = Scratch::new("via-mount-write");
-    let (v, largest) = bench_traced(&s.0, &["decomposition", "--write", "--procs", "32", "--granularity", "4K", "--direct", "--device", "hdd7200", "--scale", "0.0005", "--policies", "aioli", "--via", "mount"]);
+    let (v, largest) = bench_traced(
+        &s.0,
+        &["decomposition", "--write", "--procs", "32", "--granularity", "4K", "--direct", "--device", "hdd7200", "--scale", "0.0005", "--policies", "aioli", "--via", "mount"],
+    );
     check_shape(&v, &["aioli"], 1);
     assert!(largest > 8, "the 32 writers' requests reach the scheduler together through the mount: at most {largest} in a dispatch");
 }
@@ -216,4 +225,15 @@ fn direct_mode_cannot_emulate_a_disk() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot emulate a disk"));
+}
+
+#[test]
+fn the_service_level_benchmark_reports_each_class_over_windows() {
+    let (out, v) = common::bench_json(&["qos", "--device", "real", "--direct", "--seconds", "1.5", "--rate", "4000000", "--guarantee", "4000000"], "qos.json");
+    assert!(out.contains("limited to the rate") && out.contains("guaranteed, beside 32 others"), "{out}");
+    let lim = &v["limited"];
+    assert!(!lim["bytes_per_s"].as_array().unwrap().is_empty(), "the limited class ran over a whole window: {out}");
+    assert!(lim["mean"].as_f64().unwrap() > 0.0, "{out}");
+    assert!(v["guaranteed"]["bytes_per_s"].is_array() && v["unguaranteed"]["bytes_per_s"].is_array(), "{out}");
+    assert_eq!(v["config"]["rate_bytes_per_s"], 4_000_000);
 }

@@ -58,6 +58,11 @@ pub struct RunReport {
     /// where `/proc` cannot be read.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<super::cpu::CpuUse>,
+    /// With `RunConfig::sample_ms`: each application's bytes moved so far
+    /// (read and written), every `sample_ms` from the start, as the
+    /// started server counted them: `(seconds, [(application, bytes)])`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<(f64, Vec<(String, u64)>)>,
 }
 
 #[cfg(test)]
@@ -77,6 +82,7 @@ impl RunReport {
             holds: None,
             windows: None,
             cpu: None,
+            samples: Vec::new(),
         }
     }
 }

@@ -68,6 +68,11 @@ pub struct RunConfig {
     pub forwarders: u32,
     /// The ranks pick a forwarder by client, not by file (`SLUICE_HOME=client`).
     pub home_per_client: bool,
+    /// Service classes of the started servers (`sluice serve --qos`).
+    pub qos: Option<sluice_server::qos::QosRules>,
+    /// Sample each application's bytes on the started server every this
+    /// many milliseconds during the run (`RunReport::samples`); 0: never.
+    pub sample_ms: u64,
 }
 
 impl RunConfig {
@@ -227,7 +232,10 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
         }
     };
     let label = mode.to_string();
-    let timed = run_workers(cfg, apps, &target, &label);
+    let (timed, samples) = match servers.first().filter(|_| cfg.sample_ms > 0) {
+        Some(first) => sampled(cfg.sample_ms, first, || run_workers(cfg, apps, &target, &label)),
+        None => (run_workers(cfg, apps, &target, &label), Vec::new()),
+    };
     drop(mounted);
     let started = !servers.is_empty();
     let stats = started.then(|| summed_stats(servers.iter().map(|s| s.stats())));
@@ -266,7 +274,29 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
         .collect();
     let makespan_s = apps.iter().map(|a| a.completion_s).fold(0.0, f64::max);
     let jain = jain(&apps.iter().map(|a| a.mib_s).collect::<Vec<_>>());
-    Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps, device_model, dispatches, device_busy_s, seeks, holds, windows, cpu })
+    Ok(RunReport { mode: mode.into(), granularity: cfg.granularity, makespan_s, jain, apps, device_model, dispatches, device_busy_s, seeks, holds, windows, cpu, samples })
+}
+
+/// Run `work`, sampling `server`'s per-application bytes every `every_ms`
+/// meanwhile (at most one sample a millisecond apart; the first at the
+/// start).
+fn sampled<T: Send>(every_ms: u64, server: &sluice_server::ServerHandle, work: impl FnOnce() -> T + Send) -> (T, Vec<(f64, Vec<(String, u64)>)>) {
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = s.spawn(|| {
+            let t0 = Instant::now();
+            let mut out = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let now = server.stats().into_iter().map(|a| (a.name, a.bytes_read + a.bytes_written)).collect();
+                out.push((t0.elapsed().as_secs_f64(), now));
+                std::thread::sleep(Duration::from_millis(every_ms.max(1)));
+            }
+            out
+        });
+        let r = work();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (r, sampler.join().unwrap_or_default())
+    })
 }
 
 /// The target of the ranks for a server at `addr`, as `cfg.via` says; a
@@ -325,6 +355,7 @@ fn start_server(cfg: &RunConfig, policy: &str, forwarder: Option<u32>, disk: Opt
     let sock = std::env::temp_dir().join(format!("sluice-bench-{}-{policy}{which}.sock", std::process::id()));
     let mut sc = ServerConfig::new(&cfg.root, Listen::Unix(sock));
     sc.device_shared = disk.map(Path::to_path_buf);
+    sc.qos = cfg.qos.clone();
     sc.policy = config;
     sc.direct = cfg.direct_io;
     sc.device = cfg.device;

@@ -29,6 +29,8 @@ pub enum BenchCmd {
     Forwarders(super::bench_forwarders::ForwardersArgs),
     /// Metadata operations per second of a cluster's store: embedded redb against etcd.
     Meta(super::bench_meta::MetaBenchArgs),
+    /// Service classes on real processes: a rate-limited class beside others, a guaranteed one beside 32.
+    Qos(super::bench_qos::QosBenchArgs),
     /// The default policy against fifo, fifo-merge and direct POSIX over every workload, judged against the default's ratio bound.
     Matrix(super::bench_matrix::MatrixArgs),
     /// What N idle connected clients cost the server (threads, memory), and a round trip meanwhile.
@@ -68,6 +70,7 @@ pub fn run(cmd: BenchCmd) -> anyhow::Result<()> {
         BenchCmd::Scaleout(a) => super::bench_scaleout::run(a),
         BenchCmd::Forwarders(a) => super::bench_forwarders::run(a),
         BenchCmd::Meta(a) => super::bench_meta::run(a),
+        BenchCmd::Qos(a) => super::bench_qos::run(a),
         BenchCmd::Matrix(a) => super::bench_matrix::run(a),
         BenchCmd::Connections(a) => super::bench_service::connections(a),
         BenchCmd::Array(a) => super::bench_array::run(a),

@@ -6,6 +6,7 @@ pub mod bench_array;
 pub mod bench_matrix;
 pub mod bench_forwarders;
 pub mod bench_meta;
+pub mod bench_qos;
 pub mod bench_scaleout;
 pub mod bench_service;
 pub mod calibrate;

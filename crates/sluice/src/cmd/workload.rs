@@ -308,5 +308,7 @@ fn run_config(c: &Common, scenario: Scenario, granularity: Option<u64>, at: (&st
         durable: !c.no_fsync,
         forwarders: c.forwarders,
         home_per_client: c.home == "client",
+        qos: None,
+        sample_ms: 0,
     }
 }
