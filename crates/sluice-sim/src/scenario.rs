@@ -66,6 +66,11 @@ pub struct Scenario {
     pub client: Client,
     #[serde(rename = "app")]
     pub apps: Vec<App>,
+    /// Service classes every server's scheduler applies (`[[class]]`, as
+    /// in `sluice serve --qos`; docs/qos.md); an application names its
+    /// class with `class`.
+    #[serde(default, rename = "class")]
+    pub classes: Vec<SimClass>,
     #[serde(default)]
     pub bounds: Bounds,
     /// Overrides of the `aioli` policy's parameters (default: the core's).
@@ -252,6 +257,34 @@ pub struct ForwarderSet {
     pub count: u64,
 }
 
+/// A service class (`sluice_core::ClassSpec`), as the daemon's rules
+/// file writes one.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimClass {
+    pub name: String,
+    #[serde(default)]
+    pub rate_bytes_per_s: Option<u64>,
+    #[serde(default)]
+    pub rate_requests_per_s: Option<u64>,
+    #[serde(default)]
+    pub guarantee_bytes_per_s: Option<u64>,
+    #[serde(default)]
+    pub depth_ms: Option<u64>,
+}
+
+impl SimClass {
+    pub fn spec(&self) -> sluice_core::ClassSpec {
+        sluice_core::ClassSpec {
+            name: self.name.clone(),
+            rate_bytes_per_s: self.rate_bytes_per_s,
+            rate_requests_per_s: self.rate_requests_per_s,
+            guarantee_bytes_per_s: self.guarantee_bytes_per_s,
+            depth_ns: self.depth_ms.unwrap_or(0).saturating_mul(1_000_000),
+        }
+    }
+}
+
 /// A cost model as the scheduler sees it (`sluice_core::DeviceCost`, one
 /// dispatch at a time).
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -412,6 +445,9 @@ pub struct App {
     /// Whether the scenario's granularity sweep applies to this application.
     #[serde(default)]
     pub sweep: bool,
+    /// The service class of its requests (`[[class]]`); none: `default`.
+    #[serde(default)]
+    pub class: Option<String>,
     /// Recorded accesses to replay instead of `pattern` (`sluice sim
     /// --darshan`): one list per process. Not in scenario files.
     #[serde(skip)]
@@ -491,6 +527,11 @@ impl Scenario {
         }
         self.validate_server()?;
         self.validate_client()?;
+        let specs: Vec<sluice_core::ClassSpec> = self.classes.iter().map(SimClass::spec).collect();
+        sluice_core::check_qos_classes(&specs).map_err(|e| invalid(format!("classes: {e}")))?;
+        if let Some(a) = self.apps.iter().find(|a| a.class.as_ref().is_some_and(|c| !self.classes.iter().any(|k| &k.name == c))) {
+            return Err(invalid(format!("application {:?}: no class {:?}", a.name, a.class.as_deref().unwrap_or_default())));
+        }
         if let Some(f) = &self.forwarders {
             if f.count == 0 || f.count > SIM_SERVERS_MAX {
                 return Err(invalid(format!("forwarder count must be 1..={SIM_SERVERS_MAX}")));
@@ -591,6 +632,7 @@ impl App {
             start_offsets_ns: Vec::new(),
             blocks_per_call: one(),
             sweep: false,
+            class: None,
             recorded: None,
         }
     }

@@ -429,6 +429,14 @@ impl ServerState {
         let c = dev.cost_parts();
         let m = sc.server.scheduler_model.unwrap_or(SchedulerModel { dispatch_ns: c.access_ns, byte_ps: c.byte_ps, seek_ns: c.seek_ns, parallelism: None });
         sched.set_device_cost(Some(DeviceCost::new(m.dispatch_ns, m.byte_ps, m.seek_ns, m.parallelism.unwrap_or(sc.server.channels))));
+        // The same service classes as a daemon given them (`--qos`).
+        if !sc.classes.is_empty() {
+            let specs: Vec<_> = sc.classes.iter().map(crate::scenario::SimClass::spec).collect();
+            sched.set_qos(&specs, 0).map_err(|e| Error::new(ErrorKind::Invalid, e.to_string()))?;
+            for (i, a) in sc.apps.iter().enumerate() {
+                sched.set_app_class(AppId(i as u32 + 1), a.class.as_deref());
+            }
+        }
         let profile = sc.server.profile.as_ref().filter(|_| sc.server.device == "profile");
         let shared = match profile.filter(|p| p.shared_ns > 0 || p.shared_bytes_per_s > 0) {
             Some(p) => (p.shared_ns, 1_000_000_000_000u64.checked_div(p.shared_bytes_per_s).unwrap_or(0)),
