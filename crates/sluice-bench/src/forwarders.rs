@@ -89,30 +89,15 @@ pub fn forwarders(cfg: &ForwardersConfig) -> Result<ForwardersReport, WorkloadEr
     for r in 0..cfg.runs.max(1) as usize {
         for i in run_order(&names, r).iter().map(|s| s.parse::<usize>().expect("an index")) {
             let s = &mut setups[i];
+            let base = RunConfig::started(scenario.clone(), vec![cfg.policy.clone()], device, cfg.root.clone(), cfg.exe.clone());
             let rc = RunConfig {
-                scenario: scenario.clone(),
-                modes: vec![cfg.policy.clone()],
                 direct_io: cfg.direct_io,
-                device,
-                root: cfg.root.clone(),
-                server: None,
-                queue_depth: (device == DeviceKind::Hdd7200).then_some(1),
-                uring: true,
-                sqpoll_idle_ms: None,
-                write_leases: true,
-                alone: false,
-                seed: 1,
-                exe: cfg.exe.clone(),
                 scale: cfg.scale,
                 granularity: Some(cfg.granularity),
-                progress: false,
                 via: via.clone(),
-                no_prior: false,
-                durable: false,
                 forwarders: s.forwarders,
                 home_per_client: s.home_per_client,
-                qos: None,
-                sample_ms: 0,
+                ..base
             };
             let report = run(&rc)?;
             let one = &report.runs[0];

@@ -68,8 +68,8 @@ fn start_etcd(dir: &Path, members: u32) -> Result<(LocalEtcd, String), WorkloadE
     let peer = |i: usize| format!("http://127.0.0.1:{}", ports[n + i]);
     let initial: Vec<String> = (0..n).map(|i| format!("m{i}={}", peer(i))).collect();
     let mut procs = LocalEtcd(Vec::new());
-    for i in 0..n {
-        let client = format!("http://127.0.0.1:{}", ports[i]);
+    for (i, port) in ports[..n].iter().enumerate() {
+        let client = format!("http://127.0.0.1:{port}");
         let child = Command::new("etcd")
             .args(["--name", &format!("m{i}")])
             .arg("--data-dir")

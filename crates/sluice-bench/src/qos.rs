@@ -20,7 +20,7 @@ use sluice_server::DeviceKind;
 
 use crate::workload::pattern::{AppSpec, Dir, Pattern};
 use crate::workload::report::RunReport;
-use crate::workload::runner::{run, RunConfig, Via};
+use crate::workload::runner::{run, RunConfig};
 use crate::workload::scenario::Scenario;
 use crate::workload::WorkloadError;
 
@@ -111,30 +111,13 @@ pub fn windows(run: &RunReport, app: &str, other: &str) -> Windows {
 
 fn one(cfg: &QosConfig, apps: Vec<AppSpec>, qos: Option<QosRules>, label: &str) -> Result<RunReport, WorkloadError> {
     let device = DeviceKind::parse(&cfg.device).map_err(|e| WorkloadError::usage(e.to_string()))?;
+    let scenario = Scenario { name: label.into(), apps };
     let rc = RunConfig {
-        scenario: Scenario { name: label.into(), apps },
-        modes: vec![cfg.policy.clone()],
         direct_io: cfg.direct,
-        device,
-        root: cfg.root.join(label),
-        server: None,
-        queue_depth: (device == DeviceKind::Hdd7200).then_some(1),
-        uring: true,
-        sqpoll_idle_ms: None,
-        write_leases: true,
-        alone: false,
-        seed: 1,
-        exe: cfg.exe.clone(),
-        scale: 1.0,
-        granularity: None,
         progress: true,
-        via: Via::Library,
-        no_prior: false,
-        durable: false,
-        forwarders: 1,
-        home_per_client: false,
         qos,
         sample_ms: SAMPLE_MS,
+        ..RunConfig::started(scenario, vec![cfg.policy.clone()], device, cfg.root.join(label), cfg.exe.clone())
     };
     Ok(run(&rc)?.runs.remove(0))
 }

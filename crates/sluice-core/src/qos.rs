@@ -145,8 +145,7 @@ impl Class {
     }
 
     fn limited_until(&self) -> Option<Nanos> {
-        let t = [self.bytes, self.requests].into_iter().flatten().filter(|b| b.tokens < 0).map(|b| b.ready_at()).max();
-        t
+        [self.bytes, self.requests].into_iter().flatten().filter(|b| b.tokens < 0).map(|b| b.ready_at()).max()
     }
 }
 

@@ -95,7 +95,7 @@ fn a_guaranteed_class_gets_its_guarantee_against_32_others() {
         (per_second(&log, 1, 0, end), end)
     };
     let (with, _) = run(true);
-    assert!(with.len() >= 1, "{with:?}");
+    assert!(!with.is_empty(), "{with:?}");
     for (k, &b) in with.iter().enumerate() {
         assert!(b as f64 >= 0.95 * guarantee as f64, "second {k}: {b} bytes against a guarantee of {guarantee}: {with:?}");
     }
@@ -157,7 +157,7 @@ fn classes_and_class_queues_are_bounded() {
     more.push(class("one-more"));
     assert!(s.set_qos(&more, 0).unwrap_err().to_string().contains("QOS_CLASSES_MAX"));
     for bad in [ClassSpec { rate_bytes_per_s: Some(0), ..class("zero") }, class(QOS_DEFAULT_CLASS), class(""), ClassSpec { depth_ns: QOS_DEPTH_NS_MAX + 1, ..class("deep") }] {
-        assert!(s.set_qos(&[bad.clone()], 0).is_err(), "{bad:?}");
+        assert!(s.set_qos(std::slice::from_ref(&bad), 0).is_err(), "{bad:?}");
     }
     assert!(s.set_qos(&[class("a"), class("a")], 0).is_err(), "a name twice");
     assert!(!s.set_app_class(AppId(1), Some("no-such-class")));

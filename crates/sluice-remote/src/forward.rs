@@ -143,6 +143,9 @@ struct Placed {
     key: u64,
     ino: u64,
     member: usize,
+    /// Its home with every member in the set (the list is fixed, so this
+    /// is computed once).
+    first: usize,
     client: Arc<Client>,
     inner: Fd,
     /// The set's epoch when it was placed.
@@ -353,8 +356,20 @@ impl Forwarders {
         let ino = client.ino(inner)?;
         let first = self.first_choice(key);
         let epoch = self.epoch.load(Ordering::Acquire);
-        let placed =
-            Placed { path: path.to_string(), flags, key, ino, member, client: Arc::clone(&client), inner, epoch, displaced: member != first, retired: Vec::new(), dead: None };
+        let placed = Placed {
+            path: path.to_string(),
+            flags,
+            key,
+            ino,
+            member,
+            first,
+            client: Arc::clone(&client),
+            inner,
+            epoch,
+            displaced: member != first,
+            retired: Vec::new(),
+            dead: None,
+        };
         let mut files = lock(&self.files);
         if files.len() >= self.files_max {
             drop(files);
@@ -425,7 +440,7 @@ impl Forwarders {
                 return Err(e.clone());
             }
             let epoch = self.epoch.load(Ordering::Acquire);
-            let first = self.first_choice(p.key);
+            let first = p.first;
             let probe_due = p.displaced && lock(&self.members[first].state).out_until.is_some_and(|t| Instant::now() >= t);
             if p.epoch == epoch && !probe_due {
                 return Ok((p.member, Arc::clone(&p.client), p.inner));

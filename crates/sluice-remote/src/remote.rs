@@ -174,8 +174,10 @@ impl Remote {
             // A list of metadata roles (sharing one store) is one cluster;
             // a list of servers is a forwarder set. The first member that
             // answers says which.
+            // A bare probe: no shared-memory region is set up for it.
+            let probe = ConnectOptions { shm: false, leases: false, post: false, ring: false, ..opts.clone() };
             for m in &members {
-                match Client::connect_with(m, opts.clone()) {
+                match Client::connect_with(m, probe.clone()) {
                     Err(e) if e.errno == CLUSTER_ERRNO => return Remote::connect_as(addr, RemoteKind::Cluster, opts),
                     Ok(_) => break,
                     Err(_) => {}

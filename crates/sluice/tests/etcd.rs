@@ -49,8 +49,8 @@ fn etcd_cluster(dir: &Path) -> (Procs, Vec<String>) {
     let peer = |i: usize| format!("http://127.0.0.1:{}", ports[3 + i]);
     let initial: Vec<String> = (0..3).map(|i| format!("m{i}={}", peer(i))).collect();
     let mut procs = Procs(Vec::new());
-    for i in 0..3 {
-        let client = format!("http://127.0.0.1:{}", ports[i]);
+    for (i, port) in ports[..3].iter().enumerate() {
+        let client = format!("http://127.0.0.1:{port}");
         let child = Command::new("etcd")
             .args(["--name", &format!("m{i}")])
             .arg("--data-dir")
@@ -90,6 +90,8 @@ fn start_role(args: &[String]) -> Child {
         }
         line.clear();
     }
+    let _ = child.kill();
+    let _ = child.wait();
     panic!("sluice {args:?} exited before serving");
 }
 

@@ -62,7 +62,7 @@ pub struct RunReport {
     /// (read and written), every `sample_ms` from the start, as the
     /// started server counted them: `(seconds, [(application, bytes)])`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub samples: Vec<(f64, Vec<(String, u64)>)>,
+    pub samples: Samples,
 }
 
 #[cfg(test)]
@@ -86,6 +86,9 @@ impl RunReport {
         }
     }
 }
+
+/// Each application's bytes at instants of a run: `(seconds, [(application, bytes)])`.
+pub type Samples = Vec<(f64, Vec<(String, u64)>)>;
 
 /// A device cost model (`sluice_core::DeviceCost`), as reported.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]

@@ -76,6 +76,39 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
+    /// A run of `scenario` in `modes` on servers started over `root` with
+    /// `device`, workers started from `exe`; everything else as a
+    /// benchmark usually runs: the client library, one server, no service
+    /// classes, io_uring and write leases on, one dispatch in flight on the
+    /// emulated disk, seed 1, unscaled, no progress bar, no `fsync`.
+    pub fn started(scenario: Scenario, modes: Vec<String>, device: DeviceKind, root: PathBuf, exe: PathBuf) -> RunConfig {
+        RunConfig {
+            scenario,
+            modes,
+            direct_io: false,
+            device,
+            root,
+            server: None,
+            queue_depth: (device == DeviceKind::Hdd7200).then_some(1),
+            uring: true,
+            sqpoll_idle_ms: None,
+            write_leases: true,
+            alone: false,
+            seed: 1,
+            exe,
+            scale: 1.0,
+            granularity: None,
+            progress: false,
+            via: Via::Library,
+            no_prior: false,
+            durable: false,
+            forwarders: 1,
+            home_per_client: false,
+            qos: None,
+            sample_ms: 0,
+        }
+    }
+
     /// Whether the ranks' writes are followed by an `fsync`: asked for,
     /// and not O_DIRECT (whose writes are on the device already).
     fn fsyncs(&self) -> bool {
@@ -280,7 +313,7 @@ fn run_mode(cfg: &RunConfig, mode: &str, apps: &[AppSpec]) -> Result<RunReport, 
 /// Run `work`, sampling `server`'s per-application bytes every `every_ms`
 /// meanwhile (at most one sample a millisecond apart; the first at the
 /// start).
-fn sampled<T: Send>(every_ms: u64, server: &sluice_server::ServerHandle, work: impl FnOnce() -> T + Send) -> (T, Vec<(f64, Vec<(String, u64)>)>) {
+fn sampled<T: Send>(every_ms: u64, server: &sluice_server::ServerHandle, work: impl FnOnce() -> T + Send) -> (T, super::report::Samples) {
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         let sampler = s.spawn(|| {
