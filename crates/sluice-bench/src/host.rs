@@ -34,7 +34,7 @@ use sluice_core::replay::{Host, HOST_CORES_MAX};
 use sluice_server::DeviceKind;
 
 use crate::workload::pattern::Dir;
-use crate::workload::runner::{self, RunConfig, Via};
+use crate::workload::runner::{self, RunConfig};
 use crate::workload::scenario;
 
 /// Processes of the calibration run.
@@ -112,31 +112,8 @@ pub fn calibrate(exe: &Path, scratch: &Path, progress: bool) -> Result<HostProfi
     let sc = scenario::decomposition(HOST_PROCS, PIECE, Dir::Read, HOST_SCALE);
     let requests: u64 = sc.apps.iter().map(|a| a.size / PIECE).sum();
     let root = scratch.join(format!("sluice-host-{}", std::process::id()));
-    let cfg = RunConfig {
-        scenario: sc,
-        modes: vec!["fifo".into()],
-        direct_io: false,
-        device: DeviceKind::Null,
-        root: root.clone(),
-        server: None,
-        queue_depth: None,
-        uring: true,
-        sqpoll_idle_ms: None,
-        write_leases: false,
-        alone: false,
-        seed: 1,
-        exe: exe.to_path_buf(),
-        scale: 1.0,
-        granularity: None,
-        progress: false,
-        via: Via::Library,
-        no_prior: false,
-        durable: false,
-        forwarders: 1,
-        home_per_client: false,
-        qos: None,
-        sample_ms: 0,
-    };
+    // The null device, no write leases: every request is the server's.
+    let cfg = RunConfig { write_leases: false, ..RunConfig::started(sc, vec!["fifo".into()], DeviceKind::Null, root.clone(), exe.to_path_buf()) };
     // First, while this process has one thread: the wake floor forks.
     let wake_ns = crate::service::wake_floor().map_err(|e| e.to_string())?.map_or(0, |us| (us * 1e3).round() as u64);
     let mut runs_ns = Vec::new();

@@ -201,10 +201,24 @@ fn unmodified_cells(quick: bool, op: Dir, what: &str, preload: Option<&PathBuf>)
     vias.extend(preload.map(|lib| Via::Run(lib.clone())));
     let mut out: Vec<Cell> = vias
         .into_iter()
-        .map(|via| Cell { label: format!("{what} 4K x32 via {}", via.name()), scenario: scenario::decomposition(32, g, op, scale), device: DeviceKind::Real, direct_io: true, scale, via })
+        .map(|via| Cell {
+            label: format!("{what} 4K x32 via {}", via.name()),
+            scenario: scenario::decomposition(32, g, op, scale),
+            device: DeviceKind::Real,
+            direct_io: true,
+            scale,
+            via,
+        })
         .collect();
     let hscale = if quick { 1.0 / 1024.0 } else { 1.0 / 256.0 };
-    out.push(Cell { label: format!("{what} 4K x32 via mount (hdd7200)"), scenario: scenario::decomposition(32, g, op, hscale), device: DeviceKind::Hdd7200, direct_io: true, scale: hscale, via: Via::Mount });
+    out.push(Cell {
+        label: format!("{what} 4K x32 via mount (hdd7200)"),
+        scenario: scenario::decomposition(32, g, op, hscale),
+        device: DeviceKind::Hdd7200,
+        direct_io: true,
+        scale: hscale,
+        via: Via::Mount,
+    });
     out
 }
 
@@ -230,7 +244,14 @@ fn cells(quick: bool, write: bool, preload: Option<&PathBuf>) -> Vec<Cell> {
         return out;
     }
     let (ip, iscale) = if quick { (8, 1.0 / 64.0) } else { (32, 1.0 / 32.0) };
-    out.push(Cell { label: format!("interference 8K x{ip}"), scenario: scenario::interference(ip, 8 << 10, iscale), device: DeviceKind::Real, direct_io: true, scale: iscale, via: Via::Library });
+    out.push(Cell {
+        label: format!("interference 8K x{ip}"),
+        scenario: scenario::interference(ip, 8 << 10, iscale),
+        device: DeviceKind::Real,
+        direct_io: true,
+        scale: iscale,
+        via: Via::Library,
+    });
     let mscale = if quick { 1.0 / 256.0 } else { 1.0 / 64.0 };
     out.push(Cell { label: "mix10".into(), scenario: scenario::mix10(mscale), device: DeviceKind::Hdd7200, direct_io: false, scale: mscale, via: Via::Library });
     out
@@ -331,30 +352,14 @@ pub fn run_order(modes: &[String], r: usize) -> Vec<String> {
 }
 
 fn run_cell(cfg: &MatrixConfig, cell: Cell, index: usize) -> Result<MatrixRow, WorkloadError> {
+    let root = cfg.root.join(format!("cell-{index}"));
     let mut rc = RunConfig {
-        scenario: cell.scenario,
-        modes: Vec::new(),
         direct_io: cell.direct_io,
-        device: cell.device,
-        root: cfg.root.join(format!("cell-{index}")),
-        server: None,
-        queue_depth: (cell.device == DeviceKind::Hdd7200).then_some(1),
-        uring: true,
-        sqpoll_idle_ms: None,
         write_leases: cfg.write_leases,
-        alone: false,
-        seed: 1,
-        exe: cfg.exe.clone(),
         scale: cell.scale,
-        granularity: None,
-        progress: false,
         via: cell.via,
-        no_prior: false,
         durable: true,
-        forwarders: 1,
-        home_per_client: false,
-        qos: None,
-        sample_ms: 0,
+        ..RunConfig::started(cell.scenario, Vec::new(), cell.device, root, cfg.exe.clone())
     };
     let modes = modes(cfg, cell.device);
     let mut runs_s: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -591,7 +596,11 @@ mod tests {
         let unmodified: Vec<(&str, DeviceKind)> = full.iter().filter(|c| c.via != Via::Library).map(|c| (c.label.as_str(), c.device)).collect();
         assert_eq!(
             unmodified,
-            [("decomposition 4K x32 via mount", DeviceKind::Real), ("decomposition 4K x32 via run", DeviceKind::Real), ("decomposition 4K x32 via mount (hdd7200)", DeviceKind::Hdd7200)],
+            [
+                ("decomposition 4K x32 via mount", DeviceKind::Real),
+                ("decomposition 4K x32 via run", DeviceKind::Real),
+                ("decomposition 4K x32 via mount (hdd7200)", DeviceKind::Hdd7200)
+            ],
             "the strided rows through the paths unmodified programs take"
         );
         assert!(cells(false, false, None).iter().all(|c| c.via.name() != "run"), "no interposer rows without its library");

@@ -36,7 +36,7 @@ use sluice_sim::{AioliOverrides, App, Bounds, Client, Cluster, Network, OpName, 
 
 use crate::calibrate::ModelFile;
 use crate::workload::pattern::{AppSpec, Dir, Pattern};
-use crate::workload::runner::{self, RunConfig, Via};
+use crate::workload::runner::{self, RunConfig};
 use crate::workload::scenario::{self, Scenario};
 
 /// The link of one host (see the module documentation).
@@ -258,30 +258,14 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
     let mut rows = Vec::new();
     for w in &cfg.workloads {
         let sc = twin(w, cfg.model.as_ref())?;
+        let root = cfg.root.join(w.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
         let run_cfg = RunConfig {
-            scenario: w.scenario.clone(),
-            modes: cfg.policies.clone(),
             direct_io: w.direct_io,
-            device: w.device,
-            root: cfg.root.join(w.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-")),
-            server: None,
             queue_depth: Some(queue_depth(w)),
-            uring: true,
-            sqpoll_idle_ms: None,
             write_leases: false,
-            alone: false,
             seed: cfg.seed,
-            exe: cfg.exe.clone(),
-            scale: 1.0,
-            granularity: None,
             progress: cfg.progress,
-            via: Via::Library,
-            no_prior: false,
-            durable: false,
-            forwarders: 1,
-            home_per_client: false,
-            qos: None,
-            sample_ms: 0,
+            ..RunConfig::started(w.scenario.clone(), cfg.policies.clone(), w.device, root, cfg.exe.clone())
         };
         let mut real = Vec::new();
         for i in 0..cfg.runs.max(1) {
