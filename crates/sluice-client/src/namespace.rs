@@ -51,6 +51,19 @@ impl Client {
         }
     }
 
+    /// An operator's command on the server's service classes (`list`,
+    /// `stats`, `set` then a rules file's text, `rm CLASS`, `clear`;
+    /// docs/qos.md): the server's answer, for a person. Only root or the
+    /// server's own user on its host, or a client over TCP (which proved
+    /// the key), may give one; anyone else gets EACCES. Not retried after
+    /// a reconnection (a change might apply twice).
+    pub fn qos(&self, command: &str) -> Result<String> {
+        match self.with_session(false, |s| s.conn.call(&Request::Qos { command }))? {
+            Reply::Text(t) => Ok(t),
+            r => Err(unexpected("qos", &r)),
+        }
+    }
+
     /// The capacity and free space of the served file system that holds
     /// `path` (`statvfs(3)`).
     pub fn statfs(&self, path: &str) -> Result<Statfs> {

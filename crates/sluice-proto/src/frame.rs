@@ -62,6 +62,9 @@ pub enum Opcode {
     /// The served file system's capacity and free space, as `statvfs(3)`
     /// gives it (answered `StatfsOk`).
     Statfs = 0x21,
+    /// An operator's command on the service classes (answered `Text`):
+    /// `list`, `stats`, `set` and a rules file, `rm CLASS`, `clear`.
+    Qos = 0x22,
     HelloOk = 0x81,
     Ok = 0x82,
     Fd = 0x83,
@@ -78,10 +81,12 @@ pub enum Opcode {
     Link = 0x8b,
     /// The figures of `statvfs(3)` (see [`crate::WireStatfs`]).
     StatfsOk = 0x8c,
+    /// Text for a person to read (the answer to `Qos`).
+    Text = 0x8d,
     Error = 0xff,
 }
 
-const OPCODES: [Opcode; 46] = [
+const OPCODES: [Opcode; 48] = [
     Opcode::Hello,
     Opcode::Open,
     Opcode::Close,
@@ -115,6 +120,7 @@ const OPCODES: [Opcode; 46] = [
     Opcode::Symlink,
     Opcode::SetAttr,
     Opcode::Statfs,
+    Opcode::Qos,
     Opcode::HelloOk,
     Opcode::Ok,
     Opcode::Fd,
@@ -127,6 +133,7 @@ const OPCODES: [Opcode; 46] = [
     Opcode::Lease,
     Opcode::Link,
     Opcode::StatfsOk,
+    Opcode::Text,
     Opcode::Error,
 ];
 

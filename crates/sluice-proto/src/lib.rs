@@ -66,7 +66,7 @@ pub use msg::{
 /// 14: the key proof runs both ways: `Auth` carries the client's nonce,
 ///    and the `HelloOk` that answers it the server's proof
 ///    ([`proof_mac`]).
-pub const VERSION: u16 = 14;
+pub const VERSION: u16 = 15;
 /// First four bytes of a `Hello` body: "SLCE".
 pub const MAGIC: u32 = 0x4543_4c53;
 /// Bytes of the fixed frame header.
@@ -177,6 +177,9 @@ pub mod post {
 }
 /// Longest relative path, in bytes: Linux's PATH_MAX.
 pub const PATH_BYTES_MAX: usize = 4096;
+/// Longest `Qos` command and `Text` answer: 60 KiB (a `u16`-prefixed
+/// string); a larger rules file goes to `sluice serve --qos` and SIGHUP.
+pub const QOS_TEXT_BYTES_MAX: usize = 60 << 10;
 /// Bytes of a challenge nonce, of the shared key, and of an `Auth` MAC
 /// (HMAC-SHA256).
 pub const AUTH_BYTES: usize = 32;

@@ -135,6 +135,11 @@ pub enum Request<'a> {
     Statfs {
         path: &'a str,
     },
+    /// An operator's command on the service classes (at most
+    /// `QOS_TEXT_BYTES_MAX` bytes).
+    Qos {
+        command: &'a str,
+    },
     Fstat {
         fd: u64,
     },
@@ -344,6 +349,8 @@ pub enum Response<'a> {
     Stat(WireStat),
     /// A symbolic link's target (at most `PATH_BYTES_MAX` bytes).
     Link(String),
+    /// Text for a person (at most `QOS_TEXT_BYTES_MAX` bytes; longer is cut).
+    Text(String),
     Statfs(WireStatfs),
     Dir {
         entries: Vec<DirEntry>,
@@ -477,6 +484,7 @@ pub fn parse_request<'a>(h: &Header, body: &'a [u8]) -> Result<Request<'a>, Prot
         Opcode::Lstat => Request::Lstat { path: r.path("path")? },
         Opcode::Statfs => Request::Statfs { path: r.path("path")? },
         Opcode::Readlink => Request::Readlink { path: r.path("path")? },
+        Opcode::Qos => Request::Qos { command: r.str(crate::QOS_TEXT_BYTES_MAX, "qos command")? },
         Opcode::Fstat => Request::Fstat { fd: r.u64("fd")? },
         Opcode::Reserve => Request::Reserve { fd: r.u64("fd")?, len: r.u64("len")? },
         Opcode::Unlink => Request::Unlink { path: r.path("path")? },
@@ -660,6 +668,10 @@ fn metadata_fields(req: &Request<'_>, out: &mut Vec<u8>) -> Result<(Opcode, usiz
         Request::Lstat { path } => return path_only(Opcode::Lstat, path, out),
         Request::Statfs { path } => return path_only(Opcode::Statfs, path, out),
         Request::Readlink { path } => return path_only(Opcode::Readlink, path, out),
+        Request::Qos { command } => {
+            put_checked(out, command, crate::QOS_TEXT_BYTES_MAX, ProtoErrorKind::TooLarge, "qos command")?;
+            (Opcode::Qos, 0)
+        }
         Request::Fstat { fd } => fd_only(Opcode::Fstat, fd, out),
         Request::Reserve { fd, len } => {
             put_u64(out, fd);
@@ -787,6 +799,10 @@ fn response_fields(resp: &Response<'_>, out: &mut Vec<u8>) -> (Opcode, usize) {
         Response::Link(target) => {
             put_str(out, target, PATH_BYTES_MAX);
             (Opcode::Link, 0)
+        }
+        Response::Text(text) => {
+            put_str(out, text, crate::QOS_TEXT_BYTES_MAX);
+            (Opcode::Text, 0)
         }
         Response::Statfs(f) => {
             put_u32(out, f.block_bytes);
@@ -926,6 +942,7 @@ pub fn parse_response<'a>(h: &Header, body: &'a [u8]) -> Result<Response<'a>, Pr
         Opcode::Count => Response::Count(r.u64("count")?),
         Opcode::StatOk => Response::Stat(parse_stat(&mut r)?),
         Opcode::Link => Response::Link(r.str(PATH_BYTES_MAX, "link target")?.to_string()),
+        Opcode::Text => Response::Text(r.str(crate::QOS_TEXT_BYTES_MAX, "text")?.to_string()),
         Opcode::StatfsOk => Response::Statfs(WireStatfs {
             block_bytes: r.u32("block_bytes")?,
             io_bytes: r.u32("io_bytes")?,

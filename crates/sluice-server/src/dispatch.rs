@@ -279,6 +279,11 @@ impl Dispatcher {
         }
     }
 
+    /// The rules in force, if any.
+    pub fn qos_rules(&self) -> Option<&crate::qos::QosRules> {
+        self.qos.as_ref()
+    }
+
     /// Put `app` (named `name`, connected as `uid`/`gid`) in the class the
     /// rules give it, with that class's weight, else `weight` (the one its
     /// client asked for; None: keep it).

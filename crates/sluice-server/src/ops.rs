@@ -51,7 +51,7 @@ pub(crate) struct Session {
 /// Whether `req` runs on the event loop: it takes no path, cannot block,
 /// and needs no identity.
 pub(crate) fn runs_inline(req: &Request<'_>) -> bool {
-    matches!(req, Request::Close { .. } | Request::Fstat { .. } | Request::Stats)
+    matches!(req, Request::Close { .. } | Request::Fstat { .. } | Request::Stats | Request::Qos { .. })
 }
 
 impl Session {

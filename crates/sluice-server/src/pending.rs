@@ -27,6 +27,8 @@ pub enum Out {
     Stat(WireStat),
     /// A symbolic link's target.
     Link(String),
+    /// Text for a person (`Qos`).
+    Text(String),
     Statfs(sluice_proto::WireStatfs),
     Dir(Vec<DirEntry>, bool),
     Stats(Vec<AppStats>),
@@ -47,6 +49,7 @@ pub fn response(out: &Out) -> Response<'_> {
         Out::Count(n) => Response::Count(*n),
         Out::Stat(s) => Response::Stat(*s),
         Out::Link(t) => Response::Link(t.clone()),
+        Out::Text(t) => Response::Text(t.clone()),
         Out::Statfs(f) => Response::Statfs(*f),
         Out::Dir(e, done) => Response::Dir { entries: e.clone(), done: *done },
         Out::Stats(a) => Response::Stats(a.clone()),

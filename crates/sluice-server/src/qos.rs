@@ -145,6 +145,44 @@ impl QosRules {
         QosRules::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// The rules as a rules file (what `sluice qos list` shows).
+    pub fn to_toml(&self) -> String {
+        let mut out = String::new();
+        for c in &self.classes {
+            let s = &c.spec;
+            out += &format!("[[class]]\nname = {:?}\n", s.name);
+            for (k, v) in [("rate_bytes_per_s", s.rate_bytes_per_s), ("rate_requests_per_s", s.rate_requests_per_s), ("guarantee_bytes_per_s", s.guarantee_bytes_per_s)] {
+                if let Some(v) = v {
+                    out += &format!("{k} = {v}\n");
+                }
+            }
+            if s.depth_ns > 0 {
+                out += &format!("depth_ms = {}\n", s.depth_ns / 1_000_000);
+            }
+            if let Some(w) = c.weight {
+                out += &format!("weight = {w}\n");
+            }
+            out += "\n";
+        }
+        for r in &self.rules {
+            out += &format!("[[rule]]\nclass = {:?}\n", r.class);
+            if let Some(a) = &r.app {
+                out += &format!("app = {a:?}\n");
+            }
+            if let Some(j) = &r.job {
+                out += &format!("job = {j:?}\n");
+            }
+            if let Some(u) = r.uid {
+                out += &format!("uid = {u}\n");
+            }
+            if let Some(g) = r.gid {
+                out += &format!("gid = {g}\n");
+            }
+            out += "\n";
+        }
+        out
+    }
+
     /// The classes for the scheduler.
     pub fn specs(&self) -> Vec<ClassSpec> {
         self.classes.iter().map(|c| c.spec.clone()).collect()
@@ -160,6 +198,28 @@ impl QosRules {
         })?;
         self.classes.iter().find(|c| c.spec.name == rule.class)
     }
+}
+
+/// Each class's counters as `sluice qos stats` shows them.
+pub fn stats_table(classes: &[sluice_core::ClassStats], changes: u64) -> String {
+    let mut out = format!("{:<24} {:>8} {:>12} {:>12} {:>14} {:>10} {:>10}\n", "class", "waiting", "admitted", "admitted MB", "dispatched MB", "expired", "guaranteed");
+    for c in classes {
+        let mb = |b: u64| b as f64 / 1e6;
+        out += &format!(
+            "{:<24} {:>8} {:>12} {:>12.1} {:>14.1} {:>10} {:>10}\n",
+            c.name,
+            c.held,
+            c.admitted_requests,
+            mb(c.admitted_bytes),
+            mb(c.dispatched_bytes),
+            c.expired,
+            c.guaranteed
+        );
+    }
+    if classes.is_empty() {
+        out += "(no service classes)\n";
+    }
+    out + &format!("changes since the start: {changes}\n")
 }
 
 #[cfg(test)]

@@ -35,6 +35,8 @@ enum Cmd {
     Cp(cmd::cp::CpArgs),
     /// List a directory on the service (:DIR).
     Ls(cmd::ls::LsArgs),
+    /// The service classes of a running server: list, stats, set FILE, rm CLASS, clear.
+    Qos(cmd::qos::QosArgs),
     /// Run a command with its file calls under --prefix sent to the server (LD_PRELOAD).
     Run(cmd::run::RunArgs),
     /// Start a metadata role and N data servers on this machine (until SIGINT or SIGTERM).
@@ -66,6 +68,7 @@ fn main() {
         Cmd::Cp(a) => cmd::cp::run(a),
         Cmd::Array(c) => cmd::array::run(c),
         Cmd::Ls(a) => cmd::ls::run(a),
+        Cmd::Qos(a) => cmd::qos::run(a),
         Cmd::Run(a) => cmd::run::run(a),
         Cmd::Cluster(a) => cmd::cluster::run(a),
         Cmd::Meta(a) => cmd::cluster::run_meta(a),

@@ -799,3 +799,22 @@ fn slow_metrics_clients_do_not_stall_a_scrape() {
     let (ok, _, err) = s.sluice(&["ls", ":"]);
     assert!(ok, "{err}");
 }
+
+/// Service classes are the operator's: nobody may not list or change
+/// them, root on the server's host may.
+#[test]
+fn only_root_changes_the_service_classes() {
+    let v = Victim::start(false, &[]);
+    let out = v.as_nobody(&["qos", "list"], &[]);
+    assert!(!out.status.success() && text(&out).contains("only root or the server's user"), "{}", text(&out));
+    let rules = v.dir.path().join("qos.toml");
+    std::fs::write(&rules, "[[class]]\nname = \"slow\"\nrate_bytes_per_s = 1000000\n[[rule]]\nclass = \"slow\"\nuid = 65534\n").unwrap();
+    std::fs::set_permissions(&rules, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = v.as_nobody(&["qos", "set", rules.to_str().unwrap()], &[]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let root = |args: &[&str]| Command::new(v.bin("sluice")).args(args).env("SLUICE_SERVER", &v.addr).output().unwrap();
+    let out = root(&["qos", "set", rules.to_str().unwrap()]);
+    assert!(out.status.success() && text(&out).contains("1 classes, 1 rules"), "{}", text(&out));
+    let out = root(&["qos", "list"]);
+    assert!(out.status.success() && text(&out).contains("rate_bytes_per_s = 1000000") && text(&out).contains("uid = 65534"), "{}", text(&out));
+}

@@ -338,3 +338,40 @@ fn bench_connections_reports_threads_and_memory_per_idle_client() {
     assert!(connected >= idle, "{v}");
     assert!(v["rtt_4k_us"].as_f64().unwrap() > 0.0 && v["count"] == 50, "{v}");
 }
+
+/// `sluice qos` changes a running server's service classes: set, list,
+/// stats, rm, clear; a file that does not parse is refused and the
+/// classes in force stay.
+#[test]
+fn sluice_qos_changes_a_running_servers_classes() {
+    let s = Serve::start(&[]);
+    let file = s.dir.path().join("qos.toml");
+    std::fs::write(&file, "[[class]]\nname = \"ckpt\"\nrate_bytes_per_s = 2000000000\n\n[[class]]\nname = \"gold\"\nguarantee_bytes_per_s = 100000000\nweight = 4\n\n[[rule]]\nclass = \"ckpt\"\napp = \"ckpt-*\"\n").unwrap();
+    let ok = |args: &[&str]| {
+        let o = s.cmd(args);
+        let (out, err) = (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned());
+        assert!(o.status.success(), "{args:?}: {err}");
+        out
+    };
+    assert!(ok(&["qos", "list"]).contains("no service classes"));
+    assert!(ok(&["qos", "set", file.to_str().unwrap()]).contains("2 classes, 1 rules"));
+    let listed = ok(&["qos", "list"]);
+    assert!(listed.contains("name = \"ckpt\"") && listed.contains("weight = 4") && listed.contains("app = \"ckpt-*\""), "{listed}");
+    // What `list` prints is a rules file that `set` takes back.
+    std::fs::write(&file, &listed).unwrap();
+    assert!(ok(&["qos", "set", file.to_str().unwrap()]).contains("2 classes, 1 rules"));
+    let stats = ok(&["qos", "stats"]);
+    assert!(stats.contains("ckpt") && stats.contains("gold") && stats.contains("default") && stats.contains("changes since the start: 2"), "{stats}");
+    // A bad file: refused, the classes in force kept.
+    std::fs::write(&file, "[[class]]\nname = \"x\"\nrate = 5\n").unwrap();
+    let o = s.cmd(&["qos", "set", file.to_str().unwrap()]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("the ones in force kept"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(ok(&["qos", "list"]).contains("name = \"gold\""));
+    assert!(ok(&["qos", "rm", "ckpt"]).contains("removed"));
+    let listed = ok(&["qos", "list"]);
+    assert!(!listed.contains("ckpt") && listed.contains("gold"), "{listed}");
+    let o = s.cmd(&["qos", "rm", "nothing"]);
+    assert!(!o.status.success());
+    assert!(ok(&["qos", "clear"]).contains("no service classes"));
+    assert!(ok(&["qos", "stats"]).contains("(no service classes)"));
+}

@@ -291,10 +291,48 @@ impl EventLoop {
     fn apply_qos(&mut self) {
         self.shared.qos_pending.store(false, Ordering::Release);
         let Some(rules) = crate::sync::lock(&self.shared.qos_update).take() else { return };
+        self.change_qos(rules);
+    }
+
+    /// Replace the service classes, logged and counted.
+    fn change_qos(&mut self, rules: Option<crate::qos::QosRules>) {
         let what = rules.as_ref().map_or_else(|| "no classes".to_string(), |r| format!("{} classes, {} rules", r.classes.len(), r.rules.len()));
         self.disp.set_qos(rules, self.now.ns);
         self.shared.qos_changes.fetch_add(1, Ordering::Relaxed);
         eprintln!("sluice: qos: now {what}");
+    }
+
+    /// An operator's `Qos` command (`sluice qos`): its answer, or an errno
+    /// and why.
+    pub(super) fn qos_command(&mut self, command: &str) -> Result<String, (i32, String)> {
+        let (verb, rest) = command.split_once(char::is_whitespace).map_or((command, ""), |(v, r)| (v, r.trim_start()));
+        let current = self.disp.qos_rules().cloned();
+        match verb {
+            "list" => Ok(current.map_or_else(|| "# no service classes\n".to_string(), |r| r.to_toml())),
+            "stats" => Ok(crate::qos::stats_table(&self.disp.sched.class_stats(), self.shared.qos_changes.load(Ordering::Relaxed))),
+            "set" => {
+                let rules = crate::qos::QosRules::parse(rest).map_err(|e| (libc::EINVAL, format!("rules refused, the ones in force kept: {e}")))?;
+                let said = format!("{} classes, {} rules\n", rules.classes.len(), rules.rules.len());
+                self.change_qos(Some(rules));
+                Ok(said)
+            }
+            "rm" => {
+                let mut rules = current.ok_or((libc::ENOENT, "no service classes".to_string()))?;
+                let before = rules.classes.len();
+                rules.classes.retain(|c| c.spec.name != rest);
+                if rules.classes.len() == before {
+                    return Err((libc::ENOENT, format!("no class {rest:?}")));
+                }
+                rules.rules.retain(|r| r.class != rest);
+                self.change_qos((!rules.classes.is_empty()).then_some(rules));
+                Ok(format!("class {rest:?} removed, with its rules\n"))
+            }
+            "clear" => {
+                self.change_qos(None);
+                Ok("no service classes\n".to_string())
+            }
+            _ => Err((libc::EINVAL, format!("qos command {verb:?}: give list, stats, set RULES, rm CLASS or clear"))),
+        }
     }
 
     /// Close every connection and hand back the scheduler's figures.

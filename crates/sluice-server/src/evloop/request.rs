@@ -146,6 +146,21 @@ impl EventLoop {
             c.fold_leased(&self.shared.apps);
             self.fold_leased_all();
         }
+        if let Request::Qos { command } = req {
+            // Root or the server's own user on this host; over TCP, a
+            // client that proved the key (every TCP client has).
+            let allowed = match c.peer.as_ref().ok().and_then(|p| p.as_ref()) {
+                Some(p) => self.privileged(p.uid),
+                None => true,
+            };
+            let out = if allowed {
+                self.qos_command(command)
+            } else {
+                Err((libc::EACCES, "only root or the server's user on its host, or a key holder over TCP, may change service classes".to_string()))
+            };
+            c.push(h.request_id, out.map_or_else(|(e, m)| Out::Error(e, m), Out::Text), 0, &self.shared.reply_bytes);
+            return Flow::Next;
+        }
         let session = c.session.as_mut().expect("a ready connection holds its session");
         let out = session.metadata(&self.shared, req).unwrap_or_else(|e| Out::Error(e.errno, e.message));
         c.push(h.request_id, out, 0, &self.shared.reply_bytes);

@@ -17,6 +17,7 @@ pub mod ls;
 pub mod man;
 pub mod mount;
 pub mod output;
+pub mod qos;
 pub mod remote;
 pub mod run;
 pub mod serve;
