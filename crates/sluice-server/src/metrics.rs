@@ -62,10 +62,33 @@ pub(crate) fn render(shared: &Shared, waker: &Waker) -> String {
     server(&mut e, shared);
     e.family("sluice_scheduler_view_ok", "gauge", "1 when the event loop answered this scrape in time (the scheduler and device families below are present)");
     e.sample("sluice_scheduler_view_ok", &[], u64::from(view.is_some()) as f64);
+    e.family("sluice_qos_changes_total", "counter", "Changes of the service classes applied since the start (sluice qos, SIGHUP)");
+    e.sample("sluice_qos_changes_total", &[], shared.qos_changes.load(std::sync::atomic::Ordering::Relaxed) as f64);
     if let Some(v) = &view {
         scheduler(&mut e, v);
+        classes(&mut e, v);
     }
     e.out
+}
+
+/// Each service class's counters (docs/qos.md); none without classes.
+fn classes(e: &mut Expo, v: &View) {
+    if v.classes.is_empty() {
+        return;
+    }
+    let per: [(&str, &str, &str, fn(&sluice_core::ClassStats) -> u64); 5] = [
+        ("sluice_qos_class_waiting_requests", "gauge", "Requests waiting in the class's queue now", |c| c.held),
+        ("sluice_qos_class_admitted_requests_total", "counter", "Requests of the class that reached the policy", |c| c.admitted_requests),
+        ("sluice_qos_class_dispatched_bytes_total", "counter", "Bytes of the class dispatched (its rate, against its limit)", |c| c.dispatched_bytes),
+        ("sluice_qos_class_expired_total", "counter", "Requests of the class let in by the 1 s starvation bound", |c| c.expired),
+        ("sluice_qos_class_guaranteed_total", "counter", "Dispatches made for the class's guarantee before the policy chose", |c| c.guaranteed),
+    ];
+    for (name, kind, help, get) in per {
+        e.family(name, kind, help);
+        for c in &v.classes {
+            e.sample(name, &[("class", &c.name)], get(c) as f64);
+        }
+    }
 }
 
 fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {

@@ -264,3 +264,24 @@ fn a_short_read_teaches_the_learner_nothing() {
     assert_eq!(c.pread(fd, &mut buf, 0).unwrap(), 4096);
     assert!(value(&scrape(&s), "sluice_device_model_seek_seconds", &[]).is_some(), "a whole read is observed");
 }
+
+#[test]
+fn service_classes_and_their_changes_are_in_the_exposition() {
+    let s = TestServer::start(|c| c.metrics = Some("127.0.0.1:0".into()));
+    let m = scrape(&s);
+    assert_eq!(value(&m, "sluice_qos_changes_total", &[]), Some(0.0));
+    assert_eq!(value(&m, "sluice_qos_class_dispatched_bytes_total", &[("class", "default")]), None, "no classes, no class families");
+    let rules = "[[class]]\nname = \"slow\"\nrate_bytes_per_s = 1000000\n[[rule]]\nclass = \"slow\"\napp = \"slow\"\n";
+    s.handle.set_qos(Some(sluice_server::qos::QosRules::parse(rules).unwrap()));
+    common::within_5s("the classes applied", || !s.handle.class_stats().is_empty());
+    std::fs::write(s.path("q"), pattern(8192, 1)).unwrap();
+    let c = client(&s, "slow");
+    let fd = c.open("q", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    c.pread(fd, &mut buf, 0).unwrap();
+    let m = scrape(&s);
+    assert_eq!(value(&m, "sluice_qos_changes_total", &[]), Some(1.0));
+    assert_eq!(value(&m, "sluice_qos_class_admitted_requests_total", &[("class", "slow")]), Some(1.0));
+    assert_eq!(value(&m, "sluice_qos_class_dispatched_bytes_total", &[("class", "slow")]), Some(4096.0));
+    assert_eq!(value(&m, "sluice_qos_class_waiting_requests", &[("class", "default")]), Some(0.0));
+}
