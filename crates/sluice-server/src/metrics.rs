@@ -71,12 +71,15 @@ pub(crate) fn render(shared: &Shared, waker: &Waker) -> String {
     e.out
 }
 
+/// One family of a class's counters: name, kind, help, the figure.
+type ClassFamily = (&'static str, &'static str, &'static str, fn(&sluice_core::ClassStats) -> u64);
+
 /// Each service class's counters (docs/qos.md); none without classes.
 fn classes(e: &mut Expo, v: &View) {
     if v.classes.is_empty() {
         return;
     }
-    let per: [(&str, &str, &str, fn(&sluice_core::ClassStats) -> u64); 5] = [
+    let per: [ClassFamily; 5] = [
         ("sluice_qos_class_waiting_requests", "gauge", "Requests waiting in the class's queue now", |c| c.held),
         ("sluice_qos_class_admitted_requests_total", "counter", "Requests of the class that reached the policy", |c| c.admitted_requests),
         ("sluice_qos_class_dispatched_bytes_total", "counter", "Bytes of the class dispatched (its rate, against its limit)", |c| c.dispatched_bytes),
