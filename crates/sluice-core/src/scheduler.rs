@@ -288,6 +288,24 @@ impl Scheduler {
         c.is_some()
     }
 
+    /// Put `app` on a path of share groups, outermost first (`share.rs`):
+    /// with `[uid, job]` for every application, users share the device
+    /// equally, and each user's jobs share the user's part; the policy's
+    /// own order decides within a job. Empty: off any path (sharing is
+    /// off while no application has one). At most `SHARE_LEVELS_MAX`
+    /// keys (`InvalidRequest` past it). Only aioli (and auto while it runs
+    /// aioli) has turns to share; the other policies ignore it.
+    pub fn set_app_share(&mut self, app: AppId, keys: &[u64]) -> Result<(), Error> {
+        if keys.len() > crate::share::SHARE_LEVELS_MAX {
+            return Err(Error::new(ErrorKind::InvalidRequest, crate::share::SHARE_LEVELS_MAX as u64));
+        }
+        if !keys.is_empty() {
+            self.register(app)?;
+        }
+        self.policy.set_share(app, keys);
+        Ok(())
+    }
+
     /// Each class's counters, `default` last; empty without classes.
     pub fn class_stats(&self) -> Vec<ClassStats> {
         self.qos.as_ref().map_or_else(Vec::new, |q| q.stats())

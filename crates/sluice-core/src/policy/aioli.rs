@@ -122,6 +122,7 @@ use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
 use crate::hash::FxHashMap;
 use crate::idmap::IdMap;
+use crate::share::{Rank, Share};
 use crate::store::{op_index, Entry, Gather, LazyFifo, Slot, Store};
 use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
 
@@ -330,6 +331,10 @@ pub(crate) struct Aioli {
     /// The smallest quantum in force (`quanta`), computed when the device
     /// model changes, not at every request.
     quantum_min: u64,
+    /// Composite sharing (`share.rs`): groups of applications served
+    /// fairly before the applications within them; off while no
+    /// application has a path.
+    share: Share,
 }
 
 /// A window's length: twice the reader's think time, within
@@ -371,6 +376,7 @@ impl Aioli {
             scratch: Vec::new(),
             windows: 0,
             throttled: crate::hash::FxHashSet::default(),
+            share: Share::default(),
         }
     }
 
@@ -475,11 +481,26 @@ impl Aioli {
         f
     }
 
+    /// With composite sharing on, the standing of the group whose turn it
+    /// is among `apps` (`share.rs`); None: every application may have it.
+    fn turn_group(&self, apps: impl Iterator<Item = AppId>) -> Option<Rank> {
+        if self.share.active() {
+            self.share.least(apps)
+        } else {
+            None
+        }
+    }
+
     /// The backlogged application whose oldest request waited longest,
-    /// weighted; ties to the lowest id.
+    /// weighted; ties to the lowest id. With composite sharing, among the
+    /// applications of the least served group only.
     fn longest_waiting(&self, now: Nanos) -> Option<AppId> {
+        let group = self.turn_group(self.backlog.iter().map(|b| b.2));
         let mut best: Option<(u128, AppId)> = None;
         for &(arrival, weight, id) in &self.backlog {
+            if group.is_some_and(|g| self.share.rank(id) != g) {
+                continue;
+            }
             let waited = u128::from(now.saturating_sub(arrival) + 1) * u128::from(weight);
             if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
                 best = Some((waited, id));
@@ -490,8 +511,12 @@ impl Aioli {
 
     /// `longest_waiting` by a scan of every application (for `check`).
     fn longest_waiting_by_scan(&self, store: &Store, now: Nanos) -> Option<AppId> {
+        let group = self.turn_group(self.apps.iter().filter(|(_, a)| a.live > 0).map(|(id, _)| id));
         let mut best: Option<(u128, AppId)> = None;
         for (id, a) in self.apps.iter().filter(|(_, a)| a.live > 0) {
+            if group.is_some_and(|g| self.share.rank(id) != g) {
+                continue;
+            }
             let head = a.fifo.peek(store).expect("live application has a queued request");
             let waited = u128::from(now.saturating_sub(store.entry(head).arrival) + 1) * u128::from(a.weight);
             if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
@@ -508,6 +533,7 @@ impl Aioli {
         let chosen = self.longest_waiting(now)?;
         let (before, bounds) = (self.turns, self.quanta());
         self.turns += 1;
+        self.share.chosen(chosen);
         let a = self.apps.get_mut(&chosen).expect("chosen application exists");
         let remaining = Self::quantum_now(bounds, a, before).max(bounds.0);
         (a.quantum, a.since) = (bounds.0, self.turns);
@@ -752,6 +778,10 @@ impl Policy for Aioli {
         if moves_head {
             self.reindex_head(store, r.app);
         }
+        if live == 0 && self.share.active() {
+            self.share.place_if_unplaced(r.app);
+            self.share.activate(r.app, self.p.quantum_bytes_max);
+        }
 
         let hits_min = self.p.sync_hits_min;
         let s = self.stream(r.app, r.client);
@@ -878,6 +908,7 @@ impl Policy for Aioli {
         }
         for (m, e) in d.members.iter().zip(members) {
             let (turns, bounds) = (self.turns, self.quanta());
+            self.share.charge(m.app, e.req.len);
             let a = self.app(m.app);
             if a.live == 1 {
                 // Its quantum stops growing: keep what it reached.
@@ -895,6 +926,7 @@ impl Policy for Aioli {
                 self.backlogged -= 1;
                 if forgotten {
                     self.apps.remove(&m.app);
+                    self.share.forget(m.app);
                 }
             }
             self.stream(m.app, m.client).last_dispatch = d.id.0;
@@ -1058,11 +1090,21 @@ impl Policy for Aioli {
     fn forget_app(&mut self, app: AppId) {
         self.throttled.remove(&app);
         match self.apps.get_mut(&app) {
-            Some(a) if a.live == 0 => {
+            Some(a) if a.live > 0 => a.forgotten = true,
+            Some(_) => {
                 self.apps.remove(&app);
+                self.share.forget(app);
             }
-            Some(a) => a.forgotten = true,
-            None => {}
+            None => self.share.forget(app),
+        }
+    }
+
+    fn set_share(&mut self, app: AppId, keys: &[u64]) {
+        self.share.set(app, keys);
+        // One put on a path while backlogged stands where its new
+        // groups do, as if it had just become backlogged.
+        if self.apps.get(&app).is_some_and(|a| a.live > 0) {
+            self.share.activate(app, self.p.quantum_bytes_max);
         }
     }
 
@@ -1088,6 +1130,7 @@ impl Policy for Aioli {
                 assert_eq!(self.longest_waiting(now), self.longest_waiting_by_scan(store, now), "aioli turn choice at {now}");
             }
         }
+        self.share.check();
         assert!(self.streams.len() <= self.p.streams_max as usize, "aioli streams table over bound");
         const { assert!(std::mem::size_of::<Stream>() <= 56) };
         assert!(self.files.len() <= self.p.file_histories_max as usize, "aioli file table over bound");

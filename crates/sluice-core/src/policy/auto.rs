@@ -321,6 +321,12 @@ impl Policy for Auto {
         }
     }
 
+    fn set_share(&mut self, app: AppId, keys: &[u64]) {
+        for c in &mut self.candidates {
+            c.set_share(app, keys);
+        }
+    }
+
     fn forget_app(&mut self, app: AppId) {
         for c in &mut self.candidates {
             c.forget_app(app);

@@ -57,6 +57,9 @@ pub(crate) trait Policy {
     /// `app`'s service class holds its next requests for now (`qos.rs`):
     /// keep no device idle for them (aioli's windows).
     fn set_throttled(&mut self, _app: AppId, _throttled: bool) {}
+    /// `app`'s path of share groups, outermost first (`share.rs`; empty:
+    /// none). Policies without turns ignore it.
+    fn set_share(&mut self, _app: AppId, _keys: &[u64]) {}
     /// Applications the policy keeps a record of (for the invariant that
     /// it forgets them: at most the registered ones plus those with
     /// requests still queued).
