@@ -234,6 +234,7 @@ pub fn twin(w: &Workload, model: Option<&ModelFile>) -> Result<sluice_sim::Scena
         client: Client { fs_piece_bytes: SLOT_BYTES, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: START_JITTER_NS },
         apps,
         classes: Vec::new(),
+        share: Vec::new(),
         bounds: Bounds::default(),
         aioli: AioliOverrides::default(),
     };

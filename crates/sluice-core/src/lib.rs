@@ -41,7 +41,7 @@ mod policy;
 pub mod qos;
 pub mod replay;
 mod scheduler;
-mod share;
+pub mod share;
 mod store;
 mod types;
 
@@ -51,5 +51,5 @@ pub use error::{Error, ErrorKind};
 pub use idmap::DENSE_IDS as FILE_IDS_DENSE;
 pub use qos::{check_classes as check_qos_classes, ClassSpec, ClassStats, QosError, QOS_CLASSES_MAX, QOS_DEFAULT_CLASS, QOS_DEPTH_NS_DEFAULT, QOS_DEPTH_NS_MAX};
 pub use scheduler::{Scheduler, Stats};
-pub use share::SHARE_LEVELS_MAX;
+pub use share::{ShareLevel, SHARE_LEVELS_MAX};
 pub use types::{AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Nanos, Op, Request, RequestId};

@@ -32,6 +32,89 @@ use crate::types::AppId;
 /// the service class).
 pub const SHARE_LEVELS_MAX: usize = 3;
 
+/// A level of a sharing order: what groups applications at it. The
+/// daemon's rules file and the simulator's scenarios name them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShareLevel {
+    /// The uid the application connected as.
+    User,
+    /// Its gid.
+    Group,
+    /// Its job (`job_of`).
+    Job,
+    /// The service class it is in.
+    Class,
+}
+
+impl ShareLevel {
+    pub const ALL: [ShareLevel; 4] = [ShareLevel::User, ShareLevel::Group, ShareLevel::Job, ShareLevel::Class];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ShareLevel::User => "user",
+            ShareLevel::Group => "group",
+            ShareLevel::Job => "job",
+            ShareLevel::Class => "class",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ShareLevel> {
+        Self::ALL.into_iter().find(|l| l.name() == name)
+    }
+
+    /// Parse a sharing order: known levels, none twice, at most
+    /// `SHARE_LEVELS_MAX`.
+    pub fn parse_order(names: &[String]) -> Result<Vec<ShareLevel>, String> {
+        if names.len() > SHARE_LEVELS_MAX {
+            return Err(format!("share: {} levels, at most {SHARE_LEVELS_MAX} (SHARE_LEVELS_MAX)", names.len()));
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            let l = ShareLevel::parse(n).ok_or_else(|| format!("share: no level {n:?} (user, group, job or class)"))?;
+            if out.contains(&l) {
+                return Err(format!("share: {n:?} given twice"));
+            }
+            out.push(l);
+        }
+        Ok(out)
+    }
+}
+
+/// The job an application belongs to: `slurm-42` for `slurm-42` and
+/// `slurm-42-post` (likewise `mpi-N`, the ids a process gets by default
+/// in a Slurm or MPI job); any other application is a job of its own.
+pub fn job_of(app: &str) -> &str {
+    for prefix in ["slurm-", "mpi-"] {
+        if let Some(rest) = app.strip_prefix(prefix) {
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            if digits > 0 && rest[digits..].chars().next().is_none_or(|c| c == '-') {
+                return &app[..prefix.len() + digits];
+            }
+        }
+    }
+    app
+}
+
+/// A stable 64-bit key of a name (FNV-1a).
+pub fn name_key(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The path of keys of an application named `app`, of job `job` (None:
+/// `job_of(app)`), connected as `uid`/`gid`, in class `class`, for a
+/// sharing order (what `Scheduler::set_app_share` takes).
+pub fn share_keys(order: &[ShareLevel], app: &str, job: Option<&str>, uid: u32, gid: u32, class: &str) -> Vec<u64> {
+    order
+        .iter()
+        .map(|l| match l {
+            ShareLevel::User => u64::from(uid),
+            ShareLevel::Group => u64::from(gid),
+            ShareLevel::Job => name_key(job.unwrap_or_else(|| job_of(app))),
+            ShareLevel::Class => name_key(class),
+        })
+        .collect()
+}
+
 /// No group (the parent of a top-level group).
 const ROOT: u32 = u32::MAX;
 /// The key of the top-level group of applications with no path while
@@ -209,6 +292,29 @@ impl Share {
         apps.map(|a| self.rank(a)).min()
     }
 
+    /// How far `app`'s path may run ahead before another group would be
+    /// chosen: at the deepest level where some of `others` compete with
+    /// it (same groups above, another at that level), the least served
+    /// competitor's bytes less its own. None: no competitor.
+    pub fn lead(&self, app: AppId, others: impl Iterator<Item = AppId>) -> Option<u64> {
+        let mine = self.paths.get(&app)?;
+        let mut best: Option<(usize, u64)> = None;
+        for o in others {
+            let Some(p) = self.paths.get(&o) else { continue };
+            let same = mine.groups().iter().zip(p.groups()).take_while(|(a, b)| a == b).count();
+            if same >= usize::from(mine.len) || same >= usize::from(p.len) {
+                continue;
+            }
+            let (g, m) = (p.groups[same], mine.groups[same]);
+            let gap = self.groups[g as usize].served.saturating_sub(self.groups[m as usize].served);
+            best = match best {
+                Some((l, b)) if l > same || (l == same && b <= gap) => Some((l, b)),
+                _ => Some((same, gap)),
+            };
+        }
+        best.map(|(_, gap)| gap)
+    }
+
     /// Each application's path as (served, key) per level (for tests and
     /// the invariant check).
     pub fn check(&self) {
@@ -235,6 +341,19 @@ impl Share {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jobs_come_from_slurm_and_mpi_ids() {
+        assert_eq!(job_of("slurm-42"), "slurm-42");
+        assert_eq!(job_of("slurm-42-post"), "slurm-42");
+        assert_eq!(job_of("mpi-12-rank"), "mpi-12");
+        assert_eq!(job_of("slurm-42x"), "slurm-42x", "not a job number");
+        assert_eq!(job_of("slurm-x"), "slurm-x");
+        assert_eq!(job_of("cat-1"), "cat-1");
+        let order = ShareLevel::parse_order(&["user".into(), "job".into()]).unwrap();
+        assert_eq!(share_keys(&order, "slurm-7-a", None, 5, 0, "default"), share_keys(&order, "slurm-7", None, 5, 9, "x"));
+        assert_ne!(share_keys(&order, "slurm-7", None, 5, 0, "default"), share_keys(&order, "slurm-8", None, 5, 0, "default"));
+    }
 
     #[test]
     fn groups_are_shared_by_paths_and_freed_with_the_last() {

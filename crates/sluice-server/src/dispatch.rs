@@ -292,6 +292,10 @@ impl Dispatcher {
         if self.qos.is_some() {
             self.sched.set_app_class(app, class.as_ref().map(|c| c.spec.name.as_str()));
         }
+        let keys = self.qos.as_ref().map_or_else(Vec::new, |r| r.share_keys(name, uid, gid, class.as_ref().map(|c| c.spec.name.as_str())));
+        // Checked when the rules were parsed; the application is
+        // registered.
+        let _ = self.sched.set_app_share(app, &keys);
         // Kept without rules too: rules given later place it.
         if self.placed.get(&app).is_none_or(|p| p.0 != name || p.1 != uid || p.2 != gid) {
             self.placed.insert(app, (name.to_string(), uid, gid));

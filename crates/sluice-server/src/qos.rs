@@ -23,12 +23,17 @@
 //!
 //! The first rule whose every given field matches an application's
 //! connection places it; an application no rule matches is in `default`.
+//!
+//! A sharing order (`share = ["user", "job"]`, before the first table)
+//! makes the scheduler share the device fairly among users first, then
+//! among each user's jobs, then among a job's applications (the core's
+//! `share.rs`); levels: `user` (uid), `group` (gid), `job`, `class`.
 //! A file that does not parse, names an unknown class, has a rule that
 //! matches everything, or passes a bound is refused with one line, and a
 //! running server keeps the rules it had.
 
 use serde::Deserialize;
-use sluice_core::{check_qos_classes, ClassSpec};
+use sluice_core::{check_qos_classes, ClassSpec, ShareLevel};
 
 /// Rules in one file.
 pub const QOS_RULES_MAX: usize = 1_024;
@@ -66,6 +71,9 @@ pub struct Rule {
 pub struct QosRules {
     pub classes: Vec<QosClass>,
     pub rules: Vec<Rule>,
+    /// The sharing order, outermost first (empty: the policy's own
+    /// sharing among applications).
+    pub share: Vec<ShareLevel>,
 }
 
 #[derive(Deserialize)]
@@ -87,6 +95,8 @@ struct ClassToml {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileToml {
+    #[serde(default)]
+    share: Vec<String>,
     #[serde(default)]
     class: Vec<ClassToml>,
     #[serde(default)]
@@ -132,7 +142,8 @@ impl QosRules {
                 return Err(format!("rule {}: matches every application (give app, job, uid or gid)", i + 1));
             }
         }
-        Ok(QosRules { classes, rules: f.rule })
+        let share = ShareLevel::parse_order(&f.share)?;
+        Ok(QosRules { classes, rules: f.rule, share })
     }
 
     /// Read and parse `path` (at most `QOS_FILE_BYTES_MAX` bytes).
@@ -145,9 +156,23 @@ impl QosRules {
         QosRules::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
+    /// What a set of rules holds, in one line: `2 classes, 1 rules`, and
+    /// the sharing order if there is one.
+    pub fn summary(&self) -> String {
+        let mut out = format!("{} classes, {} rules", self.classes.len(), self.rules.len());
+        if !self.share.is_empty() {
+            out += &format!(", sharing by {}", self.share.iter().map(|l| l.name()).collect::<Vec<_>>().join(" then "));
+        }
+        out
+    }
+
     /// The rules as a rules file (what `sluice qos list` shows).
     pub fn to_toml(&self) -> String {
         let mut out = String::new();
+        if !self.share.is_empty() {
+            let levels: Vec<String> = self.share.iter().map(|l| format!("{:?}", l.name())).collect();
+            out += &format!("share = [{}]\n\n", levels.join(", "));
+        }
         for c in &self.classes {
             let s = &c.spec;
             out += &format!("[[class]]\nname = {:?}\n", s.name);
@@ -186,6 +211,13 @@ impl QosRules {
     /// The classes for the scheduler.
     pub fn specs(&self) -> Vec<ClassSpec> {
         self.classes.iter().map(|c| c.spec.clone()).collect()
+    }
+
+    /// The path of share groups of an application named `app`, connected
+    /// as `uid`/`gid`, in class `class` (None: `default`): one key per
+    /// level of the sharing order.
+    pub fn share_keys(&self, app: &str, uid: u32, gid: u32, class: Option<&str>) -> Vec<u64> {
+        sluice_core::share::share_keys(&self.share, app, None, uid, gid, class.unwrap_or(sluice_core::QOS_DEFAULT_CLASS))
     }
 
     /// The class of an application named `app` connected as `uid`/`gid`.
@@ -275,6 +307,28 @@ job = "slurm-42"
             let e = QosRules::parse(text).unwrap_err();
             assert!(e.contains(why), "{text:?}: {e}");
         }
+    }
+
+    #[test]
+    fn a_sharing_order_groups_users_then_jobs() {
+        let r = QosRules::parse("share = [\"user\", \"job\"]\n").unwrap();
+        assert!(r.classes.is_empty());
+        let k = |app: &str, uid: u32| r.share_keys(app, uid, 0, None);
+        assert_eq!(k("slurm-7", 1000), k("slurm-7-post", 1000), "one job");
+        assert_ne!(k("slurm-7", 1000), k("slurm-8", 1000));
+        assert_eq!(k("slurm-7", 1000)[0], k("slurm-8", 1000)[0], "one user");
+        assert_ne!(k("slurm-7", 1000)[0], k("slurm-7", 1001)[0]);
+        assert_eq!(QosRules::parse(&r.to_toml()).unwrap(), r, "list writes it back");
+    }
+
+    #[test]
+    fn share_levels_are_bounded_and_checked() {
+        let levels = ["user", "group", "job", "class"];
+        let file = |n: usize| format!("share = [{}]\n", levels[..n].iter().map(|l| format!("{l:?}")).collect::<Vec<_>>().join(", "));
+        assert_eq!(QosRules::parse(&file(sluice_core::SHARE_LEVELS_MAX)).unwrap().share.len(), sluice_core::SHARE_LEVELS_MAX);
+        assert!(QosRules::parse(&file(sluice_core::SHARE_LEVELS_MAX + 1)).unwrap_err().contains("SHARE_LEVELS_MAX"));
+        assert!(QosRules::parse("share = [\"user\", \"user\"]\n").unwrap_err().contains("twice"));
+        assert!(QosRules::parse("share = [\"planet\"]\n").unwrap_err().contains("no level"));
     }
 
     #[test]

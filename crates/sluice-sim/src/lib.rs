@@ -247,6 +247,7 @@ pub fn bench_scenario(procs: u64, requests: u64) -> Scenario {
         client: Client { fs_piece_bytes: 0, pieces_inflight_max: 16, cb_buffer_bytes: 16 << 20, start_jitter_ns: 1_000_000 },
         apps,
         classes: Vec::new(),
+        share: Vec::new(),
         bounds: Bounds { events_max: Bounds::default().events_max.max(procs.saturating_mul(requests).saturating_mul(BENCH_EVENTS_PER_REQUEST_MAX)), ..Bounds::default() },
         aioli: AioliOverrides::default(),
     }

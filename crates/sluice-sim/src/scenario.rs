@@ -71,6 +71,11 @@ pub struct Scenario {
     /// class with `class`.
     #[serde(default, rename = "class")]
     pub classes: Vec<SimClass>,
+    /// A sharing order (`share = ["user", "job"]`, as in the daemon's
+    /// rules file): groups of applications shared fairly before the
+    /// applications within them (the core's `share.rs`). Empty: none.
+    #[serde(default)]
+    pub share: Vec<String>,
     #[serde(default)]
     pub bounds: Bounds,
     /// Overrides of the `aioli` policy's parameters (default: the core's).
@@ -448,6 +453,13 @@ pub struct App {
     /// The service class of its requests (`[[class]]`); none: `default`.
     #[serde(default)]
     pub class: Option<String>,
+    /// The uid (and gid) its processes run as, for a sharing order.
+    #[serde(default)]
+    pub user: u32,
+    /// Its job, for a sharing order; none: from its name as the daemon
+    /// takes it (`slurm-42-post` is in job `slurm-42`).
+    #[serde(default)]
+    pub job: Option<String>,
     /// Recorded accesses to replay instead of `pattern` (`sluice sim
     /// --darshan`): one list per process. Not in scenario files.
     #[serde(skip)]
@@ -529,6 +541,7 @@ impl Scenario {
         self.validate_client()?;
         let specs: Vec<sluice_core::ClassSpec> = self.classes.iter().map(SimClass::spec).collect();
         sluice_core::check_qos_classes(&specs).map_err(|e| invalid(format!("classes: {e}")))?;
+        sluice_core::ShareLevel::parse_order(&self.share).map_err(invalid)?;
         if let Some(a) = self.apps.iter().find(|a| a.class.as_ref().is_some_and(|c| !self.classes.iter().any(|k| &k.name == c))) {
             return Err(invalid(format!("application {:?}: no class {:?}", a.name, a.class.as_deref().unwrap_or_default())));
         }
@@ -633,6 +646,8 @@ impl App {
             blocks_per_call: one(),
             sweep: false,
             class: None,
+            user: 0,
+            job: None,
             recorded: None,
         }
     }

@@ -437,6 +437,15 @@ impl ServerState {
                 sched.set_app_class(AppId(i as u32 + 1), a.class.as_deref());
             }
         }
+        // And the same sharing order.
+        let order = sluice_core::ShareLevel::parse_order(&sc.share).map_err(|e| Error::new(ErrorKind::Invalid, e))?;
+        if !order.is_empty() {
+            for (i, a) in sc.apps.iter().enumerate() {
+                let class = a.class.as_deref().unwrap_or(sluice_core::QOS_DEFAULT_CLASS);
+                let keys = sluice_core::share::share_keys(&order, &a.name, a.job.as_deref(), a.user, a.user, class);
+                sched.set_app_share(AppId(i as u32 + 1), &keys).map_err(|e| Error::new(ErrorKind::Invalid, format!("{e:?}")))?;
+            }
+        }
         let profile = sc.server.profile.as_ref().filter(|_| sc.server.device == "profile");
         let shared = match profile.filter(|p| p.shared_ns > 0 || p.shared_bytes_per_s > 0) {
             Some(p) => (p.shared_ns, 1_000_000_000_000u64.checked_div(p.shared_bytes_per_s).unwrap_or(0)),

@@ -33,3 +33,37 @@ fn an_unknown_class_is_refused() {
     sc.apps[1].class = Some("nowhere".into());
     assert!(sc.validate().unwrap_err().to_string().contains("no class"));
 }
+
+/// When each user's last application was done (the one-job user's, the
+/// four-job user's), s.
+fn done(sc: &sluice_sim::Scenario, run: &sluice_sim::RunReport) -> (f64, f64) {
+    let mut out = [0.0f64; 2];
+    for (a, r) in sc.apps.iter().zip(&run.apps) {
+        let u = &mut out[usize::from(a.user != 0)];
+        *u = u.max(r.completion_s);
+    }
+    (out[0], out[1])
+}
+
+#[test]
+fn users_then_jobs_give_a_one_job_user_what_a_four_job_user_gets() {
+    // Each user moves the same bytes: equal shares end together.
+    let sc = shipped("qos-share");
+    let r = check(&sc, 0.25, &["aioli"]);
+    let (one, four) = done(&sc, &r.runs[0]);
+    assert!((one / four - 1.0).abs() <= 0.1, "shared: one job done at {one} s, four at {four} s");
+    // Without the sharing order each job is an application of its own:
+    // the four-job user takes more and ends well first.
+    let mut free = sc.clone();
+    free.share.clear();
+    let r = check(&free, 0.25, &["aioli"]);
+    let (one, four) = done(&free, &r.runs[0]);
+    assert!(four < 0.85 * one, "unshared: one job done at {one} s, four at {four} s");
+}
+
+#[test]
+fn an_unknown_share_level_is_refused() {
+    let mut sc = shipped("qos-share");
+    sc.share.push("planet".into());
+    assert!(sc.validate().unwrap_err().to_string().contains("no level"));
+}

@@ -374,4 +374,13 @@ fn sluice_qos_changes_a_running_servers_classes() {
     assert!(!o.status.success());
     assert!(ok(&["qos", "clear"]).contains("no service classes"));
     assert!(ok(&["qos", "stats"]).contains("(no service classes)"));
+    // A sharing order: listed as given, kept when its last class goes.
+    std::fs::write(&file, "share = [\"user\", \"job\"]\n[[class]]\nname = \"gold\"\nguarantee_bytes_per_s = 1000000\n").unwrap();
+    assert!(ok(&["qos", "set", file.to_str().unwrap()]).contains("1 classes, 0 rules, sharing by user then job"));
+    assert!(ok(&["qos", "rm", "gold"]).contains("removed"));
+    let listed = ok(&["qos", "list"]);
+    assert!(listed.starts_with("share = [\"user\", \"job\"]") && !listed.contains("gold"), "{listed}");
+    std::fs::write(&file, "share = [\"user\", \"planet\"]\n").unwrap();
+    let o = s.cmd(&["qos", "set", file.to_str().unwrap()]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no level \"planet\""), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -52,6 +52,10 @@ pub struct AppSpec {
     /// all ranks move, and `op`, `pattern` and `granularity` are unused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<std::path::PathBuf>,
+    /// The user (uid, and gid the same) its processes run as; None: the
+    /// benchmark's own. Reads only: the files are the benchmark's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -125,7 +129,7 @@ mod tests {
     use super::*;
 
     fn app(pattern: Pattern, procs: u32, size: u64, g: u64, shared: bool) -> AppSpec {
-        AppSpec { name: "a".into(), procs, op: Dir::Read, pattern, size, granularity: g, shared_file: shared, weight: 1, replay: None }
+        AppSpec { name: "a".into(), procs, op: Dir::Read, pattern, size, granularity: g, shared_file: shared, weight: 1, replay: None, uid: None }
     }
 
     /// Every byte of every file is covered exactly once over all ranks.

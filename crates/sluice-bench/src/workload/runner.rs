@@ -454,6 +454,10 @@ fn run_workers(cfg: &RunConfig, apps: &[AppSpec], target: &Target, label: &str) 
             if cfg.home_per_client {
                 cmd.env(sluice_remote::HOME_ENV, "client");
             }
+            if let Some(uid) = app.uid {
+                std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+                std::os::unix::process::CommandExt::gid(&mut cmd, uid);
+            }
             if let Target::Preload { addr, lib, prefix, .. } = target {
                 cmd.env("LD_PRELOAD", lib).env(sluice_client::SERVER_ENV, addr).env(sluice_client::PREFIX_ENV, prefix);
             }

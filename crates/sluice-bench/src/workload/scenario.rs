@@ -16,7 +16,7 @@ pub struct Scenario {
 }
 
 fn app(name: &str, procs: u32, op: Dir, pattern: Pattern, size: u64, g: u64) -> AppSpec {
-    AppSpec { name: name.into(), procs, op, pattern, size, granularity: g, shared_file: true, weight: 1, replay: None }
+    AppSpec { name: name.into(), procs, op, pattern, size, granularity: g, shared_file: true, weight: 1, replay: None, uid: None }
 }
 
 /// Scale a size, keeping at least one piece per process and whole pieces.

@@ -532,12 +532,24 @@ impl Aioli {
     fn new_turn(&mut self, store: &Store, now: Nanos) -> Option<Turn> {
         let chosen = self.longest_waiting(now)?;
         let (before, bounds) = (self.turns, self.quanta());
+        // With composite sharing a turn runs until its group has caught up
+        // with the least served competing group, and a quantum past that.
+        let lead = if self.share.active() { self.share.lead(chosen, self.backlog.iter().map(|b| b.2).filter(|&o| o != chosen)) } else { None };
         self.turns += 1;
         self.share.chosen(chosen);
         let a = self.apps.get_mut(&chosen).expect("chosen application exists");
-        let remaining = Self::quantum_now(bounds, a, before).max(bounds.0);
+        let mut remaining = Self::quantum_now(bounds, a, before).max(bounds.0);
+        if let Some(lead) = lead {
+            remaining = remaining.max(lead.saturating_add(bounds.0).min(bounds.1));
+        }
         (a.quantum, a.since) = (bounds.0, self.turns);
         let head = *store.entry(a.fifo.front(store).expect("chosen application is backlogged"));
+        // A turn that goes to the application that had the last one (the
+        // least served group's, with composite sharing) goes on from where
+        // that one stood, not from the oldest request's file: no seek.
+        if let Some(t) = self.turn.filter(|t| t.app == chosen) {
+            return Some(Turn { remaining, started: now, ..t });
+        }
         Some(Turn { app: chosen, remaining, started: now, file: head.req.file, op: head.req.op, next_offset: head.req.offset })
     }
 

@@ -296,7 +296,7 @@ impl EventLoop {
 
     /// Replace the service classes, logged and counted.
     fn change_qos(&mut self, rules: Option<crate::qos::QosRules>) {
-        let what = rules.as_ref().map_or_else(|| "no classes".to_string(), |r| format!("{} classes, {} rules", r.classes.len(), r.rules.len()));
+        let what = rules.as_ref().map_or_else(|| "no classes".to_string(), |r| r.summary());
         self.disp.set_qos(rules, self.now.ns);
         self.shared.qos_changes.fetch_add(1, Ordering::Relaxed);
         eprintln!("sluice: qos: now {what}");
@@ -312,7 +312,7 @@ impl EventLoop {
             "stats" => Ok(crate::qos::stats_table(&self.disp.sched.class_stats(), self.shared.qos_changes.load(Ordering::Relaxed))),
             "set" => {
                 let rules = crate::qos::QosRules::parse(rest).map_err(|e| (libc::EINVAL, format!("rules refused, the ones in force kept: {e}")))?;
-                let said = format!("{} classes, {} rules\n", rules.classes.len(), rules.rules.len());
+                let said = format!("{}\n", rules.summary());
                 self.change_qos(Some(rules));
                 Ok(said)
             }
@@ -324,7 +324,7 @@ impl EventLoop {
                     return Err((libc::ENOENT, format!("no class {rest:?}")));
                 }
                 rules.rules.retain(|r| r.class != rest);
-                self.change_qos((!rules.classes.is_empty()).then_some(rules));
+                self.change_qos((!rules.classes.is_empty() || !rules.share.is_empty()).then_some(rules));
                 Ok(format!("class {rest:?} removed, with its rules\n"))
             }
             "clear" => {

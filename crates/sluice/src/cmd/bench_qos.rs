@@ -33,6 +33,14 @@ pub struct QosBenchArgs {
     /// Seconds each measured class runs for (sizes follow).
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
+    /// What each user of the share setup is expected to get, bytes/s
+    /// (its sizes follow).
+    #[arg(long, default_value_t = 25_000_000)]
+    share_rate: u64,
+    /// The setups to run: limit, guarantee, share (the last runs a second
+    /// user's processes: root only).
+    #[arg(long, value_delimiter = ',', default_value = "limit,guarantee,share")]
+    setups: Vec<String>,
     /// Directory for the files.
     #[arg(long, default_value = "/var/tmp")]
     dir: PathBuf,
@@ -52,6 +60,8 @@ pub fn run(a: QosBenchArgs) -> anyhow::Result<()> {
         guarantee_bytes_per_s: a.guarantee,
         depth_ms: a.depth_ms,
         seconds: a.seconds,
+        share_bytes_per_s: a.share_rate,
+        setups: a.setups,
         exe: std::env::current_exe().context("locating the sluice executable")?,
         root: root.clone(),
     };

@@ -240,7 +240,7 @@ fn reload_qos(a: &ServeArgs, server: &sluice_server::ServerHandle) {
     };
     match sluice_server::qos::QosRules::load(path) {
         Ok(r) => {
-            println!("sluice: qos: read {}: {} classes, {} rules", path.display(), r.classes.len(), r.rules.len());
+            println!("sluice: qos: read {}: {}", path.display(), r.summary());
             server.set_qos(Some(r));
         }
         Err(e) => println!("sluice: qos: {e}; keeping the rules in force"),

@@ -195,6 +195,7 @@ fn darshan(log: &std::path::Path, layer: Option<&str>, c: &Common) -> anyhow::Re
         shared_file: true,
         weight: 1,
         replay: None,
+        uid: None,
     };
     let name = format!("darshan {}", log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
     execute_with(c, vec![(Scenario { name, apps: vec![app] }, None)], Some(replay))
