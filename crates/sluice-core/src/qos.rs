@@ -6,23 +6,37 @@
 //! buckets whose depth is `depth_ns` worth of the rate) and a guaranteed
 //! minimum in bytes/s. Each application is in one class (`set_app_class`;
 //! the last class, `default`, holds the others). Classes decide only
-//! *when* a request may reach the policy; the policy (aIOLi) still decides
-//! what to dispatch, in offset order and aggregated, among what reached it.
+//! *when* a class may have the device; the policy still decides what to
+//! dispatch, in offset order and aggregated.
 //!
-//! - **Rate limit.** A request of a limited class enters the policy when
-//!   the class's buckets are not in debt; it is charged its bytes (and one
-//!   request) as it enters, so a request larger than the depth passes and
-//!   leaves the bucket in debt. Others wait in their class's queue, in
-//!   arrival order.
-//! - **Guarantee.** A class is *owed* while its guarantee bucket, filled
-//!   at the guaranteed rate and drained by the bytes it has dispatched, is
-//!   positive. While a class is owed, its oldest request that reached the
-//!   policy is dispatched before the policy chooses (with the requests
-//!   contiguous to it, as an expired one is); otherwise the policy
-//!   chooses as usual, so a class gets its guarantee plus its share.
+//! Two ways to apply them, by the policy's kind:
+//!
+//! - **Paced by the policy** (`Policy::paces`: aIOLi). Requests enter the
+//!   policy as they come and are charged as they are dispatched; the
+//!   policy is told each class's `Gate` and keeps it in its turn order.
+//!   A limited class *rests* from the dispatch that puts a bucket in debt
+//!   until its buckets are half full again; it is then *urgent*: it takes
+//!   the next turn (the current one ends at its next dispatch), and its
+//!   turn, with windows for its readers, lasts until it rests again. So it
+//!   moves in bursts of half a bucket or more, one seek each on a disk,
+//!   at its rate on average; a dispatch carries at most a bucket's depth.
+//!   A guaranteed class is urgent while *owed* (its guarantee bucket above
+//!   minus half its depth): it takes the next turn, a turn as any other.
+//!   The bytes it moves while not owed take its bucket down to one depth
+//!   of debt at most, so a class gets its guarantee and then its share. A
+//!   limit's burst goes before expired requests (they go between bursts);
+//!   a guarantee does not.
+//! - **At the entry** (every other policy). A request of a limited class
+//!   enters the policy when the class's buckets are not in debt; it is
+//!   charged as it enters (a request larger than the depth passes and
+//!   leaves the bucket in debt); the others wait in their class's queue,
+//!   in arrival order. While a class is owed its guarantee, its oldest
+//!   request in the policy is dispatched before the policy chooses (with
+//!   the requests contiguous to it, as an expired one is).
 //! - **Starvation bound.** A request that has waited in a class queue for
 //!   `request_expire_ns` enters whatever its class's state, as the
-//!   scheduler's expiry bounds every request's wait.
+//!   scheduler's expiry bounds every request's wait (paced, the expiry
+//!   dispatches it).
 //!
 //! Bounds: at most `QOS_CLASSES_MAX` classes; requests waiting in class
 //! queues count against the scheduler's `queued_requests_max` and
@@ -85,6 +99,28 @@ pub struct ClassStats {
     pub guaranteed: u64,
 }
 
+/// What a policy that paces classes itself (`Policy::paces`: aIOLi) is
+/// told of an application's class (`Policy::set_gate`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// The class is resting: its rate limit went into debt, and it gets
+    /// no turn until its bucket is full again.
+    pub held: bool,
+    /// The class should have the device next: its limit's bucket is half
+    /// full (before long tokens would be lost), or its guarantee is owed.
+    pub urgent: bool,
+    /// Urgent for its guarantee (which, unlike a limit's burst, does not
+    /// go before expired requests).
+    pub owed: bool,
+    /// The most bytes one dispatch of it may carry: its bucket's depth
+    /// (`u64::MAX`: no limit).
+    pub cap: u64,
+}
+
+impl Gate {
+    pub const OPEN: Gate = Gate { held: false, urgent: false, owed: false, cap: u64::MAX };
+}
+
 /// A token bucket in units x 10^9.
 #[derive(Clone, Copy, Debug)]
 struct Bucket {
@@ -113,6 +149,19 @@ impl Bucket {
         self.tokens -= i128::from(units) * SCALE;
     }
 
+    /// Half full or more: a paced class's burst may start (the other
+    /// half covers the wait for the device, so that no token is lost).
+    fn ready(&self) -> bool {
+        self.tokens >= self.cap / 2
+    }
+
+    /// When the bucket is half full (refilled from `at`).
+    fn ready_at_half(&self) -> Nanos {
+        let rate = i128::from(self.rate.max(1));
+        let ns = ((self.cap / 2 - self.tokens).max(0) + rate - 1) / rate;
+        self.at.saturating_add(u64::try_from(ns).unwrap_or(u64::MAX))
+    }
+
     /// When the bucket is out of debt (refilled from `at`).
     fn ready_at(&self) -> Nanos {
         if self.tokens >= 0 {
@@ -135,6 +184,10 @@ struct Class {
     /// With a guarantee: the store slots of its admitted requests, oldest
     /// first (lazily pruned, `LazyFifo`).
     slots: LazyFifo,
+    /// Paced: its limit went into debt and it waits for a full bucket.
+    resting: bool,
+    /// Paced: the gate its applications were last given.
+    gate: Gate,
 }
 
 impl Class {
@@ -147,6 +200,44 @@ impl Class {
     fn limited_until(&self) -> Option<Nanos> {
         [self.bytes, self.requests].into_iter().flatten().filter(|b| b.tokens < 0).map(|b| b.ready_at()).max()
     }
+
+    fn charge(&mut self, len: u64) {
+        if let Some(b) = &mut self.bytes {
+            b.charge(len);
+        }
+        if let Some(b) = &mut self.requests {
+            b.charge(1);
+        }
+    }
+
+    fn limited(&self) -> bool {
+        self.bytes.is_some() || self.requests.is_some()
+    }
+
+    /// Paced: the gate at the buckets' state (refilled). A limited class
+    /// rests from the dispatch that puts a bucket in debt until every
+    /// bucket is half full again; then it is urgent while half full, so
+    /// that it takes the device before a token overflows, and its turn
+    /// lasts until it rests again: bursts of half a bucket or more, the
+    /// rate kept on average. A dispatch carries at most a bucket's depth.
+    fn gate(&mut self) -> Gate {
+        let mut g = Gate::OPEN;
+        if self.limited() {
+            let ready = [self.bytes, self.requests].into_iter().flatten().all(|b| b.ready());
+            if self.limited_until().is_some() {
+                self.resting = true;
+            } else if ready {
+                self.resting = false;
+            }
+            g.held = self.resting;
+            g.urgent = !self.resting && ready;
+            g.cap = self.bytes.map_or(u64::MAX, |b| u64::try_from(b.cap / SCALE).unwrap_or(u64::MAX).max(1));
+        }
+        if self.guarantee.is_some_and(|b| b.tokens > -b.cap / 2) && !g.held {
+            (g.urgent, g.owed) = (true, true);
+        }
+        g
+    }
 }
 
 /// The classes of one scheduler and where each application is.
@@ -158,6 +249,11 @@ pub(crate) struct Qos {
     /// queued requests.
     admitted: FxHashMap<RequestId, u16>,
     expire_ns: Nanos,
+    /// The policy paces the classes itself (`Policy::paces`): requests
+    /// enter it as they come, are charged as they are dispatched, and the
+    /// policy is told each class's `Gate`; no class queue, no dispatch
+    /// before the policy for a guarantee.
+    paced: bool,
     /// Requests in class queues, and their bytes.
     pub held: u64,
     pub held_bytes: u64,
@@ -184,7 +280,7 @@ pub fn check_classes(specs: &[ClassSpec]) -> Result<(), QosError> {
 }
 
 impl Qos {
-    pub fn new(specs: &[ClassSpec], expire_ns: Nanos, now: Nanos) -> Result<Qos, QosError> {
+    pub fn new(specs: &[ClassSpec], expire_ns: Nanos, now: Nanos, paced: bool) -> Result<Qos, QosError> {
         check_classes(specs)?;
         let default = ClassSpec { name: QOS_DEFAULT_CLASS.into(), ..ClassSpec::default() };
         let classes = specs
@@ -200,10 +296,12 @@ impl Qos {
                     queue: VecDeque::new(),
                     admitted_waiting: 0,
                     slots: LazyFifo::default(),
+                    resting: false,
+                    gate: Gate::OPEN,
                 }
             })
             .collect();
-        Ok(Qos { classes, app_class: FxHashMap::default(), admitted: FxHashMap::default(), expire_ns, held: 0, held_bytes: 0 })
+        Ok(Qos { classes, app_class: FxHashMap::default(), admitted: FxHashMap::default(), expire_ns, paced, held: 0, held_bytes: 0 })
     }
 
     /// The index of class `name`, if there is one.
@@ -241,7 +339,7 @@ impl Qos {
         let c = self.class_of(req.app);
         self.classes[c].refill(now);
         let class = &self.classes[c];
-        if !class.queue.is_empty() || class.limited_until().is_some() {
+        if !self.paced && (!class.queue.is_empty() || class.limited_until().is_some()) {
             self.classes[c].queue.push_back((req, now));
             self.held += 1;
             self.held_bytes += req.len;
@@ -256,11 +354,8 @@ impl Qos {
     fn admit(&mut self, c: usize, req: &Request) {
         self.admitted.insert(req.id, c as u16);
         let k = &mut self.classes[c];
-        if let Some(b) = &mut k.bytes {
-            b.charge(req.len);
-        }
-        if let Some(b) = &mut k.requests {
-            b.charge(1);
+        if !self.paced {
+            k.charge(req.len);
         }
         k.admitted_waiting += 1;
         k.stats.admitted_requests += 1;
@@ -294,14 +389,55 @@ impl Qos {
     /// happening: a limited class out of debt, or a wait reaching the
     /// starvation bound.
     pub fn next_due(&self) -> Option<Nanos> {
-        self.classes
+        let queued = self.classes.iter().filter_map(|k| {
+            let (_, at) = k.queue.front()?;
+            let expiry = at.saturating_add(self.expire_ns);
+            Some(k.limited_until().map_or(expiry, |t| t.min(expiry)))
+        });
+        // Paced: a resting class with requests in the policy, when its
+        // buckets are full again.
+        let resting = self
+            .classes
             .iter()
-            .filter_map(|k| {
-                let (_, at) = k.queue.front()?;
-                let expiry = at.saturating_add(self.expire_ns);
-                Some(k.limited_until().map_or(expiry, |t| t.min(expiry)))
-            })
-            .min()
+            .filter(|k| self.paced && k.resting && k.admitted_waiting > 0)
+            .map(|k| [k.bytes, k.requests].into_iter().flatten().map(|b| b.ready_at_half()).max().unwrap_or(0));
+        queued.chain(resting).min()
+    }
+
+    /// Paced: each class whose gate changed at `now`, and the new gate
+    /// (its applications are to be told).
+    pub fn gates(&mut self, now: Nanos, out: &mut Vec<(u16, Gate)>) {
+        if !self.paced {
+            return;
+        }
+        for (c, k) in self.classes.iter_mut().enumerate() {
+            if !k.limited() && k.guarantee.is_none() {
+                continue;
+            }
+            k.refill(now);
+            let g = k.gate();
+            if g != k.gate {
+                k.gate = g;
+                out.push((c as u16, g));
+            }
+        }
+    }
+
+    /// The applications in class `c`.
+    pub fn apps_in(&self, c: u16) -> impl Iterator<Item = AppId> + '_ {
+        self.app_class.iter().filter(move |&(_, &k)| k == c).map(|(&a, _)| a)
+    }
+
+    /// The gate `app`'s class last gave (open when not paced).
+    pub fn gate_of(&self, app: AppId) -> Gate {
+        if !self.paced {
+            return Gate::OPEN;
+        }
+        self.classes[self.class_of(app)].gate
+    }
+
+    pub fn paced(&self) -> bool {
+        self.paced
     }
 
     /// Whether `app`'s class holds requests, or would hold the next one
@@ -311,6 +447,9 @@ impl Qos {
         let k = &mut self.classes[c];
         if k.bytes.is_none() && k.requests.is_none() {
             return false;
+        }
+        if self.paced {
+            return k.resting;
         }
         k.refill(now);
         !k.queue.is_empty() || k.limited_until().is_some()
@@ -331,6 +470,9 @@ impl Qos {
     /// `now` (the first such class), to be dispatched before the policy
     /// chooses.
     pub fn owed_slot(&mut self, store: &Store, now: Nanos) -> Option<Slot> {
+        if self.paced {
+            return None;
+        }
         for k in &mut self.classes {
             let Some(g) = &mut k.guarantee else { continue };
             g.refill(now);
@@ -352,9 +494,25 @@ impl Qos {
         let (k, len) = (&mut self.classes[usize::from(c)], req.len);
         k.admitted_waiting -= 1;
         k.stats.dispatched_bytes += len;
+        if self.paced {
+            k.refill(now);
+            k.charge(len);
+        }
         if let Some(g) = &mut k.guarantee {
             g.refill(now);
+            // Paced, a guarantee has no dispatch of its own: count those
+            // made while it was owed.
+            let owed = self.paced && k.gate.owed;
+            k.stats.guaranteed += u64::from(owed);
+            let before = g.tokens;
             g.charge(len);
+            // Bytes of its share beside the guarantee (dispatched while it
+            // was not owed) owe nothing later: they take the bucket down
+            // to its depth's debt at most, so that the class is owed again
+            // soon after any burst.
+            if self.paced && !owed {
+                g.tokens = g.tokens.max(before.min(-g.cap));
+            }
         }
     }
 

@@ -41,7 +41,7 @@ use crate::error::{Error, ErrorKind};
 use crate::hash::{FxHashMap, FxHashSet};
 use crate::idmap::IdMap;
 use crate::policy::{self, Pick, Policy};
-use crate::qos::{ClassSpec, ClassStats, Qos, QosError};
+use crate::qos::{ClassSpec, ClassStats, Gate, Qos, QosError};
 use crate::store::{Entry, FileQ, Gather, InFlight, Store};
 use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request, RequestId};
 
@@ -127,6 +127,8 @@ pub struct Scheduler {
     /// `dispatches_inflight_max` kept).
     scratch_run: Vec<u32>,
     scratch_entries: Vec<Entry>,
+    /// Classes whose gate changed (`push_gates`): at most the classes.
+    scratch_gates: Vec<(u16, Gate)>,
     members_pool: Vec<Vec<Request>>,
     seq_next: u64,
     dispatch_next: u64,
@@ -159,6 +161,7 @@ impl Scheduler {
             cost: None,
             scratch_run: Vec::new(),
             scratch_entries: Vec::new(),
+            scratch_gates: Vec::new(),
             members_pool: Vec::new(),
             seq_next: 0,
             dispatch_next: 0,
@@ -262,9 +265,15 @@ impl Scheduler {
     /// is lost or answered twice; applications keep the class of the same
     /// name, if the new set has one, else go to `default`.
     pub fn set_qos(&mut self, specs: &[ClassSpec], now: Nanos) -> Result<(), QosError> {
-        let new = if specs.is_empty() { None } else { Some(Box::new(Qos::new(specs, self.limits.request_expire_ns, now)?)) };
+        let new = if specs.is_empty() { None } else { Some(Box::new(Qos::new(specs, self.limits.request_expire_ns, now, self.policy.paces())?)) };
         let old = std::mem::replace(&mut self.qos, new);
         if let Some(mut old) = old {
+            // Gates come again from the new classes (`push_gates`).
+            if old.paced() {
+                for (app, _) in old.app_classes() {
+                    self.policy.set_gate(app, Gate::OPEN);
+                }
+            }
             if let Some(q) = self.qos.as_mut() {
                 for (app, name) in old.app_classes() {
                     let c = q.class_index(&name);
@@ -285,7 +294,26 @@ impl Scheduler {
         let Some(q) = self.qos.as_mut() else { return false };
         let c = name.and_then(|n| q.class_index(n));
         q.set_app_class(app, c);
+        let gate = q.gate_of(app);
+        if q.paced() {
+            self.policy.set_gate(app, gate);
+        }
         c.is_some()
+    }
+
+    /// Tell the policy of every class whose gate changed at `now` (a
+    /// policy that paces classes itself).
+    fn push_gates(&mut self, now: Nanos) {
+        let Some(q) = self.qos.as_mut().filter(|q| q.paced()) else { return };
+        let mut changed = std::mem::take(&mut self.scratch_gates);
+        q.gates(now, &mut changed);
+        for &(c, g) in &changed {
+            for app in q.apps_in(c) {
+                self.policy.set_gate(app, g);
+            }
+        }
+        changed.clear();
+        self.scratch_gates = changed;
     }
 
     /// Put `app` on a path of share groups, outermost first (`share.rs`):
@@ -523,12 +551,23 @@ impl Scheduler {
             self.admit_background(now);
         }
         self.release_classes(now);
+        self.push_gates(now);
         // Nothing to start now: wake up for the background's trickle, or
         // for a service class out of debt.
-        let due = match (self.background_due(), self.qos.as_ref().and_then(|q| q.next_due())) {
+        let mut due = match (self.background_due(), self.qos.as_ref().and_then(|q| q.next_due())) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // A policy that paces classes may pass over every request queued
+        // (their classes rest): the oldest still goes at the expiry.
+        // (With the device's slots full, a completion polls again.)
+        if self.inflight.len() < self.depth as usize && self.qos.as_ref().is_some_and(|q| q.paced()) {
+            let expiry = self.store.oldest().map(|s| self.store.entry(s).arrival.saturating_add(self.limits.request_expire_ns));
+            due = match (due, expiry) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
         match self.next_admitted(now) {
             Decision::Idle => match due {
                 Some(t) => Decision::WaitUntil(t.max(now + 1)),
@@ -546,7 +585,14 @@ impl Scheduler {
         let merge = self.policy.merges();
         let dispatch_max = self.limits.dispatch_bytes_max;
         let expire_ns = if self.policy.arrival_order() { 0 } else { self.limits.request_expire_ns };
-        let expired = self.store.oldest().filter(|&s| now.saturating_sub(self.store.entry(s).arrival) >= expire_ns);
+        // A paced limit's burst (its bucket half full, or its reader's
+        // window) goes before expired requests, which still go between
+        // bursts: the class's rate is capped. A guarantee owed does not:
+        // it could hold them past any bound (and, measured, the others'
+        // requests then all expired and went one seek each: 4.7 MB/s
+        // against 6.9 beside a 20 MB/s guarantee on the emulated disk).
+        let urgent = self.qos.as_ref().is_some_and(|q| q.paced()) && self.policy.urgent();
+        let expired = self.store.oldest().filter(|&s| !urgent && now.saturating_sub(self.store.entry(s).arrival) >= expire_ns);
         // A class owed its guarantee goes before the policy's choice.
         let owed = if expired.is_none() { self.qos.as_mut().and_then(|q| q.owed_slot(&self.store, now)) } else { None };
         let (slot, gather, forced) = match expired.or(owed) {

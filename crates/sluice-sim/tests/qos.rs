@@ -1,6 +1,7 @@
 //! Service classes in the simulator: the daemon's classes, applied by the
-//! same core, cap a class at its rate; a scenario naming an unknown class
-//! is refused.
+//! same core, cap a class at its rate (and aIOLi keeps it there); users
+//! share equally with a sharing order; a scenario naming an unknown class
+//! or share level is refused.
 
 mod common;
 
@@ -18,13 +19,12 @@ fn a_limited_class_never_beats_its_rate_in_the_simulator() {
         // One bucket's depth (20 ms) ahead of the rate at most.
         assert!(got <= rate * 1.05, "{}: {got} bytes/s against a limit of {rate}", run.mode);
     }
-    // Without the class the same application goes faster than the limit.
-    let mut free = sc.clone();
-    free.apps[0].class = None;
-    free.classes.clear();
-    let r = check(&free, 0.25, &["aioli"]);
-    let app = r.runs[0].apps.iter().find(|a| a.name == "limited").unwrap();
-    assert!((limited.bytes as f64 * 0.25) / app.completion_s > rate, "unlimited: {} s", app.completion_s);
+    // aIOLi paces the class in bursts that keep its rate: on the emulated
+    // disk it gets within 5% of it over its run.
+    let run = r.runs.iter().find(|run| run.mode == "aioli").unwrap();
+    let app = run.apps.iter().find(|a| a.name == "limited").unwrap();
+    let got = (limited.bytes as f64 * 0.25) / app.completion_s;
+    assert!(got >= rate * 0.95, "aioli: {got} bytes/s against a limit of {rate}");
 }
 
 #[test]

@@ -122,6 +122,7 @@ use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
 use crate::hash::FxHashMap;
 use crate::idmap::IdMap;
+use crate::qos::Gate;
 use crate::share::{Rank, Share};
 use crate::store::{op_index, Entry, Gather, LazyFifo, Slot, Store};
 use crate::types::{AppId, ClientId, Dispatch, DispatchId, FileId, Nanos, Op};
@@ -335,6 +336,10 @@ pub(crate) struct Aioli {
     /// fairly before the applications within them; off while no
     /// application has a path.
     share: Share,
+    /// Service classes paced here (`qos.rs`, `set_gate`): the gate of
+    /// each application whose class is not open. At most the registered
+    /// applications.
+    gates: FxHashMap<AppId, Gate>,
 }
 
 /// A window's length: twice the reader's think time, within
@@ -377,7 +382,22 @@ impl Aioli {
             windows: 0,
             throttled: crate::hash::FxHashSet::default(),
             share: Share::default(),
+            gates: FxHashMap::default(),
         }
+    }
+
+    #[inline]
+    fn gate(&self, id: AppId) -> Gate {
+        if self.gates.is_empty() {
+            return Gate::OPEN;
+        }
+        self.gates.get(&id).copied().unwrap_or(Gate::OPEN)
+    }
+
+    /// Whether a backlogged application's class is urgent (a full bucket,
+    /// an owed guarantee) and not resting.
+    fn urgent_waiting(&self) -> bool {
+        self.gates.iter().any(|(id, g)| g.urgent && !g.held && self.apps.get(id).is_some_and(|a| a.live > 0))
     }
 
     #[inline]
@@ -491,14 +511,20 @@ impl Aioli {
         }
     }
 
-    /// The backlogged application whose oldest request waited longest,
-    /// weighted; ties to the lowest id. With composite sharing, among the
-    /// applications of the least served group only.
-    fn longest_waiting(&self, now: Nanos) -> Option<AppId> {
-        let group = self.turn_group(self.backlog.iter().map(|b| b.2));
+    /// Among `candidates` (oldest arrival, weight, id of backlogged
+    /// applications), the one whose oldest request waited longest,
+    /// weighted; ties to the lowest id. An application whose class rests
+    /// is passed over; if some class is urgent, only its applications
+    /// are candidates; otherwise, with composite sharing, only those of
+    /// the least served group.
+    fn choose<I: Iterator<Item = (Nanos, u32, AppId)> + Clone>(&self, candidates: I, now: Nanos) -> Option<AppId> {
+        let gated = !self.gates.is_empty();
+        let urgent = gated && candidates.clone().any(|c| self.gate(c.2).urgent && !self.gate(c.2).held);
+        let eligible = |id: AppId| !gated || (!self.gate(id).held && (!urgent || self.gate(id).urgent));
+        let group = if urgent { None } else { self.turn_group(candidates.clone().map(|c| c.2).filter(|&id| eligible(id))) };
         let mut best: Option<(u128, AppId)> = None;
-        for &(arrival, weight, id) in &self.backlog {
-            if group.is_some_and(|g| self.share.rank(id) != g) {
+        for (arrival, weight, id) in candidates {
+            if !eligible(id) || group.is_some_and(|g| self.share.rank(id) != g) {
                 continue;
             }
             let waited = u128::from(now.saturating_sub(arrival) + 1) * u128::from(weight);
@@ -509,21 +535,20 @@ impl Aioli {
         best.map(|(_, id)| id)
     }
 
+    /// The turn's choice from the backlog index.
+    fn longest_waiting(&self, now: Nanos) -> Option<AppId> {
+        self.choose(self.backlog.iter().copied(), now)
+    }
+
     /// `longest_waiting` by a scan of every application (for `check`).
     fn longest_waiting_by_scan(&self, store: &Store, now: Nanos) -> Option<AppId> {
-        let group = self.turn_group(self.apps.iter().filter(|(_, a)| a.live > 0).map(|(id, _)| id));
-        let mut best: Option<(u128, AppId)> = None;
-        for (id, a) in self.apps.iter().filter(|(_, a)| a.live > 0) {
-            if group.is_some_and(|g| self.share.rank(id) != g) {
-                continue;
-            }
-            let head = a.fifo.peek(store).expect("live application has a queued request");
-            let waited = u128::from(now.saturating_sub(store.entry(head).arrival) + 1) * u128::from(a.weight);
-            if best.is_none_or(|(w, b)| waited > w || (waited == w && id < b)) {
-                best = Some((waited, id));
-            }
-        }
-        best.map(|(_, id)| id)
+        let all: Vec<(Nanos, u32, AppId)> = self
+            .apps
+            .iter()
+            .filter(|(_, a)| a.live > 0)
+            .map(|(id, a)| (store.entry(a.fifo.peek(store).expect("live application has a queued request")).arrival, a.weight, id))
+            .collect();
+        self.choose(all.iter().copied(), now)
     }
 
     /// Hand the device to the backlogged application that waited longest,
@@ -651,7 +676,7 @@ impl Aioli {
             }
             return None;
         }
-        let limit = self.turn.map_or(0, |t| t.remaining).max(self.p.quantum_bytes_min);
+        let limit = self.turn.map_or(0, |t| t.remaining).max(self.p.quantum_bytes_min).min(self.gate(w.app).cap.max(1));
         Some(match (store.starting_at(w.file, w.offset), w.client) {
             (Some(slot), Some(_)) => Pick::Start { slot, limit, backward: false },
             (Some(_), None) => {
@@ -823,6 +848,16 @@ impl Policy for Aioli {
     }
 
     fn pick(&mut self, store: &Store, now: Nanos) -> Pick {
+        // A paced class: a turn of one that rests ends, and so does any
+        // turn but an urgent class's while one is waiting.
+        if !self.gates.is_empty() {
+            if let Some(t) = self.turn {
+                let g = self.gate(t.app);
+                if g.held || (!g.urgent && self.urgent_waiting()) {
+                    (self.turn, self.window) = (None, None);
+                }
+            }
+        }
         if let Some(p) = self.window_pick(store, now) {
             return p;
         }
@@ -881,7 +916,9 @@ impl Policy for Aioli {
             }
         }
         // The quantum shares the device; alone, an application is not cut.
-        let quantum = if self.backlogged > 1 { turn.remaining } else { self.dispatch_max };
+        // A paced class's tokens cut it all the same.
+        let cap = self.gate(turn.app).cap;
+        let quantum = if self.backlogged > 1 { turn.remaining } else { self.dispatch_max.min(cap.max(1)) };
         // Joining pieces already queued waits for nothing: past the useful
         // size, an aggregate may still take the file's queued bytes spread
         // over the device's slots, so that as few dispatches as keep every
@@ -903,7 +940,7 @@ impl Policy for Aioli {
             }
             _ => 0,
         };
-        let limit = wanted.min(useful.max(spread)).max(store.entry(slot).req.len);
+        let limit = wanted.min(useful.max(spread)).min(cap).max(store.entry(slot).req.len);
         match self.hold_until(store, slot, target, limit, now) {
             Some(until) => Pick::Wait(until),
             None => Pick::Start { slot, limit, backward: true },
@@ -1099,8 +1136,32 @@ impl Policy for Aioli {
         }
     }
 
+    fn paces(&self) -> bool {
+        true
+    }
+
+    fn urgent(&self) -> bool {
+        // A window kept for such a class's reader counts: its next
+        // request is on its way.
+        let bursting = |g: Gate| g.urgent && !g.owed && !g.held;
+        !self.gates.is_empty()
+            && (self.gates.iter().any(|(id, &g)| bursting(g) && self.apps.get(id).is_some_and(|a| a.live > 0)) || self.window.is_some_and(|w| bursting(self.gate(w.app))))
+    }
+
+    fn set_gate(&mut self, app: AppId, gate: Gate) {
+        if gate == Gate::OPEN {
+            self.gates.remove(&app);
+            return;
+        }
+        self.gates.insert(app, gate);
+        if gate.held && self.window.is_some_and(|w| w.app == app) {
+            self.window = None;
+        }
+    }
+
     fn forget_app(&mut self, app: AppId) {
         self.throttled.remove(&app);
+        self.gates.remove(&app);
         match self.apps.get_mut(&app) {
             Some(a) if a.live > 0 => a.forgotten = true,
             Some(_) => {

@@ -57,6 +57,20 @@ pub(crate) trait Policy {
     /// `app`'s service class holds its next requests for now (`qos.rs`):
     /// keep no device idle for them (aioli's windows).
     fn set_throttled(&mut self, _app: AppId, _throttled: bool) {}
+    /// Whether the policy paces service classes itself (`qos.rs`): their
+    /// requests then enter it as they come, and it is told each class's
+    /// `Gate` (resting, urgent, the bytes its next turn may carry).
+    fn paces(&self) -> bool {
+        false
+    }
+    /// `app`'s class's gate changed (a policy that `paces`).
+    fn set_gate(&mut self, _app: AppId, _gate: crate::qos::Gate) {}
+    /// Whether an application of a class in a limit's burst (urgent, not
+    /// for a guarantee) has requests queued, or the device is kept for
+    /// one's reader (a policy that `paces`): expired requests wait.
+    fn urgent(&self) -> bool {
+        false
+    }
     /// `app`'s path of share groups, outermost first (`share.rs`; empty:
     /// none). Policies without turns ignore it.
     fn set_share(&mut self, _app: AppId, _keys: &[u64]) {}
