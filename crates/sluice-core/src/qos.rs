@@ -86,6 +86,9 @@ impl std::error::Error for QosError {}
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClassStats {
     pub name: String,
+    /// Its rate limit and guarantee, bytes/s (as set).
+    pub rate_bytes_per_s: Option<u64>,
+    pub guarantee_bytes_per_s: Option<u64>,
     /// Requests waiting in the class queue now, and their bytes.
     pub held: u64,
     pub held_bytes: u64,
@@ -289,7 +292,7 @@ impl Qos {
             .map(|s| {
                 let depth = if s.depth_ns == 0 { QOS_DEPTH_NS_DEFAULT } else { s.depth_ns };
                 Class {
-                    stats: ClassStats { name: s.name.clone(), ..ClassStats::default() },
+                    stats: ClassStats { name: s.name.clone(), rate_bytes_per_s: s.rate_bytes_per_s, guarantee_bytes_per_s: s.guarantee_bytes_per_s, ..ClassStats::default() },
                     bytes: s.rate_bytes_per_s.map(|r| Bucket::new(r, depth, now)),
                     requests: s.rate_requests_per_s.map(|r| Bucket::new(r, depth, now)),
                     guarantee: s.guarantee_bytes_per_s.map(|r| Bucket::new(r, depth, now)),

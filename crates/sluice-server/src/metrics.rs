@@ -92,6 +92,19 @@ fn classes(e: &mut Expo, v: &View) {
             e.sample(name, &[("class", &c.name)], get(c) as f64);
         }
     }
+    // What the operator set, for the dashboard's rate against it.
+    let set: [(&str, &str, fn(&sluice_core::ClassStats) -> Option<u64>); 2] = [
+        ("sluice_qos_class_rate_limit_bytes_per_second", "The class's rate limit, bytes/s (classes with one)", |c| c.rate_bytes_per_s),
+        ("sluice_qos_class_guarantee_bytes_per_second", "The class's guaranteed minimum, bytes/s (classes with one)", |c| c.guarantee_bytes_per_s),
+    ];
+    for (name, help, get) in set {
+        e.family(name, "gauge", help);
+        for c in &v.classes {
+            if let Some(x) = get(c) {
+                e.sample(name, &[("class", &c.name)], x as f64);
+            }
+        }
+    }
 }
 
 fn apps(e: &mut Expo, rows: &[AppRow], view: Option<&View>) {

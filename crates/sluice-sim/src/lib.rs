@@ -62,7 +62,7 @@ pub use plot::sweep_png;
 pub use report::{jain, AppReport, DeviceReport, Report, RunReport};
 pub use scenario::{
     AioliOverrides, App, Bounds, Cache, Client, Cluster, ForwarderSet, HddFigures, Home, Interface, Mode, Network, OpName, Pattern, ProfileFigures, Recorded, RecordedAccess, Scenario,
-    SchedulerModel, Server,
+    SchedulerModel, Server, SimClass,
 };
 pub use scenario::{APPS_MAX, BLOCKS_PER_CALL_MAX, CHANNELS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
 pub use state::device;

@@ -61,6 +61,15 @@ pub struct Options {
     pub host: Option<Host>,
 }
 
+/// Service classes and a sharing order for the replays (`sluice what-if
+/// --qos`): the classes, and each recorded application's class and path
+/// of share groups, by name.
+#[derive(Clone, Debug, Default)]
+pub struct QosPlan {
+    pub classes: Vec<sluice_core::ClassSpec>,
+    pub apps: HashMap<String, (Option<String>, Vec<u64>)>,
+}
+
 /// One request as recorded.
 #[derive(Clone, Copy, Debug)]
 struct Rec {
@@ -251,6 +260,13 @@ impl Recording {
             l.observe(Observation { len, seek, depth: ends.len() as u32, latency_ns: end - start });
         }
         l
+    }
+
+    /// The recorded applications' names.
+    pub fn app_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.names.values().cloned().collect();
+        names.sort();
+        names
     }
 
     fn name(&self, app: AppId) -> String {
@@ -465,6 +481,11 @@ fn outcomes(policy: &str, rec: &Recording, answered: &[(Request, u64, u64)]) -> 
 
 /// Replay `rec` under each of `policies` as `opts` say.
 pub fn what_if(rec: &Recording, policies: &[String], opts: Options) -> Result<WhatIf, Error> {
+    what_if_with(rec, policies, opts, None)
+}
+
+/// `what_if`, every replay's scheduler given `qos`'s classes and paths.
+pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Option<&QosPlan>) -> Result<WhatIf, Error> {
     let recorded: Vec<(Request, u64, u64)> = rec.requests.iter().map(|r| (r.req, r.arrival, r.answer)).collect();
     let (mut rows, span) = outcomes("recorded", rec, &recorded);
     let mut makespan = vec![("recorded".to_string(), span)];
@@ -491,6 +512,14 @@ pub fn what_if(rec: &Recording, policies: &[String], opts: Options) -> Result<Wh
             // The policy knows the device's costs, as the daemon's does (it
             // starts from the emulated disk's own figures, or learns them).
             s.set_device_cost(Some(device_cost));
+            if let Some(q) = qos {
+                s.set_qos(&q.classes, 0).map_err(|e| bad(format!("classes: {e}")))?;
+                for (&id, name) in &rec.names {
+                    let Some((class, keys)) = q.apps.get(name) else { continue };
+                    s.set_app_class(AppId(id), class.as_deref());
+                    s.set_app_share(AppId(id), keys).map_err(|e| bad(format!("share: {e:?}")))?;
+                }
+            }
             let mut hdd = Hdd::hdd7200();
             let mut head: Option<(FileId, u64)> = None;
             let service = |d: &Dispatch| {

@@ -47,6 +47,12 @@ fn attr(dom: &str, id: &str, attr: &str) -> Option<u64> {
 #[test]
 fn the_dashboard_renders_live_charts_in_headless_chromium() {
     let s = MetricsServe::start();
+    // A service class on one of them: the page shows its rate against
+    // its limit.
+    let rules = s.root().join("qos.toml");
+    std::fs::write(&rules, "[[class]]\nname = \"capped\"\nrate_bytes_per_s = 50000000\n[[rule]]\nclass = \"capped\"\napp = \"climate-post\"\n").unwrap();
+    let (ok, _, err) = s.sluice(&["qos", "set", rules.to_str().unwrap()]);
+    assert!(ok, "sluice qos set: {err}");
     let _load = Load::start(&s.addr, &["ocean-model", "climate-post"]);
     let dir = tempfile::tempdir().unwrap();
     let url = format!("http://{}/", s.metrics);
@@ -65,6 +71,10 @@ fn the_dashboard_renders_live_charts_in_headless_chromium() {
         let mb_s: f64 = row.split('<').next().unwrap().parse().unwrap();
         assert!(mb_s > 0.0, "{app} shows throughput");
     }
+    let row = dom.split("<tr><td>capped</td><td>").nth(1).expect("a service-class row for capped");
+    let cells: Vec<&str> = row.split("</td><td>").take(2).collect();
+    assert_eq!(cells.get(1).copied(), Some("50.0"), "capped shows its limit: {row}");
+    assert!(cells[0].parse::<f64>().is_ok_and(|v| v > 0.0), "capped shows its rate: {row}");
     // The screenshot: the charts' lines are drawn.
     let shot = dir.path().join("dash.png");
     let out = chromium(&[&format!("--screenshot={}", shot.display()), &url], &dir.path().join("p2"));

@@ -167,3 +167,40 @@ fn validate_refuses_cache_modes_and_cleans_up_after_an_error() {
     let out = Command::new(SLUICE).args(["sim", "--validate", "--seed", "3"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "--seed has no meaning for --validate");
 }
+
+/// `sluice sim --qos FILE`: the daemon's rules file in place of the
+/// scenario's classes gives what the scenario's own classes give.
+#[test]
+fn sim_takes_the_daemons_rules_file() {
+    let dir = Scratch(std::env::temp_dir().join(format!("sluice-sim-qos-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let text = std::fs::read_to_string(scenario("qos-limit.toml")).unwrap();
+    // The scenario without its class.
+    let mut in_class = false;
+    let bare: String = text
+        .lines()
+        .filter(|l| {
+            in_class = (in_class || *l == "[[class]]") && !l.is_empty();
+            !in_class && !l.starts_with("class = ")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!bare.lines().any(|l| l == "[[class]]" || l.starts_with("class = ") || l.starts_with("rate_bytes_per_s")), "{bare}");
+    std::fs::write(dir.0.join("bare.toml"), &bare).unwrap();
+    std::fs::write(dir.0.join("rules.toml"), "[[class]]\nname = \"limited\"\nrate_bytes_per_s = 20000000\n[[rule]]\nclass = \"limited\"\napp = \"limited\"\n").unwrap();
+    let limited = |file: &str, extra: &[&str]| {
+        let path = dir.0.join(format!("{}.json", extra.len()));
+        let out = Command::new(SLUICE).args(["sim", file, "--policy", "aioli", "--scale", "0.25", "--json"]).arg(&path).args(extra).output().unwrap();
+        assert!(out.status.success(), "sluice sim failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v["runs"][0]["apps"].as_array().unwrap().iter().find(|a| a["name"] == "limited").unwrap()["completion_s"].as_f64().unwrap()
+    };
+    let bare_path = dir.0.join("bare.toml");
+    let (own, given, none) = (
+        limited(&scenario("qos-limit.toml"), &[]),
+        limited(bare_path.to_str().unwrap(), &["--qos", dir.0.join("rules.toml").to_str().unwrap()]),
+        limited(bare_path.to_str().unwrap(), &[]),
+    );
+    assert_eq!(own, given, "the rules file places the application as the scenario's class does");
+    assert_ne!(own, none, "and the class changes the run");
+}

@@ -95,6 +95,23 @@ fn a_recorded_trace_replays_under_other_policies() {
     let (recorded, fifo, aioli) = (span("recorded", "reader-a"), span("fifo", "reader-a"), span("aioli", "reader-a"));
     assert!((fifo - recorded).abs() <= 0.25 * recorded, "the fifo replay lands near the recorded fifo run: {fifo:.3} s vs {recorded:.3} s");
     assert!(aioli < 0.8 * fifo, "two alternating readers on a disk: aioli {aioli:.3} s vs fifo {fifo:.3} s");
+    // The daemon's rules file, given to the replays: reader-a limited.
+    let rate = (READS * PIECE as u64) / 2;
+    let rules = dir.path().join("qos.toml");
+    std::fs::write(&rules, format!("[[class]]\nname = \"slow\"\nrate_bytes_per_s = {rate}\n[[rule]]\nclass = \"slow\"\napp = \"reader-a\"\n")).unwrap();
+    let limited = dir.path().join("q.json");
+    let out = Command::new(SLUICE)
+        .args(["what-if", trace.to_str().unwrap(), "--policy", "aioli", "--qos", rules.to_str().unwrap(), "--json", limited.to_str().unwrap()])
+        .env("XDG_CACHE_HOME", dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let q: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&limited).unwrap()).unwrap();
+    let rows = q["rows"].as_array().unwrap();
+    let qspan = |app: &str| rows.iter().find(|r| r["policy"] == "aioli" && r["app"] == app).unwrap()["span_s"].as_f64().unwrap();
+    // Its bytes at half their size a second: about 2 s less one bucket.
+    assert!(qspan("reader-a") > 1.5 && qspan("reader-a") > 3.0 * aioli, "reader-a limited to {rate} B/s: {:.3} s (unlimited {aioli:.3} s)", qspan("reader-a"));
+    assert!(qspan("reader-b") < 0.5 * qspan("reader-a"), "reader-b is not limited: {:.3} s", qspan("reader-b"));
     // A bad trace is one line.
     let out = Command::new(SLUICE).args(["what-if", json.to_str().unwrap()]).env("XDG_CACHE_HOME", dir.path()).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);

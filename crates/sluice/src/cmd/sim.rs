@@ -50,6 +50,11 @@ pub struct SimArgs {
     /// The DXT layer of the log: DXT_POSIX (default when present) or DXT_MPIIO.
     #[arg(long, requires = "darshan")]
     layer: Option<String>,
+    /// A rules file (`sluice serve --qos`'s: classes, rules, a sharing
+    /// order) in place of the scenario's classes: its rules place each
+    /// application by its name, its `user` (uid and gid) and its job.
+    #[arg(long, conflicts_with = "bench")]
+    qos: Option<PathBuf>,
     /// Measure simulated events per second on a synthetic scenario.
     #[arg(long)]
     bench: bool,
@@ -133,6 +138,27 @@ fn validate(a: &SimArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A daemon's rules file on a scenario: its classes and sharing order
+/// replace the scenario's, and its rules place each application as the
+/// daemon would (name, `user` as uid and gid).
+pub fn apply_qos(sc: &mut sluice_sim::Scenario, rules: &sluice_server::qos::QosRules) {
+    sc.classes = rules
+        .classes
+        .iter()
+        .map(|c| sluice_sim::SimClass {
+            name: c.spec.name.clone(),
+            rate_bytes_per_s: c.spec.rate_bytes_per_s,
+            rate_requests_per_s: c.spec.rate_requests_per_s,
+            guarantee_bytes_per_s: c.spec.guarantee_bytes_per_s,
+            depth_ms: (c.spec.depth_ns > 0).then_some(c.spec.depth_ns / 1_000_000),
+        })
+        .collect();
+    sc.share = rules.share.iter().map(|l| l.name().to_string()).collect();
+    for app in &mut sc.apps {
+        app.class = rules.class_for(&app.name, app.user, app.user).map(|c| c.spec.name.clone());
+    }
+}
+
 pub fn run(a: SimArgs) -> anyhow::Result<()> {
     if a.validate {
         return validate(&a);
@@ -152,6 +178,9 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         scenario.sweep_granularity_bytes.clear();
         scenario.sweep_aggregators.clear();
         scenario.name = format!("{} with {}", scenario.name, log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
+    }
+    if let Some(p) = &a.qos {
+        apply_qos(&mut scenario, &sluice_server::qos::QosRules::load(p).map_err(anyhow::Error::msg)?);
     }
     if let Some(p) = &a.device_model {
         let m = sluice_bench::calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?;

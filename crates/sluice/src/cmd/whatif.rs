@@ -44,6 +44,12 @@ pub struct WhatIfArgs {
     /// Replay without a host: an answer lets its process go at once.
     #[arg(long)]
     no_host: bool,
+    /// A rules file (`sluice serve --qos`'s) for every replay: its classes
+    /// and sharing order, its rules placing each recorded application by
+    /// name and job (a trace records no uid or gid: rules by them place
+    /// nothing, and a `user` or `group` level puts everyone in one group).
+    #[arg(long)]
+    qos: Option<PathBuf>,
     /// Write the table as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -77,11 +83,31 @@ pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
         let text = std::fs::read_to_string(&a.trace).with_context(|| format!("cannot read the trace {}", a.trace.display()))?;
         Recording::parse(&text)?
     };
-    report(&rec, &a.policies, opts, hint, a.json.as_deref())
+    let qos = match &a.qos {
+        Some(p) => Some(plan(&rec, &sluice_server::qos::QosRules::load(p).map_err(anyhow::Error::msg)?)),
+        None => None,
+    };
+    report(&rec, &a.policies, opts, qos.as_ref(), hint, a.json.as_deref())
 }
 
-fn report(rec: &Recording, policies: &[String], opts: Options, hint: Option<&str>, json: Option<&std::path::Path>) -> anyhow::Result<()> {
-    let w = whatif::what_if(rec, policies, opts)?;
+/// Place each recorded application by `rules`, as the daemon would with
+/// no uid or gid known.
+fn plan(rec: &Recording, rules: &sluice_server::qos::QosRules) -> whatif::QosPlan {
+    const UNKNOWN: u32 = u32::MAX;
+    let apps = rec
+        .app_names()
+        .into_iter()
+        .map(|n| {
+            let class = rules.class_for(&n, UNKNOWN, UNKNOWN).map(|c| c.spec.name.clone());
+            let keys = rules.share_keys(&n, UNKNOWN, UNKNOWN, class.as_deref());
+            (n, (class, keys))
+        })
+        .collect();
+    whatif::QosPlan { classes: rules.specs(), apps }
+}
+
+fn report(rec: &Recording, policies: &[String], opts: Options, qos: Option<&whatif::QosPlan>, hint: Option<&str>, json: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let w = whatif::what_if_with(rec, policies, opts, qos)?;
     print!("{}", whatif::table(&w));
     if let Some(h) = hint {
         println!("{h}");
