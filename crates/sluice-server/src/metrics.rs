@@ -72,6 +72,8 @@ pub(crate) fn render(shared: &Shared, waker: &Waker) -> String {
 }
 
 /// One family of a class's counters: name, kind, help, the figure.
+/// A class's setting as a family: name, help, the value (None: unset).
+type ClassSetting = (&'static str, &'static str, fn(&sluice_core::ClassStats) -> Option<u64>);
 type ClassFamily = (&'static str, &'static str, &'static str, fn(&sluice_core::ClassStats) -> u64);
 
 /// Each service class's counters (docs/qos.md); none without classes.
@@ -93,7 +95,7 @@ fn classes(e: &mut Expo, v: &View) {
         }
     }
     // What the operator set, for the dashboard's rate against it.
-    let set: [(&str, &str, fn(&sluice_core::ClassStats) -> Option<u64>); 2] = [
+    let set: [ClassSetting; 2] = [
         ("sluice_qos_class_rate_limit_bytes_per_second", "The class's rate limit, bytes/s (classes with one)", |c| c.rate_bytes_per_s),
         ("sluice_qos_class_guarantee_bytes_per_second", "The class's guaranteed minimum, bytes/s (classes with one)", |c| c.guarantee_bytes_per_s),
     ];
