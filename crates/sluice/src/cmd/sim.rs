@@ -42,6 +42,11 @@ pub struct SimArgs {
     /// (`sluice_bench::calibrate::sim_device`; `--validate` keeps one channel).
     #[arg(long)]
     device_model: Option<PathBuf>,
+    /// Dispatches each server keeps in flight, in place of the scenario's
+    /// (or the device model's): the depth a real server settled on (its
+    /// live trace shows it), for a twin of that run.
+    #[arg(long)]
+    dispatches_inflight: Option<u32>,
     /// Replace the scenario's applications by a Darshan log's (its DXT
     /// records: one process per rank, each access in recorded order after
     /// its recorded think time), on the scenario's cluster.
@@ -188,6 +193,9 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
         scenario.server.device = "profile".into();
         scenario.server.profile = Some(profile);
         (scenario.server.channels, scenario.server.dispatches_inflight) = (channels, 0);
+    }
+    if let Some(n) = a.dispatches_inflight {
+        scenario.server.dispatches_inflight = n;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let jobs = a.jobs.unwrap_or(if a.bench { 1 } else { cores.min(4) }).max(1);
