@@ -204,3 +204,27 @@ fn sim_takes_the_daemons_rules_file() {
     assert_eq!(own, given, "the rules file places the application as the scenario's class does");
     assert_ne!(own, none, "and the class changes the run");
 }
+
+/// `--dispatches-inflight N` replaces the depth the scenario's servers
+/// keep: on a device of eight channels, one in flight is another run.
+#[test]
+fn the_depth_in_flight_can_be_given() {
+    let dir = Scratch(std::env::temp_dir().join(format!("sluice-sim-depth-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let text = std::fs::read_to_string(scenario("qos-share.toml")).unwrap();
+    let parallel = text
+        .replace("device = \"hdd7200\"", "device = \"profile\"\nchannels = 8")
+        .replace("\n[client]", "\n[server.profile]\naccess_ns = 40000\nbytes_per_s = 1500000000\n\n[client]");
+    assert_ne!(parallel, text);
+    let file = dir.0.join("parallel.toml");
+    std::fs::write(&file, parallel).unwrap();
+    let makespan = |extra: &[&str]| {
+        let path = dir.0.join(format!("d{}.json", extra.len()));
+        let out = Command::new(SLUICE).args(["sim", file.to_str().unwrap(), "--scale", "0.1", "--json"]).arg(&path).args(extra).output().unwrap();
+        assert!(out.status.success(), "sluice sim failed: {}", String::from_utf8_lossy(&out.stderr));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        v["runs"][0]["makespan_s"].as_f64().unwrap()
+    };
+    let (eight, one) = (makespan(&[]), makespan(&["--dispatches-inflight", "1"]));
+    assert!(one > eight, "one dispatch in flight over eight channels is slower: {one} s against {eight} s");
+}
