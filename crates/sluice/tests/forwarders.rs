@@ -69,6 +69,22 @@ impl Set {
         let pid = self.children[k].as_ref().unwrap().id() as i32;
         // SAFETY: signalling our own child process by its pid.
         assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        // kill returns before a stop takes effect: a request sent at once
+        // could still be answered. Wait until every thread is stopped.
+        if sig == libc::SIGSTOP {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let stopped = || {
+                std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+                    tasks
+                        .flatten()
+                        .all(|t| std::fs::read_to_string(t.path().join("stat")).is_ok_and(|st| st.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('T'))))
+                })
+            };
+            while !stopped() {
+                assert!(Instant::now() < deadline, "server {k} did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     /// Requests application `app` made on forwarder `k`.
