@@ -67,3 +67,22 @@ fn an_unknown_share_level_is_refused() {
     sc.share.push("planet".into());
     assert!(sc.validate().unwrap_err().to_string().contains("no level"));
 }
+
+/// On a device of eight channels sharing one bandwidth, a guaranteed
+/// class's requests would each wait behind the others' in flight: aIOLi
+/// keeps the others to one dispatch in flight while the class is owed and
+/// active, and the guarantee holds.
+#[test]
+fn a_guarantee_holds_on_a_parallel_device() {
+    let mut sc = shipped("qos-guarantee");
+    sc.server.device = "profile".into();
+    sc.server.channels = 8;
+    sc.server.profile = Some(sluice_sim::ProfileFigures { access_ns: 40_000, bytes_per_s: 1_600_000_000, seek_ns: 0, shared_ns: 10_000, shared_bytes_per_s: 1_500_000_000 });
+    let guarantee = 500_000_000u64;
+    sc.classes[0].guarantee_bytes_per_s = Some(guarantee);
+    let scale = 3.0;
+    let r = check(&sc, scale, &["aioli"]);
+    let gold = r.runs[0].apps.iter().find(|a| a.name == "gold").unwrap();
+    let got = sc.apps[0].bytes as f64 * scale / gold.completion_s;
+    assert!(got >= guarantee as f64, "gold {got} bytes/s against a guarantee of {guarantee}");
+}

@@ -340,6 +340,11 @@ pub(crate) struct Aioli {
     /// each application whose class is not open. At most the registered
     /// applications.
     gates: FxHashMap<AppId, Gate>,
+    /// Until when a class owed its guarantee counts as active: a
+    /// dispatch of it went out or came back lately (its readers' next
+    /// requests are on their way). While it is, the others keep one
+    /// dispatch in flight at most (`pick`).
+    owed_until: Nanos,
 }
 
 /// A window's length: twice the reader's think time, within
@@ -383,7 +388,22 @@ impl Aioli {
             throttled: crate::hash::FxHashSet::default(),
             share: Share::default(),
             gates: FxHashMap::default(),
+            owed_until: 0,
         }
+    }
+
+    /// A dispatch of `d`'s members went out or came back at `now`: an
+    /// owed class among them stays active for a window's length.
+    fn note_owed(&mut self, d: &Dispatch, now: Nanos) {
+        if !self.gates.is_empty() && d.members.iter().any(|m| self.gate(m.app).owed) {
+            self.owed_until = now.saturating_add(self.p.sync_window_ns_max.max(1_000_000));
+        }
+    }
+
+    /// Whether a class owed its guarantee is active at `now`: requests
+    /// queued, or a dispatch of it lately.
+    fn owed_active(&self, now: Nanos) -> bool {
+        !self.gates.is_empty() && (now < self.owed_until || self.gates.iter().any(|(id, g)| g.owed && self.apps.get(id).is_some_and(|a| a.live > 0)))
     }
 
     #[inline]
@@ -874,6 +894,15 @@ impl Policy for Aioli {
         if serial_disk && !self.window_candidates.is_empty() {
             return Pick::Idle;
         }
+        // On a device that serves several dispatches at once and shares
+        // its bandwidth among them, a guaranteed class's requests would
+        // each wait behind all the others' in flight: while an owed class
+        // is active, the others keep one in flight at most (the twin of
+        // the real disk at depth eight: 321 MB/s against a 500 MB/s
+        // guarantee without this, 505 with it).
+        if self.inflight >= 2 && self.turn.is_none_or(|t| !self.gate(t.app).owed) && self.owed_active(now) {
+            return Pick::Idle;
+        }
         let backlogged = |s: &Self, t: &Turn| s.apps.get(&t.app).is_some_and(|a| a.live > 0);
         let turn_ns_max = self.p.turn_ns_max;
         let turn = match self.turn {
@@ -948,6 +977,7 @@ impl Policy for Aioli {
     }
 
     fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
+        self.note_owed(d, now);
         let serial = self.model.is_none_or(|m| m.parallelism <= 1);
         self.seen.dispatched(d, self.inflight, serial, now);
         self.inflight += 1;
@@ -1030,6 +1060,7 @@ impl Policy for Aioli {
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
         self.inflight = self.inflight.saturating_sub(1);
+        self.note_owed(d, now);
         if let Some(i) = self.window_candidates.iter().position(|&x| x == d.id) {
             self.window_candidates.swap_remove(i);
         }
