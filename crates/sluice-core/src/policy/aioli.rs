@@ -403,7 +403,13 @@ impl Aioli {
     /// Whether a class owed its guarantee is active at `now`: requests
     /// queued, or a dispatch of it lately.
     fn owed_active(&self, now: Nanos) -> bool {
-        !self.gates.is_empty() && (now < self.owed_until || self.gates.iter().any(|(id, g)| g.owed && self.apps.get(id).is_some_and(|a| a.live > 0)))
+        !self.gates.is_empty() && (now < self.owed_until || self.queued_where(|g| g.owed))
+    }
+
+    /// Whether an application whose gate satisfies `f` has requests
+    /// queued.
+    fn queued_where(&self, f: impl Fn(Gate) -> bool) -> bool {
+        self.gates.iter().any(|(id, &g)| f(g) && self.apps.get(id).is_some_and(|a| a.live > 0))
     }
 
     #[inline]
@@ -417,7 +423,7 @@ impl Aioli {
     /// Whether a backlogged application's class is urgent (a full bucket,
     /// an owed guarantee) and not resting.
     fn urgent_waiting(&self) -> bool {
-        self.gates.iter().any(|(id, g)| g.urgent && !g.held && self.apps.get(id).is_some_and(|a| a.live > 0))
+        self.queued_where(|g| g.urgent && !g.held)
     }
 
     #[inline]
@@ -1175,8 +1181,7 @@ impl Policy for Aioli {
         // A window kept for such a class's reader counts: its next
         // request is on its way.
         let bursting = |g: Gate| g.urgent && !g.owed && !g.held;
-        !self.gates.is_empty()
-            && (self.gates.iter().any(|(id, &g)| bursting(g) && self.apps.get(id).is_some_and(|a| a.live > 0)) || self.window.is_some_and(|w| bursting(self.gate(w.app))))
+        !self.gates.is_empty() && (self.queued_where(bursting) || self.window.is_some_and(|w| bursting(self.gate(w.app))))
     }
 
     fn set_gate(&mut self, app: AppId, gate: Gate) {
