@@ -775,8 +775,10 @@ mod tests {
         // 40 back-to-back dispatches: 30 us over the model, 20 us apart.
         let rec = Recording::parse(&hdd_trace(40, 30.0, 20.0)).unwrap();
         assert_eq!(rec.handoff(), Handoff { over_ns: 30_000, gap_ns: 20_000 });
-        // Fewer back-to-back dispatches than HANDOFF_GAPS_MIN: the gap is
-        // taken as the cost over the model.
+        // Exactly HANDOFF_GAPS_MIN back-to-back pairs: their gap is taken.
+        let at = Recording::parse(&hdd_trace(HANDOFF_GAPS_MIN as u64 + 1, 30.0, 20.0)).unwrap();
+        assert_eq!(at.handoff(), Handoff { over_ns: 30_000, gap_ns: 20_000 }, "32 gaps");
+        // One fewer: the gap is taken as the cost over the model.
         let few = Recording::parse(&hdd_trace(HANDOFF_GAPS_MIN as u64, 30.0, 20.0)).unwrap();
         assert_eq!(few.handoff(), Handoff { over_ns: 30_000, gap_ns: 30_000 }, "31 gaps");
         // A trace of another device: nothing.
