@@ -620,6 +620,11 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
             let mut head: Option<(FileId, u64)> = None;
             // When the emulated disk's worker next takes a dispatch.
             let mut free_at = 0u64;
+            // When each of the learned device's channels is next free: the
+            // replay keeps up to `depth` dispatches in flight (the learned
+            // parallelism, one more while the learner would probe), and a
+            // device of parallelism 1 still serves them one at a time.
+            let mut channels = vec![0u64; model.parallelism.max(1) as usize];
             let service = |now: u64, d: &Dispatch| {
                 if emulated {
                     let begin = now.max(free_at);
@@ -629,7 +634,10 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
                 }
                 let seek = head != Some((d.file, d.offset));
                 head = Some((d.file, d.end()));
-                model.service_ns(d.len, seek)
+                let c = (0..channels.len()).min_by_key(|&c| (channels[c], c)).expect("a device has a channel");
+                let done = now.max(channels[c]) + model.service_ns(d.len, seek);
+                channels[c] = done;
+                done - now
             };
             let log = replay_observed(&mut s, &streams, service, ReplayOptions { host: opts.host, ..ReplayOptions::plain(EVENTS_MAX) }, |_, _| {})
                 .map_err(|e| bad(format!("replay under {p}: {e:?}")))?;
@@ -734,7 +742,38 @@ mod tests {
         let span = |p: &str| w.makespan_s.iter().find(|(n, _)| n == p).unwrap().1;
         assert!(span("aioli") < span("fifo"), "on a disk, two interleaved sequential readers favour aioli: {:?}", w.makespan_s);
         let learned = what_if(&rec, &["fifo".into()], Options { device: Device::Recorded, host: None }).unwrap();
-        assert!(learned.device.contains("from 40 dispatches"), "{}", learned.device);
+        assert!(learned.device.contains("from 40 dispatches") && learned.device.contains("parallelism 1"), "{}", learned.device);
+    }
+
+    #[test]
+    fn a_learned_device_of_parallelism_one_serves_one_dispatch_at_a_time() {
+        // Two processes, each sending its next read the moment it is
+        // answered; the server served them one at a time, 100 us each: the
+        // other process's request waited meanwhile.
+        let mut ev = vec![r#"{"name":"process_name","ph":"M","pid":2,"tid":0,"ts":0,"args":{"name":"live: device","device":"real"}}"#.to_string()];
+        for k in 0..40u64 {
+            let (c, j) = (k % 2 + 1, k / 2);
+            let (b, e) = (k as f64 * 100.0, (k + 1) as f64 * 100.0);
+            let arrival = if j == 0 { 0.0 } else { b - 100.0 };
+            ev.push(format!(
+                r#"{{"name":"read 64 KiB","ph":"b","cat":"request","id":"r{k}","pid":1001,"tid":{c},"ts":{arrival},"args":{{"file":{c},"client":{c},"offset":{},"len":65536}}}}"#,
+                j * 65536
+            ));
+            ev.push(format!(r#"{{"name":"read 64 KiB","ph":"e","cat":"request","id":"r{k}","pid":1001,"tid":{c},"ts":{e}}}"#));
+            ev.push(format!(
+                r#"{{"name":"read 64 KiB x1","ph":"b","cat":"dispatch","id":"d{k}","pid":2,"tid":0,"ts":{b},"args":{{"file":{c},"offset":{},"len":65536,"requests":1}}}}"#,
+                j * 65536
+            ));
+            ev.push(format!(r#"{{"name":"read 64 KiB x1","ph":"e","cat":"dispatch","id":"d{k}","pid":2,"tid":0,"ts":{e}}}"#));
+        }
+        let rec = Recording::parse(&format!(r#"{{"traceEvents":[{}]}}"#, ev.join(","))).unwrap();
+        let w = what_if(&rec, &["fifo".into()], Options { device: Device::Auto, host: None }).unwrap();
+        assert!(w.device.contains("parallelism 1"), "{}", w.device);
+        // The replay keeps two dispatches in flight while the learner would
+        // probe a depth above the one it knows; the device still serves
+        // them one after another: 4 ms, not 2.
+        let fifo = w.makespan_s.iter().find(|(p, _)| p == "fifo").unwrap().1;
+        assert!((fifo - 0.004).abs() < 0.004 * 0.05, "fifo {fifo} s on a device of parallelism 1");
     }
 
     #[test]
