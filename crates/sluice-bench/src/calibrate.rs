@@ -65,7 +65,7 @@ pub struct CalibrateConfig {
 pub use sluice_device::model_file::{DepthCell, LatencyCell, Measured, ModelFile, SizeDepthCell};
 
 /// The device as the simulator serves it (`sluice sim
-/// --device-model`; `sluice sim --validate` keeps its one-channel
+/// --device-model`; `sluice sim --validate --twins` keeps its one-channel
 /// twin, docs/sim.md) and its channel count. On a device that gains
 /// from parallelism (`parallelism` > 1) it has `min(parallelism,
 /// AT_DEPTH)` channels: each dispatch takes its measured latency, but

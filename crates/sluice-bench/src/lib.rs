@@ -28,6 +28,7 @@ pub mod forwarders;
 pub mod host;
 pub mod matrix;
 pub mod meta;
+pub mod predict;
 pub mod qos;
 pub mod scaleout;
 pub mod scheduler;

@@ -1,4 +1,4 @@
-//! `sluice sim --validate`: each workload runs twice, for real (the
+//! `sluice sim --validate --twins`: each workload runs twice, for real (the
 //! bench's processes against a started server) and in the simulator (its
 //! twin: the same applications, one server, the same policy and device
 //! model), and the two makespans are compared.

@@ -115,7 +115,7 @@ fn calibrate_writes_a_model_that_sim_loads() {
 }
 
 #[test]
-fn validate_runs_each_workload_for_real_and_in_the_simulator() {
+fn validate_twins_runs_each_workload_for_real_and_in_the_simulator() {
     // O_DIRECT needs a disk file system: /var/tmp, not a tmpfs /tmp.
     let dir = Scratch(PathBuf::from("/var/tmp").join(format!("sluice-validate-test-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
@@ -125,7 +125,7 @@ fn validate_runs_each_workload_for_real_and_in_the_simulator() {
     let scratch = dir.0.join("runs");
     std::fs::create_dir_all(&scratch).unwrap();
     let out = Command::new(SLUICE)
-        .args(["sim", "--validate", "--validate-scale", "0.05", "--validate-runs", "1", "--device-model"])
+        .args(["sim", "--validate", "--twins", "--validate-scale", "0.05", "--validate-runs", "1", "--device-model"])
         .arg(&model)
         .arg("--dir")
         .arg(&scratch)
@@ -133,7 +133,7 @@ fn validate_runs_each_workload_for_real_and_in_the_simulator() {
         .arg(&json)
         .output()
         .unwrap();
-    assert!(out.status.success(), "sluice sim --validate failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "sluice sim --validate --twins failed: {}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("mix10") && table.contains("interference") && table.contains("O_DIRECT") && table.contains("error"), "{table}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -152,6 +152,57 @@ fn validate_runs_each_workload_for_real_and_in_the_simulator() {
     assert!(left.is_empty(), "the real runs' files were not removed: {left:?}");
 }
 
+/// `sluice sim --validate`: every policy predicted from every real run's
+/// trace by what-if, against the median of the predicted policy's real
+/// runs.
+#[test]
+fn validate_predicts_each_policy_from_each_real_runs_trace() {
+    let dir = Scratch(PathBuf::from("/var/tmp").join(format!("sluice-predict-test-{}", std::process::id())));
+    let scratch = dir.0.join("runs");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let json = dir.0.join("predict.json");
+    let out = Command::new(SLUICE)
+        .args(["sim", "--validate", "--validate-scale", "0.1", "--validate-runs", "2", "--dir"])
+        .arg(&scratch)
+        .arg("--json")
+        .arg(&json)
+        // No host profile in this cache directory: the replays have none.
+        .env("XDG_CACHE_HOME", &dir.0)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "sluice sim --validate failed: {}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("of 32 predictions within 10%"), "{table}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no host profile"), "the missing profile is said");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 16, "four workloads, fifo and aioli each predicted from traces of each");
+    for w in ["decomposition 4 KiB", "decomposition 64 KiB", "interference", "mix10"] {
+        assert_eq!(rows.iter().filter(|r| r["workload"].as_str().unwrap().starts_with(w)).count(), 4, "{w}");
+    }
+    for r in rows {
+        let (pred, real) = (r["predicted_s"].as_array().unwrap(), r["real_s"].as_array().unwrap());
+        assert_eq!((pred.len(), real.len()), (2, 2), "one prediction per run's trace, against each real run: {r}");
+        let median = r["real_median_s"].as_f64().unwrap();
+        assert!(median > 0.0 && median.is_finite(), "{r}");
+        for (p, e) in pred.iter().zip(r["errors"].as_array().unwrap()) {
+            let (p, e) = (p.as_f64().unwrap(), e.as_f64().unwrap());
+            assert!(p > 0.0 && (e - (p - median) / median).abs() < 1e-9, "error is (predicted - real) / real: {r}");
+        }
+    }
+    // Under fifo and aioli the emulated disk's processes see what they did:
+    // aioli predicted far faster than fifo from either policy's traces.
+    let predicted = |w: &str, from: &str, to: &str| {
+        let r = rows.iter().find(|r| r["workload"].as_str().unwrap().starts_with(w) && r["from"] == from && r["to"] == to).unwrap();
+        r["predicted_s"].as_array().unwrap().iter().map(|p| p.as_f64().unwrap()).fold(0.0, f64::max)
+    };
+    for from in ["fifo", "aioli"] {
+        assert!(predicted("interference", from, "aioli") * 3.0 < predicted("interference", from, "fifo"), "interference from {from} traces");
+    }
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    assert!(left.is_empty(), "the real runs' files and traces were not removed: {left:?}");
+}
+
 #[test]
 fn validate_refuses_cache_modes_and_cleans_up_after_an_error() {
     let dir = Scratch(std::env::temp_dir().join(format!("sluice-validate-bad-{}", std::process::id())));
@@ -160,8 +211,11 @@ fn validate_refuses_cache_modes_and_cleans_up_after_an_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("without a cache layer"), "{err}");
     let missing = dir.0.join("missing.toml");
-    let out = Command::new(SLUICE).args(["sim", "--validate", "--device-model"]).arg(&missing).arg("--dir").arg(&dir.0).output().unwrap();
+    let out = Command::new(SLUICE).args(["sim", "--validate", "--twins", "--device-model"]).arg(&missing).arg("--dir").arg(&dir.0).output().unwrap();
     assert!(!out.status.success(), "a missing model file is an error");
+    let out = Command::new(SLUICE).args(["sim", "--validate", "--device-model"]).arg(&missing).arg("--dir").arg(&dir.0).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--device-model is for --validate --twins"), "predictions take no model file: {err}");
     let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
     assert!(left.is_empty(), "the scratch directory outlived the error: {left:?}");
     let out = Command::new(SLUICE).args(["sim", "--validate", "--seed", "3"]).output().unwrap();

@@ -73,6 +73,9 @@ pub struct RunConfig {
     /// Sample each application's bytes on the started server every this
     /// many milliseconds during the run (`RunReport::samples`); 0: never.
     pub sample_ms: u64,
+    /// Each started server writes its live trace to DIR/POLICY.json
+    /// (`sluice serve --trace`); else `SLUICE_BENCH_TRACE=DIR` does.
+    pub trace_dir: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -106,6 +109,7 @@ impl RunConfig {
             home_per_client: false,
             qos: None,
             sample_ms: 0,
+            trace_dir: None,
         }
     }
 
@@ -399,10 +403,10 @@ fn start_server(cfg: &RunConfig, policy: &str, forwarder: Option<u32>, disk: Opt
     if let Some(q) = cfg.queue_depth {
         sc.queue_depth = q;
     }
-    // A debugging aid: `SLUICE_BENCH_TRACE=DIR` has every started server
-    // write its live trace to DIR/POLICY.json (docs/bench.md).
-    if let Some(dir) = std::env::var_os("SLUICE_BENCH_TRACE").map(std::path::PathBuf::from) {
-        std::fs::create_dir_all(&dir).map_err(|e| WorkloadError::io(format!("SLUICE_BENCH_TRACE {}", dir.display()), e))?;
+    // `trace_dir`, or as a debugging aid `SLUICE_BENCH_TRACE=DIR`: every
+    // started server writes its live trace to DIR/POLICY.json (docs/bench.md).
+    if let Some(dir) = cfg.trace_dir.clone().or_else(|| std::env::var_os("SLUICE_BENCH_TRACE").map(std::path::PathBuf::from)) {
+        std::fs::create_dir_all(&dir).map_err(|e| WorkloadError::io(format!("trace directory {}", dir.display()), e))?;
         sc.trace = Some(dir.join(format!("{policy}{which}.json")));
     }
     Server::start(sc).map_err(|e| WorkloadError::usage(format!("starting the {policy} server: {e}")))

@@ -2,7 +2,8 @@
 //! per-application table per mode, write JSON, a trace and a sweep plot on
 //! request.
 //! `sluice sim --bench` measures the engine's speed instead, and
-//! `sluice sim --validate` compares real runs with their simulated twins.
+//! `sluice sim --validate` checks `sluice what-if`'s predictions against
+//! real runs (`--twins`: real runs against simulated twins fitted to them).
 
 use std::path::PathBuf;
 
@@ -76,13 +77,24 @@ pub struct SimArgs {
     /// either way.
     #[arg(long)]
     jobs: Option<usize>,
-    /// Run three workloads for real (mix10 and interference on the
-    /// emulated disk, the 64 KiB decomposition on this disk with O_DIRECT)
-    /// and in the simulator, and print both with the error (default
-    /// policies: fifo and aioli). The real disk's model comes from
-    /// `--device-model`, else from a short `sluice calibrate --direct`.
+    /// Check what-if's predictions: run four workloads for real under
+    /// each policy with the server's live trace (the 4 KiB and 64 KiB
+    /// decomposition on this disk with O_DIRECT, interference and mix10 on
+    /// the emulated disk), predict every policy from every trace with
+    /// `sluice what-if`'s defaults (and the host profile of `sluice
+    /// calibrate --host`), and print each prediction's error against the
+    /// median of the predicted policy's real runs (default policies: fifo
+    /// and aioli).
     #[arg(long, conflicts_with_all = ["bench", "darshan", "scenario", "scale", "seed", "trace", "plot"])]
     validate: bool,
+    /// With --validate: the older check instead, which fits a simulated
+    /// twin to each real run (its start times, its CPU per request, the
+    /// model its server learned) on three workloads (mix10 and
+    /// interference on the emulated disk, the 64 KiB decomposition with
+    /// O_DIRECT). The real disk's model comes from `--device-model`, else
+    /// from a short `sluice calibrate --direct`.
+    #[arg(long, requires = "validate")]
+    twins: bool,
     /// Multiply the validation workloads' sizes by this.
     #[arg(long, default_value_t = 1.0, requires = "validate")]
     validate_scale: f64,
@@ -115,6 +127,9 @@ fn validate(a: &SimArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the sluice executable")?;
     let root = Scratch(a.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-validate-{}", std::process::id())));
     std::fs::create_dir_all(&root.0).with_context(|| format!("creating {}", root.0.display()))?;
+    if !a.twins {
+        return predict(a, policies, exe, &root.0);
+    }
     let model = match &a.device_model {
         Some(p) => calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?,
         None => {
@@ -136,6 +151,30 @@ fn validate(a: &SimArgs) -> anyhow::Result<()> {
     let report = validate::run(&cfg).map_err(anyhow::Error::msg)?;
     drop(root);
     print!("{}", validate::table(&report));
+    if let Some(path) = &a.json {
+        write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(())
+}
+
+/// `--validate`: what-if's predictions against real runs
+/// (`sluice_bench::predict`).
+fn predict(a: &SimArgs, policies: Vec<String>, exe: PathBuf, root: &std::path::Path) -> anyhow::Result<()> {
+    use sluice_bench::{host, predict};
+    if a.device_model.is_some() {
+        anyhow::bail!("--validate predicts with what-if's defaults (the device each trace names or implies); --device-model is for --validate --twins");
+    }
+    let host = match host::default_path().filter(|p| p.exists()) {
+        Some(p) => Some(host::HostProfile::load(&p).map_err(anyhow::Error::msg)?.host()),
+        None => {
+            eprintln!("validate: no host profile (run `sluice calibrate --host` once); the predictions replay without a host");
+            None
+        }
+    };
+    let cfg = predict::Config { workloads: predict::workloads(a.validate_scale), policies, root: root.to_path_buf(), exe, runs: a.validate_runs, host, progress: true };
+    let report = predict::run(&cfg).map_err(anyhow::Error::msg)?;
+    print!("{}", predict::table(&report));
     if let Some(path) = &a.json {
         write_json(path, &report)?;
         println!("json: {}", path.display());

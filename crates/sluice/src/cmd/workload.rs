@@ -311,5 +311,6 @@ fn run_config(c: &Common, scenario: Scenario, granularity: Option<u64>, at: (&st
         home_per_client: c.home == "client",
         qos: None,
         sample_ms: 0,
+        trace_dir: None,
     }
 }
