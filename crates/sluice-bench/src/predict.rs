@@ -136,9 +136,11 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
                 eprintln!("validate: {} for real, run {} of {} ({})", w.name, r + 1, cfg.runs.max(1), cfg.policies.join(", "));
             }
             let traces = dir.join(format!("traces-{r}"));
+            // As `sluice bench` runs them: write leases on, and writers
+            // that went through the page cache fsync before they finish.
             let run_cfg = RunConfig {
                 direct_io: w.direct_io,
-                write_leases: false,
+                durable: true,
                 progress: cfg.progress,
                 trace_dir: Some(traces.clone()),
                 ..RunConfig::started(w.scenario.clone(), cfg.policies.clone(), w.device, dir.join("data"), cfg.exe.clone())
