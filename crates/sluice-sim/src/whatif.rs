@@ -368,8 +368,8 @@ impl Recording {
 /// service time (the worker's sleep and wake-up; the median over the
 /// trace's dispatches), and `gap_ns` from one dispatch's end to the next
 /// one's start while requests wait (the loop taking the completion,
-/// answering, dispatching again; the median over such pairs). Both are
-/// 25-45 us on the 2-core VM. They matter beyond their size under fifo on
+/// answering, dispatching again; the median over such pairs). Each is
+/// 20-65 us on the 2-core VM. They matter beyond their size under fifo on
 /// a seeking disk: a request that continues the one before is served in
 /// 41 us by the model, and its process and the one served before it
 /// come back in the order the gap between their answers keeps. With the
@@ -433,10 +433,9 @@ fn perturbed(streams: &[Stream], program: &[&str], r: u64) -> Vec<Stream> {
     // Each stream's new start and its place among equal starts.
     let mut at: Vec<(u64, usize)> = (0..streams.len()).map(|i| (streams[i].start_ns, i)).collect();
     for g in groups {
-        let mut members: Vec<usize> = g.to_vec();
         // Each member moves up to `DEAL_POSITIONS` places from its
         // recorded one: its place plus a uniform draw (a hash of (r, k)).
-        let mut keyed: Vec<(u64, usize)> = members
+        let mut keyed: Vec<(u64, usize)> = g
             .iter()
             .enumerate()
             .map(|(k, &m)| {
@@ -445,8 +444,7 @@ fn perturbed(streams: &[Stream], program: &[&str], r: u64) -> Vec<Stream> {
             })
             .collect();
         keyed.sort_unstable();
-        members = keyed.into_iter().map(|x| x.1).collect();
-        for (&slot, &m) in g.iter().zip(&members) {
+        for (&slot, &(_, m)) in g.iter().zip(&keyed) {
             at[m] = (streams[slot].start_ns, slot);
         }
     }
