@@ -19,21 +19,13 @@ use serde::Serialize;
 use sluice_server::DeviceKind;
 use sluice_sim::whatif::{self, Device, Options, Recording};
 
+pub use crate::validate::Workload;
 use crate::workload::pattern::Dir;
 use crate::workload::runner::{self, RunConfig};
 use crate::workload::scenario::{self, Scenario};
 
 /// The error the issue accepts for a prediction.
 pub const TARGET: f64 = 0.10;
-
-/// One workload of the protocol.
-#[derive(Clone, Debug)]
-pub struct Workload {
-    pub name: String,
-    pub scenario: Scenario,
-    pub device: DeviceKind,
-    pub direct_io: bool,
-}
 
 /// The protocol's workloads, sized to take seconds here at `scale` 1: the
 /// seed's decomposition (32 processes) with 4 KiB and 64 KiB pieces on

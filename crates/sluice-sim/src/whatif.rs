@@ -765,23 +765,13 @@ mod tests {
         // Two processes, each sending its next read the moment it is
         // answered; the server served them one at a time, 100 us each: the
         // other process's request waited meanwhile.
-        let mut ev = vec![r#"{"name":"process_name","ph":"M","pid":2,"tid":0,"ts":0,"args":{"name":"live: device","device":"real"}}"#.to_string()];
+        let mut ev = Vec::new();
         for k in 0..40u64 {
             let (c, j) = (k % 2 + 1, k / 2);
             let (b, e) = (k as f64 * 100.0, (k + 1) as f64 * 100.0);
-            let arrival = if j == 0 { 0.0 } else { b - 100.0 };
-            ev.push(format!(
-                r#"{{"name":"read 64 KiB","ph":"b","cat":"request","id":"r{k}","pid":1001,"tid":{c},"ts":{arrival},"args":{{"file":{c},"client":{c},"offset":{},"len":65536}}}}"#,
-                j * 65536
-            ));
-            ev.push(format!(r#"{{"name":"read 64 KiB","ph":"e","cat":"request","id":"r{k}","pid":1001,"tid":{c},"ts":{e}}}"#));
-            ev.push(format!(
-                r#"{{"name":"read 64 KiB x1","ph":"b","cat":"dispatch","id":"d{k}","pid":2,"tid":0,"ts":{b},"args":{{"file":{c},"offset":{},"len":65536,"requests":1}}}}"#,
-                j * 65536
-            ));
-            ev.push(format!(r#"{{"name":"read 64 KiB x1","ph":"e","cat":"dispatch","id":"d{k}","pid":2,"tid":0,"ts":{e}}}"#));
+            served(&mut ev, Served { id: k, client: c, file: c, offset: j * 65536, len: 65536, arrival: if j == 0 { 0.0 } else { b - 100.0 }, start: b, end: e });
         }
-        let rec = Recording::parse(&format!(r#"{{"traceEvents":[{}]}}"#, ev.join(","))).unwrap();
+        let rec = Recording::parse(&trace_doc("real", &ev)).unwrap();
         let w = what_if(&rec, &["fifo".into()], Options { device: Device::Auto, host: None }).unwrap();
         assert!(w.device.contains("parallelism 1"), "{}", w.device);
         // The replay keeps two dispatches in flight while the learner would
@@ -804,24 +794,46 @@ mod tests {
     /// dispatch takes the disk's model plus `over` us and the next starts
     /// `gap` us after it ended.
     fn hdd_trace(n: u64, over: f64, gap: f64) -> String {
-        let mut ev = vec![r#"{"name":"process_name","ph":"M","pid":2,"tid":0,"ts":0,"args":{"name":"live: device","device":"hdd7200"}}"#.to_string()];
-        let mut t = 0.0;
+        let (mut ev, mut t) = (Vec::new(), 0.0);
         for k in 0..n {
             let model = if k == 0 { 9_000.0 + 4_170.0 + 40.96 } else { 40.96 };
             let e = t + model + over;
-            ev.push(format!(
-                r#"{{"name":"read 4 KiB","ph":"b","cat":"request","id":"r{k}","pid":1001,"tid":{k},"ts":0,"args":{{"file":1,"client":1,"offset":{},"len":4096}}}}"#,
-                k * 4096
-            ));
-            ev.push(format!(r#"{{"name":"read 4 KiB","ph":"e","cat":"request","id":"r{k}","pid":1001,"tid":{k},"ts":{e}}}"#));
-            ev.push(format!(
-                r#"{{"name":"read 4 KiB x1","ph":"b","cat":"dispatch","id":"d{k}","pid":2,"tid":0,"ts":{t},"args":{{"file":1,"offset":{},"len":4096,"requests":1}}}}"#,
-                k * 4096
-            ));
-            ev.push(format!(r#"{{"name":"read 4 KiB x1","ph":"e","cat":"dispatch","id":"d{k}","pid":2,"tid":0,"ts":{e}}}"#));
+            served(&mut ev, Served { id: k, client: 1, file: 1, offset: k * 4096, len: 4096, arrival: 0.0, start: t, end: e });
             t = e + gap;
         }
-        format!(r#"{{"traceEvents":[{}]}}"#, ev.join(","))
+        trace_doc("hdd7200", &ev)
+    }
+
+    /// One read as a live trace has it: its request (arrival, answer at
+    /// the dispatch's end) and its dispatch alone (start, end), in us.
+    struct Served {
+        id: u64,
+        client: u64,
+        file: u64,
+        offset: u64,
+        len: u64,
+        arrival: f64,
+        start: f64,
+        end: f64,
+    }
+
+    fn served(ev: &mut Vec<String>, r: Served) {
+        let Served { id, client, file, offset, len, arrival, start, end } = r;
+        let kib = len / 1024;
+        ev.push(format!(
+            r#"{{"name":"read {kib} KiB","ph":"b","cat":"request","id":"r{id}","pid":1001,"tid":{client},"ts":{arrival},"args":{{"file":{file},"client":{client},"offset":{offset},"len":{len}}}}}"#
+        ));
+        ev.push(format!(r#"{{"name":"read {kib} KiB","ph":"e","cat":"request","id":"r{id}","pid":1001,"tid":{client},"ts":{end}}}"#));
+        ev.push(format!(
+            r#"{{"name":"read {kib} KiB x1","ph":"b","cat":"dispatch","id":"d{id}","pid":2,"tid":0,"ts":{start},"args":{{"file":{file},"offset":{offset},"len":{len},"requests":1}}}}"#
+        ));
+        ev.push(format!(r#"{{"name":"read {kib} KiB x1","ph":"e","cat":"dispatch","id":"d{id}","pid":2,"tid":0,"ts":{end}}}"#));
+    }
+
+    /// A live trace of a server on `device` holding `events`.
+    fn trace_doc(device: &str, events: &[String]) -> String {
+        let meta = format!(r#"{{"name":"process_name","ph":"M","pid":2,"tid":0,"ts":0,"args":{{"name":"live: device","device":"{device}"}}}}"#);
+        format!(r#"{{"traceEvents":[{meta},{}]}}"#, events.join(","))
     }
 
     #[test]
