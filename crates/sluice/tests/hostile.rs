@@ -481,14 +481,15 @@ fn raw_open(s: &mut std::os::unix::net::UnixStream, path: &str) -> u64 {
 }
 
 /// Start `hostile-helper` doing `what` as `uid` in the background; wait
-/// for its `HELPER-OK` and return it with the line before.
-fn helper_running_as(v: &Victim, uid: u32, what: &str, env: &[(&str, &str)]) -> (Child, String) {
+/// for its `HELPER-OK` and return it (reaped when dropped, on a failed
+/// assertion too) with the line before.
+fn helper_running_as(v: &Victim, uid: u32, what: &str, env: &[(&str, &str)]) -> (Reaped, String) {
     let mut c = Command::new("setpriv");
     c.args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into(), "--".into()]);
     c.arg(v.bin("hostile-helper")).args(["--exact", "helper", "--nocapture", "--test-threads=1"]);
     c.env(HELPER_ENV, what).env("SLUICE_SERVER", &v.addr).envs(env.iter().copied()).stdout(Stdio::piped()).stderr(Stdio::null());
-    let mut child = c.spawn().unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut child = Reaped(c.spawn().unwrap());
+    let mut out = BufReader::new(child.0.stdout.take().unwrap());
     let (mut line, mut last) = (String::new(), String::new());
     loop {
         line.clear();
@@ -538,8 +539,7 @@ impl Drop for Reaped {
 #[test]
 fn a_user_holding_every_slot_it_can_leaves_root_and_others_served() {
     let v = Victim::start(false, &[]);
-    let (hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "1100")]);
-    let _hog = Reaped(hog);
+    let (_hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "1100")]);
     let held: usize = held.strip_prefix("HELD ").unwrap().parse().unwrap();
     assert_eq!(held, 512, "conns_per_uid_max connections, not one more");
     let (root, third) = (ls_as(&v, None), ls_as(&v, Some(THIRD)));
@@ -554,8 +554,7 @@ fn a_user_holding_every_slot_it_can_leaves_root_and_others_served() {
 #[test]
 fn a_full_table_keeps_root_s_slots_and_makes_room_for_another_user() {
     let v = Victim::start(false, &["--clients-max", "8", "--clients-reserved", "2", "--conns-per-uid-max", "7"]);
-    let (hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "7")]);
-    let _hog = Reaped(hog);
+    let (_hog, held) = helper_running_as(&v, NOBODY, "hold-slots", &[("HOSTILE_CONNS", "7")]);
     assert_eq!(held, "HELD 6", "clients_max - clients_reserved for a user; the 7th refused");
     ls_as(&v, Some(THIRD));
     ls_as(&v, None);
@@ -578,8 +577,7 @@ fn replies_nobody_reads_stay_within_the_server_s_budget() {
     std::fs::write(&big, vec![7u8; 64 << 20]).unwrap();
     std::fs::set_permissions(&big, std::fs::Permissions::from_mode(0o644)).unwrap();
     let pid = v.child.as_ref().unwrap().id();
-    let (hog, n) = helper_running_as(&v, NOBODY, "unread-replies", &[]);
-    let _hog = Reaped(hog);
+    let (_hog, n) = helper_running_as(&v, NOBODY, "unread-replies", &[]);
     assert_eq!(n, "PIPELINED 24");
     let mut peak = 0;
     let since = Instant::now();
