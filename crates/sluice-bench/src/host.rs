@@ -106,6 +106,15 @@ pub fn default_path() -> Option<PathBuf> {
     Some(base.join("sluice").join("host.toml"))
 }
 
+/// This machine's profile where `sluice calibrate --host` keeps it by
+/// default (`default_path`), if it was measured.
+pub fn load_default() -> Result<Option<HostProfile>, String> {
+    match default_path().filter(|p| p.exists()) {
+        Some(p) => HostProfile::load(&p).map(Some),
+        None => Ok(None),
+    }
+}
+
 /// Measure this machine: `HOST_RUNS` runs of the null-device
 /// decomposition under fifo, in a scratch directory under `scratch`.
 pub fn calibrate(exe: &Path, scratch: &Path, progress: bool) -> Result<HostProfile, String> {

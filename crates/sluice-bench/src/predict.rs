@@ -19,6 +19,7 @@ use serde::Serialize;
 use sluice_server::DeviceKind;
 use sluice_sim::whatif::{self, Device, Options, Recording};
 
+use crate::median;
 pub use crate::validate::Workload;
 use crate::workload::pattern::Dir;
 use crate::workload::runner::{self, RunConfig};
@@ -102,16 +103,6 @@ pub fn rows(workload: &str, policies: &[String], real: &[Vec<f64>], predicted: &
         }
     }
     out
-}
-
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
 }
 
 /// Run the protocol.

@@ -165,8 +165,8 @@ fn predict(a: &SimArgs, policies: Vec<String>, exe: PathBuf, root: &std::path::P
     if a.device_model.is_some() {
         anyhow::bail!("--validate predicts with what-if's defaults (the device each trace names or implies); --device-model is for --validate --twins");
     }
-    let host = match host::default_path().filter(|p| p.exists()) {
-        Some(p) => Some(host::HostProfile::load(&p).map_err(anyhow::Error::msg)?.host()),
+    let host = match host::load_default().map_err(anyhow::Error::msg)? {
+        Some(h) => Some(h.host()),
         None => {
             eprintln!("validate: no host profile (run `sluice calibrate --host` once); the predictions replay without a host");
             None

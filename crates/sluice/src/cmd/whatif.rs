@@ -65,12 +65,14 @@ pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
     let darshan = a.trace.extension().is_some_and(|e| e == "darshan");
     // A Darshan log had no sluice server answering its processes: no
     // host's queueing to take out of its think times, unless asked.
-    let (host, hint) = match (&a.host, a.no_host, sluice_bench::host::default_path()) {
-        (_, true, _) => (None, None),
-        (Some(p), false, _) => (Some(HostProfile::load(p).map_err(anyhow::Error::msg)?), None),
-        (None, false, _) if darshan => (None, Some("host: none (a Darshan log's processes had no sluice server; --host PROFILE to give one)")),
-        (None, false, Some(p)) if p.exists() => (Some(HostProfile::load(&p).map_err(anyhow::Error::msg)?), None),
-        (None, false, _) => (None, Some("host: none (an answer lets its process go at once); `sluice calibrate --host` measures this machine once, and what-if then uses it")),
+    let (host, hint) = match (&a.host, a.no_host) {
+        (_, true) => (None, None),
+        (Some(p), false) => (Some(HostProfile::load(p).map_err(anyhow::Error::msg)?), None),
+        (None, false) if darshan => (None, Some("host: none (a Darshan log's processes had no sluice server; --host PROFILE to give one)")),
+        (None, false) => match sluice_bench::host::load_default().map_err(anyhow::Error::msg)? {
+            Some(h) => (Some(h), None),
+            None => (None, Some("host: none (an answer lets its process go at once); `sluice calibrate --host` measures this machine once, and what-if then uses it")),
+        },
     };
     let opts = Options { device, host: host.map(|h| h.host()) };
     let rec = if darshan {
