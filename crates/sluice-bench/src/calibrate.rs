@@ -135,7 +135,7 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
             let mut buf = AlignedBuf::new(bytes as usize);
             let (mut rng, mut at, mut ops) = (Rng::new(0x2545_f491_4f6c_dd1d ^ bytes), 0u64, 0u64);
             let blocks = file_bytes / bytes;
-            let start = Instant::now();
+            let (start, cpu) = (Instant::now(), thread_cpu_ns());
             while start.elapsed() < cell {
                 let offset = if random {
                     (rng.next_u64() % blocks) * bytes
@@ -147,7 +147,8 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
                 ops += 1;
             }
             let mean_ns = (start.elapsed().as_nanos() / u128::from(ops.max(1))) as u64;
-            latency.push(LatencyCell { bytes, random, mean_ns, ops });
+            let cpu_ns = thread_cpu_ns().saturating_sub(cpu) / ops.max(1);
+            latency.push(LatencyCell { bytes, random, mean_ns, ops, cpu_ns });
         }
     }
     let mut depth = Vec::new();
@@ -158,14 +159,75 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
     for &bytes in &AT_DEPTH_SIZES {
         at_depth.push(SizeDepthCell { bytes, depth: AT_DEPTH, ops_per_s: throughput(cfg, path, file_bytes, bytes, AT_DEPTH, cell)? });
     }
+    let ring = match cfg.direct {
+        true => SIZES.iter().map(|&b| ring_cell(path, file_bytes, b, cell)).collect::<Result<Vec<_>, _>>()?,
+        false => Vec::new(),
+    };
     let cost = fit(&latency, &depth);
     Ok(ModelFile {
         dispatch_ns: cost.dispatch_ns,
         byte_ps: cost.byte_ps,
         seek_ns: cost.seek_ns,
         parallelism: cost.parallelism,
-        measured: Some(Measured { root: cfg.root.display().to_string(), direct: cfg.direct, latency, depth, at_depth }),
+        measured: Some(Measured { root: cfg.root.display().to_string(), direct: cfg.direct, latency, depth, at_depth, ring }),
     })
+}
+
+/// CPU time of the calling thread so far (user and system), ns.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: writes one timespec we own.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Random O_DIRECT reads of `bytes`, one at a time through io_uring, each
+/// completion awaited by spinning on the ring: the mean latency, and the
+/// mean time of the submitting system call as the CPU.
+fn ring_cell(path: &Path, file_bytes: u64, bytes: u64, cell: Duration) -> Result<LatencyCell, String> {
+    let err = |what: &str, e: std::io::Error| format!("{what} (io_uring) {}: {e}", path.display());
+    let f = open(path, true).map_err(|e| err("opening", e))?;
+    let mut ring = io_uring::IoUring::new(2).map_err(|e| err("setting up", e))?;
+    let mut buf = AlignedBuf::new(bytes as usize);
+    let (mut rng, blocks, mut ops, mut submit_ns) = (Rng::new(0x6a09_e667_f3bc_c908 ^ bytes), file_bytes / bytes, 0u64, 0u64);
+    let start = Instant::now();
+    while start.elapsed() < cell {
+        let slice = buf.slice(bytes as usize);
+        let read = io_uring::opcode::Read::new(io_uring::types::Fd(f.as_raw_fd()), slice.as_mut_ptr(), bytes as u32).offset((rng.next_u64() % blocks) * bytes).build();
+        // SAFETY: the buffer outlives the read, awaited below.
+        unsafe { ring.submission().push(&read) }.map_err(|_| "io_uring: submission queue full".to_string())?;
+        let at = Instant::now();
+        ring.submit().map_err(|e| err("submitting", e))?;
+        submit_ns += at.elapsed().as_nanos() as u64;
+        let res = loop {
+            if let Some(c) = ring.completion().next() {
+                break c.result();
+            }
+            std::hint::spin_loop();
+        };
+        if res < 0 {
+            return Err(err("reading", std::io::Error::from_raw_os_error(-res)));
+        }
+        ops += 1;
+    }
+    let mean_ns = (start.elapsed().as_nanos() / u128::from(ops.max(1))) as u64;
+    // The submission's system call does the kernel's part of the read
+    // before it returns (it does not block): its time is the core's.
+    Ok(LatencyCell { bytes, random: true, mean_ns, ops, cpu_ns: submit_ns / ops.max(1) })
+}
+
+/// The latency of a dispatch as a spinning loop sees it: a least-squares
+/// line over the `ring` cells (fixed nanoseconds, picoseconds per byte).
+/// None without two of them.
+pub fn ring_fit(m: &Measured) -> Option<(u64, u64)> {
+    let pts: Vec<(f64, f64)> = m.ring.iter().map(|c| (c.bytes as f64, c.mean_ns as f64)).collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let (slope, intercept) = line(&pts);
+    Some((intercept as u64, (slope * 1_000.0) as u64))
 }
 
 /// Random reads of `bytes` by `depth` threads for `cell`: operations per
@@ -278,7 +340,7 @@ mod tests {
     #[test]
     fn fit_recovers_a_device_by_hand() {
         // 50 us + 1 ns per byte, seeks 100 us, throughput flat from depth 8.
-        let lat = |b: u64, r: bool| LatencyCell { bytes: b, random: r, mean_ns: 50_000 + b + if r { 100_000 } else { 0 }, ops: 10 };
+        let lat = |b: u64, r: bool| LatencyCell { bytes: b, random: r, mean_ns: 50_000 + b + if r { 100_000 } else { 0 }, ops: 10, cpu_ns: 0 };
         let latency: Vec<_> = SIZES.iter().flat_map(|&b| [lat(b, false), lat(b, true)]).collect();
         let depth: Vec<_> = DEPTHS.iter().map(|&d| DepthCell { depth: d, ops_per_s: 1_000.0 * f64::from(d.min(8)) }).collect();
         assert_eq!(fit(&latency, &depth), DeviceCost::new(50_000, 1_000, 100_000, 8));
@@ -289,7 +351,7 @@ mod tests {
         // One calibration of the O_DIRECT virtual disk (no seek cost):
         // random minus sequential +4.4 us at 4 KiB, -6.1 us at 64 KiB and
         // (from the mean it gave, 47.6 us) about +145 us at 1 MiB.
-        let cell = |bytes: u64, random: bool, mean_ns: u64| LatencyCell { bytes, random, mean_ns, ops: 10 };
+        let cell = |bytes: u64, random: bool, mean_ns: u64| LatencyCell { bytes, random, mean_ns, ops: 10, cpu_ns: 0 };
         let latency = [
             cell(4096, false, 48_200),
             cell(4096, true, 52_600),
@@ -309,7 +371,7 @@ mod tests {
         let per = |b: u64| 1e9 / (20_000.0 + b as f64 / 2.0);
         let depth: Vec<_> = DEPTHS.iter().map(|&d| DepthCell { depth: d, ops_per_s: if d == AT_DEPTH { per(4096) } else { 1_000.0 * f64::from(d) } }).collect();
         let at_depth = AT_DEPTH_SIZES.iter().map(|&bytes| SizeDepthCell { bytes, depth: AT_DEPTH, ops_per_s: per(bytes) }).collect();
-        let m = Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth };
+        let m = Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth, ring: Vec::new() };
         let (ns, bps) = shared_fit(&m).unwrap();
         assert!(ns.abs_diff(20_000) <= 1 && bps.abs_diff(2_000_000_000) <= 2_000, "{ns} ns, {bps} B/s");
         // The simulator's device: a channel per dispatch in flight (the

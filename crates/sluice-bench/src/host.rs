@@ -31,7 +31,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sluice_core::replay::{Host, HOST_CORES_MAX};
+use sluice_device::ModelFile;
 use sluice_server::DeviceKind;
+use sluice_sim::whatif::{Device, Disk, Options};
 
 use crate::workload::pattern::Dir;
 use crate::workload::runner::{self, RunConfig};
@@ -46,6 +48,8 @@ pub const HOST_PROFILE_BYTES_MAX: u64 = 64 << 10;
 /// The calibration's shared file: 64 MiB, 16,384 requests of 4 KiB.
 const HOST_SCALE: f64 = 1.0 / 64.0;
 const PIECE: u64 = 4 << 10;
+/// The disk calibration's scratch file (`sluice calibrate`'s default).
+const DISK_FILE_BYTES: u64 = 256 << 20;
 
 /// A machine's host profile.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -62,18 +66,49 @@ pub struct HostProfile {
     /// The wake floor measured (ns), for the record.
     #[serde(default)]
     pub wake_ns: u64,
+    /// The disk under the calibration's directory, measured with O_DIRECT
+    /// (`sluice calibrate --direct`): what-if serves the traces of a
+    /// server on this machine's real device with O_DIRECT on it. None
+    /// where it could not be measured (O_DIRECT refused, as on tmpfs).
+    #[serde(default)]
+    pub disk: Option<ModelFile>,
 }
 
 impl HostProfile {
     pub fn host(&self) -> Host {
-        Host { cores: self.cores, server_ns: self.server_ns, client_ns: self.client_ns }
+        Host { cores: self.cores, server_ns: self.server_ns, client_ns: self.client_ns, dispatch_ns: 0 }
+    }
+
+    /// The disk as what-if serves it (`calibrate::sim_device`).
+    pub fn disk(&self) -> Option<Disk> {
+        self.disk.as_ref().map(|m| {
+            let (mut figures, channels) = crate::calibrate::sim_device(m);
+            // A server's loop spins for a short dispatch: it sees the
+            // latency of the ring cells, without a thread's wake-up (the
+            // cells read at random, so no seek is added).
+            if let Some((ns, ps)) = m.measured.as_ref().and_then(crate::calibrate::ring_fit) {
+                (figures.access_ns, figures.bytes_per_s, figures.seek_ns) = (ns, 1_000_000_000_000u64.checked_div(ps).unwrap_or(u64::MAX / 2), 0);
+            }
+            // The kernel's whole path of one 4 KiB random read on the
+            // reader's core (submission, completion, the reader's sleep and
+            // wake-up). The ring's submission alone (its cells' `cpu_ns`)
+            // is less: 13.6 against 22.1 us on the 2-core VM, and with it
+            // fifo's 4 KiB predictions there fell 22-27% short of the real
+            // runs (docs/results.md, 2026-12-07).
+            let dispatch_cpu_ns = m.measured.as_ref().and_then(|x| x.latency.iter().find(|c| c.random && c.bytes == 4096)).map_or(0, |c| c.cpu_ns);
+            Disk { figures, channels, dispatch_cpu_ns }
+        })
+    }
+
+    /// What-if's options for traces this machine recorded: its host, its
+    /// disk, the device `Auto`.
+    pub fn whatif_options(&self) -> Options {
+        Options { device: Device::Auto, host: Some(self.host()), disk: self.disk() }
     }
 
     pub fn to_toml(&self) -> String {
-        format!(
-            "# sluice calibrate --host: what answering one request costs this machine's cores\ncores = {}\nserver_ns = {}\nclient_ns = {}\nruns_ns = {:?}\nwake_ns = {}\n",
-            self.cores, self.server_ns, self.client_ns, self.runs_ns, self.wake_ns
-        )
+        let body = toml::to_string(self).expect("a host profile serialises");
+        format!("# sluice calibrate --host: what answering one request costs this machine's cores, and its disk\n{body}")
     }
 
     /// Read a profile back, refusing what no calibration could write.
@@ -116,8 +151,10 @@ pub fn load_default() -> Result<Option<HostProfile>, String> {
 }
 
 /// Measure this machine: `HOST_RUNS` runs of the null-device
-/// decomposition under fifo, in a scratch directory under `scratch`.
-pub fn calibrate(exe: &Path, scratch: &Path, progress: bool) -> Result<HostProfile, String> {
+/// decomposition under fifo, in a scratch directory under `scratch`, and
+/// the disk under `disk_root` with O_DIRECT, `cell_ms` a cell
+/// (`sluice calibrate --direct`; None where O_DIRECT is refused there).
+pub fn calibrate(exe: &Path, scratch: &Path, disk_root: &Path, cell_ms: u64, progress: bool) -> Result<HostProfile, String> {
     let sc = scenario::decomposition(HOST_PROCS, PIECE, Dir::Read, HOST_SCALE);
     let requests: u64 = sc.apps.iter().map(|a| a.size / PIECE).sum();
     let root = scratch.join(format!("sluice-host-{}", std::process::id()));
@@ -141,17 +178,55 @@ pub fn calibrate(exe: &Path, scratch: &Path, progress: bool) -> Result<HostProfi
     sorted.sort_unstable_by_key(|[s, c]| s + c);
     let [loop_ns, client_ns] = sorted[sorted.len() / 2];
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()).min(HOST_CORES_MAX as usize) as u32;
-    Ok(HostProfile { cores, server_ns: loop_ns.max(wake_ns), client_ns, runs_ns, wake_ns })
+    if progress {
+        eprintln!("calibrate --host: the disk under {} with O_DIRECT ({cell_ms} ms a cell)", disk_root.display());
+    }
+    let cfg = crate::calibrate::CalibrateConfig { root: disk_root.to_path_buf(), direct: true, file_bytes: DISK_FILE_BYTES, cell_ms };
+    let disk = match crate::calibrate::run(&cfg) {
+        Ok(m) => Some(m),
+        Err(e) if progress => {
+            eprintln!("calibrate --host: no disk in the profile ({e})");
+            None
+        }
+        Err(_) => None,
+    };
+    Ok(HostProfile { cores, server_ns: loop_ns.max(wake_ns), client_ns, runs_ns, wake_ns, disk })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_device::model_file::{DepthCell, LatencyCell, Measured};
 
     #[test]
     fn a_profile_reads_back_what_it_wrote() {
-        let p = HostProfile { cores: 2, server_ns: 5_200, client_ns: 7_600, runs_ns: vec![[5_000, 7_000], [5_200, 7_600], [6_000, 8_000]], wake_ns: 7_500 };
+        let p = HostProfile { cores: 2, server_ns: 5_200, client_ns: 7_600, runs_ns: vec![[5_000, 7_000], [5_200, 7_600], [6_000, 8_000]], wake_ns: 7_500, disk: None };
         assert_eq!(HostProfile::parse(&p.to_toml()).unwrap(), p);
+    }
+
+    #[test]
+    fn a_profile_keeps_its_disk_and_what_if_serves_the_ring_cells_latency() {
+        let cell = |bytes: u64, mean_ns: u64, cpu_ns: u64| LatencyCell { bytes, random: true, mean_ns, ops: 100, cpu_ns };
+        let measured = Measured {
+            root: "/var/tmp".into(),
+            direct: true,
+            latency: vec![cell(4096, 50_000, 22_000)],
+            depth: vec![DepthCell { depth: 1, ops_per_s: 20_000.0 }, DepthCell { depth: 8, ops_per_s: 80_000.0 }],
+            at_depth: Vec::new(),
+            // 30 us + 1 ns a byte through the ring.
+            ring: vec![cell(4096, 34_096, 13_000), cell(1 << 20, 30_000 + (1 << 20), 40_000)],
+        };
+        let m = ModelFile { dispatch_ns: 45_000, byte_ps: 500, seek_ns: 0, parallelism: 8, measured: Some(measured) };
+        let p = HostProfile { cores: 2, server_ns: 7_000, client_ns: 6_000, runs_ns: Vec::new(), wake_ns: 7_000, disk: Some(m) };
+        let back = HostProfile::parse(&p.to_toml()).unwrap();
+        assert_eq!(back, p);
+        let d = back.disk().unwrap();
+        assert_eq!((d.figures.access_ns, d.figures.bytes_per_s, d.figures.seek_ns), (30_000, 1_000_000_000, 0));
+        assert_eq!(d.dispatch_cpu_ns, 22_000, "the 4 KiB random read's CPU");
+        let o = back.whatif_options();
+        assert_eq!((o.device, o.host.map(|h| h.cores), o.disk), (Device::Auto, Some(2), Some(d)));
+        // A profile from before disks were kept reads back without one.
+        assert_eq!(HostProfile::parse("cores = 2\nserver_ns = 1000\nclient_ns = 1000\n").unwrap().disk(), None);
     }
 
     #[test]

@@ -55,8 +55,9 @@ pub struct Config {
     pub exe: PathBuf,
     /// Real runs per workload (each under every policy).
     pub runs: u32,
-    /// The host profile the predictions use (`sluice calibrate --host`).
-    pub host: Option<sluice_core::replay::Host>,
+    /// The host profile the predictions use (`sluice calibrate --host`):
+    /// its host, and its disk for the traces on the real device.
+    pub host: Option<crate::host::HostProfile>,
     pub progress: bool,
 }
 
@@ -108,7 +109,7 @@ pub fn rows(workload: &str, policies: &[String], real: &[Vec<f64>], predicted: &
 /// Run the protocol.
 pub fn run(cfg: &Config) -> Result<Report, String> {
     let (mut rows_out, mut devices) = (Vec::new(), Vec::new());
-    let opts = Options { device: Device::Auto, host: cfg.host };
+    let opts = cfg.host.as_ref().map_or(Options { device: Device::Auto, host: None, disk: None }, crate::host::HostProfile::whatif_options);
     for w in &cfg.workloads {
         let dir = cfg.root.join(w.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
         // real[p][r], predicted[p][r][q]

@@ -629,7 +629,7 @@ mod tests {
         // (deeper cells do not count).
         let cell = |depth, ops_per_s| crate::calibrate::DepthCell { depth, ops_per_s };
         let depth = vec![cell(1, 10_000.0), cell(2, 18_000.0), cell(4, 25_000.0), cell(8, 40_000.0), cell(16, 90_000.0)];
-        let measured = crate::calibrate::Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth: Vec::new() };
+        let measured = crate::calibrate::Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth: Vec::new(), ring: Vec::new() };
         let model = ModelFile { measured: Some(measured), ..model };
         let p = twin(&direct, Some(&model)).unwrap().server.profile.unwrap();
         assert_eq!((p.access_ns, p.seek_ns, p.bytes_per_s), (20_000, 2_500, 1_250_000_000));

@@ -73,6 +73,10 @@ pub const DEPTH_MAX: u32 = 64;
 /// A depth counts as gaining when its throughput reaches this percentage of
 /// the best depth's: below it, more in flight only queues in the device.
 pub const PARALLEL_GAIN_PCT: u64 = 90;
+/// A driver passes the learned model to its scheduler every this many
+/// observations (`Scheduler::learn`): often enough to follow the device,
+/// rarely enough that the policies' thresholds do not move every dispatch.
+pub const MODEL_EVERY: u64 = 32;
 /// Observations at the depth above the learned parallelism before it stops
 /// being probed all the time (`CostLearner::depth_cap`).
 const DEPTH_SAMPLES_MIN: u32 = 16;

@@ -36,7 +36,7 @@
 //!   completion and by [`Scheduler::check_invariants`].
 
 use crate::config::{Limits, PolicyConfig};
-use crate::cost::DeviceCost;
+use crate::cost::{CostLearner, DeviceCost, Observation};
 use crate::error::{Error, ErrorKind};
 use crate::hash::{FxHashMap, FxHashSet};
 use crate::idmap::IdMap;
@@ -194,6 +194,22 @@ impl Scheduler {
 
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// A completed dispatch as its driver timed it, for the driver's
+    /// learner: the model reaches the policies every
+    /// [`crate::cost::MODEL_EVERY`] observations, and the depth follows the
+    /// learner's cap whenever it moves. The daemon and `sluice what-if`'s
+    /// replays both learn through this, so a replay keeps as many in
+    /// flight as the server would have.
+    pub fn learn(&mut self, learner: &mut CostLearner, o: Observation) {
+        learner.observe(o);
+        if learner.observed().is_multiple_of(crate::cost::MODEL_EVERY) {
+            self.set_device_cost(Some(learner.model()));
+        }
+        if self.depth != learner.depth_cap() {
+            self.set_depth(learner.depth_cap());
+        }
     }
 
     /// Tell the policies what the device charges (see

@@ -20,9 +20,6 @@ use sluice_core::replay::{replay_observed, ReplayOptions, Stream};
 use sluice_core::{CostLearner, Limits, PolicyConfig, Scheduler};
 use sluice_device::{Access, DeviceModel, Hdd};
 
-/// The model reaches the scheduler every this many observations.
-const MODEL_EVERY: u64 = 32;
-
 /// `policy`'s makespan and seeks over `streams`, learning the disk.
 fn run(policy: &str, streams: &[Stream], depth: u32) -> (u64, u64) {
     let limits = Limits { dispatches_inflight_max: depth, ..Limits::default() };
@@ -37,15 +34,7 @@ fn run(policy: &str, streams: &[Stream], depth: u32) -> (u64, u64) {
         busy = busy.max(now) + disk.service_ns(Access { file: d.file.0, offset: d.offset, len: d.len });
         busy - now
     };
-    let learn = |s: &mut Scheduler, o| {
-        l.observe(o);
-        if l.observed().is_multiple_of(MODEL_EVERY) {
-            s.set_device_cost(Some(l.model()));
-        }
-        if s.depth() != l.depth_cap() {
-            s.set_depth(l.depth_cap());
-        }
-    };
+    let learn = |s: &mut Scheduler, o| s.learn(&mut l, o);
     let log = replay_observed(&mut s, streams, serve, ReplayOptions::checked(100_000_000), learn).expect("replay completes");
     assert!(s.is_empty());
     (log.end_ns, seeks)

@@ -204,6 +204,49 @@ impl DeviceModel for Ssd {
     }
 }
 
+/// Most channels a [`Channels`] device has.
+pub const CHANNELS_MAX: usize = 1_024;
+
+/// When a device of several channels finishes each dispatch: a dispatch
+/// takes the free channel first free (the lowest on a tie) for its service
+/// time, of which a shared part (`shared_ns` plus its bytes at
+/// `shared_ps` picoseconds a byte, at most the whole) holds what the
+/// channels share, one dispatch after another, at the end. So with every
+/// channel busy the throughput is the shared part's, and alone a dispatch
+/// takes its service time. The simulator's server and `sluice what-if`
+/// serve a calibrated device this way (`sluice calibrate` measures both
+/// parts).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Channels {
+    free: Vec<u64>,
+    bus_free: u64,
+    shared_ns: u64,
+    shared_ps: u64,
+}
+
+impl Channels {
+    /// `channels` (1..=`CHANNELS_MAX`, clamped) all free at time 0.
+    pub fn new(channels: usize, shared_ns: u64, shared_ps: u64) -> Channels {
+        Channels { free: vec![0; channels.clamp(1, CHANNELS_MAX)], bus_free: 0, shared_ns, shared_ps }
+    }
+
+    pub fn count(&self) -> usize {
+        self.free.len()
+    }
+
+    /// When a dispatch of `len` bytes that leaves at `now` and takes
+    /// `service_ns` alone is done.
+    #[inline]
+    pub fn serve(&mut self, now: u64, service_ns: u64, len: u64) -> u64 {
+        let shared = (u128::from(self.shared_ns) + u128::from(len) * u128::from(self.shared_ps) / 1_000).min(u128::from(service_ns)) as u64;
+        let (c, free) = self.free.iter().copied().enumerate().min_by_key(|&(i, t)| (t, i)).expect("a device has a channel");
+        let done = (free.max(now) + (service_ns - shared)).max(self.bus_free) + shared;
+        self.free[c] = done;
+        self.bus_free = done;
+        done
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +285,28 @@ mod tests {
     fn cost_parts_by_hand() {
         assert_eq!(Hdd::hdd7200().cost_parts(), CostParts { access_ns: 0, byte_ps: 10_000, seek_ns: 13_170_000 });
         assert_eq!(Ssd::calibrated(5, 1_000_000_000, 7).cost_parts(), CostParts { access_ns: 5, byte_ps: 1_000, seek_ns: 7 });
+    }
+
+    #[test]
+    fn channels_overlap_all_but_the_shared_part() {
+        // Two channels, 10 of each 100 ns shared: the second dispatch
+        // overlaps the first but for its shared part; a third waits for a
+        // channel.
+        let mut c = Channels::new(2, 10, 0);
+        assert_eq!((c.serve(0, 100, 0), c.serve(0, 100, 0), c.serve(0, 100, 0)), (100, 110, 200));
+        // Bytes at 1 ns each are shared too, never more than the whole.
+        let mut c = Channels::new(2, 0, 1_000);
+        assert_eq!((c.serve(0, 100, 40), c.serve(0, 100, 400)), (100, 200));
+        // One channel: one after another, whatever is shared.
+        let mut c = Channels::new(1, 0, 0);
+        assert_eq!((c.serve(0, 50, 0), c.serve(10, 50, 0), c.serve(500, 50, 0)), (50, 100, 550));
+    }
+
+    #[test]
+    fn channels_are_bounded_at_n_and_clamped_at_n_plus_one() {
+        assert_eq!(Channels::new(CHANNELS_MAX, 0, 0).count(), CHANNELS_MAX);
+        assert_eq!(Channels::new(CHANNELS_MAX + 1, 0, 0).count(), CHANNELS_MAX);
+        assert_eq!(Channels::new(0, 0, 0).count(), 1);
     }
 
     #[test]

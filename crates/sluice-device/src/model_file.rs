@@ -28,6 +28,10 @@ pub struct LatencyCell {
     pub random: bool,
     pub mean_ns: u64,
     pub ops: u64,
+    /// CPU time of the reading thread per read (user and system), where
+    /// measured: what the kernel's path of one read costs a core.
+    #[serde(default)]
+    pub cpu_ns: u64,
 }
 
 /// One throughput cell: random 4 KiB reads at a queue depth.
@@ -70,6 +74,12 @@ pub struct Measured {
     /// (absent from files written before them).
     #[serde(default)]
     pub at_depth: Vec<SizeDepthCell>,
+    /// Random reads one at a time through io_uring, the completion awaited
+    /// by spinning on the ring, as `sluice serve`'s loop awaits a short
+    /// one: the latency its dispatches see, without a thread's wake-up
+    /// (with O_DIRECT only; absent from files written before them).
+    #[serde(default)]
+    pub ring: Vec<LatencyCell>,
 }
 
 impl ModelFile {
@@ -141,7 +151,7 @@ mod tests {
     fn the_gain_is_the_measured_growth_up_to_the_depth() {
         let cell = |depth, ops_per_s| DepthCell { depth, ops_per_s };
         let depth = vec![cell(1, 10_000.0), cell(2, 18_000.0), cell(4, 25_000.0), cell(8, 40_000.0)];
-        let measured = Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth: Vec::new() };
+        let measured = Measured { root: "/".into(), direct: true, latency: Vec::new(), depth, at_depth: Vec::new(), ring: Vec::new() };
         let m = ModelFile { dispatch_ns: 1, byte_ps: 0, seek_ns: 0, parallelism: 8, measured: Some(measured) };
         assert_eq!(m.gain_at(4), 2.5);
         assert_eq!(m.gain_at(1), 1.0);

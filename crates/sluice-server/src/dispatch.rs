@@ -31,10 +31,6 @@ pub fn requests_answered() -> u64 {
     ANSWERED.load(Ordering::Relaxed)
 }
 
-/// The learned model reaches the scheduler every this many dispatches
-/// (the depth at every one).
-const MODEL_EVERY: u64 = 32;
-
 /// What the event loop hands back when it ends.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Ended {
@@ -228,19 +224,13 @@ impl Dispatcher {
 
     /// Feed dispatch `id`'s service time to the learner if it moved its
     /// `whole` length; pass the model on to the scheduler every
-    /// `MODEL_EVERY` dispatches. Whether it was a seek.
+    /// `sluice_core::cost::MODEL_EVERY` dispatches (`Scheduler::learn`). Whether it was a seek.
     fn learn(&mut self, id: DispatchId, service_ns: u64, whole: bool) -> bool {
         let Some((len, seek, depth)) = self.sent.remove(&id) else { return false };
         if !whole {
             return seek;
         }
-        self.learner.observe(Observation { len, seek, depth, latency_ns: service_ns });
-        if self.learner.observed().is_multiple_of(MODEL_EVERY) {
-            self.sched.set_device_cost(Some(self.learner.model()));
-        }
-        if self.sched.depth() != self.learner.depth_cap() {
-            self.sched.set_depth(self.learner.depth_cap());
-        }
+        self.sched.learn(&mut self.learner, Observation { len, seek, depth, latency_ns: service_ns });
         seek
     }
 

@@ -330,7 +330,7 @@ pub struct HddFigures {
 }
 
 /// A measured device profile: cost per access and bandwidth.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileFigures {
     pub access_ns: u64,

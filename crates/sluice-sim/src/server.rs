@@ -136,7 +136,7 @@ impl World {
         let (d, start, done) = srv.inflight.remove(at).expect("present");
         debug_assert!(at == 0 || self.backend.is_some(), "a server's own device finishes dispatches in the order they left");
         debug_assert_eq!(done, now);
-        let overlapping = srv.chan_free.len() > 1;
+        let overlapping = srv.channels.count() > 1;
         // Start loading the members' pieces before the scheduler's
         // bookkeeping, so that their misses overlap its own (at 10^6
         // processes each piece is a cache miss): `sluice sim --bench

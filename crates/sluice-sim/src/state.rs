@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 
 use sluice_core::{AppId, ClientId, DeviceCost, Dispatch, ErrorKind as CoreKind, Limits, PolicyConfig, Request, Scheduler};
-use sluice_device::{Access, DeviceModel, Hdd, SeekKind, Ssd};
+use sluice_device::{Access, Channels, DeviceModel, Hdd, SeekKind, Ssd};
 
 use crate::engine::{EventQueue, Rng, Time};
 use crate::error::{Error, ErrorKind};
@@ -372,14 +372,11 @@ pub(crate) struct ServerState {
     pub inflight: VecDeque<(Dispatch, Time, Time)>,
     /// Dispatches kept in flight (`Server::depth`).
     pub depth: usize,
-    /// When each of the device's channels is next free (`Server::channels`).
-    pub chan_free: Vec<Time>,
-    /// When the part of the device the channels share is next free.
-    pub bus_free: Time,
-    /// That part of a dispatch: fixed nanoseconds and picoseconds per
-    /// byte (`ProfileFigures::shared_ns`, else 0 and the device's
-    /// transfer cost).
-    pub shared: (u64, u64),
+    /// The device's channels (`Server::channels`) and the part of a
+    /// dispatch they share: fixed nanoseconds and picoseconds per byte
+    /// (`ProfileFigures::shared_ns`, else 0 and the device's transfer
+    /// cost).
+    pub channels: Channels,
     pub wake_at: Option<Time>,
     pub backlog: VecDeque<Request>,
     pub backlog_max: usize,
@@ -456,9 +453,7 @@ impl ServerState {
             dev,
             inflight: VecDeque::with_capacity(depth as usize),
             depth: depth as usize,
-            chan_free: vec![0; sc.server.channels as usize],
-            bus_free: 0,
-            shared,
+            channels: Channels::new(sc.server.channels as usize, shared.0, shared.1),
             wake_at: None,
             backlog: VecDeque::new(),
             backlog_max: sc.server.backlog_max as usize,
@@ -488,13 +483,7 @@ impl ServerState {
         let ns = self.dev.service_ns(a).max(1);
         self.stats.busy_ns += ns;
         self.stats.bytes += d.len;
-        let (fixed, ps) = self.shared;
-        let shared = (u128::from(fixed) + u128::from(d.len) * u128::from(ps) / 1_000).min(u128::from(ns)) as u64;
-        let (c, free) = self.chan_free.iter().copied().enumerate().min_by_key(|&(i, t)| (t, i)).expect("a device has a channel");
-        let done = (free.max(now) + (ns - shared)).max(self.bus_free) + shared;
-        self.chan_free[c] = done;
-        self.bus_free = done;
-        done
+        self.channels.serve(now, ns, d.len)
     }
 
     pub fn wake_fired(&mut self, now: Time) {

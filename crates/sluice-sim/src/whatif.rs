@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use sluice_core::replay::{replay_observed, Host, HostQueue, ReplayOptions, Stream};
 use sluice_core::{AppId, ClientId, CostLearner, Dispatch, FileId, Limits, Observation, Op, PolicyConfig, Request, RequestId, Scheduler};
-use sluice_device::{Access, DeviceModel, Hdd};
+use sluice_device::{Access, Channels, DeviceModel, Hdd, Ssd};
 
 use crate::error::{Error, ErrorKind};
 
@@ -48,7 +48,26 @@ pub enum Device {
     Recorded,
     /// The emulated 7200 rpm disk (`sluice serve --device hdd7200`).
     Hdd7200,
+    /// The disk `Options::disk` describes, as `sluice calibrate` measured
+    /// it (`sluice calibrate --host` keeps one in the host profile).
+    Calibrated,
 }
+
+/// A calibrated disk as what-if serves it: the model `sluice calibrate`
+/// fitted (fixed cost, bandwidth, seek) on `channels` channels that share
+/// the part of each dispatch measured at the server's queue depth
+/// (`sluice_device::Channels`; `sluice_bench::calibrate::sim_device`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disk {
+    pub figures: crate::ProfileFigures,
+    pub channels: u32,
+    /// CPU of the server's loop a dispatch costs (`Host::dispatch_ns`).
+    pub dispatch_cpu_ns: u64,
+}
+
+/// The queue depth of a recording server whose trace does not say it
+/// (`sluice serve`'s default, `sluice_server::QUEUE_DEPTH_DEFAULT`).
+const SERVER_DEPTH_DEFAULT: u32 = 8;
 
 /// How a what-if replays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +78,9 @@ pub struct Options {
     /// are taken net of what this host would have delayed each answer, and
     /// the replay adds what it delays under the other policy.
     pub host: Option<Host>,
+    /// The recording machine's disk as calibrated, for traces of a server
+    /// on the real device with O_DIRECT (`Device::Auto` serves them on it).
+    pub disk: Option<Disk>,
 }
 
 /// Service classes and a sharing order for the replays (`sluice what-if
@@ -88,6 +110,10 @@ pub struct Recording {
     /// The device the recording server named (`real`, `hdd7200`, `null`),
     /// where the trace says.
     server_device: Option<String>,
+    /// Whether the recording server read and wrote with O_DIRECT, and its
+    /// queue depth, where the trace says.
+    server_direct: Option<bool>,
+    server_depth: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -129,6 +155,8 @@ impl Recording {
                     if let Some(d) = e.args.as_ref().and_then(|a| a.get("device")).and_then(|v| v.as_str()) {
                         rec.server_device = Some(d.to_string());
                     }
+                    rec.server_direct = e.args.as_ref().and_then(|a| a.get("direct")).and_then(serde_json::Value::as_bool);
+                    rec.server_depth = arg("queue_depth").map(|d| d.clamp(1, u64::from(sluice_core::cost::DEPTH_MAX)) as u32);
                 }
                 ("M", _) if e.name == "process_name" && e.pid >= PID_APP_BASE => {
                     if let Some(n) = e.args.as_ref().and_then(|a| a.get("name")).and_then(|v| v.as_str()) {
@@ -591,12 +619,23 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
     let mut makespan = vec![("recorded".to_string(), span)];
     let mut range: Vec<(String, f64, f64)> = Vec::with_capacity(policies.len());
     let learner = rec.learned();
-    let (model, depth) = (learner.model(), learner.depth_cap().max(1));
-    let emulated = match opts.device {
-        Device::Auto => rec.server_device.as_deref() == Some("hdd7200"),
-        Device::Recorded => false,
-        Device::Hdd7200 => true,
+    let model = learner.model();
+    let direct_disk = rec.server_device.as_deref() == Some("real") && rec.server_direct == Some(true);
+    let device = match opts.device {
+        Device::Auto if rec.server_device.as_deref() == Some("hdd7200") => Device::Hdd7200,
+        Device::Auto if direct_disk && opts.disk.is_some() => Device::Calibrated,
+        Device::Auto => Device::Recorded,
+        d => d,
     };
+    let disk = match (device, opts.disk) {
+        (Device::Calibrated, None) => return Err(bad("no calibrated disk to replay on (`sluice calibrate --host` measures this machine's)")),
+        (_, d) => d,
+    };
+    let emulated = device == Device::Hdd7200;
+    // Only the calibrated disk's dispatches cost the loop a kernel path
+    // (the emulated disk's costs are its `Handoff`).
+    let host = opts.host.map(|h| Host { dispatch_ns: if device == Device::Calibrated { disk.map_or(0, |k| k.dispatch_cpu_ns) } else { 0 }, ..h });
+    let opts = Options { host, ..opts };
     let streams = rec.streams(opts.host);
     let handoff = if emulated { rec.handoff() } else { Handoff::default() };
     // The emulated disk's own figures, as the daemon's prior on it.
@@ -605,15 +644,28 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
     let programs: Vec<&str> = names.iter().map(|n| program_of(n)).collect();
     for p in policies {
         let config = PolicyConfig::from_name(p).ok_or_else(|| bad(format!("unknown policy {p:?} (known: {})", sluice_core::POLICY_NAMES.join(", "))))?;
-        let limits = Limits { dispatches_inflight_max: if emulated { 1 } else { depth }, ..Limits::default() }.clamped();
+        // The recording server kept its queue depth's worth at most, and
+        // (but for the emulated disk, whose server keeps one) as many as
+        // its learner found the device gains from.
+        let depth = if emulated { 1 } else { rec.server_depth.unwrap_or(SERVER_DEPTH_DEFAULT) };
+        let limits = Limits { dispatches_inflight_max: depth, ..Limits::default() }.clamped();
         let mut outs = Vec::with_capacity(REPLAYS);
         for r in 0..REPLAYS as u64 {
             // One copy of the streams at a time.
             let streams = perturbed(&streams, &programs, r);
             let mut s = Scheduler::new(config.clone(), limits.clone());
-            // The policy knows the device's costs, as the daemon's does (it
-            // starts from the emulated disk's own figures, or learns them).
-            s.set_device_cost(Some(device_cost));
+            // The policy knows the device's costs as the daemon's did: the
+            // emulated disk's own figures, or what its learner learned from
+            // the dispatches so far, from the same generic prior (the
+            // learner runs in the replay's loop and sets the depth too).
+            let mut online = CostLearner::new(None);
+            match emulated {
+                true => s.set_device_cost(Some(device_cost)),
+                false => {
+                    s.set_device_cost(Some(online.model()));
+                    s.set_depth(online.depth_cap());
+                }
+            }
             if let Some(q) = qos {
                 s.set_qos(&q.classes, 0).map_err(|e| bad(format!("classes: {e}")))?;
                 for (&id, name) in &rec.names {
@@ -626,17 +678,25 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
             let mut head: Option<(FileId, u64)> = None;
             // When the emulated disk's worker next takes a dispatch.
             let mut free_at = 0u64;
-            // When each of the learned device's channels is next free: the
-            // replay keeps up to `depth` dispatches in flight (the learned
-            // parallelism, one more while the learner would probe), and a
-            // device of parallelism 1 still serves them one at a time.
+            // When each of the learned device's channels is next free: a
+            // device of parallelism 1 serves one dispatch at a time, however
+            // many the learner keeps in flight.
             let mut channels = vec![0u64; model.parallelism.max(1) as usize];
+            let mut calibrated = disk.map(|k| {
+                let f = k.figures;
+                let shared_ps = 1_000_000_000_000u64.checked_div(f.shared_bytes_per_s).unwrap_or(0);
+                (Ssd::calibrated(f.access_ns, f.bytes_per_s, f.seek_ns), Channels::new(k.channels as usize, f.shared_ns, shared_ps))
+            });
             let service = |now: u64, d: &Dispatch| {
                 if emulated {
                     let begin = now.max(free_at);
                     let done = begin + handoff.over_ns + hdd.service_ns(Access { file: d.file.0, offset: d.offset, len: d.len });
                     free_at = done + handoff.gap_ns;
                     return done - now;
+                }
+                if let Some((dev, ch)) = calibrated.as_mut().filter(|_| device == Device::Calibrated) {
+                    let ns = dev.service_ns(Access { file: d.file.0, offset: d.offset, len: d.len }).max(1);
+                    return ch.serve(now, ns, d.len) - now;
                 }
                 let seek = head != Some((d.file, d.offset));
                 head = Some((d.file, d.end()));
@@ -645,7 +705,12 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
                 channels[c] = done;
                 done - now
             };
-            let log = replay_observed(&mut s, &streams, service, ReplayOptions { host: opts.host, ..ReplayOptions::plain(EVENTS_MAX) }, |_, _| {})
+            let learn = |s: &mut Scheduler, o: Observation| {
+                if !emulated {
+                    s.learn(&mut online, o);
+                }
+            };
+            let log = replay_observed(&mut s, &streams, service, ReplayOptions { host: opts.host, ..ReplayOptions::plain(EVENTS_MAX) }, learn)
                 .map_err(|e| bad(format!("replay under {p}: {e:?}")))?;
             let arrivals: HashMap<RequestId, u64> = log.arrivals.iter().copied().collect();
             let answered: Vec<(Request, u64, u64)> =
@@ -660,13 +725,26 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
         rows.extend(r);
         makespan.push((p.clone(), span));
     }
-    let mut device = match emulated {
-        true => format!(
+    let mut device = match device {
+        Device::Hdd7200 => format!(
             "the emulated 7200 rpm disk, and the server's {:.1} us over its model a dispatch and {:.1} us between dispatches (as recorded)",
             handoff.over_ns as f64 / 1e3,
             handoff.gap_ns as f64 / 1e3
         ),
-        false => format!(
+        Device::Calibrated => {
+            let f = disk.expect("a calibrated disk").figures;
+            format!(
+                "as calibrated: {:.1} us per dispatch, {:.0} MB/s, seek {:.1} us, {} channels sharing {:.1} us + bytes at {:.0} MB/s, {:.1} us of the loop a dispatch; the server's learner in the loop",
+                f.access_ns as f64 / 1e3,
+                f.bytes_per_s as f64 / 1e6,
+                f.seek_ns as f64 / 1e3,
+                disk.map_or(1, |k| k.channels),
+                f.shared_ns as f64 / 1e3,
+                f.shared_bytes_per_s as f64 / 1e6,
+                disk.map_or(0, |k| k.dispatch_cpu_ns) as f64 / 1e3
+            )
+        }
+        _ => format!(
             "as recorded: {:.1} us per dispatch, {:.3} ns per byte, seek {:.1} us, parallelism {} (from {} dispatches)",
             model.dispatch_ns as f64 / 1e3,
             model.byte_ps as f64 / 1e3,
@@ -745,7 +823,7 @@ mod tests {
         let streams = rec.streams(None);
         assert_eq!(streams.len(), 2, "one stream per connection");
         assert!(streams.iter().all(|s| s.depth == 1 && s.requests.len() == 20), "synchronous streams keep their order");
-        let w = what_if(&rec, &["fifo".into(), "aioli".into()], Options { device: Device::Hdd7200, host: None }).unwrap();
+        let w = what_if(&rec, &["fifo".into(), "aioli".into()], Options { device: Device::Hdd7200, host: None, disk: None }).unwrap();
         assert_eq!(w.rows.len(), 6, "two applications x (recorded, fifo, aioli)");
         assert_eq!((w.rows[0].policy.as_str(), w.rows[0].app.as_str(), w.rows[0].requests, w.rows[0].bytes), ("recorded", "alpha", 20, 20 * 65536));
         assert!(w.rows.iter().all(|r| r.requests == 20), "every request is replayed once");
@@ -756,7 +834,7 @@ mod tests {
         assert_eq!(w.makespan_range_s.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["fifo", "aioli"]);
         assert!(w.makespan_range_s.iter().all(|(p, lo, hi)| *lo <= span(p) && span(p) <= *hi), "{:?} {:?}", w.makespan_range_s, w.makespan_s);
         assert!(table(&w).contains("(start orders "), "{}", table(&w));
-        let learned = what_if(&rec, &["fifo".into()], Options { device: Device::Recorded, host: None }).unwrap();
+        let learned = what_if(&rec, &["fifo".into()], Options { device: Device::Recorded, host: None, disk: None }).unwrap();
         assert!(learned.device.contains("from 40 dispatches") && learned.device.contains("parallelism 1"), "{}", learned.device);
     }
 
@@ -772,7 +850,7 @@ mod tests {
             served(&mut ev, Served { id: k, client: c, file: c, offset: j * 65536, len: 65536, arrival: if j == 0 { 0.0 } else { b - 100.0 }, start: b, end: e });
         }
         let rec = Recording::parse(&trace_doc("real", &ev)).unwrap();
-        let w = what_if(&rec, &["fifo".into()], Options { device: Device::Auto, host: None }).unwrap();
+        let w = what_if(&rec, &["fifo".into()], Options { device: Device::Auto, host: None, disk: None }).unwrap();
         assert!(w.device.contains("parallelism 1"), "{}", w.device);
         // The replay keeps two dispatches in flight while the learner would
         // probe a depth above the one it knows; the device still serves
@@ -781,10 +859,79 @@ mod tests {
         assert!((fifo - 0.004).abs() < 0.004 * 0.05, "fifo {fifo} s on a device of parallelism 1");
     }
 
+    /// A disk of `channels` channels taking 100 us a dispatch, all of it
+    /// shared with `shared_ns` = 100 us, or none of it with 0.
+    fn disk(channels: u32, shared_ns: u64, dispatch_cpu_ns: u64) -> Disk {
+        let figures = crate::ProfileFigures { access_ns: 100_000, bytes_per_s: u64::MAX / 2, seek_ns: 0, shared_ns, shared_bytes_per_s: 0 };
+        Disk { figures, channels, dispatch_cpu_ns }
+    }
+
+    #[test]
+    fn a_trace_of_the_real_disk_with_o_direct_replays_on_the_calibrated_disk() {
+        // 32 processes, 16 reads each, answered at once: the recording says
+        // little of the device (a recorded model would serve it in 10 us).
+        let mut ev = Vec::new();
+        for k in 0..512u64 {
+            let (c, j) = (k % 32 + 1, k / 32);
+            let b = k as f64 * 10.0;
+            served(&mut ev, Served { id: k, client: c, file: 1, offset: (j * 32 + c) * 4096, len: 4096, arrival: b, start: b, end: b + 10.0 });
+        }
+        let doc = |direct: bool| {
+            let meta = format!(r#"{{"name":"process_name","ph":"M","pid":2,"tid":0,"ts":0,"args":{{"name":"live: device","device":"real","direct":{direct},"queue_depth":8}}}}"#);
+            format!(r#"{{"traceEvents":[{meta},{}]}}"#, ev.join(","))
+        };
+        let span = |w: &WhatIf| w.makespan_s.iter().find(|(p, _)| p == "fifo").unwrap().1;
+        let run = |t: &str, d: Option<Disk>| what_if(&Recording::parse(t).unwrap(), &["fifo".into()], Options { device: Device::Auto, host: None, disk: d }).unwrap();
+        // One channel: one read after another, 512 x 100 us.
+        let one = run(&doc(true), Some(disk(1, 0, 0)));
+        assert!(one.device.starts_with("as calibrated") && one.device.contains("learner in the loop"), "{}", one.device);
+        assert!((span(&one) - 0.0512).abs() < 0.0512 * 0.02, "{} s on one channel", span(&one));
+        // Eight channels sharing nothing: the learner in the loop keeps two
+        // in flight from its prior (it probes deeper every 1,024 dispatches).
+        let eight = run(&doc(true), Some(disk(8, 0, 0)));
+        assert!(span(&eight) < span(&one) / 1.8, "{} s on eight channels against {} on one", span(&eight), span(&one));
+        // Eight channels sharing it all serve as one.
+        let shared = run(&doc(true), Some(disk(8, 100_000, 0)));
+        assert!((span(&shared) - span(&one)).abs() < span(&one) * 0.02, "{} s sharing everything", span(&shared));
+        // Without O_DIRECT (the page cache in the way), or without a disk,
+        // the recorded model serves.
+        assert!(run(&doc(false), Some(disk(1, 0, 0))).device.starts_with("as recorded"));
+        assert!(run(&doc(true), None).device.starts_with("as recorded"));
+        // Asked for by name without a disk: refused.
+        let e = what_if(&Recording::parse(&doc(true)).unwrap(), &["fifo".into()], Options { device: Device::Calibrated, host: None, disk: None }).unwrap_err();
+        assert!(e.to_string().contains("calibrate --host"), "{e}");
+    }
+
+    #[test]
+    fn each_dispatch_of_the_calibrated_disk_costs_the_servers_loop() {
+        // Eight processes, 16 reads each, on eight free channels. With 300
+        // us of the loop a dispatch beside its 10 us an answer, the loop is
+        // what the replay waits for: 310 us a read, where the device serves
+        // one every 50 us (two in flight, the learner's prior).
+        let mut ev = Vec::new();
+        for k in 0..128u64 {
+            let (c, j) = (k % 8 + 1, k / 8);
+            let b = j as f64 * 110.0;
+            served(&mut ev, Served { id: k, client: c, file: 1, offset: k * 4096, len: 4096, arrival: b, start: b, end: b + 100.0 });
+        }
+        let meta = r#"{"name":"process_name","ph":"M","pid":2,"tid":0,"ts":0,"args":{"name":"live: device","device":"real","direct":true,"queue_depth":8}}"#;
+        let rec = Recording::parse(&format!(r#"{{"traceEvents":[{meta},{}]}}"#, ev.join(","))).unwrap();
+        let host = Some(Host { cores: 2, server_ns: 10_000, client_ns: 0, dispatch_ns: 0 });
+        let span = |cpu: u64| {
+            let w = what_if(&rec, &["fifo".into()], Options { device: Device::Auto, host, disk: Some(disk(8, 0, cpu)) }).unwrap();
+            w.makespan_s.iter().find(|(p, _)| p == "fifo").unwrap().1
+        };
+        let (free, costly) = (span(0), span(300_000));
+        // The loop's work is a floor; it idles a little between processes.
+        let work = 128.0 * 310e-6;
+        assert!(costly >= work * 0.99 && costly < work * 1.3, "{costly} s with 300 us of the loop a dispatch ({work} s of work)");
+        assert!(free < costly / 2.0, "{free} s without it");
+    }
+
     #[test]
     fn auto_replays_on_the_device_the_trace_names() {
         let named = trace().replacen("[", r#"[{"name":"process_name","ph":"M","pid":2,"tid":0,"ts":0,"args":{"name":"live: device","device":"hdd7200","direct":true}},"#, 1);
-        let auto = |t: &str| what_if(&Recording::parse(t).unwrap(), &["fifo".into()], Options { device: Device::Auto, host: None }).unwrap().device;
+        let auto = |t: &str| what_if(&Recording::parse(t).unwrap(), &["fifo".into()], Options { device: Device::Auto, host: None, disk: None }).unwrap().device;
         assert!(auto(&named).starts_with("the emulated 7200 rpm disk"), "{}", auto(&named));
         assert!(auto(&trace()).starts_with("as recorded"), "a trace that names no device: the model its dispatches imply");
     }
@@ -853,7 +1000,7 @@ mod tests {
         // The replay pays them: fifo serves the 40 in order, each 50 us
         // over the model but the last one's gap, which the makespan ends
         // before; the table says so.
-        let w = what_if(&rec, &["fifo".into()], Options { device: Device::Auto, host: None }).unwrap();
+        let w = what_if(&rec, &["fifo".into()], Options { device: Device::Auto, host: None, disk: None }).unwrap();
         let fifo = w.makespan_s.iter().find(|(p, _)| p == "fifo").unwrap().1;
         let model = (9_000.0 + 4_170.0 + 40.0 * 40.96) / 1e6;
         assert!((fifo - (model + 40.0 * 30e-6 + 39.0 * 20e-6)).abs() < 2e-6, "fifo {fifo} s against the model's {model} s");
@@ -938,7 +1085,7 @@ mod tests {
         // answer, and 30 us of its recorded think were the host's.
         let rec = Recording::parse(&trace()).unwrap();
         let plain = rec.streams(None);
-        let hosted = rec.streams(Some(Host { cores: 1, server_ns: 10_000, client_ns: 20_000 }));
+        let hosted = rec.streams(Some(Host { cores: 1, server_ns: 10_000, client_ns: 20_000, dispatch_ns: 0 }));
         assert_eq!(plain[0].thinks[1], 110_000, "alpha's second request came 110 us after its first was answered");
         assert_eq!(hosted[0].thinks[1], 80_000, "of which 30 us were the host's");
     }
@@ -952,7 +1099,7 @@ mod tests {
         assert_eq!(streams.len(), 2, "one stream per rank");
         assert_eq!(streams[0].requests.iter().map(|r| r.offset).collect::<Vec<_>>(), [0, 2097152], "rank 0 keeps its order");
         assert_eq!(streams[0].thinks[1], 1_000_000, "rank 0 waited 1 ms after its first write was answered");
-        let w = what_if(&rec, &["fifo".into()], Options { device: Device::Recorded, host: None }).unwrap();
+        let w = what_if(&rec, &["fifo".into()], Options { device: Device::Recorded, host: None, disk: None }).unwrap();
         assert_eq!((w.rows[0].app.as_str(), w.rows[0].requests, w.rows[1].requests), ("ior", 4, 4));
         assert!(Recording::from_darshan("{}").is_err());
     }
@@ -981,6 +1128,6 @@ mod tests {
         assert!(Recording::parse(r#"{"traceEvents":[]}"#).unwrap_err().to_string().contains("no request"));
         let old = r#"{"traceEvents":[{"name":"read 4 KiB","ph":"b","cat":"request","id":"r1","pid":1001,"tid":1,"ts":0,"args":{"offset":0,"len":4096}}]}"#;
         assert!(Recording::parse(old).unwrap_err().to_string().contains("lacks file, client"));
-        assert!(what_if(&Recording::parse(&trace()).unwrap(), &["nope".into()], Options { device: Device::Recorded, host: None }).is_err());
+        assert!(what_if(&Recording::parse(&trace()).unwrap(), &["nope".into()], Options { device: Device::Recorded, host: None, disk: None }).is_err());
     }
 }

@@ -11,15 +11,17 @@ use sluice_bench::calibrate::{self, CalibrateConfig};
 
 #[derive(Args)]
 pub struct CalibrateArgs {
-    /// A directory on the device to measure (a scratch file is made there and removed).
+    /// A directory on the device to measure (a scratch file is made there
+    /// and removed); with --host, the disk the profile keeps (default
+    /// /var/tmp, where `sluice sim --validate` runs).
     #[arg(long, required_unless_present = "host")]
     root: Option<PathBuf>,
     /// Measure the host instead of a device: the cores and the CPU one
     /// answered request costs them (32 processes against a server on the
-    /// null device, three runs), written to --out, by default the profile
-    /// `sluice what-if` reads ($XDG_CACHE_HOME/sluice/host.toml, else
-    /// ~/.cache/sluice/host.toml).
-    #[arg(long, conflicts_with_all = ["root", "direct", "cell_ms", "file_size"])]
+    /// null device, three runs), and the disk under --root with O_DIRECT,
+    /// written to --out, by default the profile `sluice what-if` reads
+    /// ($XDG_CACHE_HOME/sluice/host.toml, else ~/.cache/sluice/host.toml).
+    #[arg(long, conflicts_with_all = ["direct", "file_size"])]
     host: bool,
     /// Measure with O_DIRECT (what `sluice serve --direct` sees).
     #[arg(long)]
@@ -37,7 +39,8 @@ pub struct CalibrateArgs {
 
 pub fn run(a: CalibrateArgs) -> anyhow::Result<()> {
     if a.host {
-        return host(a.out.as_deref());
+        let disk_root = a.root.clone().unwrap_or_else(|| PathBuf::from("/var/tmp"));
+        return host(a.out.as_deref(), &disk_root, a.cell_ms);
     }
     let root = a.root.clone().context("--root is required")?;
     let cfg = CalibrateConfig { root, direct: a.direct, file_bytes: a.file_size, cell_ms: a.cell_ms };
@@ -50,9 +53,9 @@ pub fn run(a: CalibrateArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn host(out: Option<&std::path::Path>) -> anyhow::Result<()> {
+fn host(out: Option<&std::path::Path>, disk_root: &std::path::Path, cell_ms: u64) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the sluice executable")?;
-    let p = sluice_bench::host::calibrate(&exe, &std::env::temp_dir(), true).map_err(anyhow::Error::msg)?;
+    let p = sluice_bench::host::calibrate(&exe, &std::env::temp_dir(), disk_root, cell_ms, true).map_err(anyhow::Error::msg)?;
     let us = |n: u64| n as f64 / 1e3;
     let runs: Vec<String> = p.runs_ns.iter().map(|[s, c]| format!("{:.1} + {:.1}", us(*s), us(*c))).collect();
     println!(
@@ -63,6 +66,10 @@ fn host(out: Option<&std::path::Path>) -> anyhow::Result<()> {
         us(p.client_ns),
         runs.join(", ")
     );
+    match &p.disk {
+        Some(m) => print!("disk under {} (O_DIRECT):\n{}", disk_root.display(), calibrate::table(m)),
+        None => println!("disk: not measured (O_DIRECT refused under {}; --root DIR on the disk)", disk_root.display()),
+    }
     let path = match out {
         Some(p) => p.to_path_buf(),
         None => sluice_bench::host::default_path().context("neither XDG_CACHE_HOME nor HOME is set: give --out")?,

@@ -165,13 +165,16 @@ fn predict(a: &SimArgs, policies: Vec<String>, exe: PathBuf, root: &std::path::P
     if a.device_model.is_some() {
         anyhow::bail!("--validate predicts with what-if's defaults (the device each trace names or implies); --device-model is for --validate --twins");
     }
-    let host = match host::load_default().map_err(anyhow::Error::msg)? {
-        Some(h) => Some(h.host()),
+    let host = host::load_default().map_err(anyhow::Error::msg)?;
+    match &host {
         None => {
-            eprintln!("validate: no host profile (run `sluice calibrate --host` once); the predictions replay without a host");
-            None
+            eprintln!("validate: no host profile (run `sluice calibrate --host` once); the predictions replay without a host, and the real disk's traces on the model they imply")
         }
-    };
+        Some(h) if h.disk.is_none() => {
+            eprintln!("validate: the host profile has no disk (run `sluice calibrate --host` again); the real disk's traces replay on the model they imply")
+        }
+        Some(_) => {}
+    }
     let cfg = predict::Config { workloads: predict::workloads(a.validate_scale), policies, root: root.to_path_buf(), exe, runs: a.validate_runs, host, progress: true };
     let report = predict::run(&cfg).map_err(anyhow::Error::msg)?;
     print!("{}", predict::table(&report));

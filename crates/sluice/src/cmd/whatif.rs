@@ -28,9 +28,12 @@ pub struct WhatIfArgs {
     #[arg(long = "policy", default_values_t = ["fifo".to_string(), "aioli".to_string()])]
     policies: Vec<String>,
     /// The replayed device: auto (the emulated disk when the trace says
-    /// its server ran on one, else recorded), recorded (the cost model the
-    /// trace's own dispatches imply) or hdd7200 (the emulated 7200 rpm
-    /// disk).
+    /// its server ran on one; the host profile's calibrated disk when it
+    /// ran on the real device with O_DIRECT and the profile has one; else
+    /// recorded), recorded (the cost model the trace's own dispatches
+    /// imply), hdd7200 (the emulated 7200 rpm disk) or calibrated (the
+    /// host profile's disk, `sluice calibrate --host`). On a device it
+    /// learned, the server's learner runs in each replay's loop.
     #[arg(long, default_value = "auto")]
     device: String,
     /// The host profile of the machine that recorded the trace (`sluice
@@ -60,21 +63,24 @@ pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
         "auto" => Device::Auto,
         "recorded" => Device::Recorded,
         "hdd7200" => Device::Hdd7200,
-        d => bail!("--device {d:?}: use auto, recorded or hdd7200"),
+        "calibrated" => Device::Calibrated,
+        d => bail!("--device {d:?}: use auto, recorded, hdd7200 or calibrated"),
     };
     let darshan = a.trace.extension().is_some_and(|e| e == "darshan");
     // A Darshan log had no sluice server answering its processes: no
     // host's queueing to take out of its think times, unless asked.
-    let (host, hint) = match (&a.host, a.no_host) {
-        (_, true) => (None, None),
-        (Some(p), false) => (Some(HostProfile::load(p).map_err(anyhow::Error::msg)?), None),
-        (None, false) if darshan => (None, Some("host: none (a Darshan log's processes had no sluice server; --host PROFILE to give one)")),
-        (None, false) => match sluice_bench::host::load_default().map_err(anyhow::Error::msg)? {
-            Some(h) => (Some(h), None),
-            None => (None, Some("host: none (an answer lets its process go at once); `sluice calibrate --host` measures this machine once, and what-if then uses it")),
-        },
+    let profile = match &a.host {
+        Some(p) => Some(HostProfile::load(p).map_err(anyhow::Error::msg)?),
+        None => sluice_bench::host::load_default().map_err(anyhow::Error::msg)?,
     };
-    let opts = Options { device, host: host.map(|h| h.host()) };
+    let (host, hint) = match (&profile, a.no_host) {
+        (_, true) => (None, None),
+        (_, false) if darshan && a.host.is_none() => (None, Some("host: none (a Darshan log's processes had no sluice server; --host PROFILE to give one)")),
+        (Some(h), false) => (Some(h.host()), None),
+        (None, false) => (None, Some("host: none (an answer lets its process go at once); `sluice calibrate --host` measures this machine once, and what-if then uses it")),
+    };
+    // The disk is the profile's whether or not the replay has a host.
+    let opts = Options { device, host, disk: profile.as_ref().and_then(HostProfile::disk) };
     let rec = if darshan {
         Recording::from_darshan(&super::darshan::dxt_json(&a.trace, a.layer.as_deref())?)?
     } else {
