@@ -127,10 +127,22 @@ fn a_recorded_trace_replays_under_other_policies() {
 fn the_host_is_calibrated_once_and_what_if_replays_with_it() {
     let _beside = beside();
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(SLUICE).args(["calibrate", "--host"]).env("XDG_CACHE_HOME", dir.path()).env("TMPDIR", dir.path()).output().unwrap();
+    // The disk under the scratch directory, in short cells.
+    let root = dir.path().to_str().unwrap();
+    let out = Command::new(SLUICE).args(["calibrate", "--host", "--root", root, "--cell-ms", "20"]).env("XDG_CACHE_HOME", dir.path()).env("TMPDIR", dir.path()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let saved = dir.path().join("sluice/host.toml");
     let text = std::fs::read_to_string(&saved).expect("the profile is saved in the cache directory");
+    // The profile keeps the disk where O_DIRECT works there, and says why not elsewhere.
+    let direct = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new().write(true).create(true).custom_flags(libc::O_DIRECT).open(dir.path().join("probe")).is_ok()
+    };
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    match direct {
+        true => assert!(text.contains("[disk]") && text.contains("[[disk.measured.ring]]") && said.contains("disk under"), "{text}\n{said}"),
+        false => assert!(!text.contains("[disk]") && said.contains("disk: not measured"), "{text}\n{said}"),
+    }
     let cores = std::thread::available_parallelism().unwrap().get();
     assert!(text.contains(&format!("cores = {cores}")), "{text}");
     let ns = |key: &str| -> u64 { text.lines().find_map(|l| l.strip_prefix(&format!("{key} = "))).unwrap().parse().unwrap() };
