@@ -174,7 +174,7 @@ fn measure(cfg: &CalibrateConfig, path: &Path) -> Result<ModelFile, String> {
 }
 
 /// CPU time of the calling thread so far (user and system), ns.
-fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes one timespec we own.
     if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } != 0 {
@@ -219,15 +219,16 @@ fn ring_cell(path: &Path, file_bytes: u64, bytes: u64, cell: Duration) -> Result
 }
 
 /// The latency of a dispatch as a spinning loop sees it: a least-squares
-/// line over the `ring` cells (fixed nanoseconds, picoseconds per byte).
-/// None without two of them.
+/// line over the `ring` cells (fixed nanoseconds, bytes per second, as
+/// `shared_fit`). None without two of them.
 pub fn ring_fit(m: &Measured) -> Option<(u64, u64)> {
     let pts: Vec<(f64, f64)> = m.ring.iter().map(|c| (c.bytes as f64, c.mean_ns as f64)).collect();
     if pts.len() < 2 {
         return None;
     }
     let (slope, intercept) = line(&pts);
-    Some((intercept as u64, (slope * 1_000.0) as u64))
+    let bytes_per_s = if slope > 0.0 { (1e9 / slope).min(u64::MAX as f64 / 2.0) as u64 } else { u64::MAX / 2 };
+    Some((intercept as u64, bytes_per_s))
 }
 
 /// Random reads of `bytes` by `depth` threads for `cell`: operations per

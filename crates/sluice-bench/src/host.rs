@@ -86,8 +86,8 @@ impl HostProfile {
             // A server's loop spins for a short dispatch: it sees the
             // latency of the ring cells, without a thread's wake-up (the
             // cells read at random, so no seek is added).
-            if let Some((ns, ps)) = m.measured.as_ref().and_then(crate::calibrate::ring_fit) {
-                (figures.access_ns, figures.bytes_per_s, figures.seek_ns) = (ns, 1_000_000_000_000u64.checked_div(ps).unwrap_or(u64::MAX / 2), 0);
+            if let Some((ns, bytes_per_s)) = m.measured.as_ref().and_then(crate::calibrate::ring_fit) {
+                (figures.access_ns, figures.bytes_per_s, figures.seek_ns) = (ns, bytes_per_s, 0);
             }
             // The kernel's whole path of one 4 KiB random read on the
             // reader's core (submission, completion, the reader's sleep and

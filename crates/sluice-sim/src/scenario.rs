@@ -351,6 +351,14 @@ pub struct ProfileFigures {
     pub shared_bytes_per_s: u64,
 }
 
+impl ProfileFigures {
+    /// The shared part's cost per byte, picoseconds (0: its bytes share
+    /// nothing).
+    pub fn shared_ps(&self) -> u64 {
+        1_000_000_000_000u64.checked_div(self.shared_bytes_per_s).unwrap_or(0)
+    }
+}
+
 /// The client side of the file system and of MPI-IO.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -445,7 +445,7 @@ impl ServerState {
         }
         let profile = sc.server.profile.as_ref().filter(|_| sc.server.device == "profile");
         let shared = match profile.filter(|p| p.shared_ns > 0 || p.shared_bytes_per_s > 0) {
-            Some(p) => (p.shared_ns, 1_000_000_000_000u64.checked_div(p.shared_bytes_per_s).unwrap_or(0)),
+            Some(p) => (p.shared_ns, p.shared_ps()),
             None => (0, c.byte_ps),
         };
         Ok(ServerState {

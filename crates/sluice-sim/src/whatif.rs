@@ -682,10 +682,9 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
             // device of parallelism 1 serves one dispatch at a time, however
             // many the learner keeps in flight.
             let mut channels = vec![0u64; model.parallelism.max(1) as usize];
-            let mut calibrated = disk.map(|k| {
+            let mut calibrated = disk.filter(|_| device == Device::Calibrated).map(|k| {
                 let f = k.figures;
-                let shared_ps = 1_000_000_000_000u64.checked_div(f.shared_bytes_per_s).unwrap_or(0);
-                (Ssd::calibrated(f.access_ns, f.bytes_per_s, f.seek_ns), Channels::new(k.channels as usize, f.shared_ns, shared_ps))
+                (Ssd::calibrated(f.access_ns, f.bytes_per_s, f.seek_ns), Channels::new(k.channels as usize, f.shared_ns, f.shared_ps()))
             });
             let service = |now: u64, d: &Dispatch| {
                 if emulated {
@@ -694,7 +693,7 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
                     free_at = done + handoff.gap_ns;
                     return done - now;
                 }
-                if let Some((dev, ch)) = calibrated.as_mut().filter(|_| device == Device::Calibrated) {
+                if let Some((dev, ch)) = calibrated.as_mut() {
                     let ns = dev.service_ns(Access { file: d.file.0, offset: d.offset, len: d.len }).max(1);
                     return ch.serve(now, ns, d.len) - now;
                 }
@@ -732,16 +731,17 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
             handoff.gap_ns as f64 / 1e3
         ),
         Device::Calibrated => {
-            let f = disk.expect("a calibrated disk").figures;
+            let k = disk.expect("a calibrated disk");
+            let f = k.figures;
             format!(
                 "as calibrated: {:.1} us per dispatch, {:.0} MB/s, seek {:.1} us, {} channels sharing {:.1} us + bytes at {:.0} MB/s, {:.1} us of the loop a dispatch; the server's learner in the loop",
                 f.access_ns as f64 / 1e3,
                 f.bytes_per_s as f64 / 1e6,
                 f.seek_ns as f64 / 1e3,
-                disk.map_or(1, |k| k.channels),
+                k.channels,
                 f.shared_ns as f64 / 1e3,
                 f.shared_bytes_per_s as f64 / 1e6,
-                disk.map_or(0, |k| k.dispatch_cpu_ns) as f64 / 1e3
+                k.dispatch_cpu_ns as f64 / 1e3
             )
         }
         _ => format!(

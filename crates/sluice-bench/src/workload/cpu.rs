@@ -182,12 +182,7 @@ mod tests {
                 // 30 ms of this thread's own CPU time, not of the wall
                 // clock: on a loaded machine the thread is not running the
                 // whole time (a wall-clock loop gave 13.9 ms once).
-                let cpu_ns = || {
-                    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-                    // SAFETY: a valid timespec for the call to fill.
-                    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-                    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-                };
+                let cpu_ns = crate::calibrate::thread_cpu_ns;
                 let start = cpu_ns();
                 let mut x = 0u64;
                 while cpu_ns() - start < 30_000_000 {
