@@ -12,6 +12,11 @@
 //! The real figure is the one what-if reports for a recording: first
 //! arrival to last answer over all applications, read from each real run's
 //! own trace, so that prediction and real run are timed alike.
+//!
+//! The report also measures the floor under any prediction: each real run
+//! of a policy held against the median of that policy's other runs
+//! (`Spread`). Where the runs of one policy do not agree within `TARGET`
+//! among themselves, no prediction made before them can be sure to.
 
 use std::path::PathBuf;
 
@@ -79,11 +84,28 @@ pub struct Row {
     pub within: usize,
 }
 
+/// How well the real runs of one policy predict each other: the noise
+/// floor of its rows.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Spread {
+    pub workload: String,
+    pub policy: String,
+    /// The real runs, in run order (seconds).
+    pub real_s: Vec<f64>,
+    /// Each run against the median of the others, (run - median) /
+    /// median; empty with a single run.
+    pub errors: Vec<f64>,
+    /// Runs within `TARGET` of the median of the others.
+    pub within: usize,
+}
+
 /// The whole report (`--json`).
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub target: f64,
     pub rows: Vec<Row>,
+    /// The real runs of each (workload, policy) against each other.
+    pub spread: Vec<Spread>,
     /// What-if's device line for each workload (the first trace's).
     pub devices: Vec<(String, String)>,
 }
@@ -106,9 +128,30 @@ pub fn rows(workload: &str, policies: &[String], real: &[Vec<f64>], predicted: &
     out
 }
 
+/// The spread of one workload's real runs, a `Spread` per policy:
+/// `real[p][r]` as for `rows`.
+pub fn spread(workload: &str, policies: &[String], real: &[Vec<f64>]) -> Vec<Spread> {
+    let spread_of = |policy: &String, runs: &Vec<f64>| {
+        let errors: Vec<f64> = if runs.len() < 2 {
+            Vec::new()
+        } else {
+            (0..runs.len())
+                .map(|i| {
+                    let others: Vec<f64> = runs.iter().enumerate().filter(|&(j, _)| j != i).map(|(_, &x)| x).collect();
+                    let m = median(&others);
+                    (runs[i] - m) / m
+                })
+                .collect()
+        };
+        let within = errors.iter().filter(|e| e.abs() <= TARGET).count();
+        Spread { workload: workload.into(), policy: policy.clone(), real_s: runs.clone(), errors, within }
+    };
+    policies.iter().zip(real).map(|(p, runs)| spread_of(p, runs)).collect()
+}
+
 /// Run the protocol.
 pub fn run(cfg: &Config) -> Result<Report, String> {
-    let (mut rows_out, mut devices) = (Vec::new(), Vec::new());
+    let (mut rows_out, mut spread_out, mut devices) = (Vec::new(), Vec::new(), Vec::new());
     let opts = cfg.host.as_ref().map_or(Options { device: Device::Auto, host: None, disk: None }, crate::host::HostProfile::whatif_options);
     for w in &cfg.workloads {
         let dir = cfg.root.join(w.name.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
@@ -147,8 +190,9 @@ pub fn run(cfg: &Config) -> Result<Report, String> {
             let _ = std::fs::remove_dir_all(&traces);
         }
         rows_out.extend(rows(&w.name, &cfg.policies, &real, &predicted));
+        spread_out.extend(spread(&w.name, &cfg.policies, &real));
     }
-    Ok(Report { target: TARGET, rows: rows_out, devices })
+    Ok(Report { target: TARGET, rows: rows_out, spread: spread_out, devices })
 }
 
 /// The report as a table: a row per (workload, from, to).
@@ -161,6 +205,16 @@ pub fn table(r: &Report) -> String {
     }
     let (n, within) = r.rows.iter().fold((0, 0), |(n, w), row| (n + row.errors.len(), w + row.within));
     out += &format!("{within} of {n} predictions within {:.0}% of the median of the predicted policy's real runs\n", r.target * 100.0);
+    if r.spread.iter().any(|s| !s.errors.is_empty()) {
+        out += &format!("\nthe real runs against the median of the others (the floor under any prediction):\n{:<38} {:<6} {:<28} {}\n", "workload", "policy", "real (s)", "error");
+        for s in &r.spread {
+            let real = s.real_s.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(" ");
+            let err = s.errors.iter().map(|e| format!("{:+.1}%", e * 100.0)).collect::<Vec<_>>().join(" ");
+            out += &format!("{:<38} {:<6} {:<28} {}\n", s.workload, s.policy, real, err);
+        }
+        let (n, within) = r.spread.iter().fold((0, 0), |(n, w), s| (n + s.errors.len(), w + s.within));
+        out += &format!("{within} of {n} real runs within {:.0}% of the median of their policy's other runs\n", r.target * 100.0);
+    }
     for (w, d) in &r.devices {
         out += &format!("{w}: {d}\n");
     }
@@ -191,8 +245,27 @@ mod tests {
         let af = find("aioli", "fifo");
         assert_eq!(af.within, 3, "+5%, 0, 0");
         assert_eq!(find("aioli", "aioli").within, 3, "0, +9.1%, -9.1%");
-        let t = table(&Report { target: TARGET, rows, devices: vec![("w".into(), "the emulated 7200 rpm disk".into())] });
+        let t = table(&Report { target: TARGET, rows, spread: spread("w", &policies, &real), devices: vec![("w".into(), "the emulated 7200 rpm disk".into())] });
         assert!(t.contains("9 of 12 predictions within 10%"), "{t}");
+        assert!(t.contains("2 of 6 real runs within 10% of the median of their policy's other runs"), "{t}");
+    }
+
+    #[test]
+    fn each_real_run_is_held_against_the_median_of_the_others() {
+        let policies = vec!["fifo".to_string(), "aioli".to_string()];
+        // fifo: 10 against 11.5 (-13.0%), 12 against 10.5 (+14.3%), 11
+        // against 11 (0); aioli: 1.0 against 1.15, 1.2 against 1.05, 1.1
+        // against 1.1.
+        let s = spread("w", &policies, &[vec![10.0, 12.0, 11.0], vec![1.0, 1.2, 1.1]]);
+        let permille = |e: &[f64]| e.iter().map(|e| (e * 1000.0).round() as i64).collect::<Vec<_>>();
+        assert_eq!(permille(&s[0].errors), [-130, 143, 0]);
+        assert_eq!(permille(&s[1].errors), [-130, 143, 0]);
+        assert_eq!((s[0].within, s[1].within), (1, 1));
+        // One run has no others: nothing to hold it against.
+        let one = spread("w", &policies[..1], &[vec![10.0]]);
+        assert!(one[0].errors.is_empty() && one[0].within == 0);
+        let t = table(&Report { target: TARGET, rows: Vec::new(), spread: one, devices: Vec::new() });
+        assert!(!t.contains("real runs within"), "no floor from single runs: {t}");
     }
 
     #[test]

@@ -574,6 +574,11 @@ pub struct WhatIf {
     /// mix10 from four traces: 9.46-11.04, 10.18-11.71, 11.92-13.15 and
     /// 13.63-14.53 s; three real runs 10.08-14.04 s).
     pub makespan_range_s: Vec<(String, f64, f64)>,
+    /// Per policy (the recorded run first): the device's dispatches, in
+    /// the replay of the median makespan. How many requests each one took
+    /// (`requests / dispatches`) is the aggregation a prediction rests
+    /// on. A Darshan log records none (0).
+    pub dispatches: Vec<(String, u64)>,
 }
 
 fn outcomes(policy: &str, rec: &Recording, answered: &[(Request, u64, u64)]) -> (Vec<AppOutcome>, f64) {
@@ -617,6 +622,7 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
     let recorded: Vec<(Request, u64, u64)> = rec.requests.iter().map(|r| (r.req, r.arrival, r.answer)).collect();
     let (mut rows, span) = outcomes("recorded", rec, &recorded);
     let mut makespan = vec![("recorded".to_string(), span)];
+    let mut dispatches = vec![("recorded".to_string(), rec.dispatches.len() as u64)];
     let mut range: Vec<(String, f64, f64)> = Vec::with_capacity(policies.len());
     let learner = rec.learned();
     let model = learner.model();
@@ -714,15 +720,17 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
             let arrivals: HashMap<RequestId, u64> = log.arrivals.iter().copied().collect();
             let answered: Vec<(Request, u64, u64)> =
                 log.served.iter().flat_map(|sv| sv.dispatch.members.iter().map(|m| (*m, arrivals[&m.id], sv.done_ns)).collect::<Vec<_>>()).collect();
-            outs.push(outcomes(p, rec, &answered));
+            let (r, span) = outcomes(p, rec, &answered);
+            outs.push((r, span, log.served.len() as u64));
         }
         // The replay of the median makespan (the first of equals).
         let mut order: Vec<usize> = (0..outs.len()).collect();
         order.sort_by(|&a, &b| outs[a].1.total_cmp(&outs[b].1).then(a.cmp(&b)));
         range.push((p.clone(), outs[order[0]].1, outs[order[order.len() - 1]].1));
-        let (r, span) = outs.swap_remove(order[order.len() / 2]);
+        let (r, span, n) = outs.swap_remove(order[order.len() / 2]);
         rows.extend(r);
         makespan.push((p.clone(), span));
+        dispatches.push((p.clone(), n));
     }
     let mut device = match device {
         Device::Hdd7200 => format!(
@@ -756,7 +764,7 @@ pub fn what_if_with(rec: &Recording, policies: &[String], opts: Options, qos: Op
     if let Some(h) = opts.host {
         device += &format!("; host {} cores, an answer {:.1} us of the server's loop and {:.1} us of a process", h.cores, h.server_ns as f64 / 1e3, h.client_ns as f64 / 1e3);
     }
-    Ok(WhatIf { device, streams: streams.len(), requests: rec.requests.len(), rows, makespan_s: makespan, makespan_range_s: range })
+    Ok(WhatIf { device, streams: streams.len(), requests: rec.requests.len(), rows, makespan_s: makespan, makespan_range_s: range, dispatches })
 }
 
 /// The what-if as a table.
@@ -782,6 +790,8 @@ pub fn table(w: &WhatIf) -> String {
             None => s += &format!("makespan {p}: {m:.3} s\n"),
         }
     }
+    let per = |n: u64| if n == 0 { "-".to_string() } else { format!("{n} ({:.1} requests each)", w.requests as f64 / n as f64) };
+    s += &format!("dispatches: {}\n", w.dispatches.iter().map(|(p, n)| format!("{p} {}", per(*n))).collect::<Vec<_>>().join(", "));
     s
 }
 
@@ -834,6 +844,11 @@ mod tests {
         assert_eq!(w.makespan_range_s.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(), ["fifo", "aioli"]);
         assert!(w.makespan_range_s.iter().all(|(p, lo, hi)| *lo <= span(p) && span(p) <= *hi), "{:?} {:?}", w.makespan_range_s, w.makespan_s);
         assert!(table(&w).contains("(start orders "), "{}", table(&w));
+        // fifo takes each request alone, as the recorded server did.
+        let dispatches: Vec<(&str, u64)> = w.dispatches.iter().map(|(p, n)| (p.as_str(), *n)).collect();
+        assert_eq!(&dispatches[..2], [("recorded", 40), ("fifo", 40)]);
+        assert!(dispatches[2].0 == "aioli" && (1..=40).contains(&dispatches[2].1), "{dispatches:?}");
+        assert!(table(&w).contains("dispatches: recorded 40 (1.0 requests each), fifo 40 (1.0 requests each)"), "{}", table(&w));
         let learned = what_if(&rec, &["fifo".into()], Options { device: Device::Recorded, host: None, disk: None }).unwrap();
         assert!(learned.device.contains("from 40 dispatches") && learned.device.contains("parallelism 1"), "{}", learned.device);
     }
