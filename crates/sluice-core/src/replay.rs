@@ -102,7 +102,12 @@ pub const HOST_CORES_MAX: u32 = 1_024;
 /// what a live trace shows (docs/observability.md, *What-if*). On a real
 /// disk each dispatch also costs the loop `dispatch_ns` (the kernel's path
 /// of one read or write: its submission, its completion): a dispatch
-/// leaves when the loop is free, and holds it that long.
+/// leaves when the loop is free, and holds it that long; and the loop
+/// decides only when it is free, among what arrived while it worked,
+/// before it answers what completed (a live trace of 4 KiB O_DIRECT
+/// readers under aioli shows the loop dispatching, then answering a
+/// dispatch's 27 members in 137 µs, then taking the 22 requests that
+/// came meanwhile at one instant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Host {
     /// At least 1, at most `HOST_CORES_MAX`.
@@ -132,6 +137,11 @@ impl HostQueue {
         self.server_free = sent;
         self.free[0] = self.free[0].max(sent);
         sent
+    }
+
+    /// When the loop is done with what it has.
+    pub fn free_at(&self) -> Nanos {
+        self.server_free
     }
 
     /// When a dispatch the policy handed out at `now` leaves: once the loop
@@ -225,6 +235,8 @@ pub fn replay_observed(
     // answers.
     let mut answering: Vec<usize> = Vec::new();
     let defer = host.as_ref().is_some_and(|h| h.h.dispatch_ns > 0);
+    // The wake-up pushed for when the loop is next free, if any.
+    let mut woken: Option<Nanos> = None;
     while let Some(Reverse((now, _, ev))) = heap.pop() {
         events += 1;
         if events > events_max {
@@ -263,6 +275,16 @@ pub fn replay_observed(
             Event::Wake => {}
         }
         if heap.peek().is_some_and(|Reverse((t, _, _))| *t == now) {
+            continue;
+        }
+        // Where dispatches cost the loop, it decides only once it is done
+        // with what it had: what arrived meanwhile is there to choose from,
+        // and the answers wait for its next dispatches.
+        if let Some(free) = host.as_ref().filter(|_| defer).map(HostQueue::free_at).filter(|&f| f > now) {
+            if woken != Some(free) {
+                push(&mut heap, free, Event::Wake);
+                woken = Some(free);
+            }
             continue;
         }
         loop {
@@ -358,6 +380,27 @@ mod tests {
         let mut free = HostQueue::new(Host { cores: 1, server_ns: 50, client_ns: 1, dispatch_ns: 0 });
         assert_eq!(free.answered(0, 4), 200);
         assert_eq!(free.dispatched(10), 10);
+    }
+
+    #[test]
+    fn a_loop_that_pays_for_dispatches_decides_once_it_is_free() {
+        // Four processes read neighbouring pieces of one file; the first
+        // arrives alone, the others while the loop is busy with its
+        // dispatch (20 ns): the loop then takes the three together, as
+        // `sluice serve` sees them all on its next turn.
+        let req = |c: u32| Request { id: RequestId(u64::from(c)), app: AppId(1), client: ClientId(c), file: FileId(1), op: Op::Read, offset: u64::from(c) * 10, len: 10 };
+        let streams: Vec<Stream> = (0..4u32)
+            .map(|c| Stream { start_ns: if c == 0 { 0 } else { 4 + u64::from(c) }, think_ns: 0, jitter_ns: 0, depth: 1, requests: vec![req(c)], thinks: vec![] })
+            .collect();
+        let run = |dispatch_ns: Nanos| {
+            let mut s = Scheduler::new(PolicyConfig::from_name("fifo-merge").unwrap(), Limits::default());
+            let host = Host { cores: 2, server_ns: 1, client_ns: 1, dispatch_ns };
+            let log = replay(&mut s, &streams, |_| 1_000, ReplayOptions { host: Some(host), ..ReplayOptions::checked(10_000) }).unwrap();
+            log.served.iter().map(|sv| (sv.at_ns, sv.dispatch.members.len())).collect::<Vec<_>>()
+        };
+        assert_eq!(run(20), [(0, 1), (20, 3)]);
+        // A loop that dispatches for free decides at each arrival.
+        assert_eq!(run(0), [(0, 1), (5, 1), (6, 1), (7, 1)]);
     }
 
     #[test]
