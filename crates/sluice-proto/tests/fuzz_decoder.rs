@@ -130,7 +130,7 @@ proptest! {
         let entries = vec![DirEntry { name: msg.clone(), kind: FileKind::Dir }];
         let stat = WireStat { size: n, mode: 0o100644, ino: n, mtime_ns: -1, ..WireStat::default() };
         let hello = HelloOk { version: VERSION, frame_bytes_max: 1, io_bytes_max: 2, inflight_per_connection_max: 3, proof: None };
-        let proven = HelloOk { proof: Some([n as u8; AUTH_BYTES]), ..hello.clone() };
+        let proven = HelloOk { proof: Some([n as u8; AUTH_BYTES]), ..hello };
         for resp in [Response::Ok, Response::Fd(n, n ^ 1), Response::Data(&data), Response::Count(n), Response::Stat(stat), Response::HelloOk(hello), Response::HelloOk(proven),
                      Response::Dir { entries: entries.clone(), done: true }, Response::Stats(vec![app.clone()]), Response::Error { errno, message: &msg },
                      Response::Challenge { nonce: [n as u8; AUTH_BYTES] }, Response::Link(msg.clone()),
