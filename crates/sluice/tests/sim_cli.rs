@@ -13,6 +13,13 @@ fn scenario(name: &str) -> String {
     format!("{}/../../scenarios/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The project's Python, with the darshan package (`make venv`).
+fn venv_python() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(p.exists(), "{} is missing: run `make venv` (make test does)", p.display());
+    p
+}
+
 /// A scratch directory removed even when the test fails.
 struct Scratch(PathBuf);
 
@@ -168,18 +175,25 @@ fn validate_predicts_each_policy_from_each_real_runs_trace() {
         .arg(&json)
         // No host profile in this cache directory: the replays have none.
         .env("XDG_CACHE_HOME", &dir.0)
+        // The Darshan workload's log is read by the project's Python.
+        .env("SLUICE_PYTHON", venv_python())
         .output()
         .unwrap();
     assert!(out.status.success(), "sluice sim --validate failed: {}", String::from_utf8_lossy(&out.stderr));
     let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.contains("of 32 predictions within 10%"), "{table}");
+    assert!(table.contains("of 40 predictions within 10%"), "{table}");
+    assert!(table.contains("of 20 real runs within 10% of the median of their policy's other runs"), "{table}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("no host profile"), "the missing profile is said");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 16, "four workloads, fifo and aioli each predicted from traces of each");
-    for w in ["decomposition 4 KiB", "decomposition 64 KiB", "interference", "mix10"] {
+    assert_eq!(rows.len(), 20, "five workloads, fifo and aioli each predicted from traces of each");
+    for w in ["decomposition 4 KiB", "decomposition 64 KiB", "interference", "mix10", "darshan ckpt-4ranks.darshan"] {
         assert_eq!(rows.iter().filter(|r| r["workload"].as_str().unwrap().starts_with(w)).count(), 4, "{w}");
     }
+    // Each policy's real runs, each against the other (two runs).
+    let spread = v["spread"].as_array().unwrap();
+    assert_eq!(spread.len(), 10, "five workloads x two policies");
+    assert!(spread.iter().all(|s| s["real_s"].as_array().unwrap().len() == 2 && s["errors"].as_array().unwrap().len() == 2), "{spread:?}");
     for r in rows {
         let (pred, real) = (r["predicted_s"].as_array().unwrap(), r["real_s"].as_array().unwrap());
         assert_eq!((pred.len(), real.len()), (2, 2), "one prediction per run's trace, against each real run: {r}");
@@ -216,6 +230,12 @@ fn validate_refuses_cache_modes_and_cleans_up_after_an_error() {
     let out = Command::new(SLUICE).args(["sim", "--validate", "--device-model"]).arg(&missing).arg("--dir").arg(&dir.0).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--device-model is for --validate --twins"), "predictions take no model file: {err}");
+    let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    assert!(left.is_empty(), "the scratch directory outlived the error: {left:?}");
+    // A Darshan log the user names must be read: no run starts without it.
+    let out = Command::new(SLUICE).args(["sim", "--validate", "--darshan"]).arg(dir.0.join("missing.darshan")).arg("--dir").arg(&dir.0).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("missing.darshan") && !err.contains("for real, run"), "{err}");
     let left: Vec<_> = std::fs::read_dir(&dir.0).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).collect();
     assert!(left.is_empty(), "the scratch directory outlived the error: {left:?}");
     let out = Command::new(SLUICE).args(["sim", "--validate", "--seed", "3"]).output().unwrap();

@@ -129,6 +129,25 @@ impl ReplayLog {
         serde_json::from_str(&text).map_err(|e| WorkloadError::usage(format!("{}: {e}", path.display())))
     }
 
+    /// The application that replays this log: one process per rank, on
+    /// one shared set of scratch files. Its `replay` is left for the
+    /// caller to point at where `save` put the log.
+    pub fn app_spec(&self) -> crate::workload::pattern::AppSpec {
+        use crate::workload::pattern::{AppSpec, Dir, Pattern};
+        AppSpec {
+            name: self.app.clone(),
+            procs: self.ranks.len() as u32,
+            op: Dir::Read,
+            pattern: Pattern::Contiguous,
+            size: self.bytes(),
+            granularity: self.access_bytes_max(),
+            shared_file: true,
+            weight: 1,
+            replay: None,
+            uid: None,
+        }
+    }
+
     /// Bytes all ranks move.
     pub fn bytes(&self) -> u64 {
         self.ranks.iter().flatten().map(|a| a.len).sum()

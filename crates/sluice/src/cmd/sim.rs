@@ -50,8 +50,10 @@ pub struct SimArgs {
     dispatches_inflight: Option<u32>,
     /// Replace the scenario's applications by a Darshan log's (its DXT
     /// records: one process per rank, each access in recorded order after
-    /// its recorded think time), on the scenario's cluster.
-    #[arg(long, conflicts_with = "bench")]
+    /// its recorded think time), on the scenario's cluster. With
+    /// --validate: the log of the Darshan workload, in place of the one
+    /// built in (`crates/sluice/tests/data/ckpt-4ranks.darshan`).
+    #[arg(long, conflicts_with_all = ["bench", "twins"])]
     darshan: Option<PathBuf>,
     /// The DXT layer of the log: DXT_POSIX (default when present) or DXT_MPIIO.
     #[arg(long, requires = "darshan")]
@@ -77,15 +79,17 @@ pub struct SimArgs {
     /// either way.
     #[arg(long)]
     jobs: Option<usize>,
-    /// Check what-if's predictions: run four workloads for real under
+    /// Check what-if's predictions: run five workloads for real under
     /// each policy with the server's live trace (the 4 KiB and 64 KiB
-    /// decomposition on this disk with O_DIRECT, interference and mix10 on
-    /// the emulated disk), predict every policy from every trace with
+    /// decomposition on this disk with O_DIRECT; interference, mix10 and a
+    /// Darshan log replayed by real processes on the emulated disk; the
+    /// log is read with $SLUICE_PYTHON, which needs the darshan package),
+    /// predict every policy from every trace with
     /// `sluice what-if`'s defaults (and the host profile of `sluice
     /// calibrate --host`), and print each prediction's error against the
     /// median of the predicted policy's real runs (default policies: fifo
     /// and aioli).
-    #[arg(long, conflicts_with_all = ["bench", "darshan", "scenario", "scale", "seed", "trace", "plot"])]
+    #[arg(long, conflicts_with_all = ["bench", "scenario", "scale", "seed", "trace", "plot"])]
     validate: bool,
     /// With --validate: the older check instead, which fits a simulated
     /// twin to each real run (its start times, its CPU per request, the
@@ -175,7 +179,15 @@ fn predict(a: &SimArgs, policies: Vec<String>, exe: PathBuf, root: &std::path::P
         }
         Some(_) => {}
     }
-    let cfg = predict::Config { workloads: predict::workloads(a.validate_scale), policies, root: root.to_path_buf(), exe, runs: a.validate_runs, host, progress: true };
+    let mut workloads = predict::workloads(a.validate_scale);
+    match darshan_workload(a, root) {
+        Ok(w) => workloads.push(w),
+        // The log the user named must be read; the built-in one only
+        // where a Python with the darshan package is.
+        Err(e) if a.darshan.is_some() => return Err(e),
+        Err(e) => eprintln!("validate: no Darshan workload ({e:#}); set SLUICE_PYTHON to a Python with the darshan package"),
+    }
+    let cfg = predict::Config { workloads, policies, root: root.to_path_buf(), exe, runs: a.validate_runs, host, progress: true };
     let report = predict::run(&cfg).map_err(anyhow::Error::msg)?;
     print!("{}", predict::table(&report));
     if let Some(path) = &a.json {
@@ -183,6 +195,34 @@ fn predict(a: &SimArgs, policies: Vec<String>, exe: PathBuf, root: &std::path::P
         println!("json: {}", path.display());
     }
     Ok(())
+}
+
+/// The Darshan log `--validate` replays by default: four MPI ranks write
+/// and read back a shared checkpoint (crates/sluice/tests/data/README.md).
+const VALIDATE_DARSHAN: &[u8] = include_bytes!("../../tests/data/ckpt-4ranks.darshan");
+
+/// `--validate`'s Darshan workload: the log's accesses replayed by real
+/// processes (as `sluice bench custom --darshan LOG` does) on the emulated
+/// disk. The log and its replay are written under `root`, which the
+/// validation removes.
+fn darshan_workload(a: &SimArgs, root: &std::path::Path) -> anyhow::Result<sluice_bench::predict::Workload> {
+    use sluice_bench::workload::{replay::ReplayLog, scenario::Scenario};
+    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
+    let log = match &a.darshan {
+        Some(p) => p.clone(),
+        None => {
+            let p = root.join("ckpt-4ranks.darshan");
+            std::fs::write(&p, VALIDATE_DARSHAN).with_context(|| format!("writing {}", p.display()))?;
+            p
+        }
+    };
+    let replay = ReplayLog::from_dxt_json(&super::darshan::dxt_json(&log, a.layer.as_deref())?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let path = root.join("darshan-replay.json");
+    replay.save(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let app = sluice_bench::workload::pattern::AppSpec { replay: Some(path), ..replay.app_spec() };
+    let file = log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let name = format!("darshan {file} (hdd7200)");
+    Ok(sluice_bench::predict::Workload { name: name.clone(), scenario: Scenario { name, apps: vec![app] }, device: sluice_server::DeviceKind::Hdd7200, direct_io: false })
 }
 
 /// A daemon's rules file on a scenario: its classes and sharing order

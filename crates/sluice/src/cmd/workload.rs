@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use sluice_bench::workload::pattern::{AppSpec, Dir, Pattern};
+use sluice_bench::workload::pattern::Dir;
 use sluice_bench::workload::replay::ReplayLog;
 use sluice_bench::workload::report::{table, Report};
 use sluice_bench::workload::runner::{run, RunConfig, Via};
@@ -185,18 +185,7 @@ fn darshan(log: &std::path::Path, layer: Option<&str>, c: &Common) -> anyhow::Re
     if replay.thinks_cut > 0 {
         eprintln!("sluice: {} think times over {} s were cut to it", replay.thinks_cut, sluice_bench::workload::replay::THINK_NS_MAX / 1_000_000_000);
     }
-    let app = AppSpec {
-        name: replay.app.clone(),
-        procs: replay.ranks.len() as u32,
-        op: Dir::Read,
-        pattern: Pattern::Contiguous,
-        size: replay.bytes(),
-        granularity: replay.access_bytes_max(),
-        shared_file: true,
-        weight: 1,
-        replay: None,
-        uid: None,
-    };
+    let app = replay.app_spec();
     let name = format!("darshan {}", log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
     execute_with(c, vec![(Scenario { name, apps: vec![app] }, None)], Some(replay))
 }
