@@ -83,7 +83,8 @@ pub struct SimArgs {
     /// each policy with the server's live trace (the 4 KiB and 64 KiB
     /// decomposition on this disk with O_DIRECT; interference, mix10 and a
     /// Darshan log replayed by real processes on the emulated disk; the
-    /// log is read with $SLUICE_PYTHON, which needs the darshan package),
+    /// log is read with $SLUICE_PYTHON, which needs the darshan package;
+    /// without it the built-in log's workload is left out),
     /// predict every policy from every trace with
     /// `sluice what-if`'s defaults (and the host profile of `sluice
     /// calibrate --host`), and print each prediction's error against the
@@ -185,7 +186,7 @@ fn predict(a: &SimArgs, policies: Vec<String>, exe: PathBuf, root: &std::path::P
         // The log the user named must be read; the built-in one only
         // where a Python with the darshan package is.
         Err(e) if a.darshan.is_some() => return Err(e),
-        Err(e) => eprintln!("validate: no Darshan workload ({e:#}); set SLUICE_PYTHON to a Python with the darshan package"),
+        Err(e) => eprintln!("validate: no Darshan workload ({e:#})"),
     }
     let cfg = predict::Config { workloads, policies, root: root.to_path_buf(), exe, runs: a.validate_runs, host, progress: true };
     let report = predict::run(&cfg).map_err(anyhow::Error::msg)?;
@@ -207,7 +208,6 @@ const VALIDATE_DARSHAN: &[u8] = include_bytes!("../../tests/data/ckpt-4ranks.dar
 /// validation removes.
 fn darshan_workload(a: &SimArgs, root: &std::path::Path) -> anyhow::Result<sluice_bench::predict::Workload> {
     use sluice_bench::workload::{replay::ReplayLog, scenario::Scenario};
-    std::fs::create_dir_all(root).with_context(|| format!("creating {}", root.display()))?;
     let log = match &a.darshan {
         Some(p) => p.clone(),
         None => {
@@ -217,6 +217,9 @@ fn darshan_workload(a: &SimArgs, root: &std::path::Path) -> anyhow::Result<sluic
         }
     };
     let replay = ReplayLog::from_dxt_json(&super::darshan::dxt_json(&log, a.layer.as_deref())?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if replay.thinks_cut > 0 {
+        eprintln!("validate: {} think times of the Darshan log over {} s were cut to it", replay.thinks_cut, sluice_bench::workload::replay::THINK_NS_MAX / 1_000_000_000);
+    }
     let path = root.join("darshan-replay.json");
     replay.save(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let app = sluice_bench::workload::pattern::AppSpec { replay: Some(path), ..replay.app_spec() };
