@@ -196,12 +196,12 @@ pub fn run(cfg: &ConnectionsBenchConfig) -> Result<ConnectionsBenchReport> {
             cfg.count
         )));
     }
-    let scratch = cfg.dir.join(format!("sluice-bench-conns-{}", std::process::id()));
+    // Removed however the bench ends, a Ctrl-C included.
+    let guard = crate::scratch::Scratch::new(cfg.dir.join(format!("sluice-bench-conns-{}", std::process::id())));
+    let scratch = guard.path();
     std::fs::create_dir_all(scratch.join("root")).map_err(io_err("create scratch dir"))?;
     std::fs::write(scratch.join("root/f"), vec![7u8; 1 << 20]).map_err(io_err("write test file"))?;
-    let result = measure(cfg, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
-    result
+    measure(cfg, scratch)
 }
 
 fn measure(cfg: &ConnectionsBenchConfig, scratch: &std::path::Path) -> Result<ConnectionsBenchReport> {

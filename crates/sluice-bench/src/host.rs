@@ -162,6 +162,9 @@ pub fn calibrate(exe: &Path, scratch: &Path, disk_root: &Path, cell_ms: u64, pro
     let cfg = RunConfig { write_leases: false, ..RunConfig::started(sc, vec!["fifo".into()], DeviceKind::Null, root.clone(), exe.to_path_buf()) };
     // First, while this process has one thread: the wake floor forks.
     let wake_ns = crate::service::wake_floor().map_err(|e| e.to_string())?.map_or(0, |us| (us * 1e3).round() as u64);
+    // Then the runs' directory, removed after each run and however the
+    // calibration ends (a Ctrl-C included; its guard starts a thread).
+    let _root = crate::scratch::Scratch::new(&root);
     let mut runs_ns = Vec::new();
     for i in 0..HOST_RUNS {
         if progress {

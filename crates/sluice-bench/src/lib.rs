@@ -32,6 +32,7 @@ pub mod predict;
 pub mod qos;
 pub mod scaleout;
 pub mod scheduler;
+pub mod scratch;
 pub mod service;
 pub mod validate;
 pub mod workload;

@@ -149,15 +149,6 @@ pub struct ServiceBenchReport {
     pub trace_bytes: u64,
 }
 
-/// Removes the scratch directory however the bench ends.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::io(what, &e)
 }
@@ -440,14 +431,14 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
     // First, while this process has the fewest threads.
     let floor_4k_us = ping_pong_floor(cfg.rtt_requests)?;
     let wake_us = wake_floor()?;
-    let scratch = Scratch(cfg.dir.join(format!("sluice-bench-service-{}", std::process::id())));
-    std::fs::create_dir_all(scratch.0.join("root")).map_err(io_err("create scratch dir"))?;
-    make_file(&scratch.0.join("root/seq.dat"), cfg.file_bytes)?;
-    let mut sc = ServerConfig::new(scratch.0.join("root"), Listen::Unix(scratch.0.join("s.sock")));
+    let scratch = crate::scratch::Scratch::new(cfg.dir.join(format!("sluice-bench-service-{}", std::process::id())));
+    std::fs::create_dir_all(scratch.path().join("root")).map_err(io_err("create scratch dir"))?;
+    make_file(&scratch.path().join("root/seq.dat"), cfg.file_bytes)?;
+    let mut sc = ServerConfig::new(scratch.path().join("root"), Listen::Unix(scratch.path().join("s.sock")));
     sc.direct = cfg.direct;
     sc.device = cfg.device;
     sc.metrics = cfg.metrics.then(|| "127.0.0.1:0".to_string());
-    let trace_path = scratch.0.join("trace.json");
+    let trace_path = scratch.path().join("trace.json");
     sc.trace = cfg.trace.then(|| trace_path.clone());
     let mut server = Server::start(sc)?;
     let scraper = server.metrics_addr().map(Scraper::start);
@@ -457,7 +448,7 @@ pub fn run(cfg: &ServiceBenchConfig) -> Result<ServiceBenchReport> {
     let u = Client::connect_with(server.addr(), ConnectOptions { leases: false, ..opts }).map_err(client_err)?;
     let ufd = u.open("seq.dat", libc::O_RDONLY, 0).map_err(client_err)?;
     let flags = if cfg.direct { libc::O_DIRECT } else { 0 };
-    let f = OpenOptions::new().read(true).custom_flags(flags).open(scratch.0.join("root/seq.dat")).map_err(io_err("open bench file"))?;
+    let f = OpenOptions::new().read(true).custom_flags(flags).open(scratch.path().join("root/seq.dat")).map_err(io_err("open bench file"))?;
     let (mut v, skip) = aligned(cfg.request_bytes);
     let buf = &mut v[skip..skip + cfg.request_bytes];
     pread_pass(&f, cfg, buf)?;

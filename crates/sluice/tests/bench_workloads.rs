@@ -237,3 +237,49 @@ fn the_service_level_benchmark_reports_each_class_over_windows() {
     assert!(v["guaranteed"]["bytes_per_s"].is_array() && v["unguaranteed"]["bytes_per_s"].is_array(), "{out}");
     assert_eq!(v["config"]["rate_bytes_per_s"], 4_000_000);
 }
+
+/// A Ctrl-C in a terminal (SIGINT to the foreground process group, at its
+/// default action) during a benchmark removes the scratch directory the
+/// benchmark made, where no destructor runs, and the command still ends
+/// as SIGINT ends it, its workers with it.
+#[test]
+fn a_ctrl_c_during_a_benchmark_removes_its_scratch_directory() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::process::Stdio;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    cmd.args(["bench", "mix10", "--device", "hdd7200", "--scale", "0.015625", "--policies", "fifo"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    // SAFETY: signal and setpgid are async-signal-safe. A script's
+    // background job inherits SIGINT ignored; a terminal's job does not.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::setpgid(0, 0);
+            Ok(())
+        })
+    };
+    let mut child = cmd.spawn().unwrap();
+    let pgid = child.id() as libc::pid_t;
+    let scratch = PathBuf::from(format!("/var/tmp/sluice-bench-{}", child.id()));
+    // Until the run has written into its scratch directory, and a little
+    // longer, so that its workers run.
+    let t0 = std::time::Instant::now();
+    while std::fs::read_dir(&scratch).map_or(true, |mut d| d.next().is_none()) {
+        assert!(t0.elapsed().as_secs() < 60, "the benchmark made no scratch directory at {}", scratch.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    // SAFETY: a signal to the child's own process group.
+    assert_eq!(unsafe { libc::kill(-pgid, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    let left = scratch.exists();
+    let _ = std::fs::remove_dir_all(&scratch);
+    assert_eq!(status.signal(), Some(libc::SIGINT), "ended by SIGINT: {status:?}");
+    assert!(!left, "{} outlived the Ctrl-C", scratch.display());
+    // No process of the group is left (the workers died with it).
+    let t1 = std::time::Instant::now();
+    // SAFETY: signal 0 only asks whether the group has a process.
+    while unsafe { libc::kill(-pgid, 0) } == 0 {
+        assert!(t1.elapsed().as_secs() < 10, "a process of the benchmark's group outlived the Ctrl-C");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -153,10 +153,9 @@ pub fn run(a: ArrayBenchArgs) -> anyhow::Result<()> {
     if a.scale.is_nan() || a.scale <= 0.0 || a.ranks == 0 {
         bail!("--scale must be positive and --ranks at least 1");
     }
-    let scratch = a.dir.join(format!("sluice-bench-array-{}", std::process::id()));
-    let result = run_in(&a, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
-    result
+    // Removed however the command ends, a Ctrl-C included.
+    let scratch = sluice_bench::scratch::Scratch::new(a.dir.join(format!("sluice-bench-array-{}", std::process::id())));
+    run_in(&a, scratch.path())
 }
 
 fn run_in(a: &ArrayBenchArgs, scratch: &std::path::Path) -> anyhow::Result<()> {

@@ -51,7 +51,9 @@ pub struct ForwardersArgs {
 pub fn run(a: ForwardersArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the sluice executable")?;
     let preload = if a.via == "run" { Some(super::run::find_library(&exe, std::env::var_os(super::run::PRELOAD_ENV).map(PathBuf::from))?) } else { None };
-    let root = a.dir.join(format!("sluice-forwarders-{}", std::process::id()));
+    // Removed however the command ends, a Ctrl-C included.
+    let scratch = sluice_bench::scratch::Scratch::new(a.dir.join(format!("sluice-forwarders-{}", std::process::id())));
+    let root = scratch.path().to_path_buf();
     let cfg = ForwardersConfig {
         procs: a.procs,
         granularity: a.granularity,
@@ -67,7 +69,7 @@ pub fn run(a: ForwardersArgs) -> anyhow::Result<()> {
         root: root.clone(),
     };
     let report = forwarders(&cfg);
-    let _ = std::fs::remove_dir_all(&root);
+    drop(scratch);
     let report = report.map_err(|e| anyhow::anyhow!("forwarders: {e}"))?;
     print!("{}", table(&report));
     if let Some(path) = a.json {

@@ -43,7 +43,9 @@ pub struct MatrixArgs {
 
 pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
     anyhow::ensure!((1..=sluice_bench::matrix::RUNS_MAX).contains(&a.runs), "--runs {}: give 1 to {}", a.runs, sluice_bench::matrix::RUNS_MAX);
-    let root = a.dir.unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-bench-matrix-{}", std::process::id()));
+    // Removed however the command ends, a Ctrl-C included.
+    let scratch = sluice_bench::scratch::Scratch::new(a.dir.unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-bench-matrix-{}", std::process::id())));
+    let root = scratch.path().to_path_buf();
     let exe = std::env::current_exe().context("locating the sluice executable")?;
     let mut cfg = sluice_bench::matrix::MatrixConfig::new(a.quick, exe, root.clone());
     cfg.default_policy = a.policy;
@@ -61,7 +63,7 @@ pub fn run(a: MatrixArgs) -> anyhow::Result<()> {
         }
     };
     let report = sluice_bench::matrix::run(&cfg);
-    let _ = std::fs::remove_dir_all(&root);
+    drop(scratch);
     let report = report.map_err(|e| anyhow::anyhow!("{e}"))?;
     print!("{}", sluice_bench::matrix::table(&report));
     if let Some(path) = &a.json {

@@ -33,10 +33,11 @@ pub struct MetaBenchArgs {
 
 pub fn run(a: MetaBenchArgs) -> anyhow::Result<()> {
     let cfg = MetaConfig { ops: a.ops, threads: a.threads, store: a.store, members: a.members };
-    let scratch = scratch_in(&a.dir);
-    std::fs::create_dir_all(&scratch)?;
-    let report = meta(&cfg, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
+    // Removed however the command ends, a Ctrl-C included.
+    let scratch = sluice_bench::scratch::Scratch::new(scratch_in(&a.dir));
+    std::fs::create_dir_all(scratch.path())?;
+    let report = meta(&cfg, scratch.path());
+    drop(scratch);
     let report = report.map_err(|e| anyhow::anyhow!("meta: {e}"))?;
     print!("{}", table(&report));
     if let Some(path) = a.json {

@@ -51,7 +51,9 @@ pub struct QosBenchArgs {
 
 pub fn run(a: QosBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(a.rate > 0 && a.guarantee > 0 && a.seconds > 0.0 && a.seconds <= 600.0, "--rate and --guarantee above 0, --seconds in (0, 600]");
-    let root = a.dir.join(format!("sluice-bench-qos-{}", std::process::id()));
+    // Removed however the command ends, a Ctrl-C included.
+    let scratch = sluice_bench::scratch::Scratch::new(a.dir.join(format!("sluice-bench-qos-{}", std::process::id())));
+    let root = scratch.path().to_path_buf();
     let cfg = QosConfig {
         device: a.device,
         direct: a.direct,
@@ -66,7 +68,7 @@ pub fn run(a: QosBenchArgs) -> anyhow::Result<()> {
         root: root.clone(),
     };
     let report = qos(&cfg);
-    let _ = std::fs::remove_dir_all(&root);
+    drop(scratch);
     let report = report.map_err(|e| anyhow::anyhow!("qos: {e}"))?;
     print!("{}", table(&report));
     if let Some(path) = a.json {

@@ -55,10 +55,11 @@ pub fn run(a: ScaleoutArgs) -> anyhow::Result<()> {
         policy: a.policy,
         device: a.device,
     };
-    let scratch = a.dir.join(format!("sluice-scaleout-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)?;
-    let report = scaleout(&cfg, &scratch);
-    let _ = std::fs::remove_dir_all(&scratch);
+    // Removed however the command ends, a Ctrl-C included.
+    let scratch = sluice_bench::scratch::Scratch::new(a.dir.join(format!("sluice-scaleout-{}", std::process::id())));
+    std::fs::create_dir_all(scratch.path())?;
+    let report = scaleout(&cfg, scratch.path());
+    drop(scratch);
     let report = report.map_err(|e| anyhow::anyhow!("scaleout: {e}"))?;
     print!("{}", table(&report));
     if let Some(path) = a.json {

@@ -112,15 +112,6 @@ pub struct SimArgs {
     dir: Option<PathBuf>,
 }
 
-/// Removes the validation's scratch directory however `validate` ends.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn validate(a: &SimArgs) -> anyhow::Result<()> {
     use sluice_bench::{calibrate, validate};
     let policies = if a.policies.is_empty() { vec!["fifo".into(), "aioli".into()] } else { a.policies.clone() };
@@ -130,23 +121,24 @@ fn validate(a: &SimArgs) -> anyhow::Result<()> {
         anyhow::bail!("--validate runs policies without a cache layer; {bad:?} is not one of {}", sluice_core::POLICY_NAMES.join(", "));
     }
     let exe = std::env::current_exe().context("locating the sluice executable")?;
-    let root = Scratch(a.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-validate-{}", std::process::id())));
-    std::fs::create_dir_all(&root.0).with_context(|| format!("creating {}", root.0.display()))?;
+    // Removed however the validation ends, a Ctrl-C included.
+    let root = sluice_bench::scratch::Scratch::new(a.dir.clone().unwrap_or_else(|| PathBuf::from("/var/tmp")).join(format!("sluice-validate-{}", std::process::id())));
+    std::fs::create_dir_all(root.path()).with_context(|| format!("creating {}", root.path().display()))?;
     if !a.twins {
-        return predict(a, policies, exe, &root.0);
+        return predict(a, policies, exe, root.path());
     }
     let model = match &a.device_model {
         Some(p) => calibrate::ModelFile::load(p).map_err(anyhow::Error::msg)?,
         None => {
-            eprintln!("validate: calibrating {} with O_DIRECT (sluice calibrate --direct --cell-ms 500)", root.0.display());
-            let cfg = calibrate::CalibrateConfig { root: root.0.clone(), direct: true, file_bytes: 256 << 20, cell_ms: 500 };
+            eprintln!("validate: calibrating {} with O_DIRECT (sluice calibrate --direct --cell-ms 500)", root.path().display());
+            let cfg = calibrate::CalibrateConfig { root: root.path().to_path_buf(), direct: true, file_bytes: 256 << 20, cell_ms: 500 };
             calibrate::run(&cfg).map_err(anyhow::Error::msg)?
         }
     };
     let cfg = validate::Config {
         workloads: validate::workloads(a.validate_scale),
         policies,
-        root: root.0.clone(),
+        root: root.path().to_path_buf(),
         exe,
         model: Some(model),
         seed: 1,

@@ -194,17 +194,6 @@ pub fn worker() -> anyhow::Result<()> {
     sluice_bench::workload::worker::run_worker().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
-/// Removes the scratch directory it made, even on error.
-struct Scratch(Option<PathBuf>);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            let _ = std::fs::remove_dir_all(p);
-        }
-    }
-}
-
 fn execute(c: &Common, scenarios: Vec<(Scenario, Option<u64>)>) -> anyhow::Result<()> {
     execute_with(c, scenarios, None)
 }
@@ -219,7 +208,8 @@ fn execute_with(c: &Common, mut scenarios: Vec<(Scenario, Option<u64>)>, replay:
         (p, _) => p.to_vec(),
     };
     let made = c.root.is_none().then(|| std::path::Path::new("/var/tmp").join(format!("sluice-bench-{}", std::process::id())));
-    let _scratch = Scratch(made.clone());
+    // Removed however the command ends, a Ctrl-C included.
+    let _scratch = made.clone().map(sluice_bench::scratch::Scratch::new);
     let root = c.root.clone().or(made).expect("one of the two is set");
     if let Some(r) = replay {
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
