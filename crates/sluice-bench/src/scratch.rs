@@ -109,10 +109,13 @@ fn install() {
     let read_end = fds[0];
     let spawned = std::thread::Builder::new().name("sluice-scratch".into()).spawn(move || {
         let mut byte = 0u8;
-        // SAFETY: read(2) into a live one-byte buffer.
-        let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
-        if n != 1 {
-            return;
+        loop {
+            // SAFETY: read(2) into a live one-byte buffer.
+            match unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) } {
+                1 => break,
+                -1 if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted => continue,
+                _ => return,
+            }
         }
         let live = std::mem::take(&mut LIVE.lock().unwrap_or_else(|e| e.into_inner()).live);
         for p in &live {

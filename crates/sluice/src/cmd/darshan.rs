@@ -22,6 +22,18 @@ pub fn dxt_json(log: &std::path::Path, layer: Option<&str>) -> anyhow::Result<St
         .with_context(|| format!("reading the Darshan log {} with {python} (set SLUICE_PYTHON to a Python with the darshan package)", log.display()))
 }
 
+/// The log's accesses for real processes to replay (`sluice bench custom
+/// --darshan`, `sluice sim --validate`), saying how many think times were
+/// cut to the replay's longest.
+pub fn replay_log(log: &std::path::Path, layer: Option<&str>) -> anyhow::Result<sluice_bench::workload::replay::ReplayLog> {
+    use sluice_bench::workload::replay::{ReplayLog, THINK_NS_MAX};
+    let replay = ReplayLog::from_dxt_json(&dxt_json(log, layer)?).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if replay.thinks_cut > 0 {
+        eprintln!("sluice: {} think times of {} over {} s were cut to it", replay.thinks_cut, log.display(), THINK_NS_MAX / 1_000_000_000);
+    }
+    Ok(replay)
+}
+
 /// Bytes of JSON the converter may print: what `sluice what-if` reads of
 /// a JSON trace (`TRACE_FILE_BYTES_MAX`).
 pub const DXT_JSON_BYTES_MAX: u64 = sluice_sim::whatif::TRACE_FILE_BYTES_MAX;

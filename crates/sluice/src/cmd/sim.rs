@@ -199,7 +199,7 @@ const VALIDATE_DARSHAN: &[u8] = include_bytes!("../../tests/data/ckpt-4ranks.dar
 /// disk. The log and its replay are written under `root`, which the
 /// validation removes.
 fn darshan_workload(a: &SimArgs, root: &std::path::Path) -> anyhow::Result<sluice_bench::predict::Workload> {
-    use sluice_bench::workload::{replay::ReplayLog, scenario::Scenario};
+    use sluice_bench::workload::scenario::Scenario;
     let log = match &a.darshan {
         Some(p) => p.clone(),
         None => {
@@ -208,10 +208,7 @@ fn darshan_workload(a: &SimArgs, root: &std::path::Path) -> anyhow::Result<sluic
             p
         }
     };
-    let replay = ReplayLog::from_dxt_json(&super::darshan::dxt_json(&log, a.layer.as_deref())?).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if replay.thinks_cut > 0 {
-        eprintln!("validate: {} think times of the Darshan log over {} s were cut to it", replay.thinks_cut, sluice_bench::workload::replay::THINK_NS_MAX / 1_000_000_000);
-    }
+    let replay = super::darshan::replay_log(&log, a.layer.as_deref())?;
     let path = root.join("darshan-replay.json");
     replay.save(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let app = sluice_bench::workload::pattern::AppSpec { replay: Some(path), ..replay.app_spec() };

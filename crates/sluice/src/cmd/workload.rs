@@ -181,10 +181,7 @@ fn darshan(log: &std::path::Path, layer: Option<&str>, c: &Common) -> anyhow::Re
     if c.scale != 1.0 {
         anyhow::bail!("--scale does not apply to a recorded log");
     }
-    let replay = ReplayLog::from_dxt_json(&super::darshan::dxt_json(log, layer)?).map_err(|e| anyhow::anyhow!("{e}"))?;
-    if replay.thinks_cut > 0 {
-        eprintln!("sluice: {} think times over {} s were cut to it", replay.thinks_cut, sluice_bench::workload::replay::THINK_NS_MAX / 1_000_000_000);
-    }
+    let replay = super::darshan::replay_log(log, layer)?;
     let app = replay.app_spec();
     let name = format!("darshan {}", log.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned()));
     execute_with(c, vec![(Scenario { name, apps: vec![app] }, None)], Some(replay))
