@@ -81,6 +81,15 @@ impl<K: Id, V> IdMap<K, V> {
         }
     }
 
+    /// Start loading `k`'s slot, if it is a dense one already allocated
+    /// (a sparse record's place is not known without a lookup).
+    #[inline]
+    pub fn prefetch(&self, k: &K) {
+        if let Some(slot) = Self::dense_index(*k).and_then(|i| self.dense.get(i)) {
+            crate::prefetch::prefetch(slot);
+        }
+    }
+
     pub fn contains_key(&self, k: &K) -> bool {
         self.get(k).is_some()
     }

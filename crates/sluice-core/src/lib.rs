@@ -38,6 +38,7 @@ mod hash;
 mod idmap;
 mod index;
 mod policy;
+pub mod prefetch;
 pub mod qos;
 pub mod replay;
 mod scheduler;

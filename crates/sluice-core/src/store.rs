@@ -173,6 +173,14 @@ impl LazyFifo {
         None
     }
 
+    /// Start loading the FIFO's newest entry (where a push goes).
+    #[inline]
+    pub fn prefetch_back(&self) {
+        if let Some(b) = self.q.back() {
+            crate::prefetch::prefetch_head(b);
+        }
+    }
+
     /// The oldest live slot, leaving dead ones in place (for checks).
     pub fn peek(&self, store: &Store) -> Option<Slot> {
         self.q.iter().find(|&&(seq, s)| store.live(s, seq)).map(|&(_, s)| s)
@@ -212,6 +220,17 @@ pub(crate) struct Store {
 }
 
 impl Store {
+    /// Start loading what admitting a request on `file` touches: the slot
+    /// it will take, the file's record, the arrival FIFO's end.
+    #[inline]
+    pub fn prefetch_arrival(&self, file: FileId) {
+        if let Some(e) = self.free.last().and_then(|&s| self.slab.get(s as usize)) {
+            crate::prefetch::prefetch(e);
+        }
+        self.files.prefetch(&file);
+        self.arrivals.prefetch_back();
+    }
+
     pub fn live(&self, slot: Slot, seq: u64) -> bool {
         matches!(self.slab.get(slot as usize), Some(Some(e)) if e.seq == seq)
     }
@@ -252,7 +271,6 @@ impl Store {
         self.arrivals = arrivals;
         slot
     }
-
 
     /// The oldest eligible request.
     pub fn oldest(&mut self) -> Option<Slot> {

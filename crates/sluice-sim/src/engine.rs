@@ -9,6 +9,8 @@
 
 use std::collections::VecDeque;
 
+pub use sluice_core::prefetch::prefetch;
+
 use crate::error::{Error, ErrorKind};
 
 /// Nanoseconds of simulated time.
@@ -317,33 +319,6 @@ fn pop_heap<E>(h: &mut Vec<(Key, E)>) -> (Key, E) {
         h.swap(i, min);
         i = min;
     }
-}
-
-/// Ask the processor to bring `r`'s cache lines in (all of them, for a
-/// record larger than one), without waiting for them.
-#[inline(always)]
-pub fn prefetch<T>(r: &T) {
-    let p = std::ptr::from_ref(r).cast::<i8>();
-    let mut off = 0;
-    while off < std::mem::size_of::<T>().max(1) {
-        prefetch_line(p.wrapping_add(off));
-        off += 64;
-    }
-    // The last line, when the record straddles one more.
-    prefetch_line(p.wrapping_add(std::mem::size_of::<T>().saturating_sub(1)));
-}
-
-#[inline(always)]
-fn prefetch_line(p: *const i8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint; it reads nothing into the program and
-    // cannot fault, whatever the address (here within a live reference's
-    // record).
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// The one random source of a run: SplitMix64 (Steele, Lea, Flood 2014),

@@ -822,6 +822,14 @@ impl Aioli {
 }
 
 impl Policy for Aioli {
+    #[inline]
+    fn prefetch_arrival(&self, app: AppId, _client: ClientId, file: FileId) {
+        // The stream's record is in a hash table, whose bucket is not
+        // known without hashing and reading its control bytes.
+        self.apps.prefetch(&app);
+        self.files.prefetch(&file);
+    }
+
     fn enqueued(&mut self, store: &Store, slot: Slot, now: Nanos) {
         let e = *store.entry(slot);
         let r = e.req;
