@@ -2,7 +2,6 @@
 //! in `cmd/<name>.rs` and calls into the library crates; errors become a
 //! one-line message and exit status 1 here, in one place.
 
-mod alloc;
 mod cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};

@@ -3,8 +3,8 @@
 pub mod array;
 pub mod bench;
 pub mod bench_array;
-pub mod bench_forwarders;
 pub mod bench_matrix;
+pub mod bench_forwarders;
 pub mod bench_meta;
 pub mod bench_qos;
 pub mod bench_scaleout;

@@ -242,7 +242,6 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     if a.validate {
         return validate(&a);
     }
-    crate::alloc::huge_pages();
     let scenario = match (&a.scenario, a.bench) {
         (_, true) => sluice_sim::bench_scenario(a.bench_procs, a.bench_requests),
         (Some(path), false) => {

@@ -59,7 +59,6 @@ pub struct WhatIfArgs {
 }
 
 pub fn run(a: WhatIfArgs) -> anyhow::Result<()> {
-    crate::alloc::huge_pages();
     let device = match a.device.as_str() {
         "auto" => Device::Auto,
         "recorded" => Device::Recorded,
