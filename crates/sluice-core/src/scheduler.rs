@@ -418,7 +418,6 @@ impl Scheduler {
         self.qos.as_ref().map_or(0, |q| q.held_bytes)
     }
 
-    /// Admit a request that arrived at `now`. On error nothing changed.
     /// Start loading the policy's own record (what `prefetch_arrival`
     /// reads first), a step before `prefetch_arrival`.
     #[inline]
@@ -437,6 +436,7 @@ impl Scheduler {
         self.policy.prefetch_arrival(app, client, file);
     }
 
+    /// Admit a request that arrived at `now`. On error nothing changed.
     pub fn enqueue(&mut self, req: Request, now: Nanos) -> Result<(), Error> {
         let weight = self.apps.get(&req.app).copied();
         let held = self.holds(req.app, weight);
