@@ -23,8 +23,8 @@ for i in $(seq "$runs"); do
   done
 done
 [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp -r "$dir"/r* "$KEEP"/
-python3 - "$dir" "$runs" <<'EOF'
-import json, os, statistics, sys
+python3 - "$dir" "$runs" "$(dirname "$0")" <<'EOF'
+import json, os, sys
 d, runs = sys.argv[1], int(sys.argv[2])
 real, pred, device = {}, {}, ''
 for i in range(1, runs + 1):
@@ -35,17 +35,7 @@ for i in range(1, runs + 1):
         real.setdefault(src, []).append(spans['recorded'])
         for q in ('fifo', 'aioli'):
             pred.setdefault((src, q), []).append(spans[q])
-print('device:', device)
-med = {p: statistics.median(v) for p, v in real.items()}
-for p in ('fifo', 'aioli'):
-    print(f'real {p}: {", ".join(f"{x:.3f}" for x in real[p])} s (median {med[p]:.3f})')
-    if len(real[p]) > 1:
-        # Each real run against the median of the others: the floor under
-        # any prediction (sluice sim --validate prints the same).
-        others = [statistics.median(real[p][:i] + real[p][i + 1:]) for i in range(len(real[p]))]
-        floor = [(x - m) / m * 100 for x, m in zip(real[p], others)]
-        print(f'  each against the median of the others: {", ".join(f"{e:+.1f}%" for e in floor)}')
-for (src, q), v in sorted(pred.items()):
-    errs = ', '.join(f'{(x - med[q]) / med[q] * 100:+.1f}%' for x in v)
-    print(f'{src} trace -> {q}: {", ".join(f"{x:.3f}" for x in v)} s; against real {q} {med[q]:.3f} s: {errs}')
+sys.path.insert(0, sys.argv[3])
+from whatif_summary import report  # noqa: E402
+report(device, ('fifo', 'aioli'), real, pred)
 EOF

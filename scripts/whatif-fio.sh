@@ -37,8 +37,8 @@ for t in "$dir"/t-*.json; do
   "$sluice" what-if "$t" $(printf -- '--policy %s ' ${policies//,/ }) --json "${t%.json}.w" ${WHATIF_ARGS:-} >/dev/null
 done
 [ -n "${KEEP:-}" ] && mkdir -p "$KEEP" && cp "$dir"/t-*.json "$dir"/t-*.w "$KEEP"/
-python3 - "$dir" "$policies" <<'EOF'
-import glob, json, os, statistics, sys
+python3 - "$dir" "$policies" "$(dirname "$0")" <<'EOF'
+import glob, json, os, sys
 d, policies = sys.argv[1], sys.argv[2].split(',')
 def readers(rows, policy):
     rs = [r for r in rows if r['policy'] == policy and r['requests'] == 64]
@@ -50,17 +50,7 @@ for w in sorted(glob.glob(os.path.join(d, 't-*.w'))):
     real.setdefault(src, []).append(readers(doc['rows'], 'recorded'))
     for q in policies:
         pred.setdefault((src, q), []).append(readers(doc['rows'], q))
-print('device:', device)
-med = {p: statistics.median(v) for p, v in real.items()}
-for p in policies:
-    print(f'real {p}: readers {", ".join(f"{x:.3f}" for x in real[p])} s (median {med[p]:.3f})')
-    if len(real[p]) > 1:
-        # Each real run against the median of the others: the floor under
-        # any prediction (sluice sim --validate prints the same).
-        others = [statistics.median(real[p][:i] + real[p][i + 1:]) for i in range(len(real[p]))]
-        floor = [(x - m) / m * 100 for x, m in zip(real[p], others)]
-        print(f'  each against the median of the others: {", ".join(f"{e:+.1f}%" for e in floor)}')
-for (src, q), v in sorted(pred.items()):
-    errs = ', '.join(f'{(x - med[q]) / med[q] * 100:+.1f}%' for x in v)
-    print(f'{src} trace -> {q}: {", ".join(f"{x:.3f}" for x in v)} s; against real {q} {med[q]:.3f} s: {errs}')
+sys.path.insert(0, sys.argv[3])
+from whatif_summary import report  # noqa: E402
+report(device, policies, real, pred, 'readers ')
 EOF
