@@ -65,7 +65,7 @@ pub use scenario::{
     SchedulerModel, Server, SimClass,
 };
 pub use scenario::{APPS_MAX, BLOCKS_PER_CALL_MAX, CHANNELS_MAX, HOST_CORES_MAX, NODES_MAX, PROCS_MAX, SIM_SERVERS_MAX, SWEEP_POINTS_MAX};
-pub use state::device;
+pub use state::{device, LARGE_WORLD_PROCS};
 pub use trace::Trace;
 pub use units::size;
 pub use workload::{stripe_map, Layout, TwoPhase};

@@ -522,6 +522,11 @@ fn invalid(what: String) -> Error {
 }
 
 impl Scenario {
+    /// Processes of all its applications.
+    pub fn procs_total(&self) -> u64 {
+        self.apps.iter().map(|a| a.procs).sum()
+    }
+
     /// Parse and validate a scenario.
     pub fn from_toml(text: &str) -> Result<Scenario, Error> {
         let s: Scenario = toml::from_str(text).map_err(|e| Error::new(ErrorKind::Parse, e.to_string()))?;

@@ -45,7 +45,7 @@ impl World {
     /// server's policy record; `NEAR` ahead the next (the piece's process
     /// for a reply; for a request the scheduler's records of its
     /// application, client and file, `Scheduler::prefetch_arrival`).
-    /// Only for worlds of `PREFETCH_PROCS_MIN` processes or more: in
+    /// Only for worlds of `LARGE_WORLD_PROCS` processes or more: in
     /// smaller ones the records stay in the caches and the look-ahead is
     /// pure cost (`sluice sim --bench`: 10,000 processes about 5-8% slower
     /// with it, 100,000 about 11% faster, 1,000,000 15-45% faster). Kept

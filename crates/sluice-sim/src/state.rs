@@ -24,9 +24,11 @@ use crate::slab::Slab;
 use crate::trace::Trace;
 use crate::workload::{Layout, TwoPhase};
 
-/// Processes from which the event loop prefetches what the coming events
-/// touch (`World::prefetch_ahead`).
-pub(crate) const PREFETCH_PROCS_MIN: u64 = 50_000;
+/// Processes from which a world is large: its records no longer stay in
+/// the caches. The event loop then prefetches what the coming events touch
+/// (`World::prefetch_ahead`), and the `sluice` binary allocates from huge
+/// pages (`crates/sluice/src/alloc.rs`).
+pub const LARGE_WORLD_PROCS: u64 = 50_000;
 
 /// Pieces of cache fills and backlogged requests a run may hold beyond
 /// the processes' own pieces in flight.
@@ -201,7 +203,7 @@ pub(crate) struct World {
     /// When each of the host's cores is next free (`host_cores`; empty:
     /// every node has its own CPU).
     pub cores: Vec<Time>,
-    /// Prefetch ahead of the events (`PREFETCH_PROCS_MIN`).
+    /// Prefetch ahead of the events (`LARGE_WORLD_PROCS`).
     pub prefetch: bool,
 }
 
@@ -210,7 +212,7 @@ impl World {
     pub fn new(sc: &Scenario, mode: &Mode, trace: Option<Trace>) -> Result<World, Error> {
         let schedulers = sc.forwarders.as_ref().map_or(sc.server.count, |f| f.count);
         let nodes = (sc.cluster.compute_nodes + schedulers) as usize;
-        let procs_total: u64 = sc.apps.iter().map(|a| a.procs).sum();
+        let procs_total = sc.procs_total();
         let own = (procs_total * sc.client.pieces_inflight_max) as usize;
         let aggs: u64 = sc.apps.iter().map(|a| a.procs * a.aggregators).sum();
         let servers = (0..schedulers).map(|_| ServerState::new(sc, mode)).collect::<Result<Vec<_>, _>>()?;
@@ -234,7 +236,7 @@ impl World {
             trace,
             compute_nodes: sc.cluster.compute_nodes as u32,
             cores: vec![0; sc.cluster.host_cores as usize],
-            prefetch: procs_total >= PREFETCH_PROCS_MIN,
+            prefetch: procs_total >= LARGE_WORLD_PROCS,
         };
         w.build_apps()?;
         Ok(w)

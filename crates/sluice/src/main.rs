@@ -2,6 +2,7 @@
 //! in `cmd/<name>.rs` and calls into the library crates; errors become a
 //! one-line message and exit status 1 here, in one place.
 
+mod alloc;
 mod cmd;
 
 use clap::{CommandFactory, Parser, Subcommand};

@@ -271,6 +271,9 @@ pub fn run(a: SimArgs) -> anyhow::Result<()> {
     if let Some(n) = a.dispatches_inflight {
         scenario.server.dispatches_inflight = n;
     }
+    if scenario.procs_total() >= sluice_sim::LARGE_WORLD_PROCS {
+        crate::alloc::huge_pages();
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let jobs = a.jobs.unwrap_or(if a.bench { 1 } else { cores.min(4) }).max(1);
     let opts = sluice_sim::RunOptions { modes: a.policies.clone(), seed: a.seed, scale: a.scale, trace: a.trace.is_some(), jobs };
