@@ -302,3 +302,31 @@ fn the_depth_in_flight_can_be_given() {
     let (eight, one) = (makespan(&[]), makespan(&["--dispatches-inflight", "1"]));
     assert!(one > eight, "one dispatch in flight over eight channels is slower: {one} s against {eight} s");
 }
+
+/// A world of `LARGE_WORLD_PROCS` processes or more makes the binary
+/// allocate from its huge-page arenas (`crates/sluice/src/alloc.rs`), two
+/// worlds at once on two threads here; this test process keeps glibc's
+/// allocator. The reports must be the same, host timings aside.
+#[test]
+fn a_large_world_gives_the_same_report_on_the_binarys_arenas() {
+    let procs = sluice_sim::LARGE_WORLD_PROCS + 10;
+    let dir = Scratch(std::env::temp_dir().join(format!("sluice-sim-large-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let path = dir.0.join("large.json");
+    let out = Command::new(SLUICE).args(["sim", "--bench", "--bench-procs", &procs.to_string(), "--bench-requests", "2", "--jobs", "2", "--json"]).arg(&path).output().unwrap();
+    assert!(out.status.success(), "sluice sim failed: {}", String::from_utf8_lossy(&out.stderr));
+    let binary: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let opts = sluice_sim::RunOptions { jobs: 1, ..Default::default() };
+    let (report, _) = sluice_sim::run(&sluice_sim::bench_scenario(procs, 2), &opts).unwrap();
+    let here = serde_json::to_value(&report).unwrap();
+    let simulated = |v: &Value| {
+        let mut v = v.clone();
+        for r in v["runs"].as_array_mut().unwrap() {
+            r.as_object_mut().unwrap().retain(|k, _| k != "wall_s" && k != "events_per_s");
+        }
+        v
+    };
+    assert_eq!(binary["runs"].as_array().map(Vec::len), Some(2));
+    assert!(binary["runs"][1]["events"].as_u64().unwrap() > 2 * procs, "{}", binary["runs"][1]);
+    assert_eq!(simulated(&binary), simulated(&here));
+}
