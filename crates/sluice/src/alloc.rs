@@ -25,8 +25,8 @@
 //! with overcommit off), nothing changes.
 //!
 //! Smaller worlds never turn it on: at 10,000 processes the records stay
-//! in the caches, and an allocator swap cost 5-15% there (docs/results.md,
-//! 2026-12-07, mimalloc).
+//! in the caches, and swapping glibc for mimalloc cost about 10% there
+//! (docs/results.md, 2026-12-07, mimalloc).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
