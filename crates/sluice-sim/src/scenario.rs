@@ -569,7 +569,7 @@ impl Scenario {
         if self.apps.is_empty() || self.apps.len() > APPS_MAX {
             return Err(invalid(format!("need 1..={APPS_MAX} applications")));
         }
-        let procs: u64 = self.apps.iter().map(|a| a.procs).sum();
+        let procs = self.procs_total();
         if procs > PROCS_MAX {
             return Err(invalid(format!("{procs} processes, more than procs_max = {PROCS_MAX}")));
         }
