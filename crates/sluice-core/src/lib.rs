@@ -34,6 +34,7 @@
 mod config;
 pub mod cost;
 mod error;
+mod flat;
 mod hash;
 mod idmap;
 mod index;

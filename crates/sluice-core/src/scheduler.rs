@@ -43,7 +43,7 @@ use crate::idmap::IdMap;
 use crate::policy::{self, Pick, Policy};
 use crate::qos::{ClassSpec, ClassStats, Gate, Qos, QosError};
 use crate::store::{Entry, FileQ, Gather, InFlight, Store};
-use crate::types::{AppId, ClientId, Decision, Dispatch, DispatchId, FileId, Nanos, Request, RequestId};
+use crate::types::{AppId, Decision, Dispatch, DispatchId, FileId, Nanos, Request, RequestId};
 
 /// Counters, cumulative except where marked "now".
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -425,15 +425,14 @@ impl Scheduler {
         crate::prefetch::prefetch_val(&*self.policy);
     }
 
-    /// A request of `app`'s `client` on `file` will arrive soon: start
-    /// loading the records `enqueue` will touch, so that their cache misses
-    /// overlap with the driver's work until then (`crate::prefetch`). A
-    /// hint: it changes nothing.
+    /// Request `r` will arrive soon: start loading the records `enqueue`
+    /// will touch, so that their cache misses overlap with the driver's
+    /// work until then (`crate::prefetch`). A hint: it changes nothing.
     #[inline]
-    pub fn prefetch_arrival(&self, app: AppId, client: ClientId, file: FileId) {
-        self.apps.prefetch(&app);
-        self.store.prefetch_arrival(file);
-        self.policy.prefetch_arrival(app, client, file);
+    pub fn prefetch_arrival(&self, r: &Request) {
+        self.apps.prefetch(&r.app);
+        self.store.prefetch_arrival(r.file);
+        self.policy.prefetch_arrival(r);
     }
 
     /// Admit a request that arrived at `now`. On error nothing changed.

@@ -25,7 +25,7 @@ pub struct FileId(pub u64);
 pub struct RequestId(pub u64);
 
 /// The scheduler's name for one dispatch; handed back on completion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DispatchId(pub u64);
 
 /// Direction of a request.

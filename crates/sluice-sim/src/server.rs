@@ -20,7 +20,7 @@
 //! scheduler refuses because its queue is full wait in a bounded backlog
 //! (the nfsd threads' socket backlog).
 
-use sluice_core::{Decision, FileId, Op, Request, RequestId};
+use sluice_core::Decision;
 
 use crate::engine::Time;
 use crate::error::{Error, ErrorKind};
@@ -89,9 +89,7 @@ impl World {
     /// Hand piece `id` to its server's scheduler (or backlog); its server.
     fn enqueue(&mut self, id: u32, now: Time) -> Result<u32, Error> {
         let p = *self.pieces.get(id);
-        let (app, client) = self.ids(&p);
-        let op = if p.write { Op::Write } else { Op::Read };
-        let req = Request { id: RequestId(u64::from(id)), app, client, file: FileId(p.file), op, offset: p.offset, len: p.len };
+        let req = self.request(id, &p);
         self.servers[p.server as usize].submit(req, now)?;
         Ok(p.server)
     }

@@ -96,8 +96,7 @@ impl World {
                     match msg.kind {
                         MsgKind::ToServer => {
                             if let Some(srv) = self.servers.get(piece.server as usize) {
-                                let (app, client) = self.ids(piece);
-                                srv.sched.prefetch_arrival(app, client, sluice_core::FileId(piece.file));
+                                srv.sched.prefetch_arrival(&self.request(msg.id, piece));
                             }
                         }
                         MsgKind::Reply => prefetch_some(self.procs.get(piece.proc as usize)),

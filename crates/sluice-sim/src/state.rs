@@ -323,6 +323,13 @@ impl World {
     pub fn ids(&self, p: &Piece) -> (AppId, ClientId) {
         (AppId(p.app + 1), ClientId(p.proc))
     }
+
+    /// The request piece `id` is to its server's scheduler.
+    pub fn request(&self, id: u32, p: &Piece) -> Request {
+        let (app, client) = self.ids(p);
+        let op = if p.write { sluice_core::Op::Write } else { sluice_core::Op::Read };
+        Request { id: sluice_core::RequestId(u64::from(id)), app, client, file: sluice_core::FileId(p.file), op, offset: p.offset, len: p.len }
+    }
 }
 
 /// Device counters of one server.

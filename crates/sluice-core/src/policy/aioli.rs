@@ -120,6 +120,7 @@ use super::seen::DeviceSeen;
 use super::{Pick, Policy};
 use crate::config::{AioliParams, Limits};
 use crate::cost::DeviceCost;
+use crate::flat::FlatMap;
 use crate::hash::FxHashMap;
 use crate::idmap::IdMap;
 use crate::qos::Gate;
@@ -294,7 +295,7 @@ pub(crate) struct Aioli {
     turns: u64,
     turn: Option<Turn>,
     /// Keyed by `stream_key(app, client)`.
-    streams: FxHashMap<u64, Stream>,
+    streams: FlatMap<u64, Stream>,
     files: IdMap<FileId, FileHist>,
     window: Option<SyncWindow>,
     /// Dispatches in flight with a member of the turn's application whose
@@ -303,8 +304,8 @@ pub(crate) struct Aioli {
     window_candidates: Vec<DispatchId>,
     /// Pieces dispatched lately, keyed by (file, start) and (file, end):
     /// the dispatch that carried each and when.
-    recent_by_start: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
-    recent_by_end: FxHashMap<(FileId, u64), (DispatchId, Nanos)>,
+    recent_by_start: FlatMap<(FileId, u64), (DispatchId, Nanos)>,
+    recent_by_end: FlatMap<(FileId, u64), (DispatchId, Nanos)>,
     /// The tables' size at which the next sweep drops ranges older than
     /// the evidence window: twice what the last sweep kept (plus 64), at
     /// most `RECENT_PIECES_MAX`.
@@ -369,12 +370,12 @@ impl Aioli {
             backlog: Vec::new(),
             turns: 0,
             turn: None,
-            streams: FxHashMap::default(),
+            streams: FlatMap::default(),
             files: IdMap::default(),
             window: None,
             window_candidates: Vec::new(),
-            recent_by_start: FxHashMap::default(),
-            recent_by_end: FxHashMap::default(),
+            recent_by_start: FlatMap::default(),
+            recent_by_end: FlatMap::default(),
             recent_sweep_at: RECENT_SWEEP_MIN,
             backlogged: 0,
             cost: None,
@@ -495,7 +496,7 @@ impl Aioli {
             let keep_from = self.tick.saturating_sub(u64::from(self.p.streams_max) / 2);
             self.streams.retain(|_, s| s.used >= keep_from);
         }
-        let s = self.streams.entry(key).or_default();
+        let s = self.streams.entry_or_default(key);
         s.used = self.tick;
         s
     }
@@ -760,7 +761,7 @@ impl Aioli {
         // have joined it.
         let key = stream_key(r.app, r.client);
         let near =
-            |t: &FxHashMap<(FileId, u64), (DispatchId, Nanos)>, at: u64| t.get(&(r.file, at)).is_some_and(|&(d, when)| Some(d) != mine && now.saturating_sub(when) <= window_ns);
+            |t: &FlatMap<(FileId, u64), (DispatchId, Nanos)>, at: u64| t.get(&(r.file, at)).is_some_and(|&(d, when)| Some(d) != mine && now.saturating_sub(when) <= window_ns);
         let interleaved = near(&self.recent_by_end, r.offset) || near(&self.recent_by_start, r.end());
         let f = self.file(r.file);
         f.len_mean = if f.len_mean == 0 { r.len } else { (7 * f.len_mean + r.len) / 8 };
@@ -805,8 +806,8 @@ impl Aioli {
         let len = self.recent_by_start.len().max(self.recent_by_end.len());
         if len >= self.recent_sweep_at {
             let window_ns = 2 * self.p.hold_ns_max;
-            self.recent_by_start.retain(|_, &mut (_, when)| now.saturating_sub(when) <= window_ns);
-            self.recent_by_end.retain(|_, &mut (_, when)| now.saturating_sub(when) <= window_ns);
+            self.recent_by_start.retain(|_, &(_, when)| now.saturating_sub(when) <= window_ns);
+            self.recent_by_end.retain(|_, &(_, when)| now.saturating_sub(when) <= window_ns);
             let mut kept = self.recent_by_start.len().max(self.recent_by_end.len());
             if kept >= RECENT_PIECES_MAX / 2 {
                 // Dispatches come faster than the window ages them.
@@ -823,11 +824,15 @@ impl Aioli {
 
 impl Policy for Aioli {
     #[inline]
-    fn prefetch_arrival(&self, app: AppId, _client: ClientId, file: FileId) {
-        // The stream's record is in a hash table, whose bucket is not
-        // known without hashing and reading its control bytes.
-        self.apps.prefetch(&app);
-        self.files.prefetch(&file);
+    fn prefetch_arrival(&self, r: &crate::types::Request) {
+        self.apps.prefetch(&r.app);
+        self.files.prefetch(&r.file);
+        // The slots `enqueued` reads first: the stream's, and the recent
+        // pieces' that could end where this one starts (or start where it
+        // ends).
+        self.streams.prefetch(&stream_key(r.app, r.client));
+        self.recent_by_end.prefetch(&(r.file, r.offset));
+        self.recent_by_start.prefetch(&(r.file, r.end()));
     }
 
     fn enqueued(&mut self, store: &Store, slot: Slot, now: Nanos) {

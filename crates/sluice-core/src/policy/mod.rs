@@ -40,10 +40,10 @@ pub(crate) trait Policy {
     fn arrival_order(&self) -> bool {
         false
     }
-    /// A request of `app`'s `client` on `file` will arrive soon: start
-    /// loading what `enqueued` will read of the policy's tables (a hint).
+    /// Request `r` will arrive soon: start loading what `enqueued` will
+    /// read of the policy's tables (a hint).
     #[inline]
-    fn prefetch_arrival(&self, _app: AppId, _client: crate::types::ClientId, _file: crate::types::FileId) {}
+    fn prefetch_arrival(&self, _r: &crate::types::Request) {}
     /// The request in `slot` became eligible.
     fn enqueued(&mut self, store: &Store, slot: Slot, now: Nanos);
     /// Choose the next aggregate. Only called when `store.queued > 0`.
