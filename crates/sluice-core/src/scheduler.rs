@@ -428,6 +428,17 @@ impl Scheduler {
     /// Request `r` will arrive soon: start loading the records `enqueue`
     /// will touch, so that their cache misses overlap with the driver's
     /// work until then (`crate::prefetch`). A hint: it changes nothing.
+    /// A dispatch will complete soon: start loading what `complete` and
+    /// the next `next` read first (the dispatches in flight, the policy's
+    /// records of where it stands). A hint: it changes nothing.
+    #[inline]
+    pub fn prefetch_next(&self) {
+        if let Some(d) = self.inflight.first() {
+            crate::prefetch::prefetch_head(d);
+        }
+        self.policy.prefetch_next(&self.store);
+    }
+
     #[inline]
     pub fn prefetch_arrival(&self, r: &Request) {
         self.apps.prefetch(&r.app);

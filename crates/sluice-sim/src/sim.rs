@@ -42,9 +42,12 @@ impl World {
     /// events ahead the event's own record; `MID` ahead (it has arrived)
     /// the records it names (a message's piece, and for a request the
     /// server, named by the message's destination); `STEP` ahead the
-    /// server's policy record; `NEAR` ahead the next (the piece's process
-    /// for a reply; for a request the scheduler's records of its
-    /// application, client and file, `Scheduler::prefetch_arrival`).
+    /// server's policy record (for a request, or a device that finishes);
+    /// `NEAR` ahead the next (the piece's process for a reply; for a
+    /// request the scheduler's records of its application, stream, file
+    /// and neighbouring pieces, `Scheduler::prefetch_arrival`; for a
+    /// device that finishes, what the next pick reads first,
+    /// `Scheduler::prefetch_next`).
     /// Only for worlds of `LARGE_WORLD_PROCS` processes or more: in
     /// smaller ones the records stay in the caches and the look-ahead is
     /// pure cost (`sluice sim --bench`: 10,000 processes about 5-8% slower
@@ -83,27 +86,50 @@ impl World {
                 }
             }
         }
-        if let Some(&Ev::Deliver(m)) = self.q.peek_ahead(STEP) {
-            if let Some(msg) = self.msgs.peek(m).filter(|msg| msg.kind == MsgKind::ToServer) {
-                if let Some(srv) = self.server_at(msg.dst) {
-                    srv.sched.prefetch_policy();
-                }
-            }
-        }
-        if let Some(&Ev::Deliver(m)) = self.q.peek_ahead(NEAR) {
-            if let Some(msg) = self.msgs.peek(m) {
-                if let Some(piece) = self.pieces.peek(msg.id) {
-                    match msg.kind {
-                        MsgKind::ToServer => {
-                            if let Some(srv) = self.servers.get(piece.server as usize) {
-                                srv.sched.prefetch_arrival(&self.request(msg.id, piece));
-                            }
-                        }
-                        MsgKind::Reply => prefetch_some(self.procs.get(piece.proc as usize)),
-                        _ => {}
+        match self.q.peek_ahead(STEP) {
+            Some(&Ev::Deliver(m)) => {
+                if let Some(msg) = self.msgs.peek(m).filter(|msg| msg.kind == MsgKind::ToServer) {
+                    if let Some(srv) = self.server_at(msg.dst) {
+                        srv.sched.prefetch_policy();
                     }
                 }
             }
+            Some(&Ev::DevDone(s)) => {
+                if let Some(srv) = self.servers.get(s as usize) {
+                    srv.sched.prefetch_policy();
+                }
+            }
+            _ => {}
+        }
+        match self.q.peek_ahead(NEAR) {
+            Some(&Ev::DevDone(s)) => {
+                if let Some(srv) = self.servers.get(s as usize) {
+                    srv.sched.prefetch_next();
+                }
+            }
+            Some(&Ev::Deliver(m)) => self.prefetch_delivery(m),
+            _ => {}
+        }
+    }
+
+    /// A message will be delivered in a few events: its piece's server
+    /// (a request) or process (a reply).
+    #[inline]
+    fn prefetch_delivery(&self, m: u32) {
+        let Some(msg) = self.msgs.peek(m) else { return };
+        let Some(piece) = self.pieces.peek(msg.id) else { return };
+        match msg.kind {
+            MsgKind::ToServer => {
+                if let Some(srv) = self.servers.get(piece.server as usize) {
+                    srv.sched.prefetch_arrival(&self.request(msg.id, piece));
+                }
+            }
+            MsgKind::Reply => {
+                if let Some(p) = self.procs.get(piece.proc as usize) {
+                    crate::engine::prefetch(p);
+                }
+            }
+            _ => {}
         }
     }
 

@@ -165,6 +165,10 @@ const FILE_STREAMS_MAX: usize = 256;
 /// are cleared.
 const RECENT_PIECES_MAX: usize = 4_096;
 const RECENT_SWEEP_MIN: usize = 64;
+/// Members of a dispatch whose stream slots are prefetched before its
+/// bookkeeping (`prefetch_dispatch`); a load past the first few would only
+/// evict what the others brought in.
+const PREFETCH_MEMBERS_MAX: usize = 8;
 
 struct App {
     weight: u32,
@@ -485,6 +489,21 @@ impl Aioli {
         a.head = head;
         if let Some((other, at)) = moved {
             self.apps.get_mut(&other).expect("a backlogged application exists").at = at;
+        }
+    }
+
+    /// Start loading the table slots a dispatch's bookkeeping reads: its
+    /// first members' streams, and with `ends` the recent pieces' slots for
+    /// its boundaries. Cold at 10^4 servers, their misses then overlap
+    /// instead of coming one after another. A hint: it changes nothing.
+    #[inline]
+    fn prefetch_dispatch(&self, d: &Dispatch, ends: bool) {
+        for m in d.members.iter().take(PREFETCH_MEMBERS_MAX) {
+            self.streams.prefetch(&stream_key(m.app, m.client));
+        }
+        if ends {
+            self.recent_by_start.prefetch(&(d.file, d.offset));
+            self.recent_by_end.prefetch(&(d.file, d.end()));
         }
     }
 
@@ -835,6 +854,17 @@ impl Policy for Aioli {
         self.recent_by_start.prefetch(&(r.file, r.end()));
     }
 
+    #[inline]
+    fn prefetch_next(&self, store: &Store) {
+        // `pick` goes on with the turn: its application's and file's
+        // records.
+        if let Some(t) = self.turn {
+            self.apps.prefetch(&t.app);
+            self.files.prefetch(&t.file);
+            store.files.prefetch(&t.file);
+        }
+    }
+
     fn enqueued(&mut self, store: &Store, slot: Slot, now: Nanos) {
         let e = *store.entry(slot);
         let r = e.req;
@@ -996,6 +1026,7 @@ impl Policy for Aioli {
     }
 
     fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
+        self.prefetch_dispatch(d, true);
         self.note_owed(d, now);
         let serial = self.model.is_none_or(|m| m.parallelism <= 1);
         self.seen.dispatched(d, self.inflight, serial, now);
@@ -1078,6 +1109,7 @@ impl Policy for Aioli {
     }
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
+        self.prefetch_dispatch(d, false);
         self.inflight = self.inflight.saturating_sub(1);
         self.note_owed(d, now);
         if let Some(i) = self.window_candidates.iter().position(|&x| x == d.id) {

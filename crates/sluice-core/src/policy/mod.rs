@@ -44,6 +44,10 @@ pub(crate) trait Policy {
     /// read of the policy's tables (a hint).
     #[inline]
     fn prefetch_arrival(&self, _r: &crate::types::Request) {}
+    /// The device will soon be free again: start loading what the next
+    /// `pick` reads first (a hint).
+    #[inline]
+    fn prefetch_next(&self, _store: &Store) {}
     /// The request in `slot` became eligible.
     fn enqueued(&mut self, store: &Store, slot: Slot, now: Nanos);
     /// Choose the next aggregate. Only called when `store.queued > 0`.
