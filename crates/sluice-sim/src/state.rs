@@ -26,8 +26,9 @@ use crate::workload::{Layout, TwoPhase};
 
 /// Processes from which a world is large: its records no longer stay in
 /// the caches. The event loop then prefetches what the coming events touch
-/// (`World::prefetch_ahead`), and the `sluice` binary allocates from huge
-/// pages (`crates/sluice/src/alloc.rs`).
+/// (`World::prefetch_ahead`), the servers' schedulers prefetch inside their
+/// own bookkeeping (`Scheduler::set_prefetch`), and the `sluice` binary
+/// allocates from huge pages (`crates/sluice/src/alloc.rs`).
 pub const LARGE_WORLD_PROCS: u64 = 50_000;
 
 /// Pieces of cache fills and backlogged requests a run may hold beyond
@@ -238,6 +239,11 @@ impl World {
             cores: vec![0; sc.cluster.host_cores as usize],
             prefetch: procs_total >= LARGE_WORLD_PROCS,
         };
+        if w.prefetch {
+            for srv in w.servers.iter_mut().chain(w.backend.iter_mut().flatten()) {
+                srv.sched.set_prefetch(true);
+            }
+        }
         w.build_apps()?;
         Ok(w)
     }

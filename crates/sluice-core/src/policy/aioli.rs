@@ -350,6 +350,9 @@ pub(crate) struct Aioli {
     /// requests are on their way). While it is, the others keep one
     /// dispatch in flight at most (`pick`).
     owed_until: Nanos,
+    /// Prefetch a dispatch's table slots before its bookkeeping
+    /// (`set_prefetch`).
+    prefetch: bool,
 }
 
 /// A window's length: twice the reader's think time, within
@@ -394,6 +397,7 @@ impl Aioli {
             share: Share::default(),
             gates: FxHashMap::default(),
             owed_until: 0,
+            prefetch: false,
         }
     }
 
@@ -1026,7 +1030,9 @@ impl Policy for Aioli {
     }
 
     fn dispatched(&mut self, store: &Store, d: &Dispatch, members: &[Entry], _forced: bool, now: Nanos) {
-        self.prefetch_dispatch(d, true);
+        if self.prefetch {
+            self.prefetch_dispatch(d, true);
+        }
         self.note_owed(d, now);
         let serial = self.model.is_none_or(|m| m.parallelism <= 1);
         self.seen.dispatched(d, self.inflight, serial, now);
@@ -1109,7 +1115,9 @@ impl Policy for Aioli {
     }
 
     fn completed(&mut self, store: &Store, d: &Dispatch, now: Nanos) {
-        self.prefetch_dispatch(d, false);
+        if self.prefetch {
+            self.prefetch_dispatch(d, false);
+        }
         self.inflight = self.inflight.saturating_sub(1);
         self.note_owed(d, now);
         if let Some(i) = self.window_candidates.iter().position(|&x| x == d.id) {
@@ -1180,6 +1188,10 @@ impl Policy for Aioli {
     fn set_device(&mut self, cost: Option<DeviceCost>, depth: u32) {
         (self.model, self.depth) = (cost, depth);
         self.refresh_cost();
+    }
+
+    fn set_prefetch(&mut self, on: bool) {
+        self.prefetch = on;
     }
 
     fn set_weight(&mut self, app: AppId, weight: u32) {

@@ -315,6 +315,12 @@ impl Policy for Auto {
         }
     }
 
+    fn set_prefetch(&mut self, on: bool) {
+        for c in &mut self.candidates {
+            c.set_prefetch(on);
+        }
+    }
+
     fn set_throttled(&mut self, app: AppId, throttled: bool) {
         for c in &mut self.candidates {
             c.set_throttled(app, throttled);

@@ -58,6 +58,10 @@ pub(crate) trait Policy {
     /// `d` completed on the device.
     fn completed(&mut self, _store: &Store, _d: &Dispatch, _now: Nanos) {}
     fn set_weight(&mut self, _app: AppId, _weight: u32) {}
+    /// Whether the policy's tables are cold when it runs (the simulator's
+    /// large worlds): it may then start loading what its bookkeeping will
+    /// read before reading it (`Scheduler::set_prefetch`).
+    fn set_prefetch(&mut self, _on: bool) {}
     /// The device's cost model (`None`: unknown) and the dispatches the
     /// scheduler keeps in flight.
     fn set_device(&mut self, _cost: Option<DeviceCost>, _depth: u32) {}
