@@ -74,7 +74,7 @@ pub struct SimArgs {
     bench_requests: u64,
     /// Runs (policies x sweep points) simulated at once on host threads
     /// (default: one per core, at most 4, since each run holds a world of
-    /// its own: 3.2 GB at 1,000,000 processes; with --bench, 1, since its
+    /// its own: about 4 GB at 1,000,000 processes; with --bench, 1, since its
     /// figure is one run's events per second). Reports are the same
     /// either way.
     #[arg(long)]
