@@ -20,9 +20,14 @@
 //! tables, against 3.7% with every table at half (medians of 20
 //! alternating runs, 2026-12-07): most of the recent pieces' lookups find
 //! nothing, and their frequent sweeps (`retain`) read every slot. At 10^6
-//! processes the same tables took 6-13% off aioli's world. The size is bounded by the owner's bound
-//! on entries (`streams_max`, `RECENT_PIECES_MAX`): at most four times
-//! that many slots.
+//! processes the same tables took 6-13% off aioli's world. The size is
+//! bounded by the owner's bound on entries (`streams_max`,
+//! `RECENT_PIECES_MAX`): at most four times that many slots.
+//!
+//! The hash is fixed and can be inverted: a client that chose its offsets
+//! could put all of a server's recent pieces in one probe run (at most
+//! `RECENT_PIECES_MAX` long). `std`'s tables with the core's fixed hasher
+//! had the same exposure.
 //!
 //! One key value marks an empty slot (`FlatKey::EMPTY`); an entry with
 //! that key lives beside the slots. No decision may depend on the order of
