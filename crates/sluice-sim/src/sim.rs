@@ -244,7 +244,7 @@ mod tests {
             let mode = Mode::parse(policy).unwrap();
             let report = |prefetch: bool| {
                 let mut w = World::new(&sc, &mode, None).unwrap();
-                w.prefetch = prefetch;
+                w.set_prefetch(prefetch);
                 w.run().unwrap();
                 let mut r = w.report(0.0, None);
                 (r.wall_s, r.events_per_s) = (0.0, 0.0);

@@ -237,15 +237,21 @@ impl World {
             trace,
             compute_nodes: sc.cluster.compute_nodes as u32,
             cores: vec![0; sc.cluster.host_cores as usize],
-            prefetch: procs_total >= LARGE_WORLD_PROCS,
+            prefetch: false,
         };
-        if w.prefetch {
-            for srv in w.servers.iter_mut().chain(w.backend.iter_mut().flatten()) {
-                srv.sched.set_prefetch(true);
-            }
-        }
+        w.set_prefetch(procs_total >= LARGE_WORLD_PROCS);
         w.build_apps()?;
         Ok(w)
+    }
+
+    /// Prefetch ahead of the events, and inside the servers' schedulers
+    /// (`Scheduler::set_prefetch`), or neither. Either way the run is the
+    /// same.
+    pub fn set_prefetch(&mut self, on: bool) {
+        self.prefetch = on;
+        for srv in self.servers.iter_mut().chain(self.backend.iter_mut().flatten()) {
+            srv.sched.set_prefetch(on);
+        }
     }
 
     fn build_apps(&mut self) -> Result<(), Error> {
