@@ -434,9 +434,6 @@ impl Scheduler {
         crate::prefetch::prefetch_val(&*self.policy);
     }
 
-    /// Request `r` will arrive soon: start loading the records `enqueue`
-    /// will touch, so that their cache misses overlap with the driver's
-    /// work until then (`crate::prefetch`). A hint: it changes nothing.
     /// A dispatch will complete soon: start loading what `complete` and
     /// the next `next` read first (the dispatches in flight, the policy's
     /// records of where it stands). A hint: it changes nothing.
@@ -448,6 +445,9 @@ impl Scheduler {
         self.policy.prefetch_next(&self.store);
     }
 
+    /// Request `r` will arrive soon: start loading the records `enqueue`
+    /// will touch, so that their cache misses overlap with the driver's
+    /// work until then (`crate::prefetch`). A hint: it changes nothing.
     #[inline]
     pub fn prefetch_arrival(&self, r: &Request) {
         self.apps.prefetch(&r.app);
