@@ -29,7 +29,7 @@ pub struct CalibrateArgs {
     /// Write the model here as TOML.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Milliseconds per measured cell (12 cells).
+    /// Milliseconds per measured cell (14 cells; 17 with --direct).
     #[arg(long, default_value_t = 1_000)]
     cell_ms: u64,
     /// Size of the scratch file (random reads spread over it; K, M, G, T).
