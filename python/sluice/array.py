@@ -320,15 +320,19 @@ class ArrayGroup:
       stored at ``NAME/ARRAY`` as one Zarr v3 array with a leading ``time``
       dimension chunked one step deep, so ``xarray.open_zarr(NAME)`` is a
       Dataset with a time dimension, and the step is written collectively
-      (server-directed) from every rank's block.
+      (by ``strategy``) from every rank's block.
     - :meth:`read` gives every rank its blocks of a step back.
     - :meth:`checkpoint` stores the arrays' current values under
-      ``NAME/checkpoint/sSTEP`` and then, atomically (write and rename), the
-      pointer ``NAME/checkpoint/latest.json``: a crash during a checkpoint
-      leaves the previous one in force. :meth:`restart` reads the latest.
+      ``NAME/checkpoint/sSTEP`` (the step zero-padded to ten digits) and
+      then, atomically (write and rename), the pointer
+      ``NAME/checkpoint/latest.json``: a crash during a checkpoint leaves
+      the previous one in force. :meth:`restart` reads the latest.
 
     ``grid`` is the process grid (default: every rank on the first
-    dimension); every array's memory distribution is over it."""
+    dimension); every array's memory distribution is over it.
+    ``strategy`` is how every collective call moves the data:
+    ``"server-directed"`` (the default), ``"independent"`` or
+    ``"two-phase"``, as for :func:`write`."""
 
     def __init__(self, name: str, arrays, comm: MPI.Comm, client: Client, grid=None, strategy: str = "server-directed"):
         _check(strategy)

@@ -87,7 +87,8 @@ pub struct MetaArgs {
     #[arg(long = "data", required = true)]
     data: Vec<String>,
     /// Shared key file (mode 0600) TCP clients prove; created if missing.
-    /// Default: $SLUICE_KEY_FILE, else ~/.config/sluice/key.
+    /// Default: $SLUICE_KEY_FILE, else $XDG_CONFIG_HOME/sluice/key, else
+    /// ~/.config/sluice/key.
     #[arg(long)]
     key_file: Option<PathBuf>,
     /// Serve the role's metrics at http://HOST:PORT/metrics (port 0: any).

@@ -78,7 +78,7 @@ pub struct ServeArgs {
     squash: String,
     /// Shared key file (mode 0600) that TCP clients and identity-forwarding
     /// mounts prove; created if missing. Default: $SLUICE_KEY_FILE, else
-    /// ~/.config/sluice/key.
+    /// $XDG_CONFIG_HOME/sluice/key, else ~/.config/sluice/key.
     #[arg(long)]
     key_file: Option<PathBuf>,
     /// Connections at once; past it a new client's handshake is refused
@@ -209,7 +209,7 @@ fn check(a: &ServeArgs, cfg: &ServerConfig) -> anyhow::Result<()> {
     let key = match &a.key_file {
         Some(k) if k.exists() => format!("{} (exists)", k.display()),
         Some(k) => format!("{} (created at start)", k.display()),
-        None => "default ($SLUICE_KEY_FILE, else ~/.config/sluice/key)".to_string(),
+        None => "default ($SLUICE_KEY_FILE, else $XDG_CONFIG_HOME/sluice/key, else ~/.config/sluice/key)".to_string(),
     };
     println!("sluice: configuration ok (not listening: --check)");
     println!("root: {}", a.root.display());
