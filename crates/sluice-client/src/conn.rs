@@ -261,6 +261,11 @@ impl Conn {
         Ok(id)
     }
 
+    /// Replies kept for callers that have not come for them yet.
+    pub(crate) fn replies_stashed(&self) -> usize {
+        lock(&self.read).stash.len()
+    }
+
     /// Wait for the reply to `id`. A `Data` reply that fits `into` is read
     /// straight into it (`Reply::DataInto`).
     pub(crate) fn wait(&self, id: u64, mut into: Option<&mut [u8]>) -> Result<Reply> {

@@ -179,6 +179,13 @@ impl Client {
         self.reconnects.load(Ordering::Relaxed)
     }
 
+    /// Replies read off the current connection that no one has taken yet:
+    /// each belongs to a ticket not waited on so far. Zero between calls
+    /// of a caller that waits on every ticket it submits.
+    pub fn replies_unclaimed(&self) -> usize {
+        self.current().conn.replies_stashed()
+    }
+
     pub(crate) fn current(&self) -> Arc<Session> {
         Arc::clone(&self.session.read().unwrap_or_else(|p| p.into_inner()))
     }

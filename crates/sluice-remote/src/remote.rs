@@ -698,27 +698,52 @@ impl Remote {
     }
 }
 
-/// `Remote::read_pipelined` on one server.
+/// `Remote::read_pipelined` on one server. Every read sent is waited for,
+/// even after an error (each holds its reply, and its slot of the shared
+/// region, until then): the first error wins.
 fn read_pipelined_on(c: &Client, fd: Fd, buf: &mut [u8], offset: u64, chunk: usize) -> RemoteResult<usize> {
     let chunk = chunk.max(1);
-    let tickets: Vec<_> = buf.chunks(chunk).enumerate().map(|(i, ch)| c.submit_read(fd, ch.len(), offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
-    let (mut total, mut short) = (0, false);
-    for (t, ch) in tickets.into_iter().zip(buf.chunks_mut(chunk)) {
-        let n = c.wait_read(t, ch)?;
-        if !short {
-            total += n;
-            short = n < ch.len();
+    let mut first = Ok(());
+    let mut tickets = Vec::new();
+    for (i, ch) in buf.chunks(chunk).enumerate() {
+        match c.submit_read(fd, ch.len(), offset + (i * chunk) as u64) {
+            Ok(t) => tickets.push(t),
+            Err(e) => {
+                first = Err(e);
+                break;
+            }
         }
     }
-    Ok(total)
+    let (mut total, mut short) = (0, false);
+    for (t, ch) in tickets.into_iter().zip(buf.chunks_mut(chunk)) {
+        match c.wait_read(t, ch) {
+            Ok(n) if !short => {
+                total += n;
+                short = n < ch.len();
+            }
+            Ok(_) => {}
+            Err(e) if first.is_ok() => first = Err(e),
+            Err(_) => {}
+        }
+    }
+    first.map(|()| total)
 }
 
-/// `Remote::write_pipelined` on one server.
+/// `Remote::write_pipelined` on one server. Every write sent is waited
+/// for, even after an error: the first error wins.
 fn write_pipelined_on(c: &Client, fd: Fd, data: &[u8], offset: u64, chunk: usize) -> RemoteResult<()> {
     let chunk = chunk.max(1);
-    let tickets: Vec<_> = data.chunks(chunk).enumerate().map(|(i, ch)| c.submit_write(fd, ch, offset + (i * chunk) as u64)).collect::<Result<_, _>>()?;
-    // Every write is waited for, even after an error: the first error wins.
     let mut first = Ok(());
+    let mut tickets = Vec::new();
+    for (i, ch) in data.chunks(chunk).enumerate() {
+        match c.submit_write(fd, ch, offset + (i * chunk) as u64) {
+            Ok(t) => tickets.push(t),
+            Err(e) => {
+                first = Err(e);
+                break;
+            }
+        }
+    }
     for t in tickets {
         if let (Err(e), Ok(())) = (c.wait_write(t), &first) {
             first = Err(e);

@@ -277,6 +277,41 @@ fn cp_and_ls_copy_byte_identically_and_refuse_escapes() {
     check_cmd(&absent, false, "cannot connect to sluice server at unix:/nonexistent.sock");
 }
 
+/// A pipelined read or write (what `sluice cp` and `sluice array migrate`
+/// use) whose later pieces the server refuses (more in flight than a
+/// connection may have) returns the refusal only after every piece it sent
+/// was answered: none is left for the connection to keep for good, and the
+/// next call on it works.
+#[test]
+fn a_refused_pipelined_call_leaves_no_reply_behind() {
+    let root = tempfile::Builder::new().prefix("sluice-pipelined-").tempdir().unwrap();
+    let sock = root.path().join("s.sock");
+    std::fs::write(root.path().join("f"), bytes(1 << 20, 5)).unwrap();
+    let mut cfg = sluice_server::ServerConfig::new(root.path(), sluice_server::Listen::Unix(sock.clone()));
+    cfg.limits.inflight_per_connection_max = 4;
+    // Each piece holds the emulated disk for milliseconds: the first four
+    // are still in flight when the others arrive.
+    cfg.device = sluice_server::DeviceKind::Hdd7200;
+    let server = sluice_server::Server::start(cfg).unwrap();
+    // Answers on the socket (no shared region): the ones not waited for
+    // would stay there.
+    let opts = ConnectOptions { shm: false, ..ConnectOptions::default() };
+    let remote = sluice_remote::Remote::connect_with(&format!("unix:{}", sock.display()), opts).unwrap();
+    let sluice_remote::Remote::Server(c) = &remote else { panic!("one server") };
+    let fd = remote.open("f", libc::O_RDWR, 0).unwrap();
+    let mut buf = vec![0u8; 16 * 4096];
+    let e = remote.read_pipelined(fd, &mut buf, 0, 4096).unwrap_err();
+    assert_eq!(e.errno, libc::EAGAIN, "{e}");
+    let e = remote.write_pipelined(fd, &buf, 0, 4096).unwrap_err();
+    assert_eq!(e.errno, libc::EAGAIN, "{e}");
+    let mut one = vec![0u8; 4096];
+    assert_eq!(remote.read_pipelined(fd, &mut one, 8192, 4096).unwrap(), 4096);
+    assert_eq!(one, bytes(1 << 20, 5)[8192..12_288]);
+    assert_eq!(c.replies_unclaimed(), 0, "replies of pieces the calls never waited for");
+    drop(remote);
+    drop(server);
+}
+
 /// The stalled-writes probe: 60 connections each send 16 MiB of a 64 MiB write and
 /// stall. Before the budget this added 1 GB to the server; now at most
 /// `partial_bytes_max` (512 MiB by default) plus the chunks in flight.
