@@ -50,6 +50,11 @@ impl Drop for Abandon {
     }
 }
 
+/// Whether this thread's calls have a check: their caller may go away.
+pub(crate) fn armed() -> bool {
+    CHECK.with(Cell::get).is_some()
+}
+
 /// `Err(Interrupted)` when this thread's check says to give up.
 pub(crate) fn check(what: &str) -> Result<(), ClientError> {
     match CHECK.with(Cell::get) {

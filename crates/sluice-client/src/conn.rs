@@ -10,8 +10,11 @@
 //! connection's `Patience::timeout`: a hard connection says so once on
 //! stderr and keeps waiting, a soft one fails the call with ETIMEDOUT and
 //! is abandoned (poisoned), so no late reply is ever matched to a new call.
+//! A hard connection waiting for a caller that may go away (the mount's:
+//! `crate::abandon`) gives the call up with EINTR once it is gone, and
+//! drops the late reply when it comes (`ReadSide::give_up`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,8 +27,10 @@ use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, 
 use crate::error::{ClientError, ClientErrorKind, Result};
 use crate::lock;
 
+mod read_side;
 mod recv;
 
+use read_side::ReadSide;
 pub(crate) use recv::Reply;
 use recv::{read_one, Rx, POST_CHECK};
 
@@ -34,34 +39,6 @@ const READ_BUFFER_BYTES: usize = 64 << 10;
 /// Write payloads up to this size are copied behind the header and sent
 /// with one system call; larger ones are sent from the caller's buffer.
 const SMALL_WRITE_BYTES: usize = 64 << 10;
-
-struct ReadSide {
-    input: BufReader<Rx>,
-    stash: HashMap<u64, std::result::Result<Reply, (i32, String)>>,
-    broken: Option<String>,
-    /// The server's reason for closing (an error under request id 0, which
-    /// no request has): replies to requests in flight may still come
-    /// before the end, which then carries this reason.
-    closing: Option<String>,
-}
-
-impl ReadSide {
-    /// Keep a frame no caller is waiting for now (`sent_below`: the next
-    /// request id). Request id 0 is never sent: an error under it is the
-    /// server's reason for closing the connection (full, handshake or
-    /// frame timed out); the end follows, after the replies to requests
-    /// still in flight. A reply to a request never sent, which nothing
-    /// would take, breaks the connection. Any other waits in the stash.
-    fn file(&mut self, rid: u64, r: std::result::Result<Reply, (i32, String)>, sent_below: u64) {
-        match (rid, r) {
-            (0, Err((_, why))) => self.closing = Some(why),
-            (rid, _) if rid == 0 || rid >= sent_below => self.broken = Some(format!("the server answered request {rid}, which was never sent")),
-            (rid, r) => {
-                self.stash.insert(rid, r);
-            }
-        }
-    }
-}
 
 /// How long a call waits for a silent server, and what it does then.
 #[derive(Debug)]
@@ -130,12 +107,7 @@ impl Conn {
         Ok(Conn {
             addr: addr.to_string(),
             output: Mutex::new(s),
-            read: Mutex::new(ReadSide {
-                input: BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }),
-                stash: HashMap::new(),
-                broken: None,
-                closing: None,
-            }),
+            read: Mutex::new(ReadSide::new(BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }))),
             id_next: AtomicU64::new(1),
             patience,
             unix_fd,
@@ -147,9 +119,12 @@ impl Conn {
     /// readability first: `Rx::recv` says why), bounded by the patience
     /// (the socket's receive timeout, or the `poll`'s). `Err` for a
     /// soft connection past its patience (which abandons the connection).
-    fn await_frame(&self, g: &mut ReadSide) -> Result<()> {
+    fn await_frame(&self, g: &mut ReadSide, id: u64) -> Result<()> {
         if !g.input.buffer().is_empty() {
             return Ok(());
+        }
+        if !self.patience.soft && crate::abandon::armed() {
+            self.await_readable(g, id)?;
         }
         loop {
             match g.input.fill_buf() {
@@ -160,6 +135,33 @@ impl Conn {
                     self.patience.answered(&self.addr);
                     return Ok(());
                 }
+            }
+        }
+    }
+
+    /// A hard connection's wait for request `id` on behalf of a caller
+    /// that may go away (the mount's): the socket is polled in slices of
+    /// `CHECK_EVERY`, the caller's check run between them, so a caller
+    /// gone gives the call up (EINTR) however long the server stays
+    /// silent; its reply, when it comes, is dropped (`ReadSide::give_up`).
+    /// Returns once the socket has something (a frame, its end, an error).
+    fn await_readable(&self, g: &mut ReadSide, id: u64) -> Result<()> {
+        let fd = g.input.get_ref().stream.as_raw_fd();
+        let slice_ms = crate::abandon::CHECK_EVERY.as_millis() as libc::c_int;
+        let mut since = Instant::now();
+        loop {
+            let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+            // SAFETY: one live pollfd; the descriptor lives as long as `g`.
+            if unsafe { libc::poll(&mut pfd, 1, slice_ms) } != 0 {
+                return Ok(());
+            }
+            if let Err(e) = crate::abandon::check("waiting for an answer") {
+                g.give_up(id);
+                return Err(e);
+            }
+            if since.elapsed() >= self.patience.timeout {
+                self.patience.warn(&self.addr);
+                since = Instant::now();
             }
         }
     }
@@ -277,7 +279,7 @@ impl Conn {
             if let Some(why) = &g.broken {
                 return Err(self.lost(why));
             }
-            self.await_frame(&mut g)?;
+            self.await_frame(&mut g, id)?;
             match read_one(&mut g.input, id, into.as_deref_mut()) {
                 Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
                 Ok((rid, r)) => g.file(rid, r, self.id_next.load(Ordering::Relaxed)),
@@ -454,6 +456,31 @@ mod tests {
         let e = c.wait(id, None).unwrap_err();
         assert_eq!(e.kind, ClientErrorKind::Disconnected);
         assert!(e.message.contains("server full (clients_max = 2)"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A caller gone while a hard connection waits for a silent server:
+    /// the call fails with EINTR within a slice, the reply that comes
+    /// later is dropped, and the connection goes on.
+    #[test]
+    fn a_caller_gone_gives_its_wait_up_and_its_late_reply_is_dropped() {
+        let (c, mut server, dir) = by_hand();
+        let c = std::sync::Arc::new(c);
+        let given_up = c.send(&Request::Stat { path: "a" }).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::sync::Arc::clone(&c);
+        std::thread::spawn(move || {
+            let _gone = crate::abandon::Abandon::when(|_| true, 0);
+            let _ = tx.send(waiter.wait(given_up, None).map(|_| ()));
+        });
+        // Polled with a bound: a wait that never gives up fails the test.
+        let e = rx.recv_timeout(Duration::from_secs(2)).expect("the wait gave up within a slice").unwrap_err();
+        assert_eq!((e.kind, e.errno), (ClientErrorKind::Interrupted, libc::EINTR), "{e}");
+        let next = c.send(&Request::Stat { path: "b" }).unwrap();
+        answer(&mut server, given_up, &sluice_proto::Response::Count(1));
+        answer(&mut server, next, &sluice_proto::Response::Count(2));
+        assert!(matches!(c.wait(next, None).unwrap(), Reply::Count(2)));
+        assert!(lock(&c.read).stash.is_empty(), "the late reply was kept");
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -102,7 +102,9 @@ impl Conns {
                             warned = true;
                         }
                     }
-                    std::thread::sleep(pause);
+                    // The caller may die meanwhile: it must not wait for
+                    // the server too (`crate::fs::watch`).
+                    sluice_client::abandonable_sleep(pause, "connecting to the server")?;
                     pause = (pause * 2).min(std::time::Duration::from_secs(1));
                 }
                 other => {

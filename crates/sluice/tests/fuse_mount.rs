@@ -345,6 +345,44 @@ fn a_reader_of_a_dead_server_through_a_hard_mount_dies_at_sigkill() {
     assert_eq!(std::fs::read(m.mnt().join("f")).unwrap().len(), 1 << 16, "the mount serves again once the server is back");
 }
 
+/// A server that stops answering without closing its socket (SIGSTOP):
+/// a caller of the hard mount waits for it in the kernel, and SIGKILL
+/// still ends that wait, since the mount polls the socket in slices and
+/// looks at its caller between them. Before, only a server gone (not one
+/// silent) let a killed caller go. The mount goes on once the server does.
+#[test]
+fn a_caller_of_a_stopped_server_through_a_hard_mount_dies_at_sigkill() {
+    let m = Mounted::start("stopped");
+    std::fs::write(m.root().join("f"), vec![5u8; 4096]).unwrap();
+    // A name not looked up before: the kernel must ask the mount, which
+    // asks the server.
+    let script = "import sys, os\nos.stat(sys.argv[1])\nprint('ready', flush=True)\nsys.stdin.readline()\nos.stat(sys.argv[1] + '.new')\n";
+    let (mut py, _out) = python_ready(script, &m.mnt().join("f"));
+    ok(&format!("kill -STOP {}", m.server.id()));
+    std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
+    wait_for(|| waits_for_fuse(py.id()), "the caller to wait for the stopped server in the kernel");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(waits_for_fuse(py.id()), "a hard mount waits for its server");
+    let t = Instant::now();
+    py.kill().unwrap();
+    let st = loop {
+        match py.try_wait().unwrap() {
+            Some(st) => break st,
+            None if t.elapsed() > Duration::from_secs(5) => {
+                ok(&format!("kill -CONT {}", m.server.id()));
+                panic!("the killed caller still lives after {:?}", t.elapsed())
+            }
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let took = t.elapsed();
+    ok(&format!("kill -CONT {}", m.server.id()));
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(libc::SIGKILL), "{st:?}");
+    assert!(took < Duration::from_secs(1), "the killed caller took {took:?} to exit");
+    assert_eq!(std::fs::read(m.mnt().join("f")).unwrap(), vec![5u8; 4096], "the mount serves once the server goes on");
+    assert!(!m.mnt().join("f.new").exists());
+}
+
 #[test]
 fn a_missing_server_is_refused_before_mounting() {
     let dir = std::env::temp_dir().join(format!("sluice-fuse-none-{}", std::process::id()));

@@ -1,0 +1,97 @@
+//! The connection's read half: the buffered socket, the replies read for
+//! callers that have not come for them yet, and the calls given up.
+
+use std::collections::{HashMap, HashSet};
+use std::io::BufReader;
+
+use super::recv::Rx;
+
+/// Calls given up (their callers gone) whose replies have not come yet.
+/// One more means the server answers none of them: the connection is
+/// broken instead, and the `Client` reconnects.
+pub(super) const GIVEN_UP_MAX: usize = 1_024;
+
+/// A reply as read: the reply, or the server's errno and message.
+type Answer = std::result::Result<super::Reply, (i32, String)>;
+
+pub(super) struct ReadSide {
+    pub(super) input: BufReader<Rx>,
+    pub(super) stash: HashMap<u64, Answer>,
+    /// Requests whose caller gave up waiting: their replies are dropped
+    /// when they come. At most `GIVEN_UP_MAX`.
+    given_up: HashSet<u64>,
+    pub(super) broken: Option<String>,
+    /// The server's reason for closing (an error under request id 0, which
+    /// no request has): replies to requests in flight may still come
+    /// before the end, which then carries this reason.
+    pub(super) closing: Option<String>,
+}
+
+impl ReadSide {
+    pub(super) fn new(input: BufReader<Rx>) -> ReadSide {
+        ReadSide { input, stash: HashMap::new(), given_up: HashSet::new(), broken: None, closing: None }
+    }
+
+    /// Keep a frame no caller is waiting for now (`sent_below`: the next
+    /// request id). Request id 0 is never sent: an error under it is the
+    /// server's reason for closing the connection (full, handshake or
+    /// frame timed out); the end follows, after the replies to requests
+    /// still in flight. A reply to a request never sent, which nothing
+    /// would take, breaks the connection. A reply to a call given up is
+    /// dropped. Any other waits in the stash.
+    pub(super) fn file(&mut self, rid: u64, r: Answer, sent_below: u64) {
+        match (rid, r) {
+            (0, Err((_, why))) => self.closing = Some(why),
+            (rid, _) if rid == 0 || rid >= sent_below => self.broken = Some(format!("the server answered request {rid}, which was never sent")),
+            (rid, _) if self.given_up.remove(&rid) => {}
+            (rid, r) => {
+                self.stash.insert(rid, r);
+            }
+        }
+    }
+
+    /// The caller waiting for request `id` is gone: its reply will be
+    /// dropped. Past `GIVEN_UP_MAX` such calls the connection breaks.
+    pub(super) fn give_up(&mut self, id: u64) {
+        if self.given_up.len() >= GIVEN_UP_MAX {
+            self.broken.get_or_insert_with(|| format!("{GIVEN_UP_MAX} calls given up and still unanswered"));
+            return;
+        }
+        self.given_up.insert(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::os::unix::net::UnixStream;
+
+    use super::*;
+
+    fn read_side() -> (ReadSide, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let rx = Rx { stream: sluice_net::Stream::Unix(ours), lent: VecDeque::new(), timeout_ms: 1_000, poll_first: false };
+        (ReadSide::new(BufReader::new(rx)), theirs)
+    }
+
+    #[test]
+    fn a_given_up_reply_is_dropped_and_others_kept() {
+        let (mut g, _peer) = read_side();
+        g.give_up(3);
+        g.file(3, Err((libc::EIO, "late".into())), 10);
+        g.file(4, Err((libc::EIO, "kept".into())), 10);
+        assert!(!g.stash.contains_key(&3) && g.stash.contains_key(&4));
+        assert!(g.given_up.is_empty(), "the answered call leaves the set");
+    }
+
+    #[test]
+    fn given_up_calls_bound_at_n_and_n_plus_one() {
+        let (mut g, _peer) = read_side();
+        for id in 1..=GIVEN_UP_MAX as u64 {
+            g.give_up(id);
+        }
+        assert!(g.broken.is_none(), "N calls given up: the connection goes on");
+        g.give_up(GIVEN_UP_MAX as u64 + 1);
+        assert!(g.broken.as_deref().is_some_and(|w| w.contains("given up")), "N+1 breaks it: {:?}", g.broken);
+    }
+}
