@@ -60,4 +60,3 @@ pub fn all_cached(fd: RawFd, off: u64, len: u64) -> Option<bool> {
     }
     Some(cs.nr_cache >= pages)
 }
-

@@ -42,6 +42,13 @@ const SO_PEERGROUPS: libc::c_int = 59;
 /// Most supplementary groups read from `SO_PEERGROUPS` (Linux's NGROUPS_MAX).
 const PEER_GROUPS_MAX: usize = 65_536;
 
+/// How long a TCP connection attempt to one address may take. A host that
+/// drops the SYNs (down, or filtered) would otherwise hold the caller for
+/// the kernel's SYN retries, about two minutes, whatever the caller's own
+/// patience; with a lock held (a forwarder member's, a data server's slot)
+/// every other caller would wait too.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A connected socket.
 pub enum Stream {
     Unix(UnixStream),
@@ -87,7 +94,7 @@ impl Stream {
             return UnixStream::connect(p).map(Stream::Unix);
         }
         if let Some(a) = addr.strip_prefix("tcp:") {
-            let s = Stream::Tcp(TcpStream::connect(a)?);
+            let s = Stream::Tcp(tcp_connect(a, CONNECT_TIMEOUT)?);
             s.set_nodelay();
             return Ok(s);
         }
@@ -252,11 +259,61 @@ impl Write for Stream {
     }
 }
 
+/// Connect to `HOST:PORT`, each address it resolves to tried for at most
+/// `timeout`; the last address's error if none answers.
+fn tcp_connect(hostport: &str, timeout: Duration) -> io::Result<TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{hostport} resolves to no address"));
+    for a in hostport.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::net::TcpListener;
     use std::os::unix::net::UnixListener;
+
+    /// A listener whose queue is full drops the next SYN, as a host that
+    /// is down or filtered does: the attempt ends at its timeout, not
+    /// after the kernel's retries.
+    #[test]
+    fn a_tcp_connect_that_gets_no_answer_ends_at_its_timeout() {
+        // SAFETY: plain socket calls on a descriptor we own.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) };
+        assert!(fd >= 0);
+        let listener = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        sa.sin_family = libc::AF_INET as libc::sa_family_t;
+        sa.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), len) }, 0);
+        assert_eq!(unsafe { libc::listen(fd, 0) }, 0);
+        let mut got = sa;
+        let mut got_len = len;
+        assert_eq!(unsafe { libc::getsockname(fd, (&mut got as *mut libc::sockaddr_in).cast(), &mut got_len) }, 0);
+        let addr = format!("127.0.0.1:{}", u16::from_be(got.sin_port));
+        // Fill the accept queue (a backlog of 0 still takes one, and the
+        // kernel may take one more); the attempts past it get no answer.
+        let mut held = Vec::new();
+        let t = std::time::Instant::now();
+        let timeout = Duration::from_millis(300);
+        let e = loop {
+            match tcp_connect(&addr, timeout) {
+                Ok(s) => held.push(s),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 8, "the full queue kept answering");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop(listener);
+    }
 
     #[test]
     fn kept_descriptors_move_out_of_the_way_of_the_programs_numbers() {
