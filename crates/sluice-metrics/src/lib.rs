@@ -259,18 +259,39 @@ fn head_of(got: &[u8]) -> Head {
 pub const REPLY_BYTES_MAX: u64 = 16 << 20;
 
 /// `GET path` from an endpoint at `addr` (`HOST:PORT` or `tcp:HOST:PORT`),
-/// each step bounded by `timeout`: the body of a 200 answer, else an error
-/// that says what went wrong (`sluice top`, the service bench, tests).
+/// the whole exchange bounded by `timeout`: the body of a 200 answer, else
+/// an error that says what went wrong (`sluice top`, the service bench,
+/// tests). An answer over `REPLY_BYTES_MAX` is an error, not cut short.
 pub fn get(addr: &str, path: &str, timeout: Duration) -> std::io::Result<String> {
     use std::io::{Error, ErrorKind};
+    let deadline = Instant::now() + timeout;
     let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
     let sock: SocketAddr = addr.parse().map_err(|_| Error::new(ErrorKind::InvalidInput, format!("{addr:?} is not HOST:PORT (an IP address and a port)")))?;
     let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| Error::new(e.kind(), format!("no metrics endpoint at {addr}: {e}")))?;
-    s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
-    let mut out = String::new();
-    s.take(REPLY_BYTES_MAX).read_to_string(&mut out)?;
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 64 << 10];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Error::new(ErrorKind::TimedOut, format!("{addr}{path}: no whole answer within {timeout:?}")));
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) if (out.len() + n) as u64 > REPLY_BYTES_MAX => {
+                return Err(Error::new(ErrorKind::InvalidData, format!("{addr}{path}: answer over {REPLY_BYTES_MAX} bytes (REPLY_BYTES_MAX)")));
+            }
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(Error::new(ErrorKind::TimedOut, format!("{addr}{path}: no whole answer within {timeout:?}")));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let out = String::from_utf8(out).map_err(|_| Error::new(ErrorKind::InvalidData, "an answer that is not UTF-8"))?;
     let (head, body) = out.split_once("\r\n\r\n").ok_or_else(|| Error::new(ErrorKind::InvalidData, "not an HTTP reply"))?;
     if !head.starts_with("HTTP/1.1 200") {
         return Err(Error::other(format!("{addr}{path}: {}", head.lines().next().unwrap_or(""))));
@@ -440,6 +461,49 @@ pub type Sample = (String, Vec<(String, String)>, f64);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fake endpoint that answers one request with `answer`, sent in
+    /// pieces of `piece` bytes `gap` apart.
+    fn fake(answer: Vec<u8>, piece: usize, gap: Duration) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read(&mut b).unwrap_or(0) == 1 {
+                head.push(b[0]);
+            }
+            for p in answer.chunks(piece) {
+                if s.write_all(p).is_err() {
+                    return;
+                }
+                std::thread::sleep(gap);
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn get_takes_an_answer_of_reply_bytes_max_and_refuses_one_more() {
+        const HEAD: &[u8] = b"HTTP/1.1 200 OK\r\n\r\n";
+        let answer = |bytes: u64| [HEAD, &vec![b'x'; bytes as usize - HEAD.len()]].concat();
+        let at = get(&fake(answer(REPLY_BYTES_MAX), 1 << 20, Duration::ZERO).to_string(), "/metrics", Duration::from_secs(20)).unwrap();
+        assert_eq!(at.len() as u64, REPLY_BYTES_MAX - HEAD.len() as u64);
+        let e = get(&fake(answer(REPLY_BYTES_MAX + 1), 1 << 20, Duration::ZERO).to_string(), "/metrics", Duration::from_secs(20)).unwrap_err();
+        assert!(e.to_string().contains("REPLY_BYTES_MAX"), "{e}");
+    }
+
+    /// An endpoint that trickles its answer, each byte within the timeout
+    /// of the last, is given up when the whole exchange took `timeout`.
+    #[test]
+    fn get_gives_a_trickling_endpoint_up_at_the_timeout() {
+        let answer = b"HTTP/1.1 200 OK\r\n\r\nsluice_up 1\n".to_vec();
+        let t = Instant::now();
+        let e = get(&fake(answer, 1, Duration::from_millis(100)).to_string(), "/metrics", Duration::from_millis(500)).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut, "{e}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    }
 
     fn http(addr: SocketAddr, request: &[u8]) -> u16 {
         let mut s = TcpStream::connect(addr).unwrap();
