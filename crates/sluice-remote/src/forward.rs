@@ -566,6 +566,9 @@ mod tests {
         let too_many: Vec<String> = (0..=FORWARDERS_MAX).map(|i| format!("unix:/nonexistent/{i}.sock")).collect();
         let e = Forwarders::connect_homed(&too_many, opts(), Home::File).err().unwrap();
         assert_eq!(e.errno, libc::EINVAL, "{e}");
+        // N members pass the bound: the set is tried (and found dead).
+        let e = Forwarders::connect_homed(&too_many[..FORWARDERS_MAX], ConnectOptions { recovery: Recovery::Soft, ..opts() }, Home::File).err().unwrap();
+        assert!(e.message.contains("no member of the forwarder set"), "{e}");
         let dead: Vec<String> = (0..2).map(|i| format!("unix:/nonexistent/{i}.sock")).collect();
         let e = Forwarders::connect_homed(&dead, ConnectOptions { recovery: Recovery::Soft, ..opts() }, Home::File).err().unwrap();
         assert!(e.message.contains("no member of the forwarder set"), "{e}");
