@@ -319,10 +319,7 @@ impl StripedClient {
         }
         // The slot stays locked (so one connect per server); the slot is
         // empty on failure, so `describe` does not clear it.
-        // No transparent recovery on data connections: a dead data server
-        // fails the calls that need it at once, naming it (the metadata
-        // role's layout is what a reconnection would have to re-check).
-        let opts = ConnectOptions { recovery: sluice_client::Recovery::Off, ..self.opts.clone() };
+        let opts = data_options(&self.opts);
         let c = Arc::new(Client::connect_with(addr, opts).map_err(|e| self.describe(server, "connect", e))?);
         *slot = Some(c.clone());
         Ok(c)
@@ -876,5 +873,35 @@ impl StripedClient {
             })
             .collect();
         Ok((e, infos))
+    }
+}
+
+/// The options of a data-server connection. No transparent recovery: a
+/// dead data server fails the calls that need it at once, naming it (the
+/// metadata role's layout is what a reconnection would have to re-check).
+/// A soft client's stay soft (`Failover`: no reconnection, ETIMEDOUT past
+/// the timeout), so a data server that hangs fails its calls too; a hard
+/// client's wait for it, saying so after the timeout.
+fn data_options(opts: &ConnectOptions) -> ConnectOptions {
+    let recovery = match opts.recovery {
+        sluice_client::Recovery::Soft | sluice_client::Recovery::Failover => sluice_client::Recovery::Failover,
+        _ => sluice_client::Recovery::Off,
+    };
+    ConnectOptions { recovery, ..opts.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use sluice_client::Recovery;
+
+    use super::*;
+
+    #[test]
+    fn data_connections_never_reconnect_and_a_soft_client_s_stay_soft() {
+        for (given, data) in [(Recovery::Hard, Recovery::Off), (Recovery::Off, Recovery::Off), (Recovery::Soft, Recovery::Failover), (Recovery::Failover, Recovery::Failover)] {
+            let o = data_options(&ConnectOptions { recovery: given, ..ConnectOptions::default() });
+            assert_eq!(o.recovery, data, "{given:?}");
+            assert!(!o.recovery.reconnects());
+        }
     }
 }
