@@ -290,7 +290,7 @@ mod tests {
         let listener = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
         sa.sin_family = libc::AF_INET as libc::sa_family_t;
-        sa.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+        sa.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
         let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
         assert_eq!(unsafe { libc::bind(fd, (&sa as *const libc::sockaddr_in).cast(), len) }, 0);
         assert_eq!(unsafe { libc::listen(fd, 0) }, 0);
