@@ -294,6 +294,36 @@ fn sequential_small_reads_come_from_one_stripe_row_read_ahead() {
     r.close(w).unwrap();
 }
 
+/// A read-ahead window is one stripe row, at most `READ_AHEAD_BYTES_MAX`:
+/// a row of exactly that many bytes is held whole (N), a longer one only
+/// up to it (N and more), and the reads past the window still read right.
+#[test]
+fn a_read_ahead_window_is_a_row_of_at_most_its_bound() {
+    let (_dir, cl) = cluster(3);
+    let r = Remote::connect(&cl.addr()).unwrap();
+    let Remote::Cluster(k) = &r else { panic!("a cluster") };
+    let max = READ_AHEAD_BYTES_MAX as usize;
+    let data: Vec<u8> = (0..2 * max as u32).map(|i| (i % 253) as u8).collect();
+    for (name, count) in [("row-at-the-bound", 2), ("row-over-the-bound", 3)] {
+        // Stripes of half the bound: a row of 2 is the bound, of 3 more.
+        k.striped().set_dir_default("", LayoutRequest { stripe_bytes: READ_AHEAD_BYTES_MAX / 2, count, start: 0 }).unwrap();
+        let w = r.open(name, libc::O_RDWR | libc::O_CREAT, 0o644).unwrap();
+        r.pwrite(w, &data, 0).unwrap();
+        r.close(w).unwrap();
+        let fd = r.open(name, libc::O_RDONLY, 0).unwrap();
+        let mut back = vec![0u8; data.len()];
+        for (i, piece) in back.chunks_mut(1 << 20).enumerate() {
+            assert_eq!(r.pread(fd, piece, (i << 20) as u64).unwrap(), piece.len());
+            if i == 0 {
+                assert_eq!(k.read_ahead_bytes(), max, "{name}: the window after the first read");
+            }
+        }
+        assert!(back == data, "{name}: read back differs");
+        r.close(fd).unwrap();
+        assert_eq!(k.read_ahead_bytes(), 0);
+    }
+}
+
 #[test]
 fn another_clients_write_is_seen_once_the_window_expires() {
     let (_dir, cl) = cluster(2);
