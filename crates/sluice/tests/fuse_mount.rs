@@ -305,6 +305,33 @@ fn waits_for_fuse(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w == "request_wait_answer")
 }
 
+/// Tell a `python_ready` caller to go on, see it wait in the kernel for
+/// the mount's answer (and still wait a while later: the mount is hard),
+/// SIGKILL it, and check that it died of that within 1 s. `after` runs
+/// once it is dead or found alive past 5 s (the test then fails): polled,
+/// not waited, so that an unkillable caller fails the test, not hangs it
+/// (dropping the mount then ends the caller).
+fn go_wait_and_kill(mut py: Child, after: impl FnOnce()) {
+    std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
+    wait_for(|| waits_for_fuse(py.id()), "the caller to wait for the server in the kernel");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(waits_for_fuse(py.id()), "a hard mount waits for its server");
+    let t = Instant::now();
+    py.kill().unwrap();
+    let st = loop {
+        match py.try_wait().unwrap() {
+            Some(st) => break Some(st),
+            None if t.elapsed() > Duration::from_secs(5) => break None,
+            None => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    let took = t.elapsed();
+    after();
+    let st = st.unwrap_or_else(|| panic!("the killed caller still lives after {took:?}"));
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(libc::SIGKILL), "{st:?}");
+    assert!(took < Duration::from_secs(1), "the killed caller took {took:?} to exit");
+}
+
 /// A reader through a hard mount waits for a dead server, as an NFS hard
 /// mount does, in the kernel's wait for the mount's answer, which only
 /// the answer ends once the mount has read the request. SIGKILL must still end it: the mount notices its caller dying
@@ -318,28 +345,10 @@ fn a_reader_of_a_dead_server_through_a_hard_mount_dies_at_sigkill() {
     // without the server.
     std::fs::write(m.root().join("f"), vec![3u8; 1 << 16]).unwrap();
     let script = "import sys, os\nfd = os.open(sys.argv[1], os.O_RDWR)\nos.pread(fd, 4096, 0)\nprint('ready', flush=True)\nsys.stdin.readline()\nos.pread(fd, 4096, 8192)\n";
-    let (mut py, _out) = python_ready(script, &m.mnt().join("f"));
+    let (py, _out) = python_ready(script, &m.mnt().join("f"));
     m.server.kill().unwrap();
     m.server.wait().unwrap();
-    std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
-    wait_for(|| waits_for_fuse(py.id()), "the reader to wait for the dead server in the kernel");
-    // Still waiting a while later: the mount is hard.
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(waits_for_fuse(py.id()), "a hard mount waits for its server");
-    let t = Instant::now();
-    py.kill().unwrap();
-    // Polled, not waited: an unkillable reader must fail the test, not
-    // hang it (dropping the mount then ends the reader).
-    let st = loop {
-        match py.try_wait().unwrap() {
-            Some(st) => break st,
-            None if t.elapsed() > Duration::from_secs(5) => panic!("the killed reader still lives after {:?}", t.elapsed()),
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
-    let took = t.elapsed();
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(libc::SIGKILL), "{st:?}");
-    assert!(took < Duration::from_secs(1), "the killed reader took {took:?} to exit");
+    go_wait_and_kill(py, || {});
     assert!(is_mounted(&m.mnt()), "the mount outlives its killed caller");
     m.server = m.spawn_server();
     assert_eq!(std::fs::read(m.mnt().join("f")).unwrap().len(), 1 << 16, "the mount serves again once the server is back");
@@ -357,28 +366,10 @@ fn a_caller_of_a_stopped_server_through_a_hard_mount_dies_at_sigkill() {
     // A name not looked up before: the kernel must ask the mount, which
     // asks the server.
     let script = "import sys, os\nos.stat(sys.argv[1])\nprint('ready', flush=True)\nsys.stdin.readline()\nos.stat(sys.argv[1] + '.new')\n";
-    let (mut py, _out) = python_ready(script, &m.mnt().join("f"));
+    let (py, _out) = python_ready(script, &m.mnt().join("f"));
     ok(&format!("kill -STOP {}", m.server.id()));
-    std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
-    wait_for(|| waits_for_fuse(py.id()), "the caller to wait for the stopped server in the kernel");
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(waits_for_fuse(py.id()), "a hard mount waits for its server");
-    let t = Instant::now();
-    py.kill().unwrap();
-    let st = loop {
-        match py.try_wait().unwrap() {
-            Some(st) => break st,
-            None if t.elapsed() > Duration::from_secs(5) => {
-                ok(&format!("kill -CONT {}", m.server.id()));
-                panic!("the killed caller still lives after {:?}", t.elapsed())
-            }
-            None => std::thread::sleep(Duration::from_millis(5)),
-        }
-    };
-    let took = t.elapsed();
-    ok(&format!("kill -CONT {}", m.server.id()));
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(libc::SIGKILL), "{st:?}");
-    assert!(took < Duration::from_secs(1), "the killed caller took {took:?} to exit");
+    let server = m.server.id();
+    go_wait_and_kill(py, || ok(&format!("kill -CONT {server}")));
     assert_eq!(std::fs::read(m.mnt().join("f")).unwrap(), vec![5u8; 4096], "the mount serves once the server goes on");
     assert!(!m.mnt().join("f.new").exists());
 }
