@@ -374,6 +374,38 @@ mod tests {
         assert!(http_body(b"garbage").is_err());
     }
 
+    /// A fake etcd that answers one request (whose body is `{}`) with a
+    /// JSON reply of exactly `bytes` bytes, headers included.
+    fn fake_etcd(bytes: usize) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            // The request, to its body `{}`: unread bytes at close would
+            // reset the connection under the reply.
+            while !head.ends_with(b"\r\n\r\n{}") && s.read(&mut b).unwrap_or(0) == 1 {
+                head.push(b[0]);
+            }
+            let text = |body_len: usize| format!("HTTP/1.1 200 OK\r\nContent-Length: {body_len:010}\r\n\r\n");
+            let body_len = bytes - text(0).len();
+            let body = format!("{{\"x\":\"{}\"}}", "a".repeat(body_len - 8));
+            let _ = s.write_all(text(body_len).as_bytes());
+            let _ = s.write_all(body.as_bytes());
+        });
+        addr
+    }
+
+    #[test]
+    fn a_reply_of_reply_bytes_max_is_read_and_one_more_refused() {
+        let v = Etcd::post_to(&fake_etcd(REPLY_BYTES_MAX), "/v3/kv/range", &serde_json::json!({})).unwrap();
+        // 47 bytes of status line and headers, 8 of `{"x":""}`.
+        assert_eq!(v["x"].as_str().map(str::len), Some(REPLY_BYTES_MAX - 47 - 8));
+        let e = Etcd::post_to(&fake_etcd(REPLY_BYTES_MAX + 1), "/v3/kv/range", &serde_json::json!({})).unwrap_err();
+        assert!(e.contains("a reply over"), "{e}");
+    }
+
     #[test]
     fn endpoints_and_prefix_are_checked() {
         assert!(Etcd::new("etcd://", "p").is_err());
