@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -27,9 +27,11 @@ use sluice_proto::{check_header, encode_request_head, parse_response, AppStats, 
 use crate::error::{ClientError, ClientErrorKind, Result};
 use crate::lock;
 
+mod patience;
 mod read_side;
 mod recv;
 
+pub(crate) use patience::Patience;
 use read_side::ReadSide;
 pub(crate) use recv::Reply;
 use recv::{read_one, Rx, POST_CHECK};
@@ -39,32 +41,6 @@ const READ_BUFFER_BYTES: usize = 64 << 10;
 /// Write payloads up to this size are copied behind the header and sent
 /// with one system call; larger ones are sent from the caller's buffer.
 const SMALL_WRITE_BYTES: usize = 64 << 10;
-
-/// How long a call waits for a silent server, and what it does then.
-#[derive(Debug)]
-pub(crate) struct Patience {
-    pub timeout: Duration,
-    /// Fail with ETIMEDOUT at the timeout (else keep waiting).
-    pub soft: bool,
-    /// "not responding" was said for the current outage.
-    pub warned: AtomicBool,
-}
-
-impl Patience {
-    /// Say once per outage that the server is not responding.
-    pub(crate) fn warn(&self, addr: &str) {
-        if !self.warned.swap(true, Ordering::Relaxed) {
-            eprintln!("sluice: server {addr} not responding, still trying");
-        }
-    }
-
-    /// The server answered again: say so if it was reported silent.
-    pub(crate) fn answered(&self, addr: &str) {
-        if self.warned.load(Ordering::Relaxed) && self.warned.swap(false, Ordering::Relaxed) {
-            eprintln!("sluice: server {addr} OK");
-        }
-    }
-}
 
 pub(crate) struct Conn {
     addr: String,
@@ -119,12 +95,12 @@ impl Conn {
     /// readability first: `Rx::recv` says why), bounded by the patience
     /// (the socket's receive timeout, or the `poll`'s). `Err` for a
     /// soft connection past its patience (which abandons the connection).
-    fn await_frame(&self, g: &mut ReadSide, id: u64) -> Result<()> {
+    fn await_frame(&self, g: &mut ReadSide, id: u64, asked: Instant) -> Result<()> {
         if !g.input.buffer().is_empty() {
             return Ok(());
         }
         if !self.patience.soft && crate::abandon::armed() {
-            self.await_readable(g, id)?;
+            self.await_readable(g, id, asked)?;
         }
         loop {
             match g.input.fill_buf() {
@@ -145,20 +121,31 @@ impl Conn {
     /// gone gives the call up (EINTR) however long the server stays
     /// silent; its reply, when it comes, is dropped (`ReadSide::give_up`).
     /// Returns once the socket has something (a frame, its end, an error).
-    fn await_readable(&self, g: &mut ReadSide, id: u64) -> Result<()> {
+    /// The check (a read of `/proc` for the mount) runs only after a slice
+    /// without an answer, or at once when the call waited that long for
+    /// the read side (`asked`): the callers of a killed job that waited
+    /// in turn leave one after another without a slice each. The cost on
+    /// a quick answer is this `poll(2)` before the receive.
+    fn await_readable(&self, g: &mut ReadSide, id: u64, asked: Instant) -> Result<()> {
         let fd = g.input.get_ref().stream.as_raw_fd();
-        let slice_ms = crate::abandon::CHECK_EVERY.as_millis() as libc::c_int;
+        let slice = crate::abandon::CHECK_EVERY;
         let mut since = Instant::now();
+        let mut check_now = asked.elapsed() >= slice;
         loop {
+            if check_now {
+                if let Err(e) = crate::abandon::check("waiting for an answer") {
+                    g.give_up(id);
+                    return Err(e);
+                }
+            }
             let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one live pollfd; the descriptor lives as long as `g`.
-            if unsafe { libc::poll(&mut pfd, 1, slice_ms) } != 0 {
+            if unsafe { libc::poll(&mut pfd, 1, slice.as_millis() as libc::c_int) } != 0 {
+                // Readable: the receive need not `poll` again.
+                g.input.get_mut().poll_first = false;
                 return Ok(());
             }
-            if let Err(e) = crate::abandon::check("waiting for an answer") {
-                g.give_up(id);
-                return Err(e);
-            }
+            check_now = true;
             if since.elapsed() >= self.patience.timeout {
                 self.patience.warn(&self.addr);
                 since = Instant::now();
@@ -271,6 +258,7 @@ impl Conn {
     /// Wait for the reply to `id`. A `Data` reply that fits `into` is read
     /// straight into it (`Reply::DataInto`).
     pub(crate) fn wait(&self, id: u64, mut into: Option<&mut [u8]>) -> Result<Reply> {
+        let asked = Instant::now();
         let mut g = lock(&self.read);
         loop {
             if let Some(r) = g.stash.remove(&id) {
@@ -279,7 +267,7 @@ impl Conn {
             if let Some(why) = &g.broken {
                 return Err(self.lost(why));
             }
-            self.await_frame(&mut g, id)?;
+            self.await_frame(&mut g, id, asked)?;
             match read_one(&mut g.input, id, into.as_deref_mut()) {
                 Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
                 Ok((rid, r)) => g.file(rid, r, self.id_next.load(Ordering::Relaxed)),
@@ -397,6 +385,7 @@ mod tests {
     use super::recv::LENT_PENDING_MAX;
     use super::*;
     use std::os::unix::net::UnixStream;
+    use std::sync::atomic::AtomicBool;
 
     /// Send one byte with `fd` attached, as the server sends a lease.
     fn send_fd(s: &UnixStream, fd: RawFd) {
