@@ -16,7 +16,7 @@
 //! caller, and a call that is not waiting never runs the check.
 
 use std::cell::Cell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{ClientError, ClientErrorKind};
 
@@ -26,40 +26,64 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// A check: `f(arg)` says whether the call should be given up.
 type Check = (fn(u32) -> bool, u32);
 
+/// A thread's check, when it last ran, and whether it said to give up.
+#[derive(Clone, Copy)]
+struct State {
+    check: Option<Check>,
+    last: Option<Instant>,
+    gone: bool,
+}
+
+/// A check that said no is not run again sooner than this: a call that
+/// waits in slices, or a leader reading replies for others, would
+/// otherwise run it (a read of `/proc` for the mount) at every turn.
+const CHECK_AGAIN_AFTER: Duration = Duration::from_millis(50);
+
 thread_local! {
-    static CHECK: Cell<Option<Check>> = const { Cell::new(None) };
+    static STATE: Cell<State> = const { Cell::new(State { check: None, last: None, gone: false }) };
 }
 
 /// The check of this thread's calls while it lives; the previous one is
 /// back when it is dropped.
 #[must_use = "the check lasts as long as the guard"]
 pub struct Abandon {
-    previous: Option<Check>,
+    previous: State,
 }
 
 impl Abandon {
     /// Give up this thread's waiting calls when `f(arg)` says so.
     pub fn when(f: fn(u32) -> bool, arg: u32) -> Abandon {
-        Abandon { previous: CHECK.with(|c| c.replace(Some((f, arg)))) }
+        Abandon { previous: STATE.with(|c| c.replace(State { check: Some((f, arg)), last: None, gone: false })) }
     }
 }
 
 impl Drop for Abandon {
     fn drop(&mut self) {
-        CHECK.with(|c| c.set(self.previous));
+        STATE.with(|c| c.set(self.previous));
     }
 }
 
 /// Whether this thread's calls have a check: their caller may go away.
 pub(crate) fn armed() -> bool {
-    CHECK.with(Cell::get).is_some()
+    STATE.with(Cell::get).check.is_some()
 }
 
-/// `Err(Interrupted)` when this thread's check says to give up.
+/// `Err(Interrupted)` when this thread's check says to give up. Once it
+/// said so, it says so at once for the rest of the guard (each call a
+/// dying caller still waits for leaves without a slice); a check that
+/// said no runs again only after `CHECK_AGAIN_AFTER`.
 pub(crate) fn check(what: &str) -> Result<(), ClientError> {
-    match CHECK.with(Cell::get) {
-        Some((f, arg)) if f(arg) => Err(ClientError::new(ClientErrorKind::Interrupted, libc::EINTR, format!("{what}: given up, its caller is gone"))),
-        _ => Ok(()),
+    let mut st = STATE.with(Cell::get);
+    let Some((f, arg)) = st.check else { return Ok(()) };
+    if !st.gone && st.last.is_some_and(|t| t.elapsed() < CHECK_AGAIN_AFTER) {
+        return Ok(());
+    }
+    st.gone = st.gone || f(arg);
+    st.last = Some(Instant::now());
+    STATE.with(|c| c.set(st));
+    match st.gone {
+        true => Err(ClientError::new(ClientErrorKind::Interrupted, libc::EINTR, format!("{what}: given up, its caller is gone"))),
+        false => Ok(()),
     }
 }
 
@@ -110,6 +134,32 @@ mod tests {
         assert!(t.elapsed() < 3 * CHECK_EVERY + Duration::from_millis(500), "{:?}", t.elapsed());
     }
 
+    static RUNS: AtomicU32 = AtomicU32::new(0);
+
+    fn counted(gone: u32) -> bool {
+        RUNS.fetch_add(1, Ordering::Relaxed);
+        gone == 1
+    }
+
+    /// A no is not asked again within `CHECK_AGAIN_AFTER`; a yes stands
+    /// for the rest of the guard without asking again.
+    #[test]
+    fn a_no_is_kept_a_while_and_a_yes_for_good() {
+        RUNS.store(0, Ordering::Relaxed);
+        {
+            let _g = Abandon::when(counted, 0);
+            assert!(check("x").is_ok() && check("x").is_ok());
+            assert_eq!(RUNS.load(Ordering::Relaxed), 1, "asked once within the interval");
+            std::thread::sleep(CHECK_AGAIN_AFTER + Duration::from_millis(10));
+            assert!(check("x").is_ok());
+            assert_eq!(RUNS.load(Ordering::Relaxed), 2, "asked again after it");
+        }
+        let _g = Abandon::when(counted, 1);
+        assert!(check("x").is_err());
+        assert!(check("x").is_err() && check("x").is_err());
+        assert_eq!(RUNS.load(Ordering::Relaxed), 3, "a yes is not asked again");
+    }
+
     #[test]
     fn guards_nest_and_restore() {
         {
@@ -120,6 +170,6 @@ mod tests {
             }
             assert!(check("x").is_ok());
         }
-        assert!(CHECK.with(Cell::get).is_none());
+        assert!(!armed());
     }
 }

@@ -140,12 +140,19 @@ impl Conn {
             }
             let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one live pollfd; the descriptor lives as long as `g`.
-            if unsafe { libc::poll(&mut pfd, 1, slice.as_millis() as libc::c_int) } != 0 {
-                // Readable: the receive need not `poll` again.
-                g.input.get_mut().poll_first = false;
-                return Ok(());
+            match unsafe { libc::poll(&mut pfd, 1, slice.as_millis() as libc::c_int) } {
+                0 => check_now = true,
+                // A signal with a handler: look again (and at the caller).
+                n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => check_now = true,
+                // Readable (the receive need not `poll` again), or an end
+                // or an error that the receive will report.
+                n => {
+                    if n > 0 {
+                        g.input.get_mut().poll_first = false;
+                    }
+                    return Ok(());
+                }
             }
-            check_now = true;
             if since.elapsed() >= self.patience.timeout {
                 self.patience.warn(&self.addr);
                 since = Instant::now();

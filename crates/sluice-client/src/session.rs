@@ -283,7 +283,10 @@ impl Client {
                     Err(ClientError::new(ClientErrorKind::Stale, libc::ESTALE, format!("{path}: another file since the server restarted")))
                 }
                 Ok(r) => Err(unexpected("reopen", &r)),
-                Err(e) if e.kind == ClientErrorKind::Disconnected || e.kind == ClientErrorKind::Timeout => return Err(e),
+                // The connection failed, or the caller recovering for
+                // everyone is gone (`crate::abandon`): not the handle's
+                // fault; this session is dropped and another call recovers.
+                Err(e) if matches!(e.kind, ClientErrorKind::Disconnected | ClientErrorKind::Timeout | ClientErrorKind::Interrupted) => return Err(e),
                 Err(e) if e.errno == libc::ENOENT => Err(ClientError::new(ClientErrorKind::Stale, libc::ESTALE, format!("{path}: gone since the server restarted"))),
                 Err(e) => Err(e),
             };

@@ -268,16 +268,17 @@ pub fn get(addr: &str, path: &str, timeout: Duration) -> std::io::Result<String>
     let addr = addr.strip_prefix("tcp:").unwrap_or(addr);
     let sock: SocketAddr = addr.parse().map_err(|_| Error::new(ErrorKind::InvalidInput, format!("{addr:?} is not HOST:PORT (an IP address and a port)")))?;
     let mut s = TcpStream::connect_timeout(&sock, timeout).map_err(|e| Error::new(e.kind(), format!("no metrics endpoint at {addr}: {e}")))?;
-    s.set_write_timeout(Some(timeout))?;
+    // What is left of the timeout (at least a millisecond: zero means none).
+    let left = || deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+    s.set_write_timeout(Some(left()))?;
     write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
     let mut out = Vec::new();
     let mut chunk = [0u8; 64 << 10];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        if Instant::now() >= deadline {
             return Err(Error::new(ErrorKind::TimedOut, format!("{addr}{path}: no whole answer within {timeout:?}")));
         }
-        s.set_read_timeout(Some(left))?;
+        s.set_read_timeout(Some(left()))?;
         match s.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) if (out.len() + n) as u64 > REPLY_BYTES_MAX => {

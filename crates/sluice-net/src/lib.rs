@@ -267,6 +267,9 @@ fn tcp_connect(hostport: &str, timeout: Duration) -> io::Result<TcpStream> {
     for a in hostport.to_socket_addrs()? {
         match TcpStream::connect_timeout(&a, timeout) {
             Ok(s) => return Ok(s),
+            // std's own timeout carries no errno: give it the kernel's, as
+            // a blocking connect that timed out would have.
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && e.raw_os_error().is_none() => last = io::Error::from_raw_os_error(libc::ETIMEDOUT),
             Err(e) => last = e,
         }
     }
@@ -310,7 +313,7 @@ mod tests {
             }
             assert!(held.len() < 8, "the full queue kept answering");
         };
-        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        assert_eq!((e.kind(), e.raw_os_error()), (io::ErrorKind::TimedOut, Some(libc::ETIMEDOUT)), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         drop(listener);
     }

@@ -325,10 +325,11 @@ impl StripedClient {
         Ok(c)
     }
 
-    /// A data-server error; a broken connection is forgotten so that the
-    /// next `open` reconnects.
+    /// A data-server error; a broken (or, soft, timed-out) connection is
+    /// forgotten so that the next `open` reconnects.
     fn data_error(&self, server: u32, what: &str, e: ClientError) -> Error {
-        if matches!(e.kind, ClientErrorKind::Disconnected | ClientErrorKind::Connect) {
+        // A soft client's connection that timed out is abandoned too.
+        if matches!(e.kind, ClientErrorKind::Disconnected | ClientErrorKind::Connect | ClientErrorKind::Timeout) {
             if let Some(slot) = self.data.get(server as usize) {
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = None;
             }
