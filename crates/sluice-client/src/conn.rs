@@ -120,6 +120,8 @@ impl Conn {
     /// `CHECK_EVERY`, the caller's check run between them, so a caller
     /// gone gives the call up (EINTR) however long the server stays
     /// silent; its reply, when it comes, is dropped (`ReadSide::give_up`).
+    /// Only the thread holding the read side waits here: one blocked on
+    /// the lock behind a live caller's wait leaves when that wait ends.
     /// Returns once the socket has something (a frame, its end, an error).
     /// The check (a read of `/proc` for the mount) runs only after a slice
     /// without an answer, or at once when the call waited that long for
