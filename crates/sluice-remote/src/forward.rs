@@ -222,6 +222,14 @@ impl Forwarders {
         self.failovers.load(Ordering::Relaxed)
     }
 
+    /// Handles on former homes that `fd` keeps until it is closed (at
+    /// most `RETIRED_MAX`).
+    pub fn retired_handles(&self, fd: Fd) -> RemoteResult<usize> {
+        let h = self.handle(fd)?;
+        let n = lock(&h).retired.len();
+        Ok(n)
+    }
+
     pub fn home_rule(&self) -> Home {
         self.home
     }

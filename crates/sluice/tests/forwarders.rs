@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sluice_client::{Client, ClientErrorKind, ConnectOptions, Fd};
-use sluice_remote::{Forwarders, Home, Remote};
+use sluice_remote::{Forwarders, Home, Remote, RETIRED_MAX};
 use tempfile::TempDir;
 
 mod common;
@@ -206,6 +206,28 @@ fn a_dead_member_is_passed_over_and_a_silent_one_is_left() {
     assert_eq!(e.kind, ClientErrorKind::Timeout, "{e}");
     assert!(e.message.contains("no member of the forwarder set"), "{e}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+/// An open file that moves to another member keeps its handle on the
+/// former home until it is closed, at most `RETIRED_MAX` of them: after N
+/// moves it holds N, after N+1 still N (the oldest closed).
+#[test]
+fn an_open_file_keeps_at_most_retired_max_former_homes() {
+    let n = RETIRED_MAX;
+    let mut set = Set::start(n + 2, &[]);
+    std::fs::write(set.root().join("m.dat"), vec![9u8; 4096]).unwrap();
+    let o = ConnectOptions { leases: false, ..opts("moves", 1) };
+    let r = Remote::Forwarders(Forwarders::connect_homed(&set.addrs, o, Home::File).unwrap());
+    let fd = r.open("m.dat", libc::O_RDONLY, 0).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for moved in 1..=n + 1 {
+        let home = set.index(&set_of(&r).home_addr("m.dat").unwrap());
+        set.kill(home);
+        assert_eq!(r.pread(fd, &mut buf, 0).unwrap(), 4096, "read after move {moved}");
+        assert!(buf.iter().all(|&x| x == 9));
+        assert_eq!(set_of(&r).retired_handles(fd).unwrap(), moved.min(n), "after {moved} moves");
+    }
+    r.close(fd).unwrap();
 }
 
 /// Each writer: `BLOCKS` blocks of 64 KiB into one shared file, block `b`
