@@ -103,6 +103,11 @@ impl Client {
                 sl.release();
                 r
             }
+            // Given up unanswered: the slot is freed once answered.
+            (Some(sl), r @ Err(ClientError { kind: ClientErrorKind::Interrupted, .. })) => {
+                sl.abandon();
+                r
+            }
             (_, r) => r,
         };
         match r {
@@ -161,8 +166,11 @@ impl Client {
             return Ok(n);
         }
         let r = t.session.conn.answer(t.id, t.slot.as_ref(), None);
-        if let (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) = (t.slot.take(), &r) {
-            sl.release();
+        match (t.slot.take(), &r) {
+            (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) => sl.release(),
+            // Given up unanswered: the slot is freed once answered.
+            (Some(sl), Err(ClientError { kind: ClientErrorKind::Interrupted, .. })) => sl.abandon(),
+            _ => {}
         }
         self.written("write", &t.session, r)
     }

@@ -58,6 +58,9 @@ pub(crate) struct Region {
     len: usize,
     slots: u32,
     taken: AtomicU64,
+    /// Taken slots whose caller gave up before the answer (`Slot::abandon`):
+    /// the server's until their post record says answered.
+    abandoned: AtomicU64,
     /// Answers come in post records (the last `POST_AREA_BYTES`).
     posts: bool,
     /// Requests are rung on the doorbell, not sent (needs `posts`).
@@ -94,7 +97,7 @@ impl Region {
         // At most 64 slots (one bit each), so a slot's index names its
         // post record (`POSTS_MAX` of them).
         let slots = (data / SLOT_BYTES).min(64).min(sluice_proto::POSTS_MAX as usize) as u32;
-        Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0), posts, ring: posts && ring })
+        Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0), abandoned: AtomicU64::new(0), posts, ring: posts && ring })
     }
 
     /// Whether requests in this region's slots are rung, not sent.
@@ -134,7 +137,11 @@ impl Region {
         loop {
             let free = !cur & (u64::MAX >> (64 - self.slots));
             if free == 0 {
-                return None;
+                if !self.reclaim() {
+                    return None;
+                }
+                cur = self.taken.load(Ordering::Acquire);
+                continue;
             }
             let bit = free.trailing_zeros();
             match self.taken.compare_exchange_weak(cur, cur | 1 << bit, Ordering::AcqRel, Ordering::Acquire) {
@@ -146,6 +153,43 @@ impl Region {
 
     fn release(&self, index: u32) {
         self.taken.fetch_and(!(1 << index), Ordering::AcqRel);
+    }
+
+    /// Free the abandoned slots whose post record says the server answered
+    /// (in the record, or on the socket): it no longer touches them. Says
+    /// whether one was freed. Only when every slot is taken, so a region
+    /// loses no slot for good to callers that died.
+    fn reclaim(&self) -> bool {
+        use sluice_proto::post::{POST_COUNTED, POST_ON_SOCKET};
+        let mut freed = false;
+        let mut left = self.abandoned.load(Ordering::Acquire);
+        while left != 0 {
+            let index = left.trailing_zeros();
+            left &= left - 1;
+            let answered = self.post_of(index).is_some_and(|p| matches!(p.state.load(Ordering::Acquire), POST_COUNTED | POST_ON_SOCKET));
+            if answered && self.abandoned.fetch_and(!(1 << index), Ordering::AcqRel) & (1 << index) != 0 {
+                self.release(index);
+                freed = true;
+            }
+        }
+        freed
+    }
+
+    /// Slot `index`'s post record, if the region has them.
+    fn post_of(&self, index: u32) -> Option<Post<'_>> {
+        use sluice_proto::post::{record_at, COUNT, ID, STATE};
+        if !self.posts {
+            return None;
+        }
+        let at = record_at(self.len, index);
+        // SAFETY: the record lies inside the mapping (`map` left the post
+        // area past the slots, and `index` < `POSTS_MAX`), is 64-byte
+        // aligned in a page-aligned mapping, lives as long as the region,
+        // and is only accessed atomically (here and by the server).
+        unsafe {
+            let p = self.ptr.add(at);
+            Some(Post { state: AtomicU32::from_ptr(p.add(STATE).cast()), id: AtomicU64::from_ptr(p.add(ID).cast()), count: AtomicU64::from_ptr(p.add(COUNT).cast()) })
+        }
     }
 }
 
@@ -171,20 +215,7 @@ impl Slot {
 
     /// The slot's post record, if the region has them.
     pub fn post(&self) -> Option<Post<'_>> {
-        use sluice_proto::post::{record_at, COUNT, ID, STATE};
-        if !self.region.posts {
-            return None;
-        }
-        let at = record_at(self.region.len, self.index);
-        // SAFETY: the record lies inside the mapping (`map` left the post
-        // area past the slots, and `index` < `POSTS_MAX`), is 64-byte
-        // aligned in a page-aligned mapping, lives as long as the region
-        // this slot holds, and is only accessed atomically (here and by
-        // the server).
-        unsafe {
-            let p = self.region.ptr.add(at);
-            Some(Post { state: AtomicU32::from_ptr(p.add(STATE).cast()), id: AtomicU64::from_ptr(p.add(ID).cast()), count: AtomicU64::from_ptr(p.add(COUNT).cast()) })
-        }
+        self.region.post_of(self.index)
     }
 
     /// Whether this slot's requests are rung, not sent.
@@ -243,6 +274,14 @@ impl Slot {
         self.region.release(self.index);
     }
 
+    /// Its caller gave up before the answer (`crate::abandon`): the server
+    /// may still write into it, so it stays taken until its post record
+    /// says answered (`Region::reclaim`). Without post records it stays
+    /// taken as long as the region.
+    pub fn abandon(self) {
+        self.region.abandoned.fetch_or(1 << self.index, Ordering::AcqRel);
+    }
+
     /// The request was never sent: the slot is free. (The `Slot` value
     /// itself is dropped with its ticket's failed construction.)
     pub fn release_unsent(&self) {
@@ -254,5 +293,50 @@ impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the mapping made in `map`.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::FromRawFd;
+
+    use super::*;
+
+    /// A region of `slots` slots and a post area, on a fresh memfd.
+    fn region(slots: usize) -> Arc<Region> {
+        let len = slots * SLOT_BYTES + sluice_proto::POST_AREA_BYTES as usize;
+        // SAFETY: a new memfd we own, sized before it is mapped.
+        let fd = unsafe {
+            let raw = libc::memfd_create(c"sluice-shm-test".as_ptr(), libc::MFD_CLOEXEC);
+            assert!(raw >= 0);
+            assert_eq!(libc::ftruncate(raw, len as libc::off_t), 0);
+            OwnedFd::from_raw_fd(raw)
+        };
+        Arc::new(Region::map(&fd, len as u64, true, false).unwrap())
+    }
+
+    /// A slot given up before its answer is the server's until the post
+    /// record says answered; then the next `take` finds it free again.
+    #[test]
+    fn an_abandoned_slot_comes_back_once_answered_and_not_before() {
+        use sluice_proto::post::{POST_COUNTED, POST_ON_SOCKET};
+        let r = region(2);
+        let (a, b) = (r.take(4096).unwrap(), r.take(4096).unwrap());
+        assert!(r.take(4096).is_none(), "two slots, both taken");
+        let ia = a.index;
+        a.arm();
+        a.abandon();
+        assert!(r.take(4096).is_none(), "pending: the server may still write into it");
+        r.post_of(ia).unwrap().state.store(POST_COUNTED, Ordering::Release);
+        let c = r.take(4096).expect("answered: free again");
+        assert_eq!(c.index, ia);
+        // An answer that went to the socket frees it too.
+        let ib = b.index;
+        b.arm();
+        b.abandon();
+        r.post_of(ib).unwrap().state.store(POST_ON_SOCKET, Ordering::Release);
+        assert_eq!(r.take(4096).map(|s| s.index), Some(ib));
+        assert_eq!(r.abandoned.load(Ordering::Acquire), 0);
+        c.release();
     }
 }
