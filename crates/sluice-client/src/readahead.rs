@@ -88,6 +88,12 @@ impl Client {
                 slot.release();
                 None
             }
+            // Given up unanswered (the caller is gone): the slot is freed
+            // once answered, and the caller asks no more.
+            Err(e @ ClientError { kind: ClientErrorKind::Interrupted, .. }) => {
+                slot.abandon();
+                Some(Err(e))
+            }
             Err(_) => None,
         }
     }

@@ -166,10 +166,18 @@ impl Region {
         while left != 0 {
             let index = left.trailing_zeros();
             left &= left - 1;
-            let answered = self.post_of(index).is_some_and(|p| matches!(p.state.load(Ordering::Acquire), POST_COUNTED | POST_ON_SOCKET));
-            if answered && self.abandoned.fetch_and(!(1 << index), Ordering::AcqRel) & (1 << index) != 0 {
+            // Claimed first, then looked at: a state read before the claim
+            // could be an earlier request's, the slot since freed, taken
+            // and abandoned again by another thread.
+            let bit = 1u64 << index;
+            if self.abandoned.fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
+                continue;
+            }
+            if self.post_of(index).is_some_and(|p| matches!(p.state.load(Ordering::Acquire), POST_COUNTED | POST_ON_SOCKET)) {
                 self.release(index);
                 freed = true;
+            } else {
+                self.abandoned.fetch_or(bit, Ordering::AcqRel);
             }
         }
         freed
