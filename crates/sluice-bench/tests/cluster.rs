@@ -290,17 +290,37 @@ fn namespace_and_data_survive_a_cluster_restart() {
     assert!(cl.create("d/g", ALL).unwrap().id > id);
 }
 
+/// A directory holds at most its bound: the entry that would be one more
+/// is refused (a create, a mkdir, a rename into it), nothing else is, and
+/// a removal or a move out makes room again; `readdir` lists them all.
 #[test]
-fn readdir_bound_at_n_and_n_plus_one() {
+fn a_directory_holds_at_most_its_bound_at_n_and_n_plus_one() {
     let dir = tempfile::tempdir().unwrap();
     let n = 5;
     let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_dir_entries_max(n);
-    for i in 0..n {
+    for i in 0..n - 1 {
         store.create(&format!("f{i}"), LayoutRequest::default(), true).unwrap();
     }
-    assert_eq!(store.readdir("").unwrap().len(), n);
+    store.mkdir("d").unwrap();
+    assert_eq!(store.readdir("").unwrap().len(), n, "N entries");
+    let full = |e: Error| assert_eq!((e.kind, e.errno), (ErrorKind::Limit, libc::ENOSPC), "{e}");
+    full(store.create("one-more", LayoutRequest::default(), true).unwrap_err());
+    full(store.mkdir("d2").unwrap_err());
+    store.create("d/g", LayoutRequest::default(), true).unwrap();
+    full(store.rename("d/g", "g").unwrap_err());
+    assert!(store.lookup("d/g").is_ok() && store.lookup("g").is_err(), "a refused rename moved nothing");
+    // Within the directory, and replacing a name, the count stays.
+    store.rename("f0", "f0-renamed").unwrap();
+    store.rename("f1", "f0-renamed").unwrap();
+    store.create("f1", LayoutRequest::default(), true).unwrap();
+    full(store.create("one-more", LayoutRequest::default(), true).unwrap_err());
+    // Out of it, or removed: room again.
+    store.rename("f1", "d/f1").unwrap();
     store.create("one-more", LayoutRequest::default(), true).unwrap();
-    assert_eq!(store.readdir("").unwrap_err().kind, ErrorKind::Limit);
+    store.unlink("f2").unwrap();
+    store.mkdir("d2").unwrap();
+    assert_eq!(store.readdir("").unwrap().len(), n);
+    assert_eq!(store.readdir("d").unwrap().len(), 2);
 }
 
 #[test]

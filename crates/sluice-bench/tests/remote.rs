@@ -226,13 +226,14 @@ fn a_damaged_or_emptied_metadata_database_is_refused_with_a_clear_error() {
 }
 
 #[test]
-fn a_directory_past_the_readdir_bound_is_still_not_empty() {
+fn a_full_directory_is_still_not_empty() {
     let dir = tempfile::tempdir().unwrap();
     let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_dir_entries_max(2);
     store.mkdir("d").unwrap();
-    for i in 0..3 {
+    for i in 0..2 {
         store.create(&format!("d/f{i}"), LayoutRequest::default(), true).unwrap();
     }
+    assert_eq!(store.create("d/f2", LayoutRequest::default(), true).unwrap_err().errno, libc::ENOSPC);
     assert_eq!(store.unlink("d").unwrap_err().errno, libc::ENOTEMPTY);
 }
 

@@ -28,8 +28,11 @@ const NEXT_ID_KEY: &str = "last_file_id";
 /// Data servers the cluster had when the store was last opened.
 const SERVERS_KEY: &str = "servers";
 
-/// Most entries `readdir` returns for one directory; past it, an error
-/// (the wire frame and the caller's memory stay bounded).
+/// Most entries one directory holds: a create, mkdir or rename that would
+/// put one more there is refused (ENOSPC), so `readdir` lists every
+/// directory whole and its reply frame stays bounded. (A directory of a
+/// store written before entries were counted may hold more: its `readdir`
+/// fails with EOVERFLOW, and it takes no new entry.)
 pub const META_DIR_ENTRIES_MAX: usize = 4096;
 /// Most entries one `rename` of a directory moves (the directory's whole
 /// subtree, in one transaction); past it, an error and nothing moved.
@@ -94,12 +97,34 @@ fn get(t: &mut dyn Tx, path: &str) -> Result<Option<Entry>> {
     t.get(path)?.map(|v| decode(path, &v)).transpose()
 }
 
-/// Record a change in directory `dir`'s list of names.
-fn touch(t: &mut dyn Tx, dir: &str, now: i64) -> Result<()> {
-    if let Some(mut e) = get(t, dir)? {
-        e.mtime_ns = now;
-        t.put(dir, &encode(&e))?;
+/// Entries directly in directory `path` (a scan of its whole subtree:
+/// only for a directory whose count was never kept).
+fn count_children(t: &mut dyn Tx, path: &str) -> Result<u64> {
+    let prefix = child_prefix(path);
+    let mut n = 0;
+    t.scan(&prefix, &mut |k, _| {
+        let name = &k[prefix.len()..];
+        n += u64::from(!name.is_empty() && !name.contains('/'));
+        Ok(true)
+    })?;
+    Ok(n)
+}
+
+/// Record a change in directory `dir`'s list of names: `added` entries
+/// more (or fewer), already put or deleted in `t`. Past `max` entries the
+/// change is refused (the caller's transaction is then not committed).
+fn touch(t: &mut dyn Tx, dir: &str, now: i64, added: i64, max: usize) -> Result<()> {
+    let Some(mut e) = get(t, dir)? else { return Ok(()) };
+    let children = match e.children {
+        Some(n) => n.saturating_add_signed(added),
+        // Not kept yet: the subtree as `t` has it, the change included.
+        None => count_children(t, dir)?,
+    };
+    if added > 0 && children > max as u64 {
+        return Err(Error::new(ErrorKind::Limit, libc::ENOSPC, format!("{dir:?} holds {max} entries already (META_DIR_ENTRIES_MAX)")));
     }
+    (e.mtime_ns, e.children) = (now, Some(children));
+    t.put(dir, &encode(&e))?;
     Ok(())
 }
 
@@ -127,7 +152,7 @@ fn init(t: &mut dyn Tx, servers: u32) -> Result<()> {
     }
     t.set_config(SERVERS_KEY, u64::from(servers))?;
     if t.get("")?.is_none() {
-        let root = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: Some(LayoutRequest::ROOT_DEFAULT), mtime_ns: now_ns() };
+        let root = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: Some(LayoutRequest::ROOT_DEFAULT), mtime_ns: now_ns(), children: Some(0) };
         t.put("", &encode(&root))?;
     }
     Ok(())
@@ -221,7 +246,7 @@ impl MetaStore {
         Ok(ids.0 - 1)
     }
 
-    /// Lower the `readdir` bound (tests; a smaller reply frame).
+    /// Lower the bound on a directory's entries (tests).
     pub fn with_dir_entries_max(mut self, n: usize) -> MetaStore {
         self.dir_entries_max = n.min(META_DIR_ENTRIES_MAX);
         self
@@ -262,9 +287,9 @@ impl MetaStore {
             let inherited = req.inherit(&parent.default.unwrap_or(LayoutRequest::ROOT_DEFAULT));
             let layout = inherited.resolve(self.servers, id)?;
             let now = now_ns();
-            let entry = Entry { kind: EntryKind::File, id, layout: Some(layout), default: None, mtime_ns: now };
+            let entry = Entry { kind: EntryKind::File, id, layout: Some(layout), default: None, mtime_ns: now, children: None };
             t.put(&path, &encode(&entry))?;
-            touch(t, parent_of(&path), now)?;
+            touch(t, parent_of(&path), now, 1, self.dir_entries_max)?;
             Ok(entry)
         })
     }
@@ -277,9 +302,9 @@ impl MetaStore {
             if t.get(&path)?.is_some() {
                 return Err(Error::new(ErrorKind::Exists, libc::EEXIST, format!("{path:?} exists")));
             }
-            let entry = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: parent.default, mtime_ns: now_ns() };
+            let entry = Entry { kind: EntryKind::Dir, id: 0, layout: None, default: parent.default, mtime_ns: now_ns(), children: Some(0) };
             t.put(&path, &encode(&entry))?;
-            touch(t, parent_of(&path), entry.mtime_ns)?;
+            touch(t, parent_of(&path), entry.mtime_ns, 1, self.dir_entries_max)?;
             Ok(entry)
         })
     }
@@ -324,7 +349,7 @@ impl MetaStore {
                 return Err(Error::new(ErrorKind::Exists, libc::ENOTEMPTY, format!("{path:?} is not empty")));
             }
             t.delete(&path)?;
-            touch(t, parent_of(&path), now_ns())?;
+            touch(t, parent_of(&path), now_ns(), -1, self.dir_entries_max)?;
             Ok(removed)
         })
     }
@@ -349,7 +374,9 @@ impl MetaStore {
             if from == to {
                 return Ok(None);
             }
-            let replaced = match (src.kind, get(t, &to)?) {
+            let existing = get(t, &to)?;
+            let to_existed = existing.is_some();
+            let replaced = match (src.kind, existing) {
                 (_, None) => None,
                 (EntryKind::File, Some(e)) if e.kind == EntryKind::File => Some(e),
                 (EntryKind::Dir, Some(e)) if e.kind == EntryKind::Dir => {
@@ -371,9 +398,17 @@ impl MetaStore {
             for (_, new, value) in &moves {
                 t.put(new, value)?;
             }
+            // `to` was there already (a file replaced, an empty directory
+            // taken over): its directory keeps its count.
+            let took_a_name = i64::from(!to_existed);
             let now = now_ns();
-            touch(t, parent_of(&from), now)?;
-            touch(t, parent_of(&to), now)?;
+            if parent_of(&from) == parent_of(&to) {
+                // One change of one directory (counted once if never kept).
+                touch(t, parent_of(&to), now, took_a_name - 1, self.dir_entries_max)?;
+            } else {
+                touch(t, parent_of(&from), now, -1, self.dir_entries_max)?;
+                touch(t, parent_of(&to), now, took_a_name, self.dir_entries_max)?;
+            }
             Ok(replaced)
         })
     }
@@ -436,4 +471,43 @@ fn check_servers(servers: u32) -> Result<()> {
         return Err(Error::invalid(format!("{servers} data servers: expected 1..={SERVERS_MAX}")));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of a store written before its entries were counted
+    /// (`children` absent) is counted at its next change, that change
+    /// included, and bounded from then on.
+    #[test]
+    fn a_directory_never_counted_is_counted_at_its_next_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("m.redb"), 1).unwrap().with_dir_entries_max(3);
+        store.mkdir("d").unwrap();
+        for name in ["d/a", "d/b"] {
+            store.create(name, LayoutRequest::default(), true).unwrap();
+        }
+        store.mkdir("d/sub").unwrap();
+        store.create("d/sub/x", LayoutRequest::default(), true).unwrap();
+        // Forget the count, as an older store never wrote it.
+        store
+            .write(&mut |t| {
+                let mut e = get(t, "d")?.expect("d exists");
+                e.children = None;
+                t.put("d", &encode(&e))
+            })
+            .unwrap();
+        assert_eq!(store.lookup("d").unwrap().children, None);
+        // a, b, sub and the new one: over the bound, refused, still not
+        // counted.
+        assert_eq!(store.create("d/c", LayoutRequest::default(), true).unwrap_err().errno, libc::ENOSPC);
+        assert_eq!(store.lookup("d").unwrap().children, None);
+        // A change that goes through counts it (b and sub; not sub/x).
+        store.unlink("d/a").unwrap();
+        assert_eq!(store.lookup("d").unwrap().children, Some(2));
+        store.create("d/c", LayoutRequest::default(), true).unwrap();
+        assert_eq!(store.create("d/e", LayoutRequest::default(), true).unwrap_err().errno, libc::ENOSPC);
+        assert_eq!(store.lookup("d").unwrap().children, Some(3));
+    }
 }

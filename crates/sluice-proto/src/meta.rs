@@ -34,6 +34,12 @@ pub struct Entry {
     /// ns since the epoch; 0 in stores written before it was recorded.
     #[serde(default)]
     pub mtime_ns: i64,
+    /// A directory's entries (its direct children), kept by the metadata
+    /// store so that a directory never holds more than its bound; `None`
+    /// for files, and for directories of stores written before it was
+    /// kept (counted at their next change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children: Option<u64>,
 }
 
 /// Largest frame body, in bytes: a full `readdir` reply
