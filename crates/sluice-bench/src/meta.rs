@@ -102,17 +102,31 @@ fn timed(store: &Arc<MetaStore>, cfg: &MetaConfig, phase: fn(&MetaStore, u32, u3
     Ok(f64::from(cfg.ops * cfg.threads) / t0.elapsed().as_secs_f64().max(1e-9))
 }
 
+/// Files of one benchmark directory: a directory holds at most
+/// `META_DIR_ENTRIES_MAX` entries, so a thread's files are spread over
+/// subdirectories of this many.
+const FILES_PER_DIR: u32 = sluice_meta::META_DIR_ENTRIES_MAX as u32;
+
+/// Thread `t`'s file `i`, named with `prefix` (`f` or `g`).
+fn file(t: u32, i: u32, prefix: &str) -> String {
+    format!("t{t}/d{}/{prefix}{i}", i / FILES_PER_DIR)
+}
+
 fn row(name: &str, store: MetaStore, cfg: &MetaConfig) -> Result<MetaRow, WorkloadError> {
     let s = Arc::new(store);
+    let failed = |e: sluice_remote::Error| WorkloadError::usage(format!("metadata store: {e}"));
     for t in 0..cfg.threads {
-        s.mkdir(&format!("t{t}")).map_err(|e| WorkloadError::usage(format!("metadata store: {e}")))?;
+        s.mkdir(&format!("t{t}")).map_err(failed)?;
+        for d in 0..cfg.ops.div_ceil(FILES_PER_DIR) {
+            s.mkdir(&format!("t{t}/d{d}")).map_err(failed)?;
+        }
     }
     Ok(MetaRow {
         store: name.into(),
-        create_per_s: timed(&s, cfg, |s, t, i| s.create(&format!("t{t}/f{i}"), LayoutRequest { stripe_bytes: 0, count: 0, start: -1 }, true).map(drop))?,
-        lookup_per_s: timed(&s, cfg, |s, t, i| s.lookup(&format!("t{t}/f{i}")).map(drop))?,
-        rename_per_s: timed(&s, cfg, |s, t, i| s.rename(&format!("t{t}/f{i}"), &format!("t{t}/g{i}")).map(drop))?,
-        unlink_per_s: timed(&s, cfg, |s, t, i| s.unlink(&format!("t{t}/g{i}")).map(drop))?,
+        create_per_s: timed(&s, cfg, |s, t, i| s.create(&file(t, i, "f"), LayoutRequest { stripe_bytes: 0, count: 0, start: -1 }, true).map(drop))?,
+        lookup_per_s: timed(&s, cfg, |s, t, i| s.lookup(&file(t, i, "f")).map(drop))?,
+        rename_per_s: timed(&s, cfg, |s, t, i| s.rename(&file(t, i, "f"), &file(t, i, "g")).map(drop))?,
+        unlink_per_s: timed(&s, cfg, |s, t, i| s.unlink(&file(t, i, "g")).map(drop))?,
     })
 }
 

@@ -120,7 +120,7 @@ fn meta_error(errno: i32, message: String) -> Error {
         libc::ENOTDIR => ErrorKind::NotDir,
         libc::EISDIR => ErrorKind::IsDir,
         libc::EINVAL => ErrorKind::Invalid,
-        libc::EMFILE | libc::ENAMETOOLONG | libc::EOVERFLOW => ErrorKind::Limit,
+        libc::EMFILE | libc::ENAMETOOLONG | libc::EOVERFLOW | libc::ENOSPC => ErrorKind::Limit,
         _ => ErrorKind::Meta,
     };
     Error::new(kind, errno, message)

@@ -234,6 +234,9 @@ fn two_roles_on_one_store_see_each_others_changes_at_once() {
     // the other store; past the transaction's bound, nothing moves.
     stores[0].rename("d", "e").unwrap();
     assert_eq!(stores[1].readdir("e").unwrap().len(), 40);
+    // The directory's count survived both stores' racing creates and
+    // moved with it.
+    assert_eq!(stores[1].lookup("e").unwrap().children, Some(40));
     assert_eq!(stores[1].lookup("d").unwrap_err().errno, libc::ENOENT);
     let wide = (0..70).map(|i| format!("w/{i}"));
     stores[0].mkdir("w").unwrap();
