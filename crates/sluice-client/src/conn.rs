@@ -95,12 +95,12 @@ impl Conn {
     /// readability first: `Rx::recv` says why), bounded by the patience
     /// (the socket's receive timeout, or the `poll`'s). `Err` for a
     /// soft connection past its patience (which abandons the connection).
-    fn await_frame(&self, g: &mut ReadSide, id: u64, asked: Instant) -> Result<()> {
+    fn await_frame(&self, g: &mut ReadSide, id: u64, queued: Duration) -> Result<()> {
         if !g.input.buffer().is_empty() {
             return Ok(());
         }
         if !self.patience.soft && crate::abandon::armed() {
-            self.await_readable(g, id, asked)?;
+            self.await_readable(g, id, queued)?;
         }
         loop {
             match g.input.fill_buf() {
@@ -124,15 +124,15 @@ impl Conn {
     /// the lock behind a live caller's wait leaves when that wait ends.
     /// Returns once the socket has something (a frame, its end, an error).
     /// The check (a read of `/proc` for the mount) runs only after a slice
-    /// without an answer, or at once when the call waited that long for
-    /// the read side (`asked`): the callers of a killed job that waited
-    /// in turn leave one after another without a slice each. The cost on
-    /// a quick answer is this `poll(2)` before the receive.
-    fn await_readable(&self, g: &mut ReadSide, id: u64, asked: Instant) -> Result<()> {
+    /// without an answer, or at once when the call waited half a slice or
+    /// more for the read side (`queued`): the callers of a killed job that
+    /// waited in turn leave one after another without a slice each. The
+    /// cost on a quick answer is this `poll(2)` before the receive.
+    fn await_readable(&self, g: &mut ReadSide, id: u64, queued: Duration) -> Result<()> {
         let fd = g.input.get_ref().stream.as_raw_fd();
         let slice = crate::abandon::CHECK_EVERY;
         let mut since = Instant::now();
-        let mut check_now = asked.elapsed() >= slice;
+        let mut check_now = queued >= slice / 2;
         loop {
             if check_now {
                 if let Err(e) = crate::abandon::check("waiting for an answer") {
@@ -269,6 +269,7 @@ impl Conn {
     pub(crate) fn wait(&self, id: u64, mut into: Option<&mut [u8]>) -> Result<Reply> {
         let asked = Instant::now();
         let mut g = lock(&self.read);
+        let queued = asked.elapsed();
         loop {
             if let Some(r) = g.stash.remove(&id) {
                 return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m));
@@ -276,7 +277,7 @@ impl Conn {
             if let Some(why) = &g.broken {
                 return Err(self.lost(why));
             }
-            self.await_frame(&mut g, id, asked)?;
+            self.await_frame(&mut g, id, queued)?;
             match read_one(&mut g.input, id, into.as_deref_mut()) {
                 Ok((rid, r)) if rid == id => return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m)),
                 Ok((rid, r)) => g.file(rid, r, self.id_next.load(Ordering::Relaxed)),
@@ -420,7 +421,7 @@ mod tests {
 
     /// A connection to a socket the test answers by hand: the client side,
     /// and the server's end.
-    fn by_hand() -> (Conn, UnixStream, std::path::PathBuf) {
+    pub(in crate::conn) fn by_hand() -> (Conn, UnixStream, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("sluice-conn-{}-{:?}", std::process::id(), std::thread::current().id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("s.sock");

@@ -95,3 +95,49 @@ mod tests {
         assert!(g.broken.as_deref().is_some_and(|w| w.contains("given up")), "N+1 breaks it: {:?}", g.broken);
     }
 }
+
+#[cfg(test)]
+mod queued {
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use sluice_proto::Request;
+
+    use crate::abandon::Abandon;
+    use crate::error::ClientErrorKind;
+
+    /// Two callers of a killed job on one connection to a silent server:
+    /// the one reading the socket leaves after a slice; the one queued
+    /// behind it for the read side then leaves at once (it waited that
+    /// long already), not after a slice of its own.
+    #[test]
+    fn callers_queued_for_the_read_side_leave_one_after_another() {
+        let (c, _server, dir) = super::super::tests::by_hand();
+        let c = Arc::new(c);
+        let (tx, rx) = mpsc::channel();
+        // Both start waiting together: the second waits a slice for the
+        // read side.
+        let start = Arc::new(std::sync::Barrier::new(2));
+        for name in ["a", "b"] {
+            let (c, tx, start) = (Arc::clone(&c), tx.clone(), Arc::clone(&start));
+            std::thread::spawn(move || {
+                let id = c.send(&Request::Stat { path: name }).unwrap();
+                let _gone = Abandon::when(|_| true, 0);
+                start.wait();
+                let r = c.wait(id, None).map(|_| ()).map_err(|e| e.kind);
+                let _ = tx.send((r, Instant::now()));
+            });
+        }
+        let mut left = Vec::new();
+        for _ in 0..2 {
+            let (r, at) = rx.recv_timeout(Duration::from_secs(3)).expect("each caller gave up");
+            assert_eq!(r, Err(ClientErrorKind::Interrupted));
+            left.push(at);
+        }
+        // A slice apart would mean the second polled a slice of its own.
+        let gap = left[1].duration_since(left[0]);
+        assert!(gap < crate::abandon::CHECK_EVERY / 2, "the second left {gap:?} after the first");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
