@@ -698,22 +698,25 @@ impl Remote {
     }
 }
 
-/// `Remote::read_pipelined` on one server. Every read sent is waited for,
-/// even after an error (each holds its reply, and its slot of the shared
-/// region, until then): the first error wins.
-fn read_pipelined_on(c: &Client, fd: Fd, buf: &mut [u8], offset: u64, chunk: usize) -> RemoteResult<usize> {
-    let chunk = chunk.max(1);
-    let mut first = Ok(());
-    let mut tickets = Vec::new();
-    for (i, ch) in buf.chunks(chunk).enumerate() {
-        match c.submit_read(fd, ch.len(), offset + (i * chunk) as u64) {
-            Ok(t) => tickets.push(t),
-            Err(e) => {
-                first = Err(e);
-                break;
-            }
+/// Submit one request per piece, in order, until one fails: the tickets
+/// sent (each to be waited for: it holds its reply, and its slot of the
+/// shared region, until then) and the failure, if any.
+fn submit_each<P, T>(pieces: impl Iterator<Item = P>, mut submit: impl FnMut(usize, P) -> RemoteResult<T>) -> (Vec<T>, RemoteResult<()>) {
+    let mut sent = Vec::new();
+    for (i, p) in pieces.enumerate() {
+        match submit(i, p) {
+            Ok(t) => sent.push(t),
+            Err(e) => return (sent, Err(e)),
         }
     }
+    (sent, Ok(()))
+}
+
+/// `Remote::read_pipelined` on one server. Every read sent is waited for,
+/// even after an error: the first error wins.
+fn read_pipelined_on(c: &Client, fd: Fd, buf: &mut [u8], offset: u64, chunk: usize) -> RemoteResult<usize> {
+    let chunk = chunk.max(1);
+    let (tickets, mut first) = submit_each(buf.chunks(chunk), |i, ch| c.submit_read(fd, ch.len(), offset + (i * chunk) as u64));
     let (mut total, mut short) = (0, false);
     for (t, ch) in tickets.into_iter().zip(buf.chunks_mut(chunk)) {
         match c.wait_read(t, ch) {
@@ -733,17 +736,7 @@ fn read_pipelined_on(c: &Client, fd: Fd, buf: &mut [u8], offset: u64, chunk: usi
 /// for, even after an error: the first error wins.
 fn write_pipelined_on(c: &Client, fd: Fd, data: &[u8], offset: u64, chunk: usize) -> RemoteResult<()> {
     let chunk = chunk.max(1);
-    let mut first = Ok(());
-    let mut tickets = Vec::new();
-    for (i, ch) in data.chunks(chunk).enumerate() {
-        match c.submit_write(fd, ch, offset + (i * chunk) as u64) {
-            Ok(t) => tickets.push(t),
-            Err(e) => {
-                first = Err(e);
-                break;
-            }
-        }
-    }
+    let (tickets, mut first) = submit_each(data.chunks(chunk), |i, ch| c.submit_write(fd, ch, offset + (i * chunk) as u64));
     for t in tickets {
         if let (Err(e), Ok(())) = (c.wait_write(t), &first) {
             first = Err(e);
