@@ -183,9 +183,9 @@ fn device_name(sc: &Scenario) -> String {
 }
 
 /// Events the speed benchmark may take per request before its run fails
-/// at `events_max`: it takes about 8.1 (10,000 processes, 200 requests
-/// each: 16.2 M events; 10.5 before a message crossed its sender's NIC
-/// without an event).
+/// at `events_max`: it takes about 6.1 (10,000 processes, 200 requests
+/// each: 12.1 M events; 8.1 before a message crossed the receiver's NIC
+/// with the switch, 10.5 before it crossed its sender's when sent).
 pub const BENCH_EVENTS_PER_REQUEST_MAX: u64 = 32;
 
 /// The speed benchmark's scenario: `procs` synchronous processes on

@@ -7,8 +7,11 @@
 //! with a bandwidth and a latency. A message crosses a hop as packets of
 //! `packet_bytes`: the hop is busy for the whole message, and the next hop
 //! may start once the first packet arrived (store-and-forward per packet),
-//! but cannot finish before the last packet arrived. One event per hop
-//! after the first, which the sender crosses when it sends (`World::send`).
+//! but cannot finish before the last packet arrived. One event a message:
+//! its head reaching the switch (`World::hop`). The sender crosses its NIC
+//! when it sends (`World::send`), and the switch hands each message on to
+//! the receiver's NIC in the order it took them, so that NIC is crossed
+//! with the switch.
 
 use sluice_device::transfer_ns;
 
@@ -17,6 +20,8 @@ use crate::scenario::Network;
 
 /// Hops of a message between two nodes.
 pub const HOPS: u8 = 3;
+/// The switch's hop; the receiver's NIC is the next.
+pub const SWITCH: u8 = 1;
 
 /// One FIFO link.
 #[derive(Clone, Copy, Debug, Default)]
@@ -114,5 +119,65 @@ mod tests {
         assert_eq!(second.tail_at, first.tail_at + 1_000_000);
         // Another sender's NIC is independent.
         assert_eq!(n.cross(0, 0, 0, 3, 1, 100_000), first);
+    }
+
+    /// `World::hop` crosses the receiver's NIC when the head reaches the
+    /// switch. That equals crossing it when the head reaches the NIC, in
+    /// the order heads reach it (ties in the order they were pushed),
+    /// because the switch lets heads out in the order it takes them in.
+    #[test]
+    fn crossing_the_receivers_nic_with_the_switch_changes_nothing() {
+        // Fast and slow switches, packets smaller and larger than the
+        // messages, latencies with and without.
+        let cfgs = [(1_000_000_000_000, 0, 1_500), (1_000_000_000, 0, 1_000), (125_000_000, 5_000, 9_000), (10_000_000_000, 300, 64)];
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for (switch_bw, switch_lat, packet) in cfgs {
+            let cfg = Network {
+                nic_bytes_per_s: 125_000_000,
+                nic_latency_ns: 50_000,
+                switch_bytes_per_s: switch_bw,
+                switch_latency_ns: switch_lat,
+                packet_bytes: packet,
+                header_bytes: 0,
+            };
+            for _ in 0..50 {
+                // Messages reaching the switch in time order (heads
+                // at equal times too), tails up to 1 ms behind.
+                let mut t = 0;
+                let msgs: Vec<(Time, Time, usize, u64)> = (0..200)
+                    .map(|_| {
+                        t += rand(3) * rand(20_000);
+                        let bytes = [0, 1, 128, 1_500, 4_096, 65_536 + 128][rand(6) as usize];
+                        (t, t + rand(1_000_000), rand(3) as usize, bytes)
+                    })
+                    .collect();
+                let (mut eager, mut late) = (Net::new(&cfg, 4), Net::new(&cfg, 4));
+                let mut at_once = Vec::new();
+                let mut heads = Vec::new();
+                for (i, &(head, tail, dst, bytes)) in msgs.iter().enumerate() {
+                    let sw = eager.cross(head, tail, SWITCH, 3, dst, bytes);
+                    at_once.push(eager.cross(sw.head_at, sw.tail_at, SWITCH + 1, 3, dst, bytes));
+                    let sw = late.cross(head, tail, SWITCH, 3, dst, bytes);
+                    heads.push((sw.head_at, i, sw.tail_at));
+                }
+                heads.sort();
+                let mut by_event = vec![None; msgs.len()];
+                for (head, i, tail) in heads {
+                    let (_, _, dst, bytes) = msgs[i];
+                    by_event[i] = Some(late.cross(head, tail, SWITCH + 1, 3, dst, bytes));
+                }
+                let by_event: Vec<Crossing> = by_event.into_iter().map(Option::unwrap).collect();
+                assert_eq!(at_once, by_event);
+                for d in 0..3 {
+                    assert_eq!(eager.rx[d].busy_ns, late.rx[d].busy_ns);
+                }
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crate::engine::Time;
 use crate::error::{Error, ErrorKind};
-use crate::net::HOPS;
+use crate::net::{HOPS, SWITCH};
 use crate::report::{AppReport, RunReport};
 use crate::scenario::{Mode, Scenario};
 use crate::state::{Ev, MsgKind, World};
@@ -82,7 +82,8 @@ impl World {
                         prefetch_some(self.server_at(msg.dst));
                     }
                 } else {
-                    self.net.prefetch(msg.hop, msg.src as usize, msg.dst as usize);
+                    // A hop event crosses the switch and the receiver's NIC.
+                    self.net.prefetch(SWITCH + 1, msg.src as usize, msg.dst as usize);
                 }
             }
         }
@@ -167,17 +168,27 @@ impl World {
         Ok(())
     }
 
+    /// A message's head reached the switch: it crosses the switch, then
+    /// the receiver's NIC, and is delivered when its tail is through.
+    ///
+    /// The receiver's NIC is crossed now, not at an event of its own when
+    /// the head reaches it: every message reaches a receiving NIC through
+    /// the switch, and the switch lets heads out in the order it takes
+    /// them in (a message starts on it after the one before ended, so its
+    /// head leaves no earlier than that one's), so each receiving NIC sees
+    /// its messages in this order either way, with the same times. Only
+    /// the `Deliver` is pushed earlier, which orders it differently among
+    /// events of the same nanosecond pushed in between; both orders are
+    /// deterministic.
     fn hop(&mut self, m: u32, now: Time) -> Result<(), Error> {
         let msg = *self.msgs.get(m);
-        let c = self.net.cross(now, msg.tail_at, msg.hop, msg.src as usize, msg.dst as usize, msg.bytes);
+        let (src, dst) = (msg.src as usize, msg.dst as usize);
+        let sw = self.net.cross(now, msg.tail_at, SWITCH, src, dst, msg.bytes);
+        let c = self.net.cross(sw.head_at, sw.tail_at, SWITCH + 1, src, dst, msg.bytes);
         let rec = self.msgs.get_mut(m);
-        rec.hop += 1;
+        rec.hop = HOPS;
         rec.tail_at = c.tail_at;
-        if rec.hop == HOPS {
-            self.q.push(c.tail_at, Ev::Deliver(m))
-        } else {
-            self.q.push(c.head_at, Ev::Hop(m))
-        }
+        self.q.push(c.tail_at, Ev::Deliver(m))
     }
 
     fn deliver(&mut self, m: u32, now: Time) -> Result<(), Error> {
