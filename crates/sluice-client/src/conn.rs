@@ -32,7 +32,7 @@ mod read_side;
 mod recv;
 
 pub(crate) use patience::Patience;
-use read_side::ReadSide;
+use read_side::{LeftOutside, ReadSide};
 pub(crate) use recv::Reply;
 use recv::{read_one, Rx, POST_CHECK};
 
@@ -45,7 +45,9 @@ const SMALL_WRITE_BYTES: usize = 64 << 10;
 pub(crate) struct Conn {
     addr: String,
     output: Mutex<Stream>,
-    read: Mutex<ReadSide>,
+    read: parking_lot::Mutex<ReadSide>,
+    /// What callers that left without the read side left for it.
+    outside: LeftOutside,
     id_next: AtomicU64,
     patience: std::sync::Arc<Patience>,
     /// The socket, on a Unix connection: looked at (never read) by a
@@ -83,7 +85,8 @@ impl Conn {
         Ok(Conn {
             addr: addr.to_string(),
             output: Mutex::new(s),
-            read: Mutex::new(ReadSide::new(BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }))),
+            read: parking_lot::Mutex::new(ReadSide::new(BufReader::with_capacity(READ_BUFFER_BYTES, Rx { stream: r, lent: VecDeque::new(), timeout_ms, poll_first: false }))),
+            outside: LeftOutside::default(),
             id_next: AtomicU64::new(1),
             patience,
             unix_fd,
@@ -99,12 +102,14 @@ impl Conn {
         if !g.input.buffer().is_empty() {
             return Ok(());
         }
-        if !self.patience.soft && crate::abandon::armed() {
+        if self.may_leave() {
             self.await_readable(g, id, queued)?;
         }
         loop {
             match g.input.fill_buf() {
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => self.out_of_patience(g)?,
+                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => self.out_of_patience(|why| {
+                    g.broken.get_or_insert(why);
+                })?,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // Bytes, end of stream or an error: `read_one` tells which.
                 _ => {
@@ -120,8 +125,8 @@ impl Conn {
     /// `CHECK_EVERY`, the caller's check run between them, so a caller
     /// gone gives the call up (EINTR) however long the server stays
     /// silent; its reply, when it comes, is dropped (`ReadSide::give_up`).
-    /// Only the thread holding the read side waits here: one blocked on
-    /// the lock behind a live caller's wait leaves when that wait ends.
+    /// Only the thread holding the read side waits here; a caller that may
+    /// go away waits for the read side in slices too (`read_side::acquire`).
     /// Returns once the socket has something (a frame, its end, an error).
     /// The check (a read of `/proc` for the mount) runs only after a slice
     /// without an answer, or at once when the call waited half a slice or
@@ -165,10 +170,12 @@ impl Conn {
     /// The patience ran out waiting for a reply (the socket's receive
     /// timeout): a soft connection fails with ETIMEDOUT and is abandoned;
     /// a hard one says so (once per outage) and waits on.
-    fn out_of_patience(&self, g: &mut ReadSide) -> Result<()> {
+    /// `broken` breaks the connection (the read side's, or what is left
+    /// for it).
+    fn out_of_patience(&self, broken: impl FnOnce(String)) -> Result<()> {
         if self.patience.soft {
             let why = format!("sluice server at {} did not answer within {:?} (soft)", self.addr, self.patience.timeout);
-            g.broken.get_or_insert_with(|| why.clone());
+            broken(why.clone());
             return Err(ClientError::new(ClientErrorKind::Timeout, libc::ETIMEDOUT, why));
         }
         self.patience.warn(&self.addr);
@@ -188,6 +195,12 @@ impl Conn {
     /// Whether the connection is TCP (the server then wants the key).
     pub(crate) fn is_tcp(&self) -> bool {
         self.addr.starts_with("tcp:")
+    }
+
+    /// Whether this call's caller may go away while it waits on this
+    /// connection (a hard one: a soft one gives up on its own).
+    fn may_leave(&self) -> bool {
+        !self.patience.soft && crate::abandon::armed()
     }
 
     fn lost(&self, why: &str) -> ClientError {
@@ -213,7 +226,13 @@ impl Conn {
         };
         drop(out);
         if let Err(e) = r {
-            let mut g = lock(&self.read);
+            let mut g = match read_side::acquire(&self.read, &self.outside, id, self.may_leave()) {
+                Ok(g) => g,
+                Err(gone) => {
+                    self.outside.break_with(e.to_string());
+                    return Err(gone);
+                }
+            };
             if g.broken.is_none() && g.closing.is_none() && matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
                 // The server closed first, perhaps saying why (server
                 // full): what it sent is still to be read.
@@ -252,7 +271,7 @@ impl Conn {
             sluice_proto::encode_header(Opcode::Nudge, 0, 0, &mut nudge);
             if let Err(e) = lock(&self.output).write_all(&nudge) {
                 let why = e.to_string();
-                lock(&self.read).broken.get_or_insert(why.clone());
+                self.outside.break_with(why.clone());
                 return Err(self.lost(&why));
             }
         }
@@ -261,15 +280,16 @@ impl Conn {
 
     /// Replies kept for callers that have not come for them yet.
     pub(crate) fn replies_stashed(&self) -> usize {
-        lock(&self.read).stash.len()
+        self.read.lock().stash.len()
     }
 
     /// Wait for the reply to `id`. A `Data` reply that fits `into` is read
     /// straight into it (`Reply::DataInto`).
     pub(crate) fn wait(&self, id: u64, mut into: Option<&mut [u8]>) -> Result<Reply> {
         let asked = Instant::now();
-        let mut g = lock(&self.read);
+        let mut g = read_side::acquire(&self.read, &self.outside, id, self.may_leave())?;
         let queued = asked.elapsed();
+        self.outside.settle(&mut g);
         loop {
             if let Some(r) = g.stash.remove(&id) {
                 return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m));
@@ -335,13 +355,12 @@ impl Conn {
                     crate::abandon::check("waiting for an answer")?;
                     if let Some(why) = self.gone() {
                         // Not waiting for a thread that reads the socket.
-                        if let Ok(mut g) = self.read.try_lock() {
-                            g.broken.get_or_insert_with(|| why.clone());
-                        }
+                        self.outside.break_with(why.clone());
                         return Err(self.lost(&why));
                     }
                     if since.elapsed() >= self.patience.timeout {
-                        self.out_of_patience(&mut lock(&self.read))?;
+                        // Not waiting for the read side's holder either.
+                        self.out_of_patience(|why| self.outside.break_with(why))?;
                         since = Instant::now();
                     }
                 }
@@ -352,7 +371,7 @@ impl Conn {
     /// Why the connection is gone, if it is: another thread found it
     /// broken, or the server closed or reset it.
     fn gone(&self) -> Option<String> {
-        if let Ok(g) = self.read.try_lock() {
+        if let Some(g) = self.read.try_lock() {
             if let Some(why) = &g.broken {
                 return Some(why.clone());
             }
@@ -371,7 +390,7 @@ impl Conn {
     pub(crate) fn attach_shm(&self, bytes: u64, posts: bool, ring: bool) -> Result<Option<crate::shm::Region>> {
         match self.call(&Request::ShmAttach { bytes }) {
             Ok(Reply::Count(granted)) => {
-                match lock(&self.read).input.get_mut().lent.pop_front() {
+                match self.read.lock().input.get_mut().lent.pop_front() {
                     Some(Some(fd)) => Ok(crate::shm::Region::map(&fd, granted, posts, ring).ok()),
                     // No descriptor free to take it: no region.
                     Some(None) => Ok(None),
@@ -391,206 +410,4 @@ impl Conn {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::recv::LENT_PENDING_MAX;
-    use super::*;
-    use std::os::unix::net::UnixStream;
-    use std::sync::atomic::AtomicBool;
-
-    /// Send one byte with `fd` attached, as the server sends a lease.
-    fn send_fd(s: &UnixStream, fd: RawFd) {
-        let mut cmsg = [0u64; 4];
-        let byte = [0u8; 1];
-        let mut iov = libc::iovec { iov_base: byte.as_ptr() as *mut _, iov_len: 1 };
-        // SAFETY: an all-zero msghdr is valid; buffers live for the call;
-        // the control message is built within `cmsg`.
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cmsg.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
-            assert_eq!(libc::sendmsg(s.as_raw_fd(), &msg, 0), 1);
-        }
-    }
-
-    /// A connection to a socket the test answers by hand: the client side,
-    /// and the server's end.
-    pub(in crate::conn) fn by_hand() -> (Conn, UnixStream, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("sluice-conn-{}-{:?}", std::process::id(), std::thread::current().id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("s.sock");
-        let _ = std::fs::remove_file(&path);
-        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
-        let patience = std::sync::Arc::new(Patience { timeout: Duration::from_secs(10), soft: false, warned: AtomicBool::new(false) });
-        let c = Conn::open(&format!("unix:{}", path.display()), patience).unwrap();
-        let (server, _) = l.accept().unwrap();
-        (c, server, dir)
-    }
-
-    fn answer(server: &mut UnixStream, id: u64, resp: &sluice_proto::Response<'_>) {
-        use std::io::Write;
-        let mut out = Vec::new();
-        sluice_proto::encode_response(id, resp, &mut out);
-        server.write_all(&out).unwrap();
-    }
-
-    /// Request id 0 is never sent: an error under it is the server's
-    /// reason for closing. Replies to requests in flight that follow it
-    /// still reach their callers; the others are told the reason.
-    #[test]
-    fn the_servers_reason_for_closing_reaches_the_caller() {
-        let (c, mut server, dir) = by_hand();
-        let answered = c.send(&Request::Stat { path: "a" }).unwrap();
-        let id = c.send(&Request::Stat { path: "" }).unwrap();
-        answer(&mut server, 0, &sluice_proto::Response::Error { errno: libc::EBUSY, message: "server full (clients_max = 2)" });
-        answer(&mut server, answered, &sluice_proto::Response::Count(7));
-        drop(server);
-        assert!(matches!(c.wait(answered, None).unwrap(), Reply::Count(7)), "a reply after the reason is delivered");
-        let e = c.wait(id, None).unwrap_err();
-        assert_eq!(e.kind, ClientErrorKind::Disconnected);
-        assert!(e.message.contains("server full (clients_max = 2)"), "{e}");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// A caller gone while a hard connection waits for a silent server:
-    /// the call fails with EINTR within a slice, the reply that comes
-    /// later is dropped, and the connection goes on.
-    #[test]
-    fn a_caller_gone_gives_its_wait_up_and_its_late_reply_is_dropped() {
-        let (c, mut server, dir) = by_hand();
-        let c = std::sync::Arc::new(c);
-        let given_up = c.send(&Request::Stat { path: "a" }).unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = std::sync::Arc::clone(&c);
-        std::thread::spawn(move || {
-            let _gone = crate::abandon::Abandon::when(|_| true, 0);
-            let _ = tx.send(waiter.wait(given_up, None).map(|_| ()));
-        });
-        // Polled with a bound: a wait that never gives up fails the test.
-        let e = rx.recv_timeout(Duration::from_secs(2)).expect("the wait gave up within a slice").unwrap_err();
-        assert_eq!((e.kind, e.errno), (ClientErrorKind::Interrupted, libc::EINTR), "{e}");
-        let next = c.send(&Request::Stat { path: "b" }).unwrap();
-        answer(&mut server, given_up, &sluice_proto::Response::Count(1));
-        answer(&mut server, next, &sluice_proto::Response::Count(2));
-        assert!(matches!(c.wait(next, None).unwrap(), Reply::Count(2)));
-        assert!(lock(&c.read).stash.is_empty(), "the late reply was kept");
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    /// A reply to a request never sent would sit in the stash for good:
-    /// it breaks the connection instead; replies to requests sent wait
-    /// there for their caller.
-    #[test]
-    fn a_reply_to_a_request_never_sent_breaks_the_connection() {
-        let (c, mut server, dir) = by_hand();
-        let first = c.send(&Request::Stat { path: "a" }).unwrap();
-        let second = c.send(&Request::Stat { path: "b" }).unwrap();
-        answer(&mut server, second, &sluice_proto::Response::Count(2));
-        answer(&mut server, first, &sluice_proto::Response::Count(1));
-        assert!(matches!(c.wait(first, None).unwrap(), Reply::Count(1)), "the later reply was stashed on the way");
-        assert!(matches!(c.wait(second, None).unwrap(), Reply::Count(2)));
-        let third = c.send(&Request::Stat { path: "c" }).unwrap();
-        answer(&mut server, third + 5, &sluice_proto::Response::Count(9));
-        let e = c.wait(third, None).unwrap_err();
-        assert!(e.message.contains("never sent"), "{e}");
-        assert!(lock(&c.read).stash.is_empty());
-        let _ = std::fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn lent_pending_max_at_n_and_n_plus_1() {
-        let (server, client) = UnixStream::pair().unwrap();
-        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new(), timeout_ms: 5_000, poll_first: false };
-        let null = std::fs::File::open("/dev/null").unwrap();
-        let mut b = [0u8; 16];
-        for _ in 0..LENT_PENDING_MAX {
-            send_fd(&server, null.as_raw_fd());
-        }
-        // One message's descriptors per receive.
-        for _ in 0..LENT_PENDING_MAX {
-            assert_eq!(rx.recv(&mut b).unwrap(), 1);
-        }
-        assert_eq!(rx.lent.len(), LENT_PENDING_MAX, "N descriptors held for their replies");
-        send_fd(&server, null.as_raw_fd());
-        let e = rx.recv(&mut b).unwrap_err();
-        assert!(e.to_string().contains("more descriptors"), "N+1 breaks the connection: {e}");
-        // A claimed one makes room again.
-        rx.lent.pop_front();
-        rx.lent.pop_front();
-        send_fd(&server, null.as_raw_fd());
-        assert_eq!(rx.recv(&mut b).unwrap(), 1);
-    }
-
-    /// A process with no descriptor free: the kernel drops the one a
-    /// message carries, and its reply goes on without it (the connection
-    /// broke before, and the call waited out the patience).
-    #[test]
-    fn a_descriptor_dropped_for_want_of_room_leaves_a_hole_not_a_broken_connection() {
-        // Lowering the descriptor limit would fail other tests' opens on
-        // the harness's threads: the body runs alone, in a child process
-        // of this binary.
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "conn::tests::descriptor_hole_alone", "--test-threads=1", "--nocapture"])
-            .env("SLUICE_TEST_DESCRIPTOR_HOLE", "1")
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && text.contains("HOLE-OK"), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    /// The body of the test above; does nothing unless that test runs it.
-    #[test]
-    fn descriptor_hole_alone() {
-        if std::env::var_os("SLUICE_TEST_DESCRIPTOR_HOLE").is_none() {
-            return;
-        }
-        let (server, client) = UnixStream::pair().unwrap();
-        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new(), timeout_ms: 5_000, poll_first: false };
-        let null = std::fs::File::open("/dev/null").unwrap();
-        send_fd(&server, null.as_raw_fd());
-        let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit/setrlimit on valid structs; the limit goes back.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        // The lowest free descriptor's number as the limit: none is free.
-        let lowest = std::fs::File::open("/dev/null").unwrap();
-        let low = libc::rlimit { rlim_cur: lowest.as_raw_fd() as libc::rlim_t, rlim_max: lim.rlim_max };
-        drop(lowest);
-        // SAFETY: as above.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &low) };
-        let mut b = [0u8; 16];
-        let r = rx.recv(&mut b);
-        // SAFETY: as above.
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-        assert_eq!(r.unwrap(), 1);
-        assert!(matches!(rx.lent.pop_front(), Some(None)), "a hole where the descriptor was");
-        println!("HOLE-OK");
-    }
-
-    #[test]
-    fn a_long_wait_sends_the_next_through_poll_which_keeps_the_patience() {
-        use std::io::Write;
-        let (mut server, client) = UnixStream::pair().unwrap();
-        let mut rx = Rx { stream: Stream::Unix(client), lent: VecDeque::new(), timeout_ms: 50, poll_first: false };
-        let mut b = [0u8; 16];
-        let late = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(20));
-            server.write_all(b"x").unwrap();
-            server
-        });
-        assert_eq!(rx.recv(&mut b).unwrap(), 1);
-        assert!(rx.poll_first, "a 20 ms wait is past POLL_AFTER_WAIT");
-        let _server = late.join().unwrap();
-        // Nothing comes: the poll gives up at the patience, as the
-        // socket's receive timeout does for `recvmsg`.
-        let t0 = Instant::now();
-        let e = rx.recv(&mut b).unwrap_err();
-        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
-        assert!(t0.elapsed() >= Duration::from_millis(45), "waited {:?}", t0.elapsed());
-    }
-}
+mod tests;

@@ -3,8 +3,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::io::BufReader;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{Mutex, MutexGuard};
 
 use super::recv::Rx;
+use crate::error::Result;
 
 /// Calls given up (their callers gone) whose replies have not come yet.
 /// One more means the server answers none of them: the connection is
@@ -61,6 +65,82 @@ impl ReadSide {
     }
 }
 
+/// What callers that never got the read side left for its next holder:
+/// calls they gave up (killed while another caller held it), and a reason
+/// to break the connection. `settle` applies them.
+#[derive(Default)]
+pub(super) struct LeftOutside {
+    inner: std::sync::Mutex<Outside>,
+    /// Something is left: read without the lock at each `settle`.
+    any: AtomicBool,
+}
+
+#[derive(Default)]
+struct Outside {
+    /// At most `GIVEN_UP_MAX`; one more breaks the connection.
+    given_up: Vec<u64>,
+    broken: Option<String>,
+}
+
+impl LeftOutside {
+    /// Request `id`'s caller is gone without having held the read side.
+    pub(super) fn give_up(&self, id: u64) {
+        let mut o = crate::lock(&self.inner);
+        if o.given_up.len() >= GIVEN_UP_MAX {
+            o.broken.get_or_insert_with(|| format!("{GIVEN_UP_MAX} calls given up and still unanswered"));
+        } else {
+            o.given_up.push(id);
+        }
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// The connection is broken (`why`), found by a caller that left
+    /// without the read side.
+    pub(super) fn break_with(&self, why: String) {
+        crate::lock(&self.inner).broken.get_or_insert(why);
+        self.any.store(true, Ordering::Release);
+    }
+
+    /// Apply what was left to the read side: a given-up call's reply,
+    /// stashed already, is dropped; one still to come will be.
+    pub(super) fn settle(&self, g: &mut ReadSide) {
+        if !self.any.load(Ordering::Acquire) {
+            return;
+        }
+        let mut o = crate::lock(&self.inner);
+        for id in o.given_up.drain(..) {
+            if g.stash.remove(&id).is_none() {
+                g.give_up(id);
+            }
+        }
+        if let Some(why) = o.broken.take() {
+            g.broken.get_or_insert(why);
+        }
+        self.any.store(false, Ordering::Release);
+    }
+}
+
+/// The read side, for the caller of request `id`. One that may go away
+/// (`armed`: the mount's, on a hard connection) waits for it in slices of
+/// `CHECK_EVERY`, running its check between them: killed while a live
+/// caller holds the read side (waiting for a silent server, perhaps for
+/// good), it leaves with EINTR, its call given up in `outside`. Others
+/// wait until the holder is done, as long as that takes.
+pub(super) fn acquire<'a>(read: &'a Mutex<ReadSide>, outside: &LeftOutside, id: u64, armed: bool) -> Result<MutexGuard<'a, ReadSide>> {
+    if !armed {
+        return Ok(read.lock());
+    }
+    loop {
+        if let Some(g) = read.try_lock_for(crate::abandon::CHECK_EVERY) {
+            return Ok(g);
+        }
+        if let Err(e) = crate::abandon::check("waiting for the connection") {
+            outside.give_up(id);
+            return Err(e);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::VecDeque;
@@ -93,6 +173,32 @@ mod tests {
         assert!(g.broken.is_none(), "N calls given up: the connection goes on");
         g.give_up(GIVEN_UP_MAX as u64 + 1);
         assert!(g.broken.as_deref().is_some_and(|w| w.contains("given up")), "N+1 breaks it: {:?}", g.broken);
+    }
+
+    /// Calls given up without the read side share the bound: N are
+    /// settled as given up, one more breaks the connection. A reply
+    /// stashed already is dropped instead.
+    #[test]
+    fn calls_given_up_outside_bound_at_n_and_n_plus_one() {
+        let out = LeftOutside::default();
+        let (mut g, _peer) = read_side();
+        g.file(1, Err((libc::EIO, "came first".into())), 10);
+        for id in 1..=GIVEN_UP_MAX as u64 {
+            out.give_up(id);
+        }
+        out.settle(&mut g);
+        assert!(g.broken.is_none(), "N calls given up: the connection goes on");
+        assert!(g.stash.is_empty(), "the stashed reply of a call given up is dropped");
+        assert_eq!(g.given_up.len(), GIVEN_UP_MAX - 1, "the others wait for their replies");
+        let (mut g, _peer) = read_side();
+        for id in 1..=GIVEN_UP_MAX as u64 + 1 {
+            out.give_up(id);
+        }
+        out.settle(&mut g);
+        assert!(g.broken.as_deref().is_some_and(|w| w.contains("given up")), "N+1 breaks it: {:?}", g.broken);
+        let (mut g, _peer) = read_side();
+        out.settle(&mut g);
+        assert!(g.broken.is_none() && g.given_up.is_empty(), "settled once");
     }
 }
 
@@ -138,6 +244,54 @@ mod queued {
         // A slice apart would mean the second polled a slice of its own.
         let gap = left[1].duration_since(left[0]);
         assert!(gap < crate::abandon::CHECK_EVERY / 2, "the second left {gap:?} after the first");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A caller of a killed job queued behind a live caller that waits
+    /// for a silent server (as long as it takes, on a hard connection):
+    /// it leaves within a slice or two, not when the live one is
+    /// answered. The live caller then gets its answer, and the gone
+    /// one's, read on the way, is not kept.
+    #[test]
+    fn a_caller_gone_leaves_while_a_live_one_holds_the_read_side() {
+        use crate::conn::Reply;
+        use sluice_proto::Response;
+        let (c, mut server, dir) = super::super::tests::by_hand();
+        let c = Arc::new(c);
+        let live = c.send(&Request::Stat { path: "live" }).unwrap();
+        let gone = c.send(&Request::Stat { path: "gone" }).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let (c1, tx1) = (Arc::clone(&c), tx.clone());
+        std::thread::spawn(move || {
+            let r = c1.wait(live, None).map(|r| matches!(r, Reply::Count(1))).map_err(|e| e.kind);
+            let _ = tx1.send(("live", r, Duration::ZERO));
+        });
+        let held = Instant::now();
+        while c.read.try_lock().is_some() {
+            assert!(held.elapsed() < Duration::from_secs(5), "the live caller never took the read side");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let c2 = Arc::clone(&c);
+        std::thread::spawn(move || {
+            let _gone = Abandon::when(|_| true, 0);
+            let asked = Instant::now();
+            let r = c2.wait(gone, None).map(|_| true).map_err(|e| e.kind);
+            let _ = tx.send(("gone", r, asked.elapsed()));
+        });
+        let (who, r, took) = rx.recv_timeout(Duration::from_secs(3)).expect("the gone caller left while the live one waited");
+        assert_eq!((who, r), ("gone", Err(ClientErrorKind::Interrupted)));
+        assert!(took < 3 * crate::abandon::CHECK_EVERY, "it left after {took:?}");
+        assert!(rx.try_recv().is_err(), "the live caller still waits");
+        super::super::tests::answer(&mut server, gone, &Response::Count(2));
+        super::super::tests::answer(&mut server, live, &Response::Count(1));
+        let (who, r, _) = rx.recv_timeout(Duration::from_secs(3)).expect("the live caller was answered");
+        assert_eq!((who, r), ("live", Ok(true)));
+        // The next holder drops the gone caller's reply, which the live
+        // one stashed on its way.
+        let next = c.send(&Request::Stat { path: "next" }).unwrap();
+        super::super::tests::answer(&mut server, next, &Response::Count(3));
+        assert!(matches!(c.wait(next, None).unwrap(), Reply::Count(3)));
+        assert_eq!(c.replies_stashed(), 0, "the gone caller's reply was kept");
         let _ = std::fs::remove_dir_all(dir);
     }
 }
