@@ -289,8 +289,8 @@ impl Conn {
         let asked = Instant::now();
         let mut g = read_side::acquire(&self.read, &self.outside, id, self.may_leave())?;
         let queued = asked.elapsed();
-        self.outside.settle(&mut g);
         loop {
+            self.outside.settle(&mut g);
             if let Some(r) = g.stash.remove(&id) {
                 return r.map_err(|(errno, m)| ClientError::new(ClientErrorKind::Server, errno, m));
             }
@@ -371,7 +371,8 @@ impl Conn {
     /// Why the connection is gone, if it is: another thread found it
     /// broken, or the server closed or reset it.
     fn gone(&self) -> Option<String> {
-        if let Some(g) = self.read.try_lock() {
+        if let Some(mut g) = self.read.try_lock() {
+            self.outside.settle(&mut g);
             if let Some(why) = &g.broken {
                 return Some(why.clone());
             }
