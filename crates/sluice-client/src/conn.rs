@@ -144,6 +144,11 @@ impl Conn {
                     g.give_up(id);
                     return Err(e);
                 }
+                // A break another caller found without the read side.
+                self.outside.settle(g);
+                if let Some(why) = &g.broken {
+                    return Err(self.lost(why));
+                }
             }
             let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
             // SAFETY: one live pollfd; the descriptor lives as long as `g`.
@@ -233,6 +238,7 @@ impl Conn {
                     return Err(gone);
                 }
             };
+            self.outside.settle(&mut g);
             if g.broken.is_none() && g.closing.is_none() && matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
                 // The server closed first, perhaps saying why (server
                 // full): what it sent is still to be read.
@@ -280,7 +286,9 @@ impl Conn {
 
     /// Replies kept for callers that have not come for them yet.
     pub(crate) fn replies_stashed(&self) -> usize {
-        self.read.lock().stash.len()
+        let mut g = self.read.lock();
+        self.outside.settle(&mut g);
+        g.stash.len()
     }
 
     /// Wait for the reply to `id`. A `Data` reply that fits `into` is read
@@ -354,8 +362,12 @@ impl Conn {
                     }
                     crate::abandon::check("waiting for an answer")?;
                     if let Some(why) = self.gone() {
-                        // Not waiting for a thread that reads the socket.
-                        self.outside.break_with(why.clone());
+                        // Not waiting for a thread that reads the socket:
+                        // one that does sees the end itself, after the
+                        // replies before it.
+                        if let Some(mut g) = self.read.try_lock() {
+                            g.broken.get_or_insert_with(|| why.clone());
+                        }
                         return Err(self.lost(&why));
                     }
                     if since.elapsed() >= self.patience.timeout {
