@@ -284,6 +284,12 @@ impl Conn {
         Ok(id)
     }
 
+    /// Request `id`'s caller is gone, and the read side's holder is to
+    /// drop its reply (stashed already, or still to come).
+    pub(crate) fn give_up_outside(&self, id: u64) {
+        self.outside.give_up(id);
+    }
+
     /// Replies kept for callers that have not come for them yet.
     pub(crate) fn replies_stashed(&self) -> usize {
         let mut g = self.read.lock();

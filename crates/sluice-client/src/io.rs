@@ -105,7 +105,7 @@ impl Client {
             }
             // Given up unanswered: the slot is freed once answered.
             (Some(sl), r @ Err(ClientError { kind: ClientErrorKind::Interrupted, .. })) => {
-                sl.abandon();
+                sl.abandon(t.id);
                 r
             }
             (_, r) => r,
@@ -169,7 +169,7 @@ impl Client {
         match (t.slot.take(), &r) {
             (Some(sl), Ok(_) | Err(ClientError { kind: ClientErrorKind::Server, .. })) => sl.release(),
             // Given up unanswered: the slot is freed once answered.
-            (Some(sl), Err(ClientError { kind: ClientErrorKind::Interrupted, .. })) => sl.abandon(),
+            (Some(sl), Err(ClientError { kind: ClientErrorKind::Interrupted, .. })) => sl.abandon(t.id),
             _ => {}
         }
         self.written("write", &t.session, r)

@@ -84,12 +84,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub use abandon::{sleep as abandonable_sleep, Abandon, CHECK_EVERY as ABANDON_CHECK_EVERY};
-pub use ids::ThreadIds;
 pub use env::{app_id, default_app, own_cred, server_addr};
 pub use error::{ClientError, ClientErrorKind, Result};
+pub use ids::ThreadIds;
 pub use lent::lent_held;
 pub use passthrough::Passthrough;
-pub use sluice_proto::{AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, WireStatfs as Statfs, CRED_GROUPS_MAX, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT};
+pub use sluice_proto::{
+    AppStats, Cred, DirEntry, FileKind, Group, WireStat as Stat, WireStatfs as Statfs, CRED_GROUPS_MAX, SETATTR_MODE_KEEP, SETATTR_TIME_NOW, SETATTR_TIME_OMIT,
+};
 
 use conn::{Conn, Patience, Reply};
 use lent::local_pread;

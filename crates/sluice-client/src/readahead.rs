@@ -91,7 +91,7 @@ impl Client {
             // Given up unanswered (the caller is gone): the slot is freed
             // once answered, and the caller asks no more.
             Err(e @ ClientError { kind: ClientErrorKind::Interrupted, .. }) => {
-                slot.abandon();
+                slot.abandon(t.id);
                 Some(Err(e))
             }
             Err(_) => None,

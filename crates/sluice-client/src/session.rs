@@ -116,6 +116,14 @@ pub(crate) fn data_into(what: &str, r: Reply, buf: &mut [u8]) -> Result<usize> {
 /// Send `req` on `s`; a slot it would have used is free again when the
 /// send failed (the server never saw the request).
 pub(crate) fn send_in(s: &Session, req: &Request<'_>, slot: Option<&shm::Slot>) -> Result<u64> {
+    // Calls given up whose answers came on the socket, found when their
+    // slots were reclaimed (taking this one, perhaps): their replies are
+    // dropped.
+    if let Some(sl) = slot {
+        for id in sl.region.take_answered_on_socket() {
+            s.conn.give_up_outside(id);
+        }
+    }
     let sent = match slot {
         Some(sl) if sl.rings() => s.conn.ring(req, sl),
         _ => s.conn.send(req),

@@ -47,6 +47,10 @@ pub const SHM_ENV: &str = "SLUICE_SHM";
 /// Environment variable: `0` has the region's requests answered on the
 /// socket, not in post records.
 pub const POST_ENV: &str = "SLUICE_POST";
+/// Abandoned calls answered on the socket that a region keeps for its
+/// connection between two requests (one per slot, at most 64).
+const ON_SOCKET_MAX: usize = 64;
+
 /// Environment variable: `0` sends the region's requests on the socket
 /// instead of ringing them (they need posts).
 pub const RING_ENV: &str = "SLUICE_RING";
@@ -61,6 +65,14 @@ pub(crate) struct Region {
     /// Taken slots whose caller gave up before the answer (`Slot::abandon`):
     /// the server's until their post record says answered.
     abandoned: AtomicU64,
+    /// The request id each abandoned slot's caller gave up (by slot; the
+    /// client's own record, not the server's).
+    abandoned_ids: [AtomicU64; 64],
+    /// Abandoned calls whose answer the server sent on the socket (an
+    /// error, or a lease with its descriptor), found when their slots were
+    /// reclaimed: the connection drops those replies
+    /// (`Conn::give_up_outside`). At most `ON_SOCKET_MAX`.
+    on_socket: std::sync::Mutex<Vec<u64>>,
     /// Answers come in post records (the last `POST_AREA_BYTES`).
     posts: bool,
     /// Requests are rung on the doorbell, not sent (needs `posts`).
@@ -97,7 +109,17 @@ impl Region {
         // At most 64 slots (one bit each), so a slot's index names its
         // post record (`POSTS_MAX` of them).
         let slots = (data / SLOT_BYTES).min(64).min(sluice_proto::POSTS_MAX as usize) as u32;
-        Ok(Region { ptr: ptr.cast(), len, slots, taken: AtomicU64::new(0), abandoned: AtomicU64::new(0), posts, ring: posts && ring })
+        Ok(Region {
+            ptr: ptr.cast(),
+            len,
+            slots,
+            taken: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            abandoned_ids: std::array::from_fn(|_| AtomicU64::new(0)),
+            on_socket: std::sync::Mutex::new(Vec::new()),
+            posts,
+            ring: posts && ring,
+        })
     }
 
     /// Whether requests in this region's slots are rung, not sent.
@@ -173,7 +195,11 @@ impl Region {
             if self.abandoned.fetch_and(!bit, Ordering::AcqRel) & bit == 0 {
                 continue;
             }
-            if self.post_of(index).is_some_and(|p| matches!(p.state.load(Ordering::Acquire), POST_COUNTED | POST_ON_SOCKET)) {
+            let state = self.post_of(index).map(|p| p.state.load(Ordering::Acquire));
+            if matches!(state, Some(POST_COUNTED | POST_ON_SOCKET)) {
+                if state == Some(POST_ON_SOCKET) {
+                    self.answered_on_socket(self.abandoned_ids[index as usize].load(Ordering::Acquire));
+                }
                 self.release(index);
                 freed = true;
             } else {
@@ -181,6 +207,22 @@ impl Region {
             }
         }
         freed
+    }
+
+    /// An abandoned call `id` was answered on the socket. Past
+    /// `ON_SOCKET_MAX` not kept: its reply then stays with the connection
+    /// until the connection goes, as an unclaimed one would.
+    fn answered_on_socket(&self, id: u64) {
+        let mut ids = crate::lock(&self.on_socket);
+        if ids.len() < ON_SOCKET_MAX {
+            ids.push(id);
+        }
+    }
+
+    /// The abandoned calls answered on the socket since last asked, for
+    /// the connection to drop their replies.
+    pub fn take_answered_on_socket(&self) -> Vec<u64> {
+        std::mem::take(&mut *crate::lock(&self.on_socket))
     }
 
     /// Slot `index`'s post record, if the region has them.
@@ -286,7 +328,8 @@ impl Slot {
     /// may still write into it, so it stays taken until its post record
     /// says answered (`Region::reclaim`). Without post records it stays
     /// taken as long as the region.
-    pub fn abandon(self) {
+    pub fn abandon(self, id: u64) {
+        self.region.abandoned_ids[self.index as usize].store(id, Ordering::Release);
         self.region.abandoned.fetch_or(1 << self.index, Ordering::AcqRel);
     }
 
@@ -333,18 +376,39 @@ mod tests {
         assert!(r.take(4096).is_none(), "two slots, both taken");
         let ia = a.index;
         a.arm();
-        a.abandon();
+        a.abandon(41);
         assert!(r.take(4096).is_none(), "pending: the server may still write into it");
         r.post_of(ia).unwrap().state.store(POST_COUNTED, Ordering::Release);
         let c = r.take(4096).expect("answered: free again");
         assert_eq!(c.index, ia);
         // An answer that went to the socket frees it too.
         let ib = b.index;
+        assert!(r.take_answered_on_socket().is_empty(), "answered in the record: nothing for the connection");
         b.arm();
-        b.abandon();
+        b.abandon(42);
+        // The server's record says another id: the client's own counts.
+        r.post_of(ib).unwrap().id.store(7, Ordering::Relaxed);
         r.post_of(ib).unwrap().state.store(POST_ON_SOCKET, Ordering::Release);
         assert_eq!(r.take(4096).map(|s| s.index), Some(ib));
         assert_eq!(r.abandoned.load(Ordering::Acquire), 0);
+        assert_eq!(r.take_answered_on_socket(), vec![42], "the connection is told to drop that reply");
+        assert!(r.take_answered_on_socket().is_empty(), "once");
         c.release();
+    }
+
+    /// The ids kept for the connection are bounded: N kept, one more not.
+    #[test]
+    fn answered_on_socket_bound_at_n_and_n_plus_one() {
+        let r = region(1);
+        for id in 0..ON_SOCKET_MAX as u64 {
+            r.answered_on_socket(id);
+        }
+        assert_eq!(r.take_answered_on_socket().len(), ON_SOCKET_MAX);
+        for id in 0..=ON_SOCKET_MAX as u64 {
+            r.answered_on_socket(id);
+        }
+        let kept = r.take_answered_on_socket();
+        assert_eq!(kept.len(), ON_SOCKET_MAX, "N+1: the last not kept");
+        assert_eq!(kept.last(), Some(&(ON_SOCKET_MAX as u64 - 1)));
     }
 }
