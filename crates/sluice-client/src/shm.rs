@@ -73,6 +73,8 @@ pub(crate) struct Region {
     /// reclaimed: the connection drops those replies
     /// (`Conn::give_up_outside`). At most `ON_SOCKET_MAX`.
     on_socket: std::sync::Mutex<Vec<u64>>,
+    /// `on_socket` may hold ids: read without its lock on every request.
+    on_socket_any: std::sync::atomic::AtomicBool,
     /// Answers come in post records (the last `POST_AREA_BYTES`).
     posts: bool,
     /// Requests are rung on the doorbell, not sent (needs `posts`).
@@ -117,6 +119,7 @@ impl Region {
             abandoned: AtomicU64::new(0),
             abandoned_ids: std::array::from_fn(|_| AtomicU64::new(0)),
             on_socket: std::sync::Mutex::new(Vec::new()),
+            on_socket_any: std::sync::atomic::AtomicBool::new(false),
             posts,
             ring: posts && ring,
         })
@@ -217,12 +220,18 @@ impl Region {
         if ids.len() < ON_SOCKET_MAX {
             ids.push(id);
         }
+        self.on_socket_any.store(true, Ordering::Release);
     }
 
     /// The abandoned calls answered on the socket since last asked, for
     /// the connection to drop their replies.
     pub fn take_answered_on_socket(&self) -> Vec<u64> {
-        std::mem::take(&mut *crate::lock(&self.on_socket))
+        if !self.on_socket_any.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut ids = crate::lock(&self.on_socket);
+        self.on_socket_any.store(false, Ordering::Release);
+        std::mem::take(&mut *ids)
     }
 
     /// Slot `index`'s post record, if the region has them.
