@@ -429,4 +429,4 @@ impl Conn {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -335,3 +335,44 @@ impl Client {
         self.with_session(idempotent, |s| f(s, self.server_fd(s, fd)?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use sluice_proto::{Request, Response};
+
+    use super::send_in;
+    use crate::conn::tests::{answer, by_hand};
+    use crate::Session;
+
+    /// A killed caller's shared-memory call whose answer the server sent
+    /// on the socket (an error): a live call reads that reply on its way
+    /// and keeps it; once the slot is reclaimed, the next request through
+    /// a slot has the connection drop it. Before, it stayed until the
+    /// connection went.
+    #[test]
+    fn a_given_up_calls_answer_on_the_socket_goes_once_its_slot_is_reclaimed() {
+        let (conn, mut server, dir) = by_hand();
+        let region = crate::shm::tests::region(1);
+        let s = Session { conn, gen: 1, io_bytes_max: 1 << 20, shm: Some(Arc::clone(&region)), write_leases_refused: AtomicBool::new(false) };
+        let slot = region.take(4096).unwrap();
+        let read = |sl: &crate::shm::Slot| Request::ReadShm { fd: 1, offset: 0, len: 4096, at: sl.at(), post: sl.arm() };
+        let given_up = send_in(&s, &read(&slot), Some(&slot)).unwrap();
+        let index = slot.index;
+        slot.abandon(given_up);
+        crate::shm::tests::answered_on_the_socket(&region, index);
+        answer(&mut server, given_up, &Response::Error { errno: libc::EIO, message: "late" });
+        let live = send_in(&s, &Request::Stat { path: "x" }, None).unwrap();
+        answer(&mut server, live, &Response::Count(1));
+        s.conn.wait(live, None).unwrap();
+        assert_eq!(s.conn.replies_stashed(), 1, "kept for a caller that is gone");
+        // The region's only slot: taking it reclaims the abandoned one.
+        let next = region.take(4096).expect("reclaimed, since answered");
+        send_in(&s, &read(&next), Some(&next)).unwrap();
+        assert_eq!(s.conn.replies_stashed(), 0, "the gone caller's reply was kept");
+        next.release();
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

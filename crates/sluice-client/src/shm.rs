@@ -357,13 +357,13 @@ impl Drop for Region {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::os::fd::FromRawFd;
 
     use super::*;
 
     /// A region of `slots` slots and a post area, on a fresh memfd.
-    fn region(slots: usize) -> Arc<Region> {
+    pub(crate) fn region(slots: usize) -> Arc<Region> {
         let len = slots * SLOT_BYTES + sluice_proto::POST_AREA_BYTES as usize;
         // SAFETY: a new memfd we own, sized before it is mapped.
         let fd = unsafe {
@@ -403,6 +403,13 @@ mod tests {
         assert_eq!(r.take_answered_on_socket(), vec![42], "the connection is told to drop that reply");
         assert!(r.take_answered_on_socket().is_empty(), "once");
         c.release();
+    }
+
+    /// The server's side of an answer on the socket: slot `index`'s
+    /// post record says so.
+    pub(crate) fn answered_on_the_socket(r: &Region, index: u32) {
+        use sluice_proto::post::POST_ON_SOCKET;
+        r.post_of(index).unwrap().state.store(POST_ON_SOCKET, Ordering::Release);
     }
 
     /// The ids kept for the connection are bounded: N kept, one more not.

@@ -29,7 +29,7 @@ fn send_fd(s: &UnixStream, fd: RawFd) {
 
 /// A connection to a socket the test answers by hand: the client side,
 /// and the server's end.
-pub(in crate::conn) fn by_hand() -> (Conn, UnixStream, std::path::PathBuf) {
+pub(crate) fn by_hand() -> (Conn, UnixStream, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("sluice-conn-{}-{:?}", std::process::id(), std::thread::current().id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("s.sock");
@@ -41,7 +41,7 @@ pub(in crate::conn) fn by_hand() -> (Conn, UnixStream, std::path::PathBuf) {
     (c, server, dir)
 }
 
-pub(in crate::conn) fn answer(server: &mut UnixStream, id: u64, resp: &sluice_proto::Response<'_>) {
+pub(crate) fn answer(server: &mut UnixStream, id: u64, resp: &sluice_proto::Response<'_>) {
     use std::io::Write;
     let mut out = Vec::new();
     sluice_proto::encode_response(id, resp, &mut out);
