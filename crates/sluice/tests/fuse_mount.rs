@@ -313,7 +313,17 @@ fn waits_for_fuse(pid: u32) -> bool {
 /// (dropping the mount then ends the caller).
 fn go_wait_and_kill(mut py: Child, after: impl FnOnce()) {
     std::io::Write::write_all(&mut py.stdin.take().unwrap(), b"go\n").unwrap();
-    wait_for(|| waits_for_fuse(py.id()), "the caller to wait for the server in the kernel");
+    let t = Instant::now();
+    while !waits_for_fuse(py.id()) {
+        if t.elapsed() > Duration::from_secs(10) {
+            // Where it is instead, for the report.
+            let proc = |f: &str| std::fs::read_to_string(format!("/proc/{}/{f}", py.id())).unwrap_or_default();
+            let (wchan, stat, stack, exit) = (proc("wchan"), proc("stat"), proc("stack"), py.try_wait());
+            let _ = py.kill();
+            panic!("the caller never waited for the server in the kernel: exit {exit:?}, wchan {wchan:?}, stat {stat:?}, stack {stack}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::thread::sleep(Duration::from_millis(300));
     assert!(waits_for_fuse(py.id()), "a hard mount waits for its server");
     let t = Instant::now();
