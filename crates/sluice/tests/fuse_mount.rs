@@ -300,6 +300,16 @@ fn a_held_file_survives_a_server_restart_through_the_mount() {
     assert!(py.wait().unwrap().success());
 }
 
+/// Whether every thread of process `pid` is stopped (state `T`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|t| {
+        let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses.
+        stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
+}
+
 /// Whether process `pid` sleeps in the kernel waiting for a FUSE answer.
 fn waits_for_fuse(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/wchan")).is_ok_and(|w| w == "request_wait_answer")
@@ -379,6 +389,9 @@ fn a_caller_of_a_stopped_server_through_a_hard_mount_dies_at_sigkill() {
     let (py, _out) = python_ready(script, &m.mnt().join("f"));
     ok(&format!("kill -STOP {}", m.server.id()));
     let server = m.server.id();
+    // kill(2) returns before the server has stopped: on a busy VM it
+    // could still answer the lookup below, and the caller would never wait.
+    wait_for(|| all_threads_stopped(server), "the server to stop");
     go_wait_and_kill(py, || ok(&format!("kill -CONT {server}")));
     assert_eq!(std::fs::read(m.mnt().join("f")).unwrap(), vec![5u8; 4096], "the mount serves once the server goes on");
     assert!(!m.mnt().join("f.new").exists());
